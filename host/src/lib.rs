@@ -1,0 +1,2 @@
+//! vqp-host: binds vqp-core to libibverbs.
+#![deny(unsafe_code, missing_docs)]

@@ -1,0 +1,2 @@
+//! vqp-sim: test and bench support for vqp-core.
+#![deny(missing_docs)]

@@ -1,0 +1,2 @@
+//! vqp-softverbs: a userspace RDMA provider with the libibverbs C ABI.
+#![deny(unsafe_code, missing_docs)]
