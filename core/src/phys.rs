@@ -115,6 +115,10 @@ pub trait PhysQp {
     fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure>;
     /// Post a chain of receive WQEs, in order.
     fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure>;
+    /// Move the QP to the error state, so that every WQE outstanding on it completes
+    /// with a flush error. Called once, when the virtual QP that owns it fails, so
+    /// that every outstanding request is reported (off the data path).
+    fn set_error(&mut self);
 }
 
 /// A physical completion queue.
@@ -135,6 +139,9 @@ impl<T: PhysQp + ?Sized> PhysQp for &mut T {
     #[inline]
     fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
         (**self).post_recv(wqes)
+    }
+    fn set_error(&mut self) {
+        (**self).set_error()
     }
 }
 

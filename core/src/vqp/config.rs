@@ -1,0 +1,134 @@
+//! How a virtual QP is configured.
+
+use core::fmt;
+
+use crate::split::{SplitError, SplitPolicy};
+
+/// How the receiver learns that a fragmented RDMA_WRITE_WITH_IMM has landed.
+///
+/// InfiniBand adaptive routing does not spread WRITE_WITH_IMM packets, so `Spray`
+/// (plain writes plus one notify) suits adaptive-routing fabrics and `Dqplb`
+/// (every fragment a WRITE_WITH_IMM carrying a sequence number) suits the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Fragments are plain writes; a zero-byte WRITE_WITH_IMM with the user's
+    /// immediate follows on the notify QP once they all completed.
+    Spray,
+    /// Every fragment is a WRITE_WITH_IMM whose immediate carries a 24-bit sequence
+    /// number and, on the last fragment, the notify bit. No room for the user's
+    /// immediate: use `Spray` when you need it.
+    Dqplb,
+}
+
+/// Which send WQEs ask for a completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signaling {
+    /// Only the last WQE of each per-QP chain (and pass-through requests the
+    /// application signaled): per-QP completion order releases the rest.
+    LastOfChain,
+    /// Every WQE.
+    Every,
+}
+
+/// A virtual QP's settings; both ends must agree on `mode`, the split policy's
+/// `max_frag`, the depths and the initial sequence numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Load-balancing mode.
+    pub mode: Mode,
+    /// How requests are cut.
+    pub split: SplitPolicy,
+    /// Send WQEs in flight per physical QP (at most the type's `D`).
+    pub max_outstanding: u32,
+    /// Receives kept posted per physical QP that receives (at most 2^24).
+    pub recv_depth: u32,
+    /// Which WQEs are signaled.
+    pub signaling: Signaling,
+    /// First DQPLB sequence number this side sends.
+    pub send_seq: u32,
+    /// First DQPLB sequence number this side expects (the peer's `send_seq`).
+    pub recv_seq: u32,
+    /// The number reported in [`Wc::qp_num`](crate::Wc::qp_num).
+    pub qp_num: u32,
+}
+
+impl Config {
+    /// DQPLB, 64 KiB fragments, 64 WQEs per QP, selective signaling.
+    pub const fn new(mode: Mode) -> Self {
+        Self {
+            mode,
+            split: SplitPolicy::new(64 << 10),
+            max_outstanding: 64,
+            recv_depth: 64,
+            signaling: Signaling::LastOfChain,
+            send_seq: 0,
+            recv_seq: 0,
+            qp_num: 0,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::new(Mode::Dqplb)
+    }
+}
+
+/// A virtual QP could not be built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No data QP was given, or more than the type's capacity `N`.
+    DataQps {
+        /// How many were given.
+        given: usize,
+        /// The type's capacity.
+        capacity: usize,
+    },
+    /// SPRAY with more than one data QP needs a notify QP; other set-ups take none.
+    NotifyQp {
+        /// Whether one was given.
+        given: bool,
+    },
+    /// `max_outstanding` is 0 or above the type's per-QP capacity `D`.
+    MaxOutstanding {
+        /// The value given.
+        given: u32,
+        /// The type's capacity.
+        capacity: usize,
+    },
+    /// `recv_depth` is 0 or above 2^24.
+    RecvDepth(u32),
+    /// A device index is not below [`MAX_DEVICES`](crate::MAX_DEVICES).
+    Device(u8),
+    /// The split policy is unusable.
+    Split(SplitError),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::DataQps { given, capacity } => {
+                write!(f, "{given} data QPs given; between 1 and {capacity} allowed")
+            }
+            Self::NotifyQp { given: false } => {
+                f.write_str("SPRAY with more than one data QP needs a notify QP")
+            }
+            Self::NotifyQp { given: true } => {
+                f.write_str("a notify QP is used only in SPRAY mode with more than one data QP")
+            }
+            Self::MaxOutstanding { given, capacity } => {
+                write!(f, "max_outstanding {given}; between 1 and {capacity} allowed")
+            }
+            Self::RecvDepth(d) => write!(f, "recv_depth {d}; between 1 and 2^24 allowed"),
+            Self::Device(d) => write!(
+                f,
+                "device index {d}; below {} allowed",
+                crate::MAX_DEVICES
+            ),
+            Self::Split(e) => e.fmt(f),
+        }
+    }
+}
+
+impl core::error::Error for BuildError {}

@@ -1,0 +1,80 @@
+//! Why a virtual request was refused. A refused request posted nothing.
+
+use core::fmt;
+
+use crate::wr::{Opcode, WcStatus};
+
+/// `post_send` refused a request; nothing of it was posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PostSendError {
+    /// The opcode is not one a virtual QP carries.
+    UnknownOpcode(Opcode),
+    /// A request that would be fragmented has length 0.
+    ZeroLength,
+    /// A request that would be fragmented is unsignaled; only RDMA_WRITE_WITH_IMM may
+    /// be (its receiver learns of it through the immediate).
+    Unsignaled(Opcode),
+    /// No memory keys were given for a device whose QPs the request would use.
+    MissingKey {
+        /// The device index.
+        device: u8,
+    },
+    /// A pass-through request is longer than one WQE carries (2^31 bytes).
+    TooLong(u64),
+    /// Two-sided SEND shares the receive queue that DQPLB keeps filled with
+    /// zero-length receives: use SPRAY or a single data QP.
+    SendNeedsSpray,
+    /// Every slot is taken: wait for completions (backpressure).
+    Full,
+    /// The virtual QP failed with this status and takes no new requests.
+    Failed(WcStatus),
+}
+
+impl fmt::Display for PostSendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::UnknownOpcode(op) => write!(f, "{op} is not carried by a virtual QP"),
+            Self::ZeroLength => f.write_str("a fragmented request must not be empty"),
+            Self::Unsignaled(op) => write!(
+                f,
+                "an unsignaled {op} cannot be fragmented; only RDMA_WRITE_WITH_IMM may be unsignaled"
+            ),
+            Self::MissingKey { device } => write!(f, "no memory keys for device {device}"),
+            Self::TooLong(len) => write!(f, "{len} bytes exceed one work request (2^31)"),
+            Self::SendNeedsSpray => f.write_str(
+                "SEND cannot share DQPLB's receive queues: use SPRAY mode or one data QP",
+            ),
+            Self::Full => f.write_str("virtual QP is full: poll completions and retry"),
+            Self::Failed(st) => write!(f, "virtual QP failed ({st}): no new requests"),
+        }
+    }
+}
+
+impl core::error::Error for PostSendError {}
+
+/// `post_recv` refused a request; nothing of it was posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PostRecvError {
+    /// Data receives are for SEND, which DQPLB with several QPs does not carry.
+    DataNeedsSpray,
+    /// Every receive slot is taken: wait for completions.
+    Full,
+    /// The virtual QP failed with this status and takes no new requests.
+    Failed(WcStatus),
+}
+
+impl fmt::Display for PostRecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::DataNeedsSpray => f.write_str(
+                "data receives need SPRAY mode or one data QP (DQPLB keeps the receive queues)",
+            ),
+            Self::Full => f.write_str("receive slots are full: poll completions and retry"),
+            Self::Failed(st) => write!(f, "virtual QP failed ({st}): no new requests"),
+        }
+    }
+}
+
+impl core::error::Error for PostRecvError {}

@@ -1,0 +1,173 @@
+//! One physical QP inside a virtual QP: what it has in flight, the chain being
+//! built for it this round, and its receive bookkeeping.
+//!
+//! Send WQEs are tracked as *runs*: consecutive WQEs of one virtual request on this
+//! QP. A completion names a request's slot id; because a QP completes its send
+//! queue in order, it also completes every run before the one it names. That is what
+//! lets only the last WQE of each chain be signaled.
+
+use heapless::{Deque, Vec};
+
+use crate::phys::{PhysQp, PostFailure, SendWqe};
+use crate::vqp::config::Signaling;
+use crate::wr::{SendFlags, WcStatus};
+use crate::wrid::id_before;
+
+/// WQEs of one virtual request, consecutive on one QP.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    id: u64,
+    count: u32,
+}
+
+/// Per-QP counters, for tests, benches and monitoring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaneStats {
+    /// Send WQEs posted.
+    pub wqes: u64,
+    /// `post_send` calls (chains).
+    pub chains: u64,
+    /// Send completions received.
+    pub cqes: u64,
+    /// Receive WQEs posted.
+    pub recvs: u64,
+}
+
+pub(crate) struct Lane<Q, const D: usize> {
+    pub qp: Q,
+    pub qp_num: u32,
+    pub device: u8,
+    /// Runs staged or in flight, oldest first; their counts sum to `outstanding`.
+    runs: Deque<Run, D>,
+    /// Send WQEs staged or in flight, never above the configured maximum (≤ D).
+    pub outstanding: u32,
+    /// The chain being built this round, posted by [`Lane::flush`].
+    staged: Vec<SendWqe, D>,
+    /// The back run belongs to `staged`, so a WQE of the same request may join it.
+    open_run: bool,
+    /// The QP reported an error or refused a post: nothing more goes to it.
+    pub failed: bool,
+    /// Receives posted and not yet completed.
+    pub recv_outstanding: u32,
+    /// DQPLB receives consumed and not yet replenished.
+    pub recv_owed: u32,
+    pub stats: LaneStats,
+}
+
+impl<Q: PhysQp, const D: usize> Lane<Q, D> {
+    pub fn new(qp: Q, device: u8) -> Self {
+        Self {
+            qp_num: qp.qp_num(),
+            qp,
+            device,
+            runs: Deque::new(),
+            outstanding: 0,
+            staged: Vec::new(),
+            open_run: false,
+            failed: false,
+            recv_outstanding: 0,
+            recv_owed: 0,
+            stats: LaneStats::default(),
+        }
+    }
+
+    /// Add `wqe` of request `id` to this round's chain; the caller checked there is room.
+    #[inline]
+    pub fn stage(&mut self, wqe: SendWqe, id: u64, merge: bool) {
+        debug_assert!((self.outstanding as usize) < D && !self.failed);
+        match self.runs.back_mut() {
+            Some(run) if merge && self.open_run && run.id == id => run.count += 1,
+            _ => {
+                let pushed = self.runs.push_back(Run { id, count: 1 });
+                debug_assert!(pushed.is_ok(), "runs never outnumber outstanding WQEs");
+            }
+        }
+        self.open_run = true;
+        self.outstanding += 1;
+        let pushed = self.staged.push(wqe);
+        debug_assert!(pushed.is_ok(), "staged never outnumber outstanding WQEs");
+    }
+
+    /// Post this round's chain with one call. On a refusal the lane is broken: every
+    /// run it holds is credited with `POST_ERR` (WQEs posted before the refused one
+    /// may lack a signaled successor, so their completions cannot be relied on).
+    pub fn flush(
+        &mut self,
+        signaling: Signaling,
+        credit: &mut impl FnMut(u64, u32, WcStatus),
+    ) -> Result<(), PostFailure> {
+        let Some(last) = self.staged.last_mut() else {
+            return Ok(());
+        };
+        last.flags = last.flags.with(SendFlags::SIGNALED);
+        if signaling == Signaling::Every {
+            for wqe in self.staged.iter_mut() {
+                wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
+            }
+        }
+        self.open_run = false;
+        let result = self.qp.post_send(&self.staged);
+        match result {
+            Ok(()) => {
+                self.stats.wqes += self.staged.len() as u64;
+                self.stats.chains += 1;
+            }
+            Err(failure) => {
+                self.stats.wqes += failure.posted as u64;
+                self.failed = true;
+                self.drain(WcStatus::POST_ERR, credit);
+            }
+        }
+        self.staged.clear();
+        result
+    }
+
+    /// A send completion for request `id` with `status`: credit every run up to and
+    /// including the first run of `id`. Returns false when `id` is not in flight here
+    /// (a flush completion for a run already credited, or a stray).
+    pub fn complete(
+        &mut self,
+        id: u64,
+        status: WcStatus,
+        credit: &mut impl FnMut(u64, u32, WcStatus),
+    ) -> bool {
+        self.stats.cqes += 1;
+        match self.runs.front() {
+            Some(front) if !id_before(id, front.id & crate::wrid::ID_MASK) => {}
+            _ => return false,
+        }
+        // Runs before the named one completed before it, in queue order: fine unless
+        // the QP had already failed, in which case they were flushed.
+        let earlier = if self.failed {
+            WcStatus::WR_FLUSH_ERR
+        } else {
+            WcStatus::SUCCESS
+        };
+        while let Some(run) = self.runs.pop_front() {
+            self.outstanding -= run.count;
+            let matched = run.id & crate::wrid::ID_MASK == id;
+            credit(run.id, run.count, if matched { status } else { earlier });
+            if matched {
+                break;
+            }
+        }
+        if !status.is_ok() {
+            self.failed = true;
+        }
+        true
+    }
+
+    /// Credit every run with `status` and forget them.
+    pub fn drain(&mut self, status: WcStatus, credit: &mut impl FnMut(u64, u32, WcStatus)) {
+        while let Some(run) = self.runs.pop_front() {
+            credit(run.id, run.count, status);
+        }
+        self.outstanding = 0;
+    }
+
+    /// True when another send WQE fits under `max`.
+    #[inline]
+    pub fn has_room(&self, max: u32) -> bool {
+        self.outstanding < max && !self.failed
+    }
+}

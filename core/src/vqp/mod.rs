@@ -1,0 +1,339 @@
+//! The virtual queue pair: one QP to the application, several physical RC QPs
+//! underneath.
+//!
+//! ```text
+//!   post_send ─► slot ring (posting order) ─► dispatch ─► per-QP chains ─► QP 0..N-1
+//!                     ▲                                                     │
+//!   poll ◄── in-order ┘◄── credit runs ◄── physical completions ◄──────────┘
+//! ```
+//! A request takes a slot; dispatch cuts it into fragments and stages each on a data
+//! QP with room (round-robin, skipping full QPs); every QP's staged fragments are
+//! posted as one chain whose last WQE alone is signaled. Requests that do not fit
+//! wait in the slot ring, which is also the pending FIFO: dispatch resumes, in
+//! posting order, as completions free room. Completions are reported strictly in
+//! posting order.
+
+mod config;
+mod error;
+mod lane;
+mod recv;
+mod send;
+mod slots;
+
+pub use config::{BuildError, Config, Mode, Signaling};
+pub use error::{PostRecvError, PostSendError};
+pub use lane::LaneStats;
+
+use heapless::{Deque, Vec};
+
+use crate::phys::{PhysQp, PhysWc};
+use crate::reorder::ReorderWindow;
+use crate::seq::Seq;
+use crate::wr::{Wc, WcStatus, MAX_DEVICES};
+use crate::wrid::{Kind, WrId, NOTIFY_LANE};
+use lane::Lane;
+use slots::{RecvSlot, Ring, SendSlot};
+
+/// A physical completion that no in-flight request of this virtual QP owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stray;
+
+/// One virtual QP over up to `N` data QPs (plus a SPRAY notify QP).
+///
+/// Capacities are type parameters, checked at compile time: `D` send WQEs tracked
+/// per physical QP (≥ `max_outstanding`), `S` virtual requests in flight per
+/// direction (a power of two), `W` the DQPLB reorder window (a power of two, at
+/// least `N·D`, the most fragments a peer of the same type can have in flight).
+///
+/// All work happens inside [`post_send`](Self::post_send),
+/// [`post_recv`](Self::post_recv) and the owning
+/// [`VirtualCq::poll`](crate::VirtualCq::poll): no heap, no lock, no system call
+/// beyond what the physical QP's own post does.
+pub struct VirtualQp<
+    Q,
+    const N: usize = 8,
+    const D: usize = 128,
+    const S: usize = 512,
+    const W: usize = 1024,
+> {
+    cfg: Config,
+    /// Index within the owning virtual CQ, carried in every physical wr_id.
+    tag: u8,
+    lanes: Vec<Lane<Q, D>, N>,
+    notify: Option<Lane<Q, D>>,
+    /// Bit `i` set: data QP `i` is healthy and below `max_outstanding`.
+    room: u64,
+    /// The data QP round-robin tries next.
+    next_lane: u32,
+    /// Devices of the data QPs (bit per device index).
+    data_devices: u8,
+    send: Ring<SendSlot, S>,
+    /// Oldest request with fragments not yet staged.
+    dispatch: u64,
+    /// Oldest request whose SPRAY notify may still need posting.
+    notify_next: u64,
+    /// Next DQPLB sequence number to send.
+    send_seq: Seq,
+    recv: Ring<RecvSlot, S>,
+    /// Oldest receive not yet posted (or, in DQPLB, not yet matched to a message).
+    recv_next: u64,
+    window: ReorderWindow<W>,
+    /// DQPLB messages delivered before any receive waited for them (their lengths).
+    backlog: Deque<u64, S>,
+    armed: bool,
+    /// The first error; once set, no new request is taken.
+    failed: Option<WcStatus>,
+    strays: u64,
+}
+
+impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
+    VirtualQp<Q, N, D, S, W>
+{
+    const CHECK: () = {
+        assert!(N >= 1 && N <= 64, "between 1 and 64 data QPs");
+        assert!(D >= 1, "at least one WQE per QP");
+        assert!(W >= N * D, "reorder window must cover every fragment in flight");
+    };
+
+    /// Build a virtual QP over `data` (QP, device index) pairs and, for SPRAY with
+    /// several data QPs, a `notify` QP. The QPs may be in any state; post nothing
+    /// before they are connected.
+    pub fn new(
+        cfg: Config,
+        data: impl IntoIterator<Item = (Q, u8)>,
+        notify: Option<(Q, u8)>,
+    ) -> Result<Self, BuildError> {
+        let () = Self::CHECK;
+        cfg.split.validate().map_err(BuildError::Split)?;
+        if cfg.max_outstanding == 0 || cfg.max_outstanding as usize > D {
+            return Err(BuildError::MaxOutstanding {
+                given: cfg.max_outstanding,
+                capacity: D,
+            });
+        }
+        if cfg.recv_depth == 0 || cfg.recv_depth > 1 << 24 {
+            return Err(BuildError::RecvDepth(cfg.recv_depth));
+        }
+        let mut lanes = Vec::new();
+        let mut given = 0;
+        let mut data_devices = 0u8;
+        for (qp, device) in data {
+            given += 1;
+            if device as usize >= MAX_DEVICES {
+                return Err(BuildError::Device(device));
+            }
+            data_devices |= 1 << device;
+            if lanes.push(Lane::new(qp, device)).is_err() {
+                // Keep counting so the error says how many were given.
+            }
+        }
+        if given == 0 || given > N {
+            return Err(BuildError::DataQps { given, capacity: N });
+        }
+        let wants_notify = cfg.mode == Mode::Spray && given > 1;
+        if wants_notify != notify.is_some() {
+            return Err(BuildError::NotifyQp {
+                given: notify.is_some(),
+            });
+        }
+        let notify = match notify {
+            Some((_, d)) if d as usize >= MAX_DEVICES => return Err(BuildError::Device(d)),
+            Some((qp, d)) => Some(Lane::new(qp, d)),
+            None => None,
+        };
+        let room = if given == 64 {
+            u64::MAX
+        } else {
+            (1u64 << given) - 1
+        };
+        Ok(Self {
+            cfg,
+            tag: 0,
+            lanes,
+            notify,
+            room,
+            next_lane: 0,
+            data_devices,
+            send: Ring::new(SendSlot::EMPTY),
+            dispatch: 0,
+            notify_next: 0,
+            send_seq: Seq::new(cfg.send_seq),
+            recv: Ring::new(RecvSlot::EMPTY),
+            recv_next: 0,
+            window: ReorderWindow::new(Seq::new(cfg.recv_seq)),
+            backlog: Deque::new(),
+            armed: false,
+            failed: None,
+            strays: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The virtual QP number reported in completions.
+    pub fn qp_num(&self) -> u32 {
+        self.cfg.qp_num
+    }
+
+    /// How many data QPs.
+    pub fn data_qps(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Data QP `i`'s number (`None` past the end).
+    pub fn data_qp_num(&self, i: usize) -> Option<u32> {
+        self.lanes.get(i).map(|l| l.qp_num)
+    }
+
+    /// The notify QP's number, in SPRAY with several data QPs.
+    pub fn notify_qp_num(&self) -> Option<u32> {
+        self.notify.as_ref().map(|l| l.qp_num)
+    }
+
+    /// Data QP `i`.
+    pub fn data_qp(&self, i: usize) -> Option<&Q> {
+        self.lanes.get(i).map(|l| &l.qp)
+    }
+
+    /// Data QP `i`, mutably (to connect it, say).
+    pub fn data_qp_mut(&mut self, i: usize) -> Option<&mut Q> {
+        self.lanes.get_mut(i).map(|l| &mut l.qp)
+    }
+
+    /// The notify QP.
+    pub fn notify_qp_mut(&mut self) -> Option<&mut Q> {
+        self.notify.as_mut().map(|l| &mut l.qp)
+    }
+
+    /// Counters of data QP `i`, or of the notify QP for `i == data_qps()`.
+    pub fn lane_stats(&self, i: usize) -> Option<LaneStats> {
+        match self.lanes.get(i) {
+            Some(l) => Some(l.stats),
+            None if i == self.lanes.len() => self.notify.as_ref().map(|l| l.stats),
+            None => None,
+        }
+    }
+
+    /// The first error, once the virtual QP failed.
+    pub fn failure(&self) -> Option<WcStatus> {
+        self.failed
+    }
+
+    /// Virtual send requests taken and not yet reported.
+    pub fn sends_in_flight(&self) -> usize {
+        self.send.len()
+    }
+
+    /// Virtual receive requests taken and not yet reported.
+    pub fn recvs_in_flight(&self) -> usize {
+        self.recv.len()
+    }
+
+    /// Physical completions that named this virtual QP but no request in flight.
+    pub fn strays(&self) -> u64 {
+        self.strays
+    }
+
+    /// The DQPLB receiver's next expected sequence number.
+    pub fn recv_seq(&self) -> Seq {
+        self.window.next()
+    }
+
+    /// The next DQPLB sequence number this side sends.
+    pub fn send_seq(&self) -> Seq {
+        self.send_seq
+    }
+
+    pub(crate) fn set_tag(&mut self, tag: u8) {
+        self.tag = tag;
+    }
+
+    /// The (device, WQEs) each physical QP can have outstanding, send and receive,
+    /// for completion-queue sizing.
+    pub(crate) fn cq_demand(&self) -> [u64; MAX_DEVICES] {
+        let mut demand = [0u64; MAX_DEVICES];
+        let per_qp = u64::from(self.cfg.max_outstanding) + u64::from(self.cfg.recv_depth);
+        for lane in self.lanes.iter().chain(self.notify.iter()) {
+            demand[lane.device as usize] += per_qp;
+        }
+        demand
+    }
+
+    /// Feed one physical completion that `device`'s CQ returned and whose wr_id
+    /// decoded to this virtual QP. Work it enables happens in [`Self::progress`].
+    pub fn handle(&mut self, wc: &PhysWc, device: u8) -> Result<(), Stray> {
+        match WrId::decode(wc.wr_id) {
+            Some(id) => self.route(wc, id, device),
+            None => {
+                self.strays += 1;
+                Err(Stray)
+            }
+        }
+    }
+
+    /// [`Self::handle`] for a wr_id already decoded.
+    pub(crate) fn route(&mut self, wc: &PhysWc, id: WrId, device: u8) -> Result<(), Stray> {
+        let result = self.route_inner(wc, id, device);
+        if result.is_err() {
+            self.strays += 1;
+        }
+        result
+    }
+
+    fn route_inner(&mut self, wc: &PhysWc, id: WrId, device: u8) -> Result<(), Stray> {
+        if id.tag != self.tag {
+            return Err(Stray);
+        }
+        let lane = if id.lane == NOTIFY_LANE {
+            self.notify.as_ref()
+        } else {
+            self.lanes.get(id.lane as usize)
+        };
+        match lane {
+            Some(l) if l.qp_num == wc.qp_num && l.device == device => {}
+            _ => return Err(Stray),
+        }
+        match id.kind {
+            Kind::Send => self.send_completion(id.lane, id.id, wc.status),
+            Kind::Recv => self.recv_completion(id.lane, id.id, wc),
+            Kind::SeqRecv => self.seq_completion(id.lane, wc),
+        }
+    }
+
+    /// Do the work completions enabled: dispatch waiting fragments and notifies,
+    /// replenish DQPLB receives, post waiting receives.
+    pub fn progress(&mut self) {
+        self.dispatch();
+        self.post_recvs();
+    }
+
+    /// Write completed requests into `out`, sends then receives, each in posting
+    /// order; returns how many. Never writes past `out`.
+    pub fn drain(&mut self, out: &mut [Wc]) -> usize {
+        let n = self.drain_sends(out);
+        n + self.drain_recvs(&mut out[n..])
+    }
+
+    /// Mark the virtual QP failed with `status` (the first error wins): requests not
+    /// fully posted stop and will report an error; nothing new is taken.
+    fn fail(&mut self, status: WcStatus) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.failed = Some(status);
+        for id in self.dispatch..self.send.tail {
+            let slot = self.send.get_mut(id);
+            slot.stopped = true;
+            slot.fail(WcStatus::WR_FLUSH_ERR);
+        }
+        self.dispatch = self.send.tail;
+        self.fail_recvs(status);
+        // Flush whatever is outstanding on every QP, so each request is reported.
+        for lane in self.lanes.iter_mut().chain(self.notify.iter_mut()) {
+            lane.qp.set_error();
+        }
+    }
+}

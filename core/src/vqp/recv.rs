@@ -1,0 +1,276 @@
+//! The receive side: notification and data receives, DQPLB's kept-posted receives
+//! and reorder window, reporting in posting order.
+//!
+//! Where a notification receive (length 0) goes depends on the set-up:
+//! - one data QP: a zero-length receive on it, completed by the peer's
+//!   pass-through WRITE_WITH_IMM;
+//! - SPRAY: a zero-length receive on the notify QP, completed by the peer's notify;
+//! - DQPLB: nothing is posted for it; it completes when the reorder window counts a
+//!   notify bit. Messages that complete before any receive waits for them are kept
+//!   (their lengths) and complete the next receives at once.
+
+use super::{Mode, PostRecvError, Stray, VirtualQp};
+use crate::imm::Imm;
+use crate::phys::{PhysQp, PhysWc, RecvWqe};
+use crate::wr::{RecvWr, Wc, WcOpcode, WcStatus};
+use crate::wrid::{Kind, WrId, NOTIFY_LANE};
+
+/// Zero-length DQPLB receives are posted in chains of at most this many.
+const RECV_CHAIN: usize = 32;
+
+impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
+    VirtualQp<Q, N, D, S, W>
+{
+    /// True when DQPLB's sequence-numbered fragments arrive here.
+    fn dqplb_receiver(&self) -> bool {
+        self.cfg.mode == Mode::Dqplb && self.lanes.len() > 1
+    }
+
+    /// Post the receives the peer's traffic needs before any arrives: in DQPLB with
+    /// several data QPs, `recv_depth` zero-length receives on each (replenished one
+    /// for one from then on). Call once the QPs can take receives (INIT or later)
+    /// and before the peer sends; does nothing in other set-ups or when called again.
+    pub fn arm_receiver(&mut self) {
+        if !self.dqplb_receiver() || self.armed || self.failed.is_some() {
+            return;
+        }
+        self.armed = true;
+        for lane in self.lanes.iter_mut() {
+            lane.recv_owed = self.cfg.recv_depth;
+        }
+        self.replenish();
+    }
+
+    /// Take one receive request: length 0 for a notification receive, more for a
+    /// data receive (passed through to data QP 0 for the peer's SEND).
+    pub fn post_recv(&mut self, wr: &RecvWr) -> Result<(), PostRecvError> {
+        if let Some(st) = self.failed {
+            return Err(PostRecvError::Failed(st));
+        }
+        let dqplb = self.dqplb_receiver();
+        if wr.len > 0 && dqplb {
+            return Err(PostRecvError::DataNeedsSpray);
+        }
+        if self.recv.is_full() {
+            return Err(PostRecvError::Full);
+        }
+        let id = self.recv.tail;
+        let slot = self.recv.get_mut(id);
+        *slot = super::slots::RecvSlot::EMPTY;
+        slot.wr = *wr;
+        self.recv.tail += 1;
+        if dqplb {
+            if let Some(bytes) = self.backlog.pop_front() {
+                debug_assert_eq!(self.recv_next, id);
+                self.recv
+                    .get_mut(id)
+                    .finish(WcStatus::SUCCESS, WcOpcode::RECV_RDMA_WITH_IMM, bytes, None);
+                self.recv_next += 1;
+            }
+        } else {
+            self.post_recvs();
+        }
+        Ok(())
+    }
+
+    /// Post waiting receives while their QPs have room, and replenish DQPLB's.
+    pub(super) fn post_recvs(&mut self) {
+        self.replenish();
+        if self.dqplb_receiver() || self.failed.is_some() {
+            return;
+        }
+        let depth = self.cfg.recv_depth;
+        while self.recv_next != self.recv.tail {
+            let id = self.recv_next;
+            let wr = self.recv.get(id).wr;
+            let (lane, index) = match self.notify.as_mut() {
+                Some(notify) if wr.len == 0 => (notify, NOTIFY_LANE),
+                _ => (&mut self.lanes[0], 0),
+            };
+            if lane.failed || lane.recv_outstanding >= depth {
+                return;
+            }
+            let wqe = RecvWqe {
+                wr_id: WrId {
+                    tag: self.tag,
+                    lane: index,
+                    kind: Kind::Recv,
+                    id,
+                }
+                .encode(),
+                addr: wr.addr,
+                len: wr.len,
+                lkey: wr.lkey,
+            };
+            if lane.qp.post_recv(&[wqe]).is_err() {
+                lane.failed = true;
+                self.fail(WcStatus::POST_ERR);
+                return;
+            }
+            lane.recv_outstanding += 1;
+            lane.stats.recvs += 1;
+            self.recv_next += 1;
+        }
+    }
+
+    /// Post the zero-length receives DQPLB owes each data QP.
+    fn replenish(&mut self) {
+        if !self.armed || self.failed.is_some() {
+            return;
+        }
+        let tag = self.tag;
+        let mut refused = false;
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            while lane.recv_owed > 0 && !lane.failed {
+                let wqe = RecvWqe {
+                    wr_id: WrId {
+                        tag,
+                        lane: i as u8,
+                        kind: Kind::SeqRecv,
+                        id: 0,
+                    }
+                    .encode(),
+                    ..RecvWqe::default()
+                };
+                let n = (lane.recv_owed as usize).min(RECV_CHAIN);
+                let chain = [wqe; RECV_CHAIN];
+                match lane.qp.post_recv(&chain[..n]) {
+                    Ok(()) => {
+                        lane.recv_owed -= n as u32;
+                        lane.recv_outstanding += n as u32;
+                        lane.stats.recvs += n as u64;
+                    }
+                    Err(f) => {
+                        lane.recv_outstanding += f.posted as u32;
+                        lane.failed = true;
+                        refused = true;
+                    }
+                }
+            }
+        }
+        if refused {
+            self.fail(WcStatus::POST_ERR);
+        }
+    }
+
+    /// A completion of a receive posted for request `short` (mod 2^45).
+    pub(super) fn recv_completion(
+        &mut self,
+        lane: u8,
+        short: u64,
+        wc: &PhysWc,
+    ) -> Result<(), Stray> {
+        let l = if lane == NOTIFY_LANE {
+            self.notify.as_mut().ok_or(Stray)?
+        } else {
+            &mut self.lanes[lane as usize]
+        };
+        let id = self.recv.widen(short).ok_or(Stray)?;
+        if id >= self.recv_next || l.recv_outstanding == 0 {
+            return Err(Stray);
+        }
+        let slot = self.recv.get_mut(id);
+        if slot.done {
+            return Err(Stray);
+        }
+        l.recv_outstanding -= 1;
+        if wc.status.is_ok() {
+            slot.finish(wc.status, wc.opcode, u64::from(wc.byte_len), wc.imm_data);
+        } else {
+            let opcode = if slot.wr.len == 0 {
+                WcOpcode::RECV_RDMA_WITH_IMM
+            } else {
+                WcOpcode::RECV
+            };
+            slot.finish(wc.status, opcode, 0, None);
+            l.failed = true;
+            self.fail(wc.status);
+        }
+        Ok(())
+    }
+
+    /// A completion of one of DQPLB's kept-posted receives: a fragment arrived.
+    pub(super) fn seq_completion(&mut self, lane: u8, wc: &PhysWc) -> Result<(), Stray> {
+        let l = &mut self.lanes[lane as usize];
+        if l.recv_outstanding == 0 {
+            return Err(Stray);
+        }
+        l.recv_outstanding -= 1;
+        if !wc.status.is_ok() {
+            l.failed = true;
+            self.fail(wc.status);
+            return Ok(());
+        }
+        if self.failed.is_some() {
+            return Ok(());
+        }
+        l.recv_owed += 1;
+        let Some(Ok(imm)) = wc.imm_data.map(Imm::from_wire) else {
+            self.fail(WcStatus::PROTOCOL_ERR);
+            return Ok(());
+        };
+        let recv = &mut self.recv;
+        let next = &mut self.recv_next;
+        let backlog = &mut self.backlog;
+        let mut overflow = false;
+        let arrival = self.window.arrive(imm, wc.byte_len, |bytes| {
+            if *next != recv.tail {
+                recv.get_mut(*next).finish(
+                    WcStatus::SUCCESS,
+                    WcOpcode::RECV_RDMA_WITH_IMM,
+                    bytes,
+                    None,
+                );
+                *next += 1;
+            } else if backlog.push_back(bytes).is_err() {
+                overflow = true;
+            }
+        });
+        if arrival.is_err() || overflow {
+            self.fail(WcStatus::PROTOCOL_ERR);
+        }
+        Ok(())
+    }
+
+    /// Receives that will never meet a physical completion end now: those not yet
+    /// posted are flushed, DQPLB's waiting ones take the failure's status.
+    pub(super) fn fail_recvs(&mut self, status: WcStatus) {
+        let st = if self.dqplb_receiver() {
+            status
+        } else {
+            WcStatus::WR_FLUSH_ERR
+        };
+        for id in self.recv_next..self.recv.tail {
+            let slot = self.recv.get_mut(id);
+            let opcode = if slot.wr.len == 0 {
+                WcOpcode::RECV_RDMA_WITH_IMM
+            } else {
+                WcOpcode::RECV
+            };
+            slot.finish(st, opcode, 0, None);
+        }
+        self.recv_next = self.recv.tail;
+    }
+
+    /// Report completed receive requests in posting order.
+    pub(super) fn drain_recvs(&mut self, out: &mut [Wc]) -> usize {
+        let mut n = 0;
+        while self.recv.head != self.recv.tail && n < out.len() {
+            let slot = self.recv.get(self.recv.head);
+            if !slot.done {
+                break;
+            }
+            out[n] = Wc {
+                wr_id: slot.wr.wr_id,
+                status: slot.status,
+                opcode: slot.opcode,
+                qp_num: self.cfg.qp_num,
+                imm_data: slot.imm_data,
+                byte_len: slot.byte_len,
+            };
+            n += 1;
+            self.recv.head += 1;
+        }
+        n
+    }
+}

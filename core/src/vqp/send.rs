@@ -1,0 +1,383 @@
+//! The send side: validating, dispatching fragments and SPRAY notifies, crediting
+//! completions, reporting in posting order.
+
+use super::slots::{Notify, Ring, SendSlot};
+use super::{Mode, PostSendError, Signaling, Stray, VirtualQp};
+use crate::imm::Imm;
+use crate::phys::{PhysQp, SendWqe};
+use crate::split::{Plan, MAX_WQE_BYTES};
+use crate::wr::{Opcode, SendFlags, SendWr, Wc, WcStatus};
+use crate::wrid::{Kind, WrId, NOTIFY_LANE};
+
+/// The data QP round-robin picks: the first with room at or after `from`.
+#[inline]
+fn pick(room: u64, from: u32) -> usize {
+    debug_assert!(room != 0);
+    let k = room.rotate_right(from).trailing_zeros();
+    ((from + k) & 63) as usize
+}
+
+/// Credit `count` data WQEs of request `id` with `status`.
+#[inline]
+fn credit_data<const S: usize>(send: &mut Ring<SendSlot, S>, id: u64, count: u32, st: WcStatus) {
+    let slot = send.get_mut(id);
+    slot.done += u64::from(count);
+    if !st.is_ok() {
+        slot.fail(st);
+    }
+}
+
+/// Credit request `id`'s notify with `status`.
+#[inline]
+fn credit_notify<const S: usize>(send: &mut Ring<SendSlot, S>, id: u64, _: u32, st: WcStatus) {
+    let slot = send.get_mut(id);
+    slot.notify = Notify::Settled;
+    if !st.is_ok() {
+        slot.fail(st);
+    }
+}
+
+impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
+    VirtualQp<Q, N, D, S, W>
+{
+    /// Take one send request and post what fits now. A refused request posted
+    /// nothing; an accepted one is reported exactly once (if signaled or failed).
+    ///
+    /// RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ are cut into fragments across
+    /// the data QPs when there are several; SEND, SEND_WITH_IMM and the atomics pass
+    /// through to data QP 0 (and so do all opcodes with one data QP).
+    pub fn post_send(&mut self, wr: &SendWr) -> Result<(), PostSendError> {
+        let taken = self.accept(wr);
+        if taken.is_ok() {
+            self.dispatch();
+        }
+        taken
+    }
+
+    /// Take several send requests and post what fits with one chain per QP. Stops at
+    /// the first refused request: `Err((i, e))` means `wrs[..i]` were taken and
+    /// `wrs[i..]` posted nothing.
+    pub fn post_send_many(&mut self, wrs: &[SendWr]) -> Result<(), (usize, PostSendError)> {
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self.accept(wr) {
+                result = Err((i, e));
+                break;
+            }
+        }
+        self.dispatch();
+        result
+    }
+
+    /// Whether `wr` passes through whole (`true`) or is fragmented, or why it is refused.
+    fn classify(&self, wr: &SendWr) -> Result<bool, PostSendError> {
+        let op = wr.opcode;
+        if op.name().is_none() {
+            return Err(PostSendError::UnknownOpcode(op));
+        }
+        let several = self.lanes.len() > 1;
+        let (passthrough, devices) = if several && op.is_rdma() {
+            if wr.len == 0 {
+                return Err(PostSendError::ZeroLength);
+            }
+            if !wr.flags.contains(SendFlags::SIGNALED) && op != Opcode::RDMA_WRITE_WITH_IMM {
+                return Err(PostSendError::Unsignaled(op));
+            }
+            let notify_dev = match &self.notify {
+                Some(l) if op == Opcode::RDMA_WRITE_WITH_IMM => 1 << l.device,
+                _ => 0,
+            };
+            (false, self.data_devices | notify_dev)
+        } else {
+            let is_send = matches!(op, Opcode::SEND | Opcode::SEND_WITH_IMM);
+            if is_send && several && self.cfg.mode == Mode::Dqplb {
+                return Err(PostSendError::SendNeedsSpray);
+            }
+            if wr.len > MAX_WQE_BYTES {
+                return Err(PostSendError::TooLong(wr.len));
+            }
+            let touches_keys =
+                !is_send || (wr.len > 0 && !wr.flags.contains(SendFlags::INLINE));
+            (true, if touches_keys { 1 << self.lanes[0].device } else { 0 })
+        };
+        let missing = devices & !wr.keys.present();
+        if missing != 0 {
+            return Err(PostSendError::MissingKey {
+                device: missing.trailing_zeros() as u8,
+            });
+        }
+        Ok(passthrough)
+    }
+
+    /// Validate `wr` and give it a slot; posts nothing.
+    fn accept(&mut self, wr: &SendWr) -> Result<(), PostSendError> {
+        if let Some(st) = self.failed {
+            return Err(PostSendError::Failed(st));
+        }
+        let passthrough = self.classify(wr)?;
+        if self.send.is_full() {
+            return Err(PostSendError::Full);
+        }
+        let spray_imm = self.notify.is_some() && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM;
+        let id = self.send.tail;
+        *self.send.get_mut(id) = SendSlot {
+            wr: *wr,
+            plan: if passthrough {
+                Plan::whole(wr.len)
+            } else {
+                self.cfg.split.plan(wr.len, wr.remote_addr)
+            },
+            posted: 0,
+            done: 0,
+            stopped: false,
+            passthrough,
+            status: WcStatus::SUCCESS,
+            notify: if spray_imm && !passthrough {
+                Notify::Waiting
+            } else {
+                Notify::None
+            },
+        };
+        self.send.tail += 1;
+        Ok(())
+    }
+
+    /// One dispatch round: stage every fragment that fits, in posting order, then the
+    /// notifies that became due, then post one chain per QP.
+    pub(super) fn dispatch(&mut self) {
+        let max = self.cfg.max_outstanding;
+        let merge = self.cfg.signaling == Signaling::LastOfChain;
+        let n = self.lanes.len() as u32;
+        'requests: while self.dispatch != self.send.tail {
+            let id = self.dispatch;
+            let slot = self.send.get_mut(id);
+            let wr = &slot.wr;
+            if slot.passthrough {
+                let lane = &mut self.lanes[0];
+                if !lane.has_room(max) {
+                    break;
+                }
+                let (lkey, rkey) = wr.keys.get(lane.device as usize).unwrap_or((0, 0));
+                let wqe = SendWqe {
+                    wr_id: WrId {
+                        tag: self.tag,
+                        lane: 0,
+                        kind: Kind::Send,
+                        id,
+                    }
+                    .encode(),
+                    opcode: wr.opcode,
+                    flags: wr.flags,
+                    addr: wr.local_addr,
+                    len: wr.len as u32,
+                    lkey,
+                    remote_addr: wr.remote_addr,
+                    rkey,
+                    imm_data: wr.imm_data,
+                    compare_add: wr.compare_add,
+                    swap: wr.swap,
+                };
+                lane.stage(wqe, id, false);
+                slot.posted = 1;
+                if !lane.has_room(max) {
+                    self.room &= !1;
+                }
+                self.dispatch += 1;
+                continue;
+            }
+            let count = slot.plan.count();
+            let dqplb_imm =
+                self.cfg.mode == Mode::Dqplb && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM;
+            let base_flags = SendFlags(wr.flags.0 & SendFlags::FENCE.0);
+            while slot.posted < count {
+                if self.room == 0 {
+                    break 'requests;
+                }
+                let l = pick(self.room, self.next_lane);
+                let lane = &mut self.lanes[l];
+                let (off, len) = slot.plan.fragment(slot.posted);
+                let last = slot.posted + 1 == count;
+                let (lkey, rkey) = slot
+                    .wr
+                    .keys
+                    .get(lane.device as usize)
+                    .unwrap_or((0, 0));
+                let (opcode, imm_data, flags) = if dqplb_imm {
+                    let imm = Imm::new(self.send_seq, last).to_wire();
+                    self.send_seq = self.send_seq.add(1);
+                    let solicited = if last {
+                        slot.wr.flags.0 & SendFlags::SOLICITED.0
+                    } else {
+                        0
+                    };
+                    (
+                        Opcode::RDMA_WRITE_WITH_IMM,
+                        imm,
+                        base_flags.with(SendFlags(solicited)),
+                    )
+                } else if slot.wr.opcode == Opcode::RDMA_READ {
+                    (Opcode::RDMA_READ, 0, base_flags)
+                } else {
+                    (Opcode::RDMA_WRITE, 0, base_flags)
+                };
+                let wqe = SendWqe {
+                    wr_id: WrId {
+                        tag: self.tag,
+                        lane: l as u8,
+                        kind: Kind::Send,
+                        id,
+                    }
+                    .encode(),
+                    opcode,
+                    flags,
+                    addr: slot.wr.local_addr + off,
+                    len,
+                    lkey,
+                    remote_addr: slot.wr.remote_addr + off,
+                    rkey,
+                    imm_data,
+                    compare_add: 0,
+                    swap: 0,
+                };
+                lane.stage(wqe, id, merge);
+                slot.posted += 1;
+                if !lane.has_room(max) {
+                    self.room &= !(1 << l);
+                }
+                self.next_lane = if l as u32 + 1 == n { 0 } else { l as u32 + 1 };
+            }
+            self.dispatch += 1;
+        }
+        self.dispatch_notifies();
+        self.flush();
+    }
+
+    /// Stage SPRAY notifies: in posting order, each once its data completed.
+    fn dispatch_notifies(&mut self) {
+        let Some(lane) = self.notify.as_mut() else {
+            return;
+        };
+        let max = self.cfg.max_outstanding;
+        // Requests already reported needed no notify or have settled it.
+        self.notify_next = self.notify_next.max(self.send.head);
+        while self.notify_next != self.send.tail {
+            let id = self.notify_next;
+            let slot = self.send.get_mut(id);
+            if slot.notify == Notify::Waiting {
+                if !slot.data_settled() {
+                    break;
+                }
+                if !slot.status.is_ok() || self.failed.is_some() {
+                    // The receiver must not be told of data that did not all land.
+                    slot.fail(WcStatus::WR_FLUSH_ERR);
+                    slot.notify = Notify::Settled;
+                } else {
+                    if !lane.has_room(max) {
+                        break;
+                    }
+                    let (_, rkey) = slot
+                        .wr
+                        .keys
+                        .get(lane.device as usize)
+                        .unwrap_or((0, 0));
+                    let wqe = SendWqe {
+                        wr_id: WrId {
+                            tag: self.tag,
+                            lane: NOTIFY_LANE,
+                            kind: Kind::Send,
+                            id,
+                        }
+                        .encode(),
+                        opcode: Opcode::RDMA_WRITE_WITH_IMM,
+                        flags: SendFlags(slot.wr.flags.0 & SendFlags::SOLICITED.0),
+                        addr: 0,
+                        len: 0,
+                        lkey: 0,
+                        remote_addr: slot.wr.remote_addr,
+                        rkey,
+                        imm_data: slot.wr.imm_data,
+                        compare_add: 0,
+                        swap: 0,
+                    };
+                    lane.stage(wqe, id, false);
+                    slot.notify = Notify::InFlight;
+                }
+            }
+            self.notify_next += 1;
+        }
+    }
+
+    /// Post every staged chain; a refused post fails the virtual QP.
+    fn flush(&mut self) {
+        let signaling = self.cfg.signaling;
+        let send = &mut self.send;
+        let mut refused = false;
+        for lane in self.lanes.iter_mut() {
+            let posted = lane.flush(signaling, &mut |id, n, st| credit_data(send, id, n, st));
+            refused |= posted.is_err();
+        }
+        if let Some(lane) = self.notify.as_mut() {
+            let posted = lane.flush(signaling, &mut |id, n, st| credit_notify(send, id, n, st));
+            refused |= posted.is_err();
+        }
+        if refused {
+            self.fail(WcStatus::POST_ERR);
+        }
+    }
+
+    /// A send completion on `lane` for the request whose id is `short` (mod 2^45).
+    pub(super) fn send_completion(
+        &mut self,
+        lane: u8,
+        short: u64,
+        status: WcStatus,
+    ) -> Result<(), Stray> {
+        let send = &mut self.send;
+        let matched = if lane == NOTIFY_LANE {
+            let Some(l) = self.notify.as_mut() else {
+                return Err(Stray);
+            };
+            l.complete(short, status, &mut |id, n, st| credit_notify(send, id, n, st))
+        } else {
+            let l = &mut self.lanes[lane as usize];
+            let matched = l.complete(short, status, &mut |id, n, st| credit_data(send, id, n, st));
+            if l.has_room(self.cfg.max_outstanding) {
+                self.room |= 1 << lane;
+            }
+            matched
+        };
+        if !status.is_ok() {
+            self.fail(status);
+        }
+        // An error for a run already credited is a flush of an unsignaled WQE.
+        if matched || !status.is_ok() {
+            Ok(())
+        } else {
+            Err(Stray)
+        }
+    }
+
+    /// Report completed send requests in posting order.
+    pub(super) fn drain_sends(&mut self, out: &mut [Wc]) -> usize {
+        let mut n = 0;
+        while self.send.head != self.send.tail && n < out.len() {
+            let slot = self.send.get(self.send.head);
+            if !slot.complete() {
+                break;
+            }
+            if slot.wr.flags.contains(SendFlags::SIGNALED) || !slot.status.is_ok() {
+                out[n] = Wc {
+                    wr_id: slot.wr.wr_id,
+                    status: slot.status,
+                    opcode: slot.wr.opcode.completion(),
+                    qp_num: self.cfg.qp_num,
+                    imm_data: None,
+                    byte_len: slot.wr.len,
+                };
+                n += 1;
+            }
+            self.send.head += 1;
+        }
+        n
+    }
+}

@@ -1,0 +1,152 @@
+//! Fixed rings of virtual request slots, indexed by a monotonically increasing id.
+
+use crate::split::Plan;
+use crate::wr::{RecvWr, SendWr, WcOpcode, WcStatus};
+
+/// Where a SPRAY request's notify stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Notify {
+    /// The request needs none.
+    None,
+    /// To be posted once every data fragment completed and earlier notifies went.
+    Waiting,
+    /// Posted on the notify QP.
+    InFlight,
+    /// Completed, or abandoned because the request failed.
+    Settled,
+}
+
+/// One virtual send request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendSlot {
+    pub wr: SendWr,
+    pub plan: Plan,
+    /// Fragments staged or posted.
+    pub posted: u64,
+    /// Fragments whose completion (own or implied) arrived.
+    pub done: u64,
+    /// No further fragment will be posted (the virtual QP failed).
+    pub stopped: bool,
+    /// Goes whole to data QP 0 as the application gave it.
+    pub passthrough: bool,
+    /// First error seen, or success.
+    pub status: WcStatus,
+    pub notify: Notify,
+}
+
+impl SendSlot {
+    pub const EMPTY: Self = Self {
+        wr: SendWr::new(0, crate::Opcode::RDMA_WRITE, 0, 0, 0, crate::Keys::none()),
+        plan: Plan::whole(0),
+        posted: 0,
+        done: 0,
+        stopped: false,
+        passthrough: false,
+        status: WcStatus::SUCCESS,
+        notify: Notify::None,
+    };
+
+    /// Every fragment that will ever be posted was posted and has completed.
+    #[inline]
+    pub fn data_settled(&self) -> bool {
+        (self.stopped || self.posted == self.plan.count()) && self.done == self.posted
+    }
+
+    #[inline]
+    pub fn complete(&self) -> bool {
+        self.data_settled() && matches!(self.notify, Notify::None | Notify::Settled)
+    }
+
+    #[inline]
+    pub fn fail(&mut self, status: WcStatus) {
+        if self.status.is_ok() {
+            self.status = status;
+        }
+    }
+}
+
+/// One virtual receive request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecvSlot {
+    pub wr: RecvWr,
+    pub done: bool,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    pub byte_len: u64,
+    pub imm_data: Option<u32>,
+}
+
+impl RecvSlot {
+    pub const EMPTY: Self = Self {
+        wr: RecvWr::notification(0),
+        done: false,
+        status: WcStatus::SUCCESS,
+        opcode: WcOpcode::RECV,
+        byte_len: 0,
+        imm_data: None,
+    };
+
+    pub fn finish(
+        &mut self,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u64,
+        imm_data: Option<u32>,
+    ) {
+        self.done = true;
+        self.status = status;
+        self.opcode = opcode;
+        self.byte_len = byte_len;
+        self.imm_data = imm_data;
+    }
+}
+
+/// A ring of `S` slots. Ids grow without bound (u64); `id % S` is the slot.
+/// Cursors: `head ≤ a ≤ b ≤ tail`, each an id; `tail - head ≤ S`.
+pub(crate) struct Ring<T, const S: usize> {
+    pub slots: [T; S],
+    /// Oldest request not yet reported.
+    pub head: u64,
+    /// Next id to hand out.
+    pub tail: u64,
+}
+
+impl<T: Copy, const S: usize> Ring<T, S> {
+    const CHECK: () = assert!(S.is_power_of_two(), "slot count must be a power of two");
+
+    pub const fn new(empty: T) -> Self {
+        let () = Self::CHECK;
+        Self {
+            slots: [empty; S],
+            head: 0,
+            tail: 0,
+        }
+    }
+
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.tail - self.head == S as u64
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        (self.tail - self.head) as usize
+    }
+
+    #[inline]
+    pub fn get(&self, id: u64) -> &T {
+        &self.slots[(id as usize) & (S - 1)]
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, id: u64) -> &mut T {
+        &mut self.slots[(id as usize) & (S - 1)]
+    }
+
+    /// The full id of the in-flight request whose id modulo 2^45 is `short`.
+    #[inline]
+    pub fn widen(&self, short: u64) -> Option<u64> {
+        let off = short.wrapping_sub(self.head) & crate::wrid::ID_MASK;
+        (off < self.tail - self.head).then(|| self.head + off)
+    }
+}
