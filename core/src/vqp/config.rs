@@ -109,7 +109,10 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Self::DataQps { given, capacity } => {
-                write!(f, "{given} data QPs given; between 1 and {capacity} allowed")
+                write!(
+                    f,
+                    "{given} data QPs given; between 1 and {capacity} allowed"
+                )
             }
             Self::NotifyQp { given: false } => {
                 f.write_str("SPRAY with more than one data QP needs a notify QP")
@@ -118,14 +121,13 @@ impl fmt::Display for BuildError {
                 f.write_str("a notify QP is used only in SPRAY mode with more than one data QP")
             }
             Self::MaxOutstanding { given, capacity } => {
-                write!(f, "max_outstanding {given}; between 1 and {capacity} allowed")
+                write!(
+                    f,
+                    "max_outstanding {given}; between 1 and {capacity} allowed"
+                )
             }
             Self::RecvDepth(d) => write!(f, "recv_depth {d}; between 1 and 2^24 allowed"),
-            Self::Device(d) => write!(
-                f,
-                "device index {d}; below {} allowed",
-                crate::MAX_DEVICES
-            ),
+            Self::Device(d) => write!(f, "device index {d}; below {} allowed", crate::MAX_DEVICES),
             Self::Split(e) => e.fmt(f),
         }
     }

@@ -92,7 +92,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     const CHECK: () = {
         assert!(N >= 1 && N <= 64, "between 1 and 64 data QPs");
         assert!(D >= 1, "at least one WQE per QP");
-        assert!(W >= N * D, "reorder window must cover every fragment in flight");
+        assert!(
+            W >= N * D,
+            "reorder window must cover every fragment in flight"
+        );
     };
 
     /// Build a virtual QP over `data` (QP, device index) pairs and, for SPRAY with
@@ -337,3 +340,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

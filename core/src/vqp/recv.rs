@@ -62,9 +62,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if dqplb {
             if let Some(bytes) = self.backlog.pop_front() {
                 debug_assert_eq!(self.recv_next, id);
-                self.recv
-                    .get_mut(id)
-                    .finish(WcStatus::SUCCESS, WcOpcode::RECV_RDMA_WITH_IMM, bytes, None);
+                self.recv.get_mut(id).finish(
+                    WcStatus::SUCCESS,
+                    WcOpcode::RECV_RDMA_WITH_IMM,
+                    bytes,
+                    None,
+                );
                 self.recv_next += 1;
             }
         } else {

@@ -96,9 +96,15 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             if wr.len > MAX_WQE_BYTES {
                 return Err(PostSendError::TooLong(wr.len));
             }
-            let touches_keys =
-                !is_send || (wr.len > 0 && !wr.flags.contains(SendFlags::INLINE));
-            (true, if touches_keys { 1 << self.lanes[0].device } else { 0 })
+            let touches_keys = !is_send || (wr.len > 0 && !wr.flags.contains(SendFlags::INLINE));
+            (
+                true,
+                if touches_keys {
+                    1 << self.lanes[0].device
+                } else {
+                    0
+                },
+            )
         };
         let missing = devices & !wr.keys.present();
         if missing != 0 {
@@ -197,11 +203,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 let lane = &mut self.lanes[l];
                 let (off, len) = slot.plan.fragment(slot.posted);
                 let last = slot.posted + 1 == count;
-                let (lkey, rkey) = slot
-                    .wr
-                    .keys
-                    .get(lane.device as usize)
-                    .unwrap_or((0, 0));
+                let (lkey, rkey) = slot.wr.keys.get(lane.device as usize).unwrap_or((0, 0));
                 let (opcode, imm_data, flags) = if dqplb_imm {
                     let imm = Imm::new(self.send_seq, last).to_wire();
                     self.send_seq = self.send_seq.add(1);
@@ -275,11 +277,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     if !lane.has_room(max) {
                         break;
                     }
-                    let (_, rkey) = slot
-                        .wr
-                        .keys
-                        .get(lane.device as usize)
-                        .unwrap_or((0, 0));
+                    let (_, rkey) = slot.wr.keys.get(lane.device as usize).unwrap_or((0, 0));
                     let wqe = SendWqe {
                         wr_id: WrId {
                             tag: self.tag,
@@ -337,7 +335,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             let Some(l) = self.notify.as_mut() else {
                 return Err(Stray);
             };
-            l.complete(short, status, &mut |id, n, st| credit_notify(send, id, n, st))
+            l.complete(short, status, &mut |id, n, st| {
+                credit_notify(send, id, n, st)
+            })
         } else {
             let l = &mut self.lanes[lane as usize];
             let matched = l.complete(short, status, &mut |id, n, st| credit_data(send, id, n, st));

@@ -1,0 +1,636 @@
+//! Unit tests of the engine over a mock provider whose completions the test
+//! chooses, in any order.
+
+use core::cell::{Cell, RefCell};
+
+use heapless::{Deque, Vec};
+
+use super::*;
+use crate::phys::{PhysCq, PollFailure, PostFailure, RecvWqe, SendWqe};
+use crate::split::SplitPolicy;
+use crate::vcq::{CqError, VirtualCq};
+use crate::wr::{Keys, Opcode, RecvWr, SendFlags, SendWr, WcOpcode};
+use crate::wrid::{Kind, WrId};
+
+/// Everything the mock QPs posted, and the completions the test will return.
+#[derive(Default)]
+struct Fabric {
+    sends: RefCell<Vec<(u32, SendWqe), 512>>,
+    recvs: RefCell<Vec<(u32, RecvWqe), 512>>,
+    send_calls: Cell<u32>,
+    refuse: Cell<bool>,
+    errored: RefCell<Vec<u32, 16>>,
+    cqes: RefCell<Deque<PhysWc, 512>>,
+}
+
+struct MockQp<'f> {
+    qpn: u32,
+    f: &'f Fabric,
+}
+
+impl PhysQp for MockQp<'_> {
+    fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+    fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+        if self.f.refuse.get() {
+            return Err(PostFailure {
+                posted: 0,
+                errno: 12,
+            });
+        }
+        self.f.send_calls.set(self.f.send_calls.get() + 1);
+        for w in wqes {
+            self.f.sends.borrow_mut().push((self.qpn, *w)).unwrap();
+        }
+        Ok(())
+    }
+    fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+        for w in wqes {
+            self.f.recvs.borrow_mut().push((self.qpn, *w)).unwrap();
+        }
+        Ok(())
+    }
+    fn set_error(&mut self) {
+        self.f.errored.borrow_mut().push(self.qpn).unwrap();
+    }
+}
+
+struct MockCq<'f>(&'f Fabric);
+
+impl PhysCq for MockCq<'_> {
+    fn poll(&mut self, out: &mut [PhysWc]) -> Result<usize, PollFailure> {
+        let mut q = self.0.cqes.borrow_mut();
+        let mut n = 0;
+        while n < out.len() {
+            match q.pop_front() {
+                Some(wc) => out[n] = wc,
+                None => break,
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+impl Fabric {
+    /// Queue a completion of send WQE `index` (in posting order) with `status`.
+    fn complete_send(&self, index: usize, status: WcStatus) {
+        let (qpn, w) = self.sends.borrow()[index];
+        self.push(PhysWc {
+            wr_id: w.wr_id,
+            status,
+            opcode: w.opcode.completion(),
+            qp_num: qpn,
+            byte_len: w.len,
+            imm_data: None,
+        });
+    }
+
+    /// Indices of the signaled send WQEs.
+    fn signaled(&self) -> Vec<usize, 512> {
+        let sends = self.sends.borrow();
+        (0..sends.len())
+            .filter(|&i| sends[i].1.flags.contains(SendFlags::SIGNALED))
+            .collect()
+    }
+
+    fn push(&self, wc: PhysWc) {
+        self.cqes.borrow_mut().push_back(wc).unwrap();
+    }
+
+    /// A DQPLB fragment arrival on `qpn` consuming one of its kept-posted receives.
+    fn arrive(&self, qpn: u32, seq: u32, notify: bool, len: u32) {
+        let wr_id = self
+            .recvs
+            .borrow()
+            .iter()
+            .find(|(q, _)| *q == qpn)
+            .unwrap()
+            .1
+            .wr_id;
+        self.push(PhysWc {
+            wr_id,
+            status: WcStatus::SUCCESS,
+            opcode: WcOpcode::RECV_RDMA_WITH_IMM,
+            qp_num: qpn,
+            byte_len: len,
+            imm_data: Some(crate::imm::Imm::new(crate::seq::Seq::new(seq), notify).to_wire()),
+        });
+    }
+}
+
+type Vqp<'f> = VirtualQp<MockQp<'f>, 4, 16, 8, 64>;
+type Vcq<'f> = VirtualCq<MockCq<'f>, 2, 8>;
+
+fn config(mode: Mode) -> Config {
+    Config {
+        split: SplitPolicy::new(64 << 10),
+        max_outstanding: 16,
+        recv_depth: 4,
+        qp_num: 77,
+        ..Config::new(mode)
+    }
+}
+
+fn build<'f>(f: &'f Fabric, mode: Mode, qps: u32) -> (Vqp<'f>, Vcq<'f>) {
+    build_with(f, config(mode), qps)
+}
+
+fn build_with<'f>(f: &'f Fabric, cfg: Config, qps: u32) -> (Vqp<'f>, Vcq<'f>) {
+    let data = (0..qps).map(|i| (MockQp { qpn: 100 + i, f }, 0));
+    let notify = (cfg.mode == Mode::Spray && qps > 1).then_some((MockQp { qpn: 200, f }, 0));
+    let mut vqp = Vqp::new(cfg, data, notify).unwrap();
+    let mut vcq = Vcq::new();
+    vcq.add_cq(MockCq(f), 0, 1024).unwrap();
+    vcq.attach(&mut vqp).unwrap();
+    (vqp, vcq)
+}
+
+fn write(wr_id: u64, len: u64) -> SendWr {
+    SendWr::new(
+        wr_id,
+        Opcode::RDMA_WRITE,
+        0x1000_0000,
+        len,
+        0x2000_0000,
+        Keys::single(1, 2),
+    )
+}
+
+fn poll<'f>(vcq: &mut Vcq<'f>, vqp: &mut Vqp<'f>) -> Vec<Wc, 64> {
+    let mut out = [Wc::EMPTY; 64];
+    let n = vcq.poll(&mut [vqp], &mut out).unwrap();
+    out[..n].iter().copied().collect()
+}
+
+#[test]
+fn bad_requests_are_refused_and_post_nothing() {
+    let f = Fabric::default();
+    let (mut vqp, _) = build(&f, Mode::Dqplb, 4);
+    let cases = [
+        (write(1, 0), PostSendError::ZeroLength),
+        (
+            write(1, 10).flags(SendFlags::NONE),
+            PostSendError::Unsignaled(Opcode::RDMA_WRITE),
+        ),
+        (
+            SendWr {
+                opcode: Opcode(42),
+                ..write(1, 10)
+            },
+            PostSendError::UnknownOpcode(Opcode(42)),
+        ),
+        (
+            SendWr {
+                keys: Keys::none().with(1, 1, 2),
+                ..write(1, 10)
+            },
+            PostSendError::MissingKey { device: 0 },
+        ),
+        (
+            SendWr {
+                opcode: Opcode::SEND,
+                ..write(1, 10)
+            },
+            PostSendError::SendNeedsSpray,
+        ),
+    ];
+    for (wr, err) in cases {
+        assert_eq!(vqp.post_send(&wr), Err(err));
+    }
+    assert!(f.sends.borrow().is_empty());
+    assert_eq!(vqp.sends_in_flight(), 0);
+    // An unsignaled WRITE_WITH_IMM may be fragmented.
+    let imm = SendWr {
+        opcode: Opcode::RDMA_WRITE_WITH_IMM,
+        ..write(2, 10).flags(SendFlags::NONE)
+    };
+    assert_eq!(vqp.post_send(&imm), Ok(()));
+}
+
+#[test]
+fn pass_through_too_long_is_refused() {
+    let f = Fabric::default();
+    let (mut vqp, _) = build(&f, Mode::Spray, 1);
+    assert_eq!(
+        vqp.post_send(&write(1, 3 << 30)),
+        Err(PostSendError::TooLong(3 << 30))
+    );
+    assert!(f.sends.borrow().is_empty());
+}
+
+#[test]
+fn one_chain_per_qp_with_only_its_last_wqe_signaled() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 4);
+    vqp.post_send(&write(9, 1 << 20)).unwrap();
+    let sends = f.sends.borrow().clone();
+    assert_eq!(sends.len(), 16);
+    assert_eq!(f.send_calls.get(), 4);
+    let mut covered = 0u64;
+    for (i, (qpn, w)) in sends.iter().enumerate() {
+        assert_eq!(w.opcode, Opcode::RDMA_WRITE);
+        assert_eq!(w.len, 64 << 10);
+        covered += u64::from(w.len);
+        assert_eq!(w.addr - 0x1000_0000, w.remote_addr - 0x2000_0000);
+        let id = WrId::decode(w.wr_id).unwrap();
+        assert_eq!(u32::from(id.lane) + 100, *qpn);
+        assert_eq!(id.kind, Kind::Send);
+        assert_eq!(w.flags.contains(SendFlags::SIGNALED), i % 4 == 3);
+    }
+    assert_eq!(covered, 1 << 20);
+    for i in f.signaled() {
+        f.complete_send(i, WcStatus::SUCCESS);
+    }
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].wr_id, 9);
+    assert_eq!(wcs[0].byte_len, 1 << 20);
+    assert_eq!(wcs[0].qp_num, 77);
+    assert_eq!(wcs[0].opcode, WcOpcode::RDMA_WRITE);
+}
+
+#[test]
+fn completions_are_reported_in_posting_order() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 3);
+    for id in 0..3 {
+        // One fragment each: request i goes to QP i.
+        vqp.post_send(&write(id, 1000)).unwrap();
+    }
+    let signaled = f.signaled();
+    assert_eq!(signaled.len(), 3);
+    f.complete_send(signaled[2], WcStatus::SUCCESS);
+    assert!(poll(&mut vcq, &mut vqp).is_empty());
+    f.complete_send(signaled[0], WcStatus::SUCCESS);
+    let first = poll(&mut vcq, &mut vqp);
+    assert_eq!(first.iter().map(|w| w.wr_id).collect::<Vec<_, 4>>(), [0]);
+    f.complete_send(signaled[1], WcStatus::SUCCESS);
+    let rest = poll(&mut vcq, &mut vqp);
+    assert_eq!(rest.iter().map(|w| w.wr_id).collect::<Vec<_, 4>>(), [1, 2]);
+}
+
+#[test]
+fn a_completion_releases_every_earlier_run_on_its_qp() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 2);
+    for id in 0..3 {
+        vqp.post_send(&write(id, 128 << 10)).unwrap();
+    }
+    let signaled = f.signaled();
+    assert_eq!(signaled.len(), 6);
+    // QP 0 completes everything with its last CQE; QP 1 lags.
+    f.complete_send(signaled[4], WcStatus::SUCCESS);
+    assert!(poll(&mut vcq, &mut vqp).is_empty());
+    f.complete_send(signaled[1], WcStatus::SUCCESS);
+    assert_eq!(poll(&mut vcq, &mut vqp).len(), 1);
+    f.complete_send(signaled[5], WcStatus::SUCCESS);
+    let rest = poll(&mut vcq, &mut vqp);
+    assert_eq!(rest.iter().map(|w| w.wr_id).collect::<Vec<_, 4>>(), [1, 2]);
+}
+
+#[test]
+fn poll_never_writes_past_the_callers_buffer() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 1);
+    for id in 0..5 {
+        vqp.post_send(&write(id, 8)).unwrap();
+    }
+    for i in f.signaled() {
+        f.complete_send(i, WcStatus::SUCCESS);
+    }
+    let mut out = [Wc::EMPTY; 2];
+    let mut seen = 0;
+    for _ in 0..3 {
+        let n = vcq.poll(&mut [&mut vqp], &mut out).unwrap();
+        assert!(n <= 2);
+        for wc in &out[..n] {
+            assert_eq!(wc.wr_id, seen);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 5);
+}
+
+#[test]
+fn full_slot_ring_is_backpressure_and_waiting_fragments_go_as_room_frees() {
+    let f = Fabric::default();
+    let cfg = Config {
+        max_outstanding: 2,
+        ..config(Mode::Dqplb)
+    };
+    let (mut vqp, mut vcq) = build_with(&f, cfg, 2);
+    for id in 0..8 {
+        vqp.post_send(&write(id, 256 << 10)).unwrap();
+    }
+    assert_eq!(vqp.post_send(&write(8, 1)), Err(PostSendError::Full));
+    // 2 QPs × 2 outstanding.
+    assert_eq!(f.sends.borrow().len(), 4);
+    let mut done = Vec::<u64, 8>::new();
+    let mut completed = 0;
+    while done.len() < 8 {
+        let signaled = f.signaled();
+        for &i in &signaled[completed..] {
+            f.complete_send(i, WcStatus::SUCCESS);
+        }
+        completed = signaled.len();
+        for wc in poll(&mut vcq, &mut vqp) {
+            assert!(wc.status.is_ok());
+            done.push(wc.wr_id).unwrap();
+        }
+    }
+    assert_eq!(done, [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(f.sends.borrow().len(), 32);
+}
+
+#[test]
+fn dqplb_numbers_with_imm_fragments_only_and_wraps() {
+    let f = Fabric::default();
+    let cfg = Config {
+        send_seq: (1 << 24) - 2,
+        ..config(Mode::Dqplb)
+    };
+    let (mut vqp, _) = build_with(&f, cfg, 2);
+    vqp.post_send(&write(1, 100 << 10)).unwrap();
+    let imm = SendWr {
+        opcode: Opcode::RDMA_WRITE_WITH_IMM,
+        ..write(2, 256 << 10)
+    };
+    vqp.post_send(&imm).unwrap();
+    let sends = f.sends.borrow();
+    assert_eq!(sends[0].1.opcode, Opcode::RDMA_WRITE);
+    assert_eq!(sends[1].1.opcode, Opcode::RDMA_WRITE);
+    let words: Vec<u32, 4> = sends[2..]
+        .iter()
+        .map(|(_, w)| {
+            assert_eq!(w.opcode, Opcode::RDMA_WRITE_WITH_IMM);
+            u32::from_be(w.imm_data)
+        })
+        .collect();
+    // Chains are per QP: QP 0 took fragments 0 and 2, QP 1 fragments 1 and 3.
+    let mut sorted = words.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [0x0000_0000, 0x00ff_fffe, 0x00ff_ffff, 0x8000_0001]);
+    assert_eq!(vqp.send_seq().get(), 2);
+}
+
+#[test]
+fn spray_notify_follows_the_data_in_order_and_is_pipelined() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Spray, 2);
+    for id in 0..2 {
+        let wr = SendWr {
+            opcode: Opcode::RDMA_WRITE_WITH_IMM,
+            ..write(id, 64 << 10)
+        }
+        .imm(0xabcd_0000 + id as u32);
+        vqp.post_send(&wr).unwrap();
+    }
+    // One fragment each, request i on data QP i.
+    let data = f.signaled();
+    assert_eq!(data.len(), 2);
+    assert!(f.sends.borrow().iter().all(|(q, _)| *q != 200));
+    // Request 1's data completes first: its notify must wait for request 0's.
+    f.complete_send(data[1], WcStatus::SUCCESS);
+    poll(&mut vcq, &mut vqp);
+    assert!(f.sends.borrow().iter().all(|(q, _)| *q != 200));
+    f.complete_send(data[0], WcStatus::SUCCESS);
+    assert!(poll(&mut vcq, &mut vqp).is_empty());
+    // Both notifies went out together, in order, before either completed.
+    let notifies: Vec<SendWqe, 4> = f
+        .sends
+        .borrow()
+        .iter()
+        .filter(|(q, _)| *q == 200)
+        .map(|(_, w)| *w)
+        .collect();
+    assert_eq!(notifies.len(), 2);
+    for (i, n) in notifies.iter().enumerate() {
+        assert_eq!(n.opcode, Opcode::RDMA_WRITE_WITH_IMM);
+        assert_eq!(n.len, 0);
+        assert_eq!(n.imm_data, 0xabcd_0000 + i as u32);
+    }
+    let last = f.sends.borrow().len() - 1;
+    f.complete_send(last, WcStatus::SUCCESS);
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_, 4>>(), [0, 1]);
+}
+
+#[test]
+fn a_failed_qp_fails_every_outstanding_request_once() {
+    let f = Fabric::default();
+    let cfg = Config {
+        max_outstanding: 2,
+        ..config(Mode::Dqplb)
+    };
+    let (mut vqp, mut vcq) = build_with(&f, cfg, 2);
+    for id in 0..4 {
+        vqp.post_send(&write(id, 128 << 10)).unwrap();
+    }
+    // Requests 0 and 1 are posted (4 WQEs); 2 and 3 wait.
+    assert_eq!(f.sends.borrow().len(), 4);
+    let signaled = f.signaled();
+    f.complete_send(signaled[0], WcStatus::SUCCESS);
+    f.complete_send(signaled[1], WcStatus::RETRY_EXC_ERR);
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!(vqp.failure(), Some(WcStatus::RETRY_EXC_ERR));
+    assert_eq!(f.errored.borrow().len(), 2, "every QP was moved to error");
+    assert_eq!(
+        vqp.post_send(&write(9, 8)),
+        Err(PostSendError::Failed(WcStatus::RETRY_EXC_ERR))
+    );
+    assert_eq!(wcs.len(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (0, WcStatus::RETRY_EXC_ERR));
+    // The provider flushes what was outstanding.
+    for &i in &signaled[2..] {
+        f.complete_send(i, WcStatus::WR_FLUSH_ERR);
+    }
+    let wcs = poll(&mut vcq, &mut vqp);
+    let ids: Vec<(u64, WcStatus), 4> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        ids,
+        [
+            (1, WcStatus::WR_FLUSH_ERR),
+            (2, WcStatus::WR_FLUSH_ERR),
+            (3, WcStatus::WR_FLUSH_ERR)
+        ]
+    );
+    assert_eq!(
+        f.sends.borrow().len(),
+        4,
+        "nothing posted after the failure"
+    );
+    assert!(poll(&mut vcq, &mut vqp).is_empty());
+    assert_eq!(vqp.sends_in_flight(), 0);
+}
+
+#[test]
+fn a_refused_post_fails_the_request_not_the_caller() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 2);
+    f.refuse.set(true);
+    assert_eq!(vqp.post_send(&write(5, 128 << 10)), Ok(()));
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].status, WcStatus::POST_ERR);
+    assert_eq!(vqp.failure(), Some(WcStatus::POST_ERR));
+}
+
+#[test]
+fn dqplb_receiver_completes_notification_receives_in_order() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 2);
+    vqp.arm_receiver();
+    assert_eq!(f.recvs.borrow().len(), 8, "recv_depth on each data QP");
+    assert!(f.recvs.borrow().iter().all(|(_, r)| r.len == 0));
+    vqp.post_recv(&RecvWr::notification(10)).unwrap();
+    // Message A = seq 0..=1, message B = seq 2; B's fragment arrives first.
+    f.arrive(101, 2, true, 7);
+    f.arrive(101, 1, true, 5);
+    assert!(poll(&mut vcq, &mut vqp).is_empty());
+    f.arrive(100, 0, false, 3);
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].wr_id, 10);
+    assert_eq!(wcs[0].byte_len, 8);
+    assert_eq!(wcs[0].imm_data, None);
+    assert_eq!(wcs[0].opcode, WcOpcode::RECV_RDMA_WITH_IMM);
+    // Message B waited for a receive; it completes this one at once.
+    vqp.post_recv(&RecvWr::notification(11)).unwrap();
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!((wcs[0].wr_id, wcs[0].byte_len), (11, 7));
+    // Each consumed receive was replenished.
+    assert_eq!(f.recvs.borrow().len(), 11);
+    assert_eq!(
+        vqp.post_recv(&RecvWr::data(12, 0, 8, 1)),
+        Err(PostRecvError::DataNeedsSpray)
+    );
+}
+
+#[test]
+fn dqplb_protocol_errors_fail_waiting_receives() {
+    for bad in [0x0100_0000u32, 60] {
+        let f = Fabric::default();
+        let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 2);
+        vqp.arm_receiver();
+        vqp.post_recv(&RecvWr::notification(1)).unwrap();
+        if bad == 60 {
+            // A window of 64 seen from 0 ends at 63: 60 fits, 64 + 60 does not.
+            f.arrive(100, 64 + 60, true, 1);
+        } else {
+            let wr_id = f.recvs.borrow()[0].1.wr_id;
+            f.push(PhysWc {
+                wr_id,
+                status: WcStatus::SUCCESS,
+                opcode: WcOpcode::RECV_RDMA_WITH_IMM,
+                qp_num: 100,
+                byte_len: 1,
+                imm_data: Some(bad.to_be()),
+            });
+        }
+        let wcs = poll(&mut vcq, &mut vqp);
+        assert_eq!(wcs.len(), 1);
+        assert_eq!(wcs[0].status, WcStatus::PROTOCOL_ERR);
+        assert_eq!(vqp.failure(), Some(WcStatus::PROTOCOL_ERR));
+    }
+}
+
+#[test]
+fn spray_receiver_posts_on_the_notify_qp_and_passes_the_immediate() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Spray, 2);
+    for id in 0..6 {
+        vqp.post_recv(&RecvWr::notification(id)).unwrap();
+    }
+    // recv_depth 4: two wait in the FIFO.
+    assert_eq!(f.recvs.borrow().len(), 4);
+    assert!(f.recvs.borrow().iter().all(|(q, _)| *q == 200));
+    for i in 0..2 {
+        let wr_id = f.recvs.borrow()[i].1.wr_id;
+        f.push(PhysWc {
+            wr_id,
+            status: WcStatus::SUCCESS,
+            opcode: WcOpcode::RECV_RDMA_WITH_IMM,
+            qp_num: 200,
+            byte_len: 0,
+            imm_data: Some(0x55 + i as u32),
+        });
+    }
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!(wcs.len(), 2);
+    assert_eq!(wcs[1].imm_data, Some(0x56));
+    assert_eq!(
+        f.recvs.borrow().len(),
+        6,
+        "the waiting receives went as room freed"
+    );
+}
+
+#[test]
+fn stray_completions_are_counted_not_routed() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 2);
+    vqp.post_send(&write(1, 8)).unwrap();
+    let mut wc = PhysWc {
+        wr_id: f.sends.borrow()[0].1.wr_id,
+        qp_num: 999,
+        ..PhysWc::EMPTY
+    };
+    f.push(wc);
+    wc.wr_id = u64::MAX;
+    f.push(wc);
+    assert!(poll(&mut vcq, &mut vqp).is_empty());
+    assert_eq!(vcq.strays(), 2);
+    assert_eq!(vqp.sends_in_flight(), 1);
+}
+
+#[test]
+fn cq_sizing_is_checked_at_attach() {
+    let f = Fabric::default();
+    let data = (0..4).map(|i| (MockQp { qpn: i, f: &f }, 0));
+    let mut vqp = Vqp::new(config(Mode::Dqplb), data, None).unwrap();
+    let mut vcq = Vcq::new();
+    vcq.add_cq(MockCq(&f), 0, 79).unwrap();
+    assert_eq!(
+        vcq.attach(&mut vqp),
+        Err(CqError::TooSmall {
+            device: 0,
+            capacity: 79,
+            needed: 80
+        })
+    );
+    let mut other = Vcq::new();
+    other.add_cq(MockCq(&f), 1, 1000).unwrap();
+    assert_eq!(other.attach(&mut vqp), Err(CqError::NoCq(0)));
+}
+
+#[test]
+fn build_errors_are_reported() {
+    let f = Fabric::default();
+    let qp = |n| (MockQp { qpn: n, f: &f }, 0u8);
+    assert!(matches!(
+        Vqp::new(config(Mode::Spray), [qp(1), qp(2)], None),
+        Err(BuildError::NotifyQp { given: false })
+    ));
+    assert!(matches!(
+        Vqp::new(config(Mode::Dqplb), [qp(1), qp(2)], Some(qp(3))),
+        Err(BuildError::NotifyQp { given: true })
+    ));
+    assert!(matches!(
+        Vqp::new(
+            config(Mode::Dqplb),
+            [qp(1), qp(2), qp(3), qp(4), qp(5)],
+            None
+        ),
+        Err(BuildError::DataQps { given: 5, .. })
+    ));
+    let cfg = Config {
+        max_outstanding: 17,
+        ..config(Mode::Dqplb)
+    };
+    assert!(matches!(
+        Vqp::new(cfg, [qp(1)], None),
+        Err(BuildError::MaxOutstanding { given: 17, .. })
+    ));
+}
