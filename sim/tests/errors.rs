@@ -337,3 +337,14 @@ fn control_api_misuse_is_an_error_not_a_panic() {
     assert!(p.nic.qp_stats(0x9999).is_err());
     assert!(p.nic.read_vec(0x10, 4).is_err());
 }
+
+#[test]
+fn objects_of_another_nic_are_refused() {
+    let p = pair();
+    let q = pair_with(NicConfig::default(), 0, 8);
+    let cq = q.nic.create_cq(0, 8).unwrap();
+    let fresh = q.nic.create_qp(0, &cq, &cq, common::CAPS).unwrap();
+    assert!(p.nic.create_qp(0, &cq, &cq, common::CAPS).is_err());
+    let mine = p.nic.create_qp(0, &p.cq_a, &p.cq_a, common::CAPS).unwrap();
+    assert!(p.nic.connect(&mine, &fresh).is_err());
+}

@@ -93,15 +93,17 @@ impl Dma {
         id
     }
 
-    /// The span holding the whole of `[addr, addr + len)`, if any.
+    /// True when `[addr, addr + len)` is empty or lies wholly inside one span.
     fn valid(&self, addr: u64, len: usize) -> bool {
         len == 0 || self.spans.iter().any(|s| s.contains(addr, len))
     }
 
     /// Copies `len` bytes from `src` to `dst`; the ranges may overlap.
     pub(crate) fn copy(&mut self, src: u64, dst: u64, len: usize) -> Result<(), SimError> {
-        if !self.valid(src, len) || !self.valid(dst, len) {
-            return Err(SimError::NotMapped { addr: src, len });
+        for addr in [src, dst] {
+            if !self.valid(addr, len) {
+                return Err(SimError::NotMapped { addr, len });
+            }
         }
         if len == 0 {
             return Ok(());

@@ -49,6 +49,37 @@
 //! - **CQ overflow**: a completion that finds its CQ full is dropped, the CQ's overflow
 //!   counter grows, and the QP that produced it goes to error. Nothing panics.
 //! - **Faults**: [`Nic::fail_qp_after`], [`Nic::fail_qp`], [`Nic::set_link_down`].
+//!
+//! # Example
+//! Two QPs on two devices, connected; an RDMA_WRITE_WITH_IMM from one to the other.
+//!
+//! ```
+//! use vqp_core::{Opcode, PhysQp, RecvWqe, SendFlags, SendWqe, WcOpcode};
+//! use vqp_sim::{Access, Nic, NicConfig, QpCaps, ReorderPolicy};
+//!
+//! let nic = Nic::new(NicConfig { devices: 2, seed: 1, policy: ReorderPolicy::Random, ..NicConfig::default() });
+//! let caps = QpCaps { max_send_wr: 64, max_recv_wr: 64 };
+//! let (mut cq0, mut cq1) = (nic.create_cq(0, 128)?, nic.create_cq(1, 128)?);
+//! let mut a = nic.create_qp(0, &cq0, &cq0, caps)?;
+//! let mut b = nic.create_qp(1, &cq1, &cq1, caps)?;
+//! nic.connect(&a, &b)?;
+//! let (src, dst) = (nic.alloc_mr(0, 4096, Access::ALL)?, nic.alloc_mr(1, 4096, Access::ALL)?);
+//! nic.write(src.addr, b"hello")?;
+//!
+//! b.post_recv(&[RecvWqe { wr_id: 7, ..RecvWqe::default() }]).unwrap();
+//! a.post_send(&[SendWqe {
+//!     wr_id: 1, opcode: Opcode::RDMA_WRITE_WITH_IMM, flags: SendFlags::SIGNALED,
+//!     addr: src.addr, len: 5, lkey: src.lkey, remote_addr: dst.at(64), rkey: dst.rkey,
+//!     imm_data: 0x0100_0000, ..SendWqe::default()
+//! }]).unwrap();
+//! nic.run();
+//!
+//! assert_eq!(nic.read_vec(dst.at(64), 5)?, b"hello");
+//! assert!(cq0.drain()[0].status.is_ok());
+//! let rx = cq1.drain();
+//! assert_eq!((rx[0].wr_id, rx[0].opcode, rx[0].imm_data), (7, WcOpcode::RECV_RDMA_WITH_IMM, Some(0x0100_0000)));
+//! # Ok::<(), vqp_sim::SimError>(())
+//! ```
 
 mod cq;
 mod dma;
@@ -367,6 +398,11 @@ impl Nic {
     /// Connects two QPs of this NIC as an RC pair (they may be on different devices,
     /// or be the same QP for loopback); both must be in `Init` and move to `Rts`.
     pub fn connect(&self, a: &SimQp, b: &SimQp) -> Result<(), SimError> {
+        for qp in [a, b] {
+            if !Rc::ptr_eq(&qp.state, &self.state) {
+                return Err(SimError::NoSuchQp(qp.qp_num));
+            }
+        }
         let mut st = self.state.borrow_mut();
         let (ia, ib) = (st.qp_index(a.qp_num)?, st.qp_index(b.qp_num)?);
         for i in [ia, ib] {

@@ -137,7 +137,7 @@ impl Qp {
 /// WQEs; [`Nic::step`](super::Nic::step) executes them.
 #[derive(Debug)]
 pub struct SimQp {
-    state: Rc<RefCell<State>>,
+    pub(crate) state: Rc<RefCell<State>>,
     idx: usize,
     pub(crate) qp_num: u32,
 }
