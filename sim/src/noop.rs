@@ -1,0 +1,460 @@
+//! A no-op provider: queue pairs that move no data, for benches of the engine.
+//!
+//! A post records the completions it owes — one success per `SIGNALED` send WQE, and
+//! one per receive in [`RecvMode::Complete`] — into fixed storage shared with the
+//! [`NoopCq`]; a poll hands them back. [`NoopOrder::Shuffled`] hands them back in a
+//! seeded random interleaving across QPs that keeps each QP's own order. Receive-side
+//! benches hold receives ([`RecvMode::Hold`]) and deliver arrivals with
+//! [`NoopControl::deliver_imm`], or inject any completion with [`NoopControl::inject`].
+//!
+//! Storage is sized at construction (the CQ) and when a QP is created; posting and
+//! polling never allocate. Completions beyond the capacity are counted in
+//! [`NoopCq::overflows`] and dropped, never a reallocation.
+//!
+//! ```
+//! use vqp_core::{Opcode, PhysCq, PhysQp, PhysWc, SendFlags, SendWqe};
+//! use vqp_sim::noop::{NoopConfig, NoopCq};
+//!
+//! let mut cq = NoopCq::new(NoopConfig::default());
+//! let mut qp = cq.create_qp(7);
+//! let wqe = SendWqe { wr_id: 1, opcode: Opcode::RDMA_WRITE, flags: SendFlags::SIGNALED, len: 64, ..Default::default() };
+//! qp.post_send(&[wqe, SendWqe { wr_id: 2, ..wqe }]).unwrap();
+//! let mut out = [PhysWc::EMPTY; 4];
+//! assert_eq!(cq.poll(&mut out), Ok(2));
+//! assert_eq!((out[0].wr_id, out[0].qp_num, out[1].wr_id), (1, 7, 2));
+//! ```
+
+use std::cell::RefCell;
+use std::fmt;
+use std::rc::Rc;
+
+use vqp_core::{
+    PhysCq, PhysQp, PhysWc, PollFailure, PostFailure, RecvWqe, SendFlags, SendWqe, WcOpcode,
+    WcStatus,
+};
+
+use crate::nic::rng::SplitMix64;
+
+/// The order in which a [`NoopCq`] hands completions back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NoopOrder {
+    /// Posting order across all QPs.
+    #[default]
+    Fifo,
+    /// Each completion comes from a QP chosen at random (seeded) among those with
+    /// completions waiting; each QP's own order is kept.
+    Shuffled {
+        /// Seed of the interleaving.
+        seed: u64,
+    },
+}
+
+/// What posting a receive does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecvMode {
+    /// The receive completes at once as a successful `RECV` of 0 bytes.
+    #[default]
+    Complete,
+    /// The receive is held until [`NoopControl::deliver_imm`] consumes it.
+    Hold,
+}
+
+/// Sizes and behaviour of a no-op CQ and its QPs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoopConfig {
+    /// Completions the CQ holds at most (across its QPs).
+    pub capacity: usize,
+    /// Receives each QP holds at most in [`RecvMode::Hold`].
+    pub recv_capacity: usize,
+    /// Order of completions.
+    pub order: NoopOrder,
+    /// What posting a receive does.
+    pub recv_mode: RecvMode,
+}
+
+impl Default for NoopConfig {
+    /// 4096 completions, 4096 held receives per QP, FIFO order, receives complete at once.
+    fn default() -> Self {
+        Self {
+            capacity: 4096,
+            recv_capacity: 4096,
+            order: NoopOrder::Fifo,
+            recv_mode: RecvMode::Complete,
+        }
+    }
+}
+
+/// Why a [`NoopControl`] call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NoopError {
+    /// No QP of this CQ has this number.
+    UnknownQp(u32),
+    /// The QP holds no receive to consume.
+    NoReceive,
+    /// The CQ is full (the completion was dropped and counted).
+    Full,
+}
+
+impl fmt::Display for NoopError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownQp(n) => write!(f, "no no-op QP {n:#x}"),
+            Self::NoReceive => f.write_str("no receive held"),
+            Self::Full => f.write_str("no-op CQ full"),
+        }
+    }
+}
+
+impl std::error::Error for NoopError {}
+
+/// A fixed-capacity FIFO ring.
+///
+/// Invariant: `len <= buf.len()`, `head < buf.len()` when `buf` is not empty; the
+/// live items are `buf[head..head + len]` modulo `buf.len()`.
+#[derive(Debug)]
+struct Ring<T> {
+    buf: Box<[T]>,
+    head: usize,
+    len: usize,
+}
+
+impl<T: Copy> Ring<T> {
+    fn new(capacity: usize, fill: T) -> Self {
+        Self {
+            buf: vec![fill; capacity].into_boxed_slice(),
+            head: 0,
+            len: 0,
+        }
+    }
+
+    /// Appends `v`; false (and nothing stored) when full.
+    #[inline]
+    fn push(&mut self, v: T) -> bool {
+        let cap = self.buf.len();
+        if self.len == cap {
+            return false;
+        }
+        let mut i = self.head + self.len;
+        if i >= cap {
+            i -= cap;
+        }
+        self.buf[i] = v;
+        self.len += 1;
+        true
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        let v = self.buf[self.head];
+        self.head += 1;
+        if self.head == self.buf.len() {
+            self.head = 0;
+        }
+        self.len -= 1;
+        Some(v)
+    }
+}
+
+#[derive(Debug)]
+struct QpSlot {
+    qp_num: u32,
+    /// This QP's completions ([`NoopOrder::Shuffled`] only; empty otherwise).
+    done: Ring<PhysWc>,
+    /// Held receives' wr_ids ([`RecvMode::Hold`] only; empty otherwise).
+    recvs: Ring<u64>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: NoopConfig,
+    rng: SplitMix64,
+    /// All completions in posting order ([`NoopOrder::Fifo`] only).
+    fifo: Ring<PhysWc>,
+    qps: Vec<QpSlot>,
+    /// Completions waiting, in whichever rings hold them.
+    queued: usize,
+    overflows: u64,
+}
+
+impl Shared {
+    /// Stores a completion of QP slot `qp`; counts an overflow when full.
+    #[inline]
+    fn record(&mut self, qp: usize, wc: PhysWc) -> bool {
+        if self.queued >= self.config.capacity {
+            self.overflows += 1;
+            return false;
+        }
+        let ok = match self.config.order {
+            NoopOrder::Fifo => self.fifo.push(wc),
+            NoopOrder::Shuffled { .. } => self.qps[qp].done.push(wc),
+        };
+        debug_assert!(ok, "rings hold the whole capacity");
+        self.queued += 1;
+        true
+    }
+
+    fn slot(&self, qp_num: u32) -> Result<usize, NoopError> {
+        self.qps
+            .iter()
+            .position(|q| q.qp_num == qp_num)
+            .ok_or(NoopError::UnknownQp(qp_num))
+    }
+
+    /// The next completion in the configured order.
+    #[inline]
+    fn next(&mut self) -> Option<PhysWc> {
+        if self.queued == 0 {
+            return None;
+        }
+        let wc = match self.config.order {
+            NoopOrder::Fifo => self.fifo.pop(),
+            NoopOrder::Shuffled { .. } => {
+                let waiting = self.qps.iter().filter(|q| q.done.len > 0).count();
+                let k = self.rng.below(waiting);
+                self.qps
+                    .iter_mut()
+                    .filter(|q| q.done.len > 0)
+                    .nth(k)
+                    .and_then(|q| q.done.pop())
+            }
+        };
+        if wc.is_some() {
+            self.queued -= 1;
+        }
+        wc
+    }
+}
+
+/// A no-op completion queue; create its QPs with [`NoopCq::create_qp`].
+#[derive(Debug)]
+pub struct NoopCq {
+    shared: Rc<RefCell<Shared>>,
+}
+
+impl NoopCq {
+    /// A CQ with storage for `config.capacity` completions.
+    pub fn new(config: NoopConfig) -> Self {
+        let (fifo_cap, seed) = match config.order {
+            NoopOrder::Fifo => (config.capacity, 0),
+            NoopOrder::Shuffled { seed } => (0, seed),
+        };
+        let shared = Shared {
+            config,
+            rng: SplitMix64::new(seed),
+            fifo: Ring::new(fifo_cap, PhysWc::EMPTY),
+            qps: Vec::new(),
+            queued: 0,
+            overflows: 0,
+        };
+        Self {
+            shared: Rc::new(RefCell::new(shared)),
+        }
+    }
+
+    /// A QP reporting `qp_num` whose completions go to this CQ. Allocates its storage
+    /// now; a QP number already used on this CQ would make completions ambiguous, so
+    /// choose distinct ones.
+    pub fn create_qp(&self, qp_num: u32) -> NoopQp {
+        let mut sh = self.shared.borrow_mut();
+        let done_cap = match sh.config.order {
+            NoopOrder::Fifo => 0,
+            NoopOrder::Shuffled { .. } => sh.config.capacity,
+        };
+        let recv_cap = match sh.config.recv_mode {
+            RecvMode::Complete => 0,
+            RecvMode::Hold => sh.config.recv_capacity,
+        };
+        sh.qps.push(QpSlot {
+            qp_num,
+            done: Ring::new(done_cap, PhysWc::EMPTY),
+            recvs: Ring::new(recv_cap, 0),
+        });
+        NoopQp {
+            shared: self.shared.clone(),
+            slot: sh.qps.len() - 1,
+            qp_num,
+        }
+    }
+
+    /// A handle for injecting completions while the CQ and QPs are lent to an engine.
+    pub fn control(&self) -> NoopControl {
+        NoopControl {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Completions dropped because the CQ was full.
+    pub fn overflows(&self) -> u64 {
+        self.shared.borrow().overflows
+    }
+
+    /// Completions waiting to be polled.
+    pub fn queued(&self) -> usize {
+        self.shared.borrow().queued
+    }
+}
+
+impl PhysCq for NoopCq {
+    /// Hands back up to `out.len()` recorded completions. Never fails or allocates.
+    fn poll(&mut self, out: &mut [PhysWc]) -> Result<usize, PollFailure> {
+        let mut sh = self.shared.borrow_mut();
+        let mut n = 0;
+        while n < out.len() {
+            let Some(wc) = sh.next() else { break };
+            out[n] = wc;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// A no-op queue pair: posting records completions, nothing else.
+#[derive(Debug)]
+pub struct NoopQp {
+    shared: Rc<RefCell<Shared>>,
+    slot: usize,
+    qp_num: u32,
+}
+
+impl PhysQp for NoopQp {
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// Records a success for each `SIGNALED` WQE (opcode from the request, `byte_len`
+    /// its length). Always accepts the whole chain; a full CQ counts overflows.
+    fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+        let mut sh = self.shared.borrow_mut();
+        for w in wqes {
+            if w.flags.contains(SendFlags::SIGNALED) {
+                sh.record(
+                    self.slot,
+                    PhysWc {
+                        wr_id: w.wr_id,
+                        status: WcStatus::SUCCESS,
+                        opcode: w.opcode.completion(),
+                        qp_num: self.qp_num,
+                        byte_len: w.len,
+                        imm_data: None,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Completes each receive at once ([`RecvMode::Complete`]) or holds it
+    /// ([`RecvMode::Hold`]; a full receive ring counts an overflow). Always accepts.
+    fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+        let mut sh = self.shared.borrow_mut();
+        for r in wqes {
+            match sh.config.recv_mode {
+                RecvMode::Complete => {
+                    sh.record(
+                        self.slot,
+                        PhysWc {
+                            wr_id: r.wr_id,
+                            status: WcStatus::SUCCESS,
+                            opcode: WcOpcode::RECV,
+                            qp_num: self.qp_num,
+                            byte_len: 0,
+                            imm_data: None,
+                        },
+                    );
+                }
+                RecvMode::Hold => {
+                    if !sh.qps[self.slot].recvs.push(r.wr_id) {
+                        sh.overflows += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Injects completions into a [`NoopCq`]; clones share it.
+#[derive(Clone, Debug)]
+pub struct NoopControl {
+    shared: Rc<RefCell<Shared>>,
+}
+
+impl NoopControl {
+    /// Queues `wc` as a completion of the QP numbered `wc.qp_num`, as if the hardware
+    /// had produced it.
+    pub fn inject(&self, wc: PhysWc) -> Result<(), NoopError> {
+        let mut sh = self.shared.borrow_mut();
+        let slot = sh.slot(wc.qp_num)?;
+        if sh.record(slot, wc) {
+            Ok(())
+        } else {
+            Err(NoopError::Full)
+        }
+    }
+
+    /// Consumes the oldest held receive of QP `qp_num` and queues a successful
+    /// `RECV_RDMA_WITH_IMM` for it with `imm_data` (network byte order, verbatim) and
+    /// `byte_len`; returns the receive's wr_id. Allocates nothing.
+    pub fn deliver_imm(&self, qp_num: u32, imm_data: u32, byte_len: u32) -> Result<u64, NoopError> {
+        let mut sh = self.shared.borrow_mut();
+        let slot = sh.slot(qp_num)?;
+        let wr_id = sh.qps[slot].recvs.pop().ok_or(NoopError::NoReceive)?;
+        let wc = PhysWc {
+            wr_id,
+            status: WcStatus::SUCCESS,
+            opcode: WcOpcode::RECV_RDMA_WITH_IMM,
+            qp_num,
+            byte_len,
+            imm_data: Some(imm_data),
+        };
+        if sh.record(slot, wc) {
+            Ok(wr_id)
+        } else {
+            Err(NoopError::Full)
+        }
+    }
+
+    /// Receives QP `qp_num` holds ([`RecvMode::Hold`]).
+    pub fn held_recvs(&self, qp_num: u32) -> Result<usize, NoopError> {
+        let sh = self.shared.borrow();
+        Ok(sh.qps[sh.slot(qp_num)?].recvs.len)
+    }
+
+    /// Completions dropped because the CQ (or a receive ring) was full.
+    pub fn overflows(&self) -> u64 {
+        self.shared.borrow().overflows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ring;
+
+    #[test]
+    fn ring_wraps_and_refuses_when_full() {
+        let mut r = Ring::new(3, 0u32);
+        for round in 0..5 {
+            assert!(r.push(round * 10 + 1));
+            assert!(r.push(round * 10 + 2));
+            assert_eq!(r.pop(), Some(round * 10 + 1));
+            assert_eq!(r.pop(), Some(round * 10 + 2));
+        }
+        assert!(r.push(1) && r.push(2) && r.push(3));
+        assert!(!r.push(4));
+        assert_eq!(
+            (r.pop(), r.pop(), r.pop(), r.pop()),
+            (Some(1), Some(2), Some(3), None)
+        );
+    }
+
+    #[test]
+    fn zero_capacity_ring_is_always_full() {
+        let mut r = Ring::new(0, 0u8);
+        assert!(!r.push(1));
+        assert_eq!(r.pop(), None);
+    }
+}
