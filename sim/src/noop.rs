@@ -375,6 +375,9 @@ impl PhysQp for NoopQp {
         }
         Ok(())
     }
+
+    /// Does nothing: a no-op QP has no state to fail.
+    fn set_error(&mut self) {}
 }
 
 /// Injects completions into a [`NoopCq`]; clones share it.

@@ -244,4 +244,9 @@ impl PhysQp for SimQp {
         }
         Ok(())
     }
+
+    /// Moves the QP to `Error`: everything outstanding is flushed, one WQE per step.
+    fn set_error(&mut self) {
+        self.state.borrow_mut().enter_error(self.idx);
+    }
 }

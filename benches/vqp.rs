@@ -1,0 +1,345 @@
+//! The engine over a no-op provider, one thread, next to a baseline built from the
+//! reference's data structures driving the same workload. Every vqp case first
+//! proves that its loop allocates nothing.
+//!
+//! Workloads follow the reference's published measurements (DESIGN §6):
+//! A: 1-fragment write on 4 QPs; B: 1 MiB in 16 × 64 KiB over 4 QPs, completions
+//! shuffled across QPs; C: single-QP pass-through; D: DQPLB reorder window;
+//! E: DQPLB receiver per fragment.
+
+mod support;
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use vqp_core::imm::Imm;
+use vqp_core::reorder::ReorderWindow;
+use vqp_core::seq::Seq;
+use vqp_core::split::SplitPolicy;
+use vqp_core::{Config, Keys, Mode, Opcode, RecvWr, SendWr, Signaling, VirtualCq, VirtualQp, Wc};
+use vqp_sim::noop::{NoopConfig, NoopControl, NoopCq, NoopOrder, NoopQp, RecvMode};
+
+use support::alloc::{per_run, Counting};
+use support::reference::{RefReorder, RefTracker};
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+type Vqp = VirtualQp<NoopQp, 4, 64, 256, 256>;
+type Vcq = VirtualCq<NoopCq, 1, 32>;
+
+struct Rig {
+    vqp: Vqp,
+    vcq: Vcq,
+    control: NoopControl,
+    out: [Wc; 32],
+}
+
+fn noop_cq(order: NoopOrder, recv_mode: RecvMode) -> NoopCq {
+    NoopCq::new(NoopConfig {
+        capacity: 8192,
+        recv_capacity: 4096,
+        order,
+        recv_mode,
+    })
+}
+
+fn rig(qps: u32, order: NoopOrder, signaling: Signaling, recv_mode: RecvMode) -> Rig {
+    let cq = noop_cq(order, recv_mode);
+    let control = cq.control();
+    let data: Vec<(NoopQp, u8)> = (0..qps).map(|i| (cq.create_qp(100 + i), 0)).collect();
+    let cfg = Config {
+        split: SplitPolicy::new(64 << 10),
+        max_outstanding: 64,
+        recv_depth: 64,
+        signaling,
+        ..Config::new(Mode::Dqplb)
+    };
+    let mut vqp = Vqp::new(cfg, data, None).expect("valid set-up");
+    let mut vcq = Vcq::new();
+    vcq.add_cq(cq, 0, 8192).expect("one CQ");
+    vcq.attach(&mut vqp).expect("CQ large enough");
+    Rig {
+        vqp,
+        vcq,
+        control,
+        out: [Wc::EMPTY; 32],
+    }
+}
+
+fn write(len: u64) -> SendWr {
+    SendWr::new(
+        7,
+        Opcode::RDMA_WRITE,
+        0x10_0000,
+        len,
+        0x20_0000,
+        Keys::single(1, 2),
+    )
+}
+
+impl Rig {
+    /// Post `wr` and poll until its completion comes back.
+    #[inline]
+    fn post_complete(&mut self, wr: &SendWr) {
+        self.vqp.post_send(wr).expect("accepted");
+        loop {
+            let n = self
+                .vcq
+                .poll(&mut [&mut self.vqp], &mut self.out)
+                .expect("poll");
+            if n > 0 {
+                black_box(&self.out[..n]);
+                return;
+            }
+        }
+    }
+
+    /// Poll until `n` completions came back.
+    fn poll_until(&mut self, mut n: usize) {
+        while n > 0 {
+            n -= self
+                .vcq
+                .poll(&mut [&mut self.vqp], &mut self.out)
+                .expect("poll");
+        }
+    }
+}
+
+fn reference(qps: u32, order: NoopOrder) -> RefTracker<NoopQp, NoopCq> {
+    let cq = noop_cq(order, RecvMode::Complete);
+    let data = (0..qps).map(|i| cq.create_qp(100 + i)).collect();
+    RefTracker::new(data, cq, 64 << 10, 64)
+}
+
+fn ref_post_complete(r: &mut RefTracker<NoopQp, NoopCq>, wr: &SendWr) {
+    r.post(wr);
+    loop {
+        let done = r.poll();
+        if !done.is_empty() {
+            black_box(done);
+            return;
+        }
+    }
+}
+
+fn assert_no_alloc(what: &str, f: impl FnMut()) {
+    let per = per_run(2000, f);
+    assert_eq!(per, 0.0, "{what} allocated {per} times per operation");
+}
+
+fn shuffled() -> NoopOrder {
+    NoopOrder::Shuffled { seed: 0x5eed }
+}
+
+fn bench_a(c: &mut Criterion) {
+    let mut g = c.benchmark_group("A 1-fragment write, 4 QPs");
+    g.throughput(Throughput::Elements(1));
+    let wr = write(4096);
+    let mut r = rig(
+        4,
+        NoopOrder::Fifo,
+        Signaling::LastOfChain,
+        RecvMode::Complete,
+    );
+    assert_no_alloc("vqp post+complete", || r.post_complete(&wr));
+    g.bench_function("vqp post+completion", |b| b.iter(|| r.post_complete(&wr)));
+    let mut base = reference(4, NoopOrder::Fifo);
+    eprintln!(
+        "reference post+completion allocates {:.1} times per request",
+        per_run(2000, || ref_post_complete(&mut base, &wr))
+    );
+    g.bench_function("reference post+completion", |b| {
+        b.iter(|| ref_post_complete(&mut base, &wr))
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("A post alone, 32 in flight");
+    g.throughput(Throughput::Elements(32));
+    assert_no_alloc("vqp post x32", || {
+        for _ in 0..32 {
+            r.vqp.post_send(&wr).expect("accepted");
+        }
+        r.poll_until(32);
+    });
+    g.bench_function("vqp", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                for _ in 0..32 {
+                    r.vqp.post_send(black_box(&wr)).expect("accepted");
+                }
+                spent += t.elapsed();
+                r.poll_until(32);
+            }
+            spent
+        })
+    });
+    g.bench_function("reference", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                for _ in 0..32 {
+                    base.post(black_box(&wr));
+                }
+                spent += t.elapsed();
+                let mut left = 32;
+                while left > 0 {
+                    left -= base.poll().len();
+                }
+            }
+            spent
+        })
+    });
+    g.finish();
+}
+
+fn bench_b(c: &mut Criterion) {
+    let mut g = c.benchmark_group("B 1 MiB as 16 x 64 KiB over 4 QPs, shuffled");
+    g.throughput(Throughput::Elements(1));
+    let big = write(1 << 20);
+    let small = write(64 << 10);
+    for (name, signaling) in [
+        ("vqp last-of-chain signaled", Signaling::LastOfChain),
+        ("vqp every WQE signaled", Signaling::Every),
+    ] {
+        let mut r = rig(4, shuffled(), signaling, RecvMode::Complete);
+        assert_no_alloc(name, || r.post_complete(&big));
+        g.bench_function(name, |b| b.iter(|| r.post_complete(&big)));
+    }
+    let mut r = rig(4, shuffled(), Signaling::LastOfChain, RecvMode::Complete);
+    g.bench_function("vqp 1 fragment (for the per-fragment difference)", |b| {
+        b.iter(|| r.post_complete(&small))
+    });
+    let mut base = reference(4, shuffled());
+    g.bench_function("reference", |b| {
+        b.iter(|| ref_post_complete(&mut base, &big))
+    });
+    g.finish();
+}
+
+fn bench_c(c: &mut Criterion) {
+    let mut g = c.benchmark_group("C single-QP pass-through");
+    g.throughput(Throughput::Elements(1));
+    let wr = write(4096);
+    let mut r = rig(
+        1,
+        NoopOrder::Fifo,
+        Signaling::LastOfChain,
+        RecvMode::Complete,
+    );
+    assert_no_alloc("vqp pass-through", || r.post_complete(&wr));
+    g.bench_function("vqp post+completion", |b| b.iter(|| r.post_complete(&wr)));
+    g.bench_function("vqp post alone", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                r.vqp.post_send(black_box(&wr)).expect("accepted");
+                spent += t.elapsed();
+                r.poll_until(1);
+            }
+            spent
+        })
+    });
+    let mut base = reference(1, NoopOrder::Fifo);
+    g.bench_function("reference post+completion", |b| {
+        b.iter(|| ref_post_complete(&mut base, &wr))
+    });
+    g.finish();
+}
+
+/// Sequence numbers `0..n`, each block of `block` reversed or shuffled, with the
+/// notify bit on every 16th.
+fn arrivals(n: u32, block: u32, seed: u64) -> Vec<(u32, bool)> {
+    let mut seqs: Vec<u32> = (0..n).collect();
+    let mut x = seed;
+    for chunk in seqs.chunks_mut(block as usize) {
+        for i in (1..chunk.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            chunk.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+    }
+    seqs.into_iter().map(|s| (s, s % 16 == 15)).collect()
+}
+
+fn bench_d(c: &mut Criterion) {
+    const N: u32 = 4096;
+    let mut g = c.benchmark_group("D DQPLB arrival");
+    g.throughput(Throughput::Elements(u64::from(N)));
+    for (name, block) in [("in order", 1), ("shuffled within 64", 64)] {
+        let input = arrivals(N, block, 0x1234);
+        let imms: Vec<Imm> = input
+            .iter()
+            .map(|&(s, n)| Imm::new(Seq::new(s), n))
+            .collect();
+        g.bench_function(format!("vqp window, {name}"), |b| {
+            b.iter_batched_ref(
+                || ReorderWindow::<256>::new(Seq::new(0)),
+                |w| {
+                    let mut messages = 0u32;
+                    for imm in &imms {
+                        w.arrive(*imm, 4096, |_| messages += 1).expect("in window");
+                    }
+                    black_box(messages)
+                },
+                BatchSize::SmallInput,
+            )
+        });
+        g.bench_function(format!("reference set, {name}"), |b| {
+            b.iter_batched_ref(
+                RefReorder::default,
+                |r| {
+                    let mut messages = 0u32;
+                    for &(s, n) in &input {
+                        messages += r.arrive(s, n);
+                    }
+                    black_box(messages)
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+fn bench_e(c: &mut Criterion) {
+    let mut g = c.benchmark_group("E DQPLB receiver");
+    // 16 fragments per message, notify on the last, one notification receive each.
+    g.throughput(Throughput::Elements(16));
+    let mut r = rig(4, NoopOrder::Fifo, Signaling::LastOfChain, RecvMode::Hold);
+    r.vqp.arm_receiver();
+    let mut seq = Seq::new(0);
+    let mut message = |r: &mut Rig| {
+        r.vqp
+            .post_recv(&RecvWr::notification(1))
+            .expect("receive slot");
+        for i in 0..16u32 {
+            let imm = Imm::new(seq, i == 15).to_wire();
+            seq = seq.add(1);
+            r.control
+                .deliver_imm(100 + (i % 4), imm, 64 << 10)
+                .expect("receive held");
+        }
+        r.poll_until(1);
+    };
+    assert_no_alloc("vqp DQPLB receive", || message(&mut r));
+    g.bench_function("vqp per 16-fragment message", |b| {
+        b.iter(|| message(&mut r))
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = bench_a, bench_b, bench_c, bench_d, bench_e
+}
+criterion_main!(benches);

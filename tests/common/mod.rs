@@ -1,0 +1,124 @@
+//! Two virtual QPs connected through the simulated NIC, for end-to-end tests.
+#![allow(dead_code)]
+
+use vqp_core::{Config, Keys, Mode, VirtualCq, VirtualQp, Wc};
+use vqp_sim::{Access, Mr, Nic, NicConfig, QpCaps, SimCq, SimQp};
+
+/// Up to 16 data QPs, 32 WQEs each, 64 requests per direction.
+pub type Vqp = VirtualQp<SimQp, 16, 32, 64, 512>;
+/// One CQ per device, up to two devices.
+pub type Vcq = VirtualCq<SimCq, 2, 32>;
+
+/// One endpoint: its virtual QP, virtual CQ, and buffer (registered on every device).
+pub struct Side {
+    pub vqp: Vqp,
+    pub vcq: Vcq,
+    pub buf: u64,
+    pub mrs: Vec<Mr>,
+}
+
+impl Side {
+    /// Keys of this side's buffer as the local side, with `peer`'s as the remote.
+    pub fn keys(&self, peer: &Side) -> Keys {
+        self.mrs
+            .iter()
+            .zip(&peer.mrs)
+            .fold(Keys::none(), |k, (l, r)| k.with(l.device, l.lkey, r.rkey))
+    }
+
+    /// Poll once, appending completions to `into`.
+    pub fn poll(&mut self, into: &mut Vec<Wc>) {
+        let mut out = [Wc::EMPTY; 16];
+        let n = self
+            .vcq
+            .poll(&mut [&mut self.vqp], &mut out)
+            .expect("simulated CQs never fail to poll");
+        into.extend_from_slice(&out[..n]);
+    }
+}
+
+/// One side's CQs (per device), data QPs and notify QP, before they are built into a
+/// virtual QP.
+type Queues = (Vec<SimCq>, Vec<(SimQp, u8)>, Option<(SimQp, u8)>);
+
+/// Sender `a` and receiver `b`, data QP `i` of each on device `i % devices`.
+pub struct Pair {
+    pub nic: Nic,
+    pub a: Side,
+    pub b: Side,
+    pub len: usize,
+}
+
+/// Build a connected pair with `qps` data QPs and buffers of `len` bytes.
+pub fn pair(nic: NicConfig, cfg: Config, qps: u32, len: usize) -> Pair {
+    let nic = Nic::new(nic);
+    let devices = nic.config().devices;
+    let caps = QpCaps {
+        max_send_wr: cfg.max_outstanding,
+        max_recv_wr: cfg.recv_depth,
+    };
+    let spray_notify = cfg.mode == Mode::Spray && qps > 1;
+    let cq_len = (qps as usize + 1) * (cfg.max_outstanding + cfg.recv_depth) as usize;
+    let mut sides: Vec<Queues> = (0..2)
+        .map(|_| {
+            let cqs: Vec<SimCq> = (0..devices)
+                .map(|d| nic.create_cq(d, cq_len).expect("cq"))
+                .collect();
+            let data = (0..qps as usize)
+                .map(|i| {
+                    let d = i % devices;
+                    let qp = nic.create_qp(d, &cqs[d], &cqs[d], caps).expect("qp");
+                    (qp, d as u8)
+                })
+                .collect();
+            let notify =
+                spray_notify.then(|| (nic.create_qp(0, &cqs[0], &cqs[0], caps).expect("qp"), 0));
+            (cqs, data, notify)
+        })
+        .collect();
+    let (b_cqs, b_data, b_notify) = sides.pop().expect("two sides");
+    let (a_cqs, a_data, a_notify) = sides.pop().expect("two sides");
+    for ((qa, _), (qb, _)) in a_data.iter().zip(&b_data) {
+        nic.connect(qa, qb).expect("connect");
+    }
+    if let (Some((qa, _)), Some((qb, _))) = (&a_notify, &b_notify) {
+        nic.connect(qa, qb).expect("connect");
+    }
+    let side = |cqs: Vec<SimCq>, data, notify, qp_num| {
+        let mut vqp = Vqp::new(Config { qp_num, ..cfg }, data, notify).expect("valid set-up");
+        let mut vcq = Vcq::new();
+        for (d, cq) in cqs.into_iter().enumerate() {
+            vcq.add_cq(cq, d as u8, cq_len as u32).expect("cq");
+        }
+        vcq.attach(&mut vqp).expect("cq sized for the QPs");
+        let buf = nic.alloc(len);
+        let mrs = (0..devices)
+            .map(|d| nic.register_buffer(d, buf, len, Access::ALL).expect("mr"))
+            .collect();
+        Side { vqp, vcq, buf, mrs }
+    };
+    let a = side(a_cqs, a_data, a_notify, 1);
+    let mut b = side(b_cqs, b_data, b_notify, 2);
+    b.vqp.arm_receiver();
+    Pair { nic, a, b, len }
+}
+
+/// `len` bytes of a pattern that repeats every 4093 bytes (a prime, so fragment
+/// boundaries never line up with it), seeded.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let block: Vec<u8> = (0..4093)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let mut v = Vec::with_capacity(len + block.len());
+    while v.len() < len {
+        v.extend_from_slice(&block);
+    }
+    v.truncate(len);
+    v
+}

@@ -1,0 +1,315 @@
+//! End-to-end behaviour of the virtual QP over the simulated NIC: random sizes, QP
+//! counts, fragment sizes, cross-QP orders and QP failures.
+
+mod common;
+
+use common::{pair, pattern, Pair};
+use proptest::prelude::*;
+use vqp_core::split::SplitPolicy;
+use vqp_core::{
+    Config, Mode, Opcode, PostSendError, RecvWr, SendFlags, SendWr, Signaling, Wc, WcOpcode,
+    WcStatus,
+};
+use vqp_sim::{NicConfig, ReorderPolicy};
+
+#[derive(Clone, Copy, Debug)]
+struct Req {
+    op: Opcode,
+    off: u64,
+    len: u64,
+    imm: u32,
+}
+
+/// What a test run observed.
+struct Outcome {
+    sends: Vec<Wc>,
+    recvs: Vec<Wc>,
+    posted: Vec<Req>,
+}
+
+/// Post `reqs` (retrying on backpressure) and drive the NIC until every accepted
+/// request completed on the sender. Stops posting once the virtual QP failed.
+fn run(p: &mut Pair, reqs: &[Req], steps: u64) -> Outcome {
+    let mut sends = Vec::new();
+    let mut recvs = Vec::new();
+    let mut posted = Vec::new();
+    let keys = p.a.keys(&p.b);
+    let mut next = 0;
+    let mut idle_rounds = 0;
+    loop {
+        while next < reqs.len() {
+            let r = reqs[next];
+            if r.op == Opcode::RDMA_WRITE_WITH_IMM {
+                match p.b.vqp.post_recv(&RecvWr::notification(next as u64)) {
+                    Ok(()) => {}
+                    Err(_) => break,
+                }
+            }
+            let wr = SendWr::new(
+                next as u64,
+                r.op,
+                p.a.buf + r.off,
+                r.len,
+                p.b.buf + r.off,
+                keys,
+            )
+            .imm(r.imm);
+            match p.a.vqp.post_send(&wr) {
+                Ok(()) => {
+                    posted.push(r);
+                    next += 1;
+                }
+                Err(PostSendError::Full) => break,
+                Err(PostSendError::Failed(_)) => {
+                    next = reqs.len();
+                }
+                Err(e) => panic!("valid request refused: {e}"),
+            }
+        }
+        let ran = p.nic.run_for(steps);
+        let before = (sends.len(), recvs.len());
+        p.a.poll(&mut sends);
+        p.b.poll(&mut recvs);
+        if next == reqs.len() && sends.len() == posted.len() {
+            // Let the receiver see what already landed.
+            p.nic.run();
+            p.b.poll(&mut recvs);
+            p.b.poll(&mut recvs);
+            return Outcome {
+                sends,
+                recvs,
+                posted,
+            };
+        }
+        if ran == 0 && before == (sends.len(), recvs.len()) {
+            idle_rounds += 1;
+            assert!(
+                idle_rounds < 100,
+                "no progress: {} of {} sends completed",
+                sends.len(),
+                posted.len()
+            );
+        } else {
+            idle_rounds = 0;
+        }
+    }
+}
+
+fn check(p: &Pair, o: &Outcome, mode: Mode, qps: u32, src: &[u8], remote: &[u8]) {
+    // Every accepted request completed exactly once, in posting order.
+    assert_eq!(o.sends.len(), o.posted.len());
+    for (i, wc) in o.sends.iter().enumerate() {
+        assert_eq!(wc.wr_id, i as u64, "completions out of order");
+        assert_eq!(wc.byte_len, o.posted[i].len);
+        assert_eq!(wc.qp_num, 1);
+    }
+    // Data of every successful request landed.
+    for (wc, r) in o.sends.iter().zip(&o.posted) {
+        if !wc.status.is_ok() {
+            continue;
+        }
+        let range = r.off as usize..(r.off + r.len) as usize;
+        let (buf, want) = if r.op == Opcode::RDMA_READ {
+            (p.a.buf, remote)
+        } else {
+            (p.b.buf, src)
+        };
+        let got = p
+            .nic
+            .read_vec(buf + r.off, r.len as usize)
+            .expect("readable");
+        assert!(got == want[range], "request {} data differs", wc.wr_id);
+    }
+    // Notifications complete in order, for successful WRITE_WITH_IMM requests, with
+    // the immediate (SPRAY or one QP) or the whole length (DQPLB).
+    let imm_reqs: Vec<(usize, &Req)> = o
+        .posted
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.op == Opcode::RDMA_WRITE_WITH_IMM)
+        .collect();
+    let mut ok_recvs = 0;
+    for (k, wc) in o.recvs.iter().enumerate() {
+        let (i, r) = imm_reqs[k];
+        assert_eq!(wc.wr_id, i as u64, "notifications out of order");
+        if !wc.status.is_ok() {
+            continue;
+        }
+        ok_recvs += 1;
+        assert_eq!(wc.opcode, WcOpcode::RECV_RDMA_WITH_IMM);
+        if mode == Mode::Dqplb && qps > 1 {
+            assert_eq!(wc.imm_data, None);
+            assert_eq!(wc.byte_len, r.len);
+        } else {
+            assert_eq!(wc.imm_data, Some(r.imm));
+        }
+    }
+    // Without failures every notification arrived.
+    if o.sends.iter().all(|w| w.status.is_ok()) {
+        assert_eq!(ok_recvs, imm_reqs.len(), "a notification went missing");
+    }
+}
+
+fn op_of(k: u8) -> Opcode {
+    match k % 3 {
+        0 => Opcode::RDMA_WRITE,
+        1 => Opcode::RDMA_WRITE_WITH_IMM,
+        _ => Opcode::RDMA_READ,
+    }
+}
+
+/// A length from 1 byte to 64 MiB, log-uniform.
+fn length() -> impl Strategy<Value = u64> {
+    (0u32..=26).prop_flat_map(|bits| 1u64..=(1u64 << bits))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scenario(
+    qps: u32,
+    spray: bool,
+    devices: usize,
+    max_frag: u32,
+    max_outstanding: u32,
+    every: bool,
+    lens: &[(u64, u8)],
+    seed: u64,
+    policy: ReorderPolicy,
+    fail: Option<(u32, u64)>,
+) {
+    let mode = if spray { Mode::Spray } else { Mode::Dqplb };
+    let longest = lens.iter().map(|l| l.0).max().unwrap_or(1);
+    // Keep fragment counts within what a debug-build test runs quickly.
+    let max_frag = max_frag.max((longest / 2048) as u32).max(1);
+    let cfg = Config {
+        split: SplitPolicy::new(max_frag),
+        max_outstanding,
+        recv_depth: 32,
+        signaling: if every {
+            Signaling::Every
+        } else {
+            Signaling::LastOfChain
+        },
+        ..Config::new(mode)
+    };
+    let len = 2 * (longest as usize + 4096).next_power_of_two();
+    let mut p = pair(
+        NicConfig {
+            devices,
+            seed,
+            policy,
+            ..NicConfig::default()
+        },
+        cfg,
+        qps,
+        len,
+    );
+    let src = pattern(len, seed);
+    let remote = pattern(len, !seed);
+    p.nic.write(p.a.buf, &src).expect("writable");
+    p.nic.write(p.b.buf, &remote).expect("writable");
+    if let Some((qp, after)) = fail {
+        let qpn = p.a.vqp.data_qp_num((qp % qps) as usize).expect("qp");
+        p.nic.fail_qp_after(qpn, after).expect("fault");
+    }
+    // Writes carry a's lower half to the same offsets of b's lower half; READs carry
+    // b's upper half back to a's upper half, so the two directions never overlap.
+    let half = len as u64 / 2;
+    let reqs: Vec<Req> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &(l, k))| {
+            let op = op_of(k);
+            let off = (seed.rotate_left(i as u32) % 4096).min(half - l);
+            Req {
+                op,
+                off: if op == Opcode::RDMA_READ {
+                    half + off
+                } else {
+                    off
+                },
+                len: l,
+                imm: (i as u32).wrapping_mul(0x9e37_79b9),
+            }
+        })
+        .collect();
+    let o = run(&mut p, &reqs, 1 + seed % 97);
+    check(&p, &o, mode, qps, &src, &remote);
+    if fail.is_none() {
+        assert!(o.sends.iter().all(|w| w.status == WcStatus::SUCCESS));
+    } else if o.sends.iter().any(|w| !w.status.is_ok()) {
+        assert!(p.a.vqp.failure().is_some());
+        assert_eq!(p.a.vqp.sends_in_flight(), 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn requests_complete_once_in_order_with_their_data(
+        qps in 1u32..=16,
+        spray in any::<bool>(),
+        devices in 1usize..=2,
+        max_frag in prop_oneof![Just(4096u32), Just(65536), 1u32..20_000],
+        max_outstanding in 1u32..=32,
+        every in any::<bool>(),
+        lens in prop::collection::vec((length(), any::<u8>()), 1..8),
+        seed in any::<u64>(),
+        adversarial in any::<bool>(),
+    ) {
+        let policy = if adversarial { ReorderPolicy::Adversarial } else { ReorderPolicy::Random };
+        scenario(qps, spray, devices, max_frag, max_outstanding, every, &lens, seed, policy, None);
+    }
+
+    #[test]
+    fn a_failing_qp_reports_every_request_once(
+        qps in 1u32..=8,
+        spray in any::<bool>(),
+        max_frag in 512u32..8192,
+        lens in prop::collection::vec((1u64..200_000, any::<u8>()), 1..10),
+        seed in any::<u64>(),
+        fail_qp in 0u32..8,
+        fail_after in 0u64..40,
+    ) {
+        scenario(qps, spray, 1, max_frag, 8, false, &lens, seed, ReorderPolicy::Random,
+            Some((fail_qp, fail_after)));
+    }
+}
+
+#[test]
+fn a_refused_request_posts_nothing() {
+    let cfg = Config {
+        split: SplitPolicy::new(4096),
+        max_outstanding: 4,
+        recv_depth: 8,
+        ..Config::new(Mode::Dqplb)
+    };
+    let mut p = pair(NicConfig::default(), cfg, 4, 1 << 16);
+    let keys = p.a.keys(&p.b);
+    let wr = SendWr::new(1, Opcode::RDMA_WRITE, p.a.buf, 1 << 16, p.b.buf, keys);
+    // Four QPs × four WQEs fill up with one 64 KiB write of 16 fragments.
+    p.a.vqp.post_send(&wr).expect("accepted");
+    let wqes = |p: &Pair| -> u64 {
+        (0..4)
+            .map(|i| p.a.vqp.lane_stats(i).expect("lane").wqes)
+            .sum()
+    };
+    let before = wqes(&p);
+    let bad = [
+        SendWr { len: 0, ..wr },
+        SendWr {
+            opcode: Opcode(99),
+            ..wr
+        },
+        wr.flags(SendFlags::NONE),
+        SendWr {
+            keys: vqp_core::Keys::none(),
+            ..wr
+        },
+    ];
+    for b in bad {
+        assert!(p.a.vqp.post_send(&b).is_err());
+    }
+    assert_eq!(wqes(&p), before);
+    assert_eq!(p.a.vqp.sends_in_flight(), 1);
+}
