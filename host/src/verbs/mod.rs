@@ -1,0 +1,38 @@
+//! RAII owners of the verbs objects.
+//!
+//! ```text
+//! Verbs ─ DeviceList ─ Device ─▶ Context ─┬─ ProtectionDomain ─┬─ MemoryRegion
+//!                                         │                    └─ QueuePair ──┐
+//!                                         ├─ CompletionChannel ◀─ CompletionQueue
+//!                                         └─────────────────────────────────┘
+//! ```
+//!
+//! Every child holds an `Arc` to its parents' inner state, so a parent is released only
+//! after its last child: dropping a `Context` while a QP lives merely drops a reference.
+//! Each object releases its own verbs resource in `Drop` (destroy/dealloc/close) and then
+//! its references, which gives rdma-core the order it requires: QP before its CQs and PD,
+//! MR before its PD, CQ before its completion channel, all before the context, the
+//! context before the library is unloaded.
+//!
+//! Errors from the release calls cannot be returned from `Drop`; they are ignored (the
+//! kernel reclaims the resources when the process exits).
+
+mod attr;
+mod channel;
+mod context;
+mod cq;
+mod device_list;
+mod mr;
+mod pd;
+mod qp;
+mod wc;
+
+pub use attr::{DeviceAttr, Gid, PortAttr};
+pub use channel::{CompletionChannel, CqEvent};
+pub use context::Context;
+pub use cq::CompletionQueue;
+pub use device_list::{Device, DeviceList};
+pub use mr::MemoryRegion;
+pub use pd::ProtectionDomain;
+pub use qp::{QpCap, QpInit, QueuePair};
+pub use wc::Wc;
