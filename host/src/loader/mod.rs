@@ -8,9 +8,9 @@
 //! - default build: [`Verbs::load`] `dlopen`s `libibverbs.so.1`, or the file named by the
 //!   environment variable [`VQP_IBVERBS_PATH`](ENV_PATH) when it is set and not empty.
 //!   Nothing links against libibverbs, so a binary runs (and reports
-//!   [`Error::LibraryNotFound`]) on machines without it.
+//!   [`Error::LibraryNotFound`](crate::Error::LibraryNotFound)) on machines without it.
 //! - feature `linked`: [`Verbs::load`] uses the table filled at link time from `rdma-sys`
-//!   ([`Verbs::linked`]), unless `VQP_IBVERBS_PATH` is set, which still wins.
+//!   (`Verbs::linked`), unless `VQP_IBVERBS_PATH` is set, which still wins.
 //! - any build: [`Verbs::load_from`] opens an explicit path, and [`Verbs::from_table`]
 //!   takes a table of in-process function pointers (a software provider's).
 

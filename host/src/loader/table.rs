@@ -39,7 +39,7 @@ macro_rules! verbs_table {
         /// function pointers.
         ///
         /// Filled by [`Verbs::load`](super::Verbs::load) (`dlopen` + `dlvsym`), by
-        /// [`Verbs::linked`](super::Verbs::linked) (feature `linked`), or by anyone who
+        /// `Verbs::linked` (feature `linked`), or by anyone who
         /// implements the libibverbs C ABI in-process (a software provider) and hands the
         /// table to [`Verbs::from_table`](super::Verbs::from_table). Every pointer must
         /// behave as the libibverbs function it is named after.
