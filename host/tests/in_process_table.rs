@@ -54,23 +54,40 @@ unsafe fn unbox<T>(p: *mut T) {
 
 // ---- control path ----------------------------------------------------------------------
 
-unsafe extern "C" fn get_device_list(n: *mut c_int) -> *mut *mut ibv_device {
+/// The one fake device. Like libibverbs, which keeps a reference on every opened device,
+/// the fake never frees it: contexts opened from a list outlive the list.
+static DEVICE: AtomicPtr<ibv_device> = AtomicPtr::new(null_mut());
+
+fn device() -> *mut ibv_device {
+    let cur = DEVICE.load(Ordering::SeqCst);
+    if !cur.is_null() {
+        return cur;
+    }
     let mut dev = ibv_device::default();
     for (d, s) in dev.name.iter_mut().zip(b"fake0\0") {
         *d = *s as c_char;
     }
-    let list: Box<[*mut ibv_device; 2]> = Box::new([boxed(dev), null_mut()]);
+    let new = boxed(dev);
+    match DEVICE.compare_exchange(null_mut(), new, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(_) => new,
+        Err(existing) => {
+            // SAFETY: `new` was never shared.
+            unsafe { unbox(new) };
+            existing
+        }
+    }
+}
+
+unsafe extern "C" fn get_device_list(n: *mut c_int) -> *mut *mut ibv_device {
+    let list: Box<[*mut ibv_device; 2]> = Box::new([device(), null_mut()]);
     // SAFETY: the caller passes a writable int.
     unsafe { *n = 1 };
     Box::into_raw(list).cast()
 }
 
 unsafe extern "C" fn free_device_list(list: *mut *mut ibv_device) {
-    // SAFETY: the list and its device came from `get_device_list`.
-    unsafe {
-        unbox(*list);
-        unbox(list.cast::<[*mut ibv_device; 2]>());
-    }
+    // SAFETY: the array came from `get_device_list`.
+    unsafe { unbox(list.cast::<[*mut ibv_device; 2]>()) };
     log("free_device_list");
 }
 
