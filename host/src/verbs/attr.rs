@@ -187,7 +187,6 @@ impl Gid {
     pub fn from_sys(gid: &sys::ibv_gid) -> Self {
         // SAFETY: both members of `ibv_gid` cover the same 16 bytes, and every bit
         // pattern is a valid `[u8; 16]`.
-        #[allow(unsafe_code)]
         let raw = unsafe { gid.raw };
         Gid { raw }
     }
