@@ -135,7 +135,19 @@ impl core::fmt::Debug for CompletionChannel {
 /// One completion event, acknowledged (`ibv_ack_cq_events(cq, 1)`) on drop.
 ///
 /// The CQ it names stays valid while the event is unacknowledged: `ibv_destroy_cq`
-/// waits for the acknowledgement.
+/// waits for the acknowledgement. The event borrows its channel, so the channel cannot be
+/// destroyed under it:
+///
+/// ```compile_fail
+/// # use vqp_host::Context;
+/// # fn f(ctx: &Context) -> vqp_host::Result<()> {
+/// let channel = ctx.create_comp_channel()?;
+/// let event = channel.get_cq_event()?;
+/// drop(channel); // error: `channel` is borrowed by `event`
+/// # drop(event);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the event acknowledges it; check which CQ it is for and re-arm"]
 pub struct CqEvent<'ch> {
     channel: &'ch CompletionChannel,

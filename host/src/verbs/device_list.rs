@@ -13,7 +13,20 @@ use crate::sys;
 /// The devices listed by `ibv_get_device_list`, freed on drop.
 ///
 /// Contexts opened from it stay valid after the list is dropped (libibverbs keeps a
-/// reference on every opened device).
+/// reference on every opened device), but a [`Device`] borrows the list and cannot
+/// outlive it:
+///
+/// ```compile_fail
+/// # use vqp_host::{DeviceList, Verbs};
+/// # fn f(verbs: &Verbs) -> vqp_host::Result<()> {
+/// let device = {
+///     let list = DeviceList::new(verbs)?;
+///     list.get(0).unwrap()
+/// }; // error: `list` does not live long enough
+/// # let _ = device;
+/// # Ok(())
+/// # }
+/// ```
 pub struct DeviceList {
     verbs: Verbs,
     list: NonNull<*mut sys::ibv_device>,

@@ -36,3 +36,15 @@ pub use mr::MemoryRegion;
 pub use pd::ProtectionDomain;
 pub use qp::{QpCap, QpInit, QueuePair};
 pub use wc::Wc;
+
+// Every owner may move to, and be shared with, other threads: libibverbs is thread-safe
+// (each `unsafe impl` carries its reason). Borrowing views stay on their owner's thread.
+static_assertions::assert_impl_all!(crate::loader::Verbs: Send, Sync, Clone);
+static_assertions::assert_impl_all!(DeviceList: Send, Sync);
+static_assertions::assert_impl_all!(Context: Send, Sync, Clone);
+static_assertions::assert_impl_all!(ProtectionDomain: Send, Sync, Clone);
+static_assertions::assert_impl_all!(MemoryRegion: Send, Sync);
+static_assertions::assert_impl_all!(CompletionChannel: Send, Sync, Clone);
+static_assertions::assert_impl_all!(CompletionQueue: Send, Sync, Clone);
+static_assertions::assert_impl_all!(QueuePair: Send, Sync);
+static_assertions::assert_not_impl_any!(CqEvent<'static>: Send, Sync);
