@@ -1,0 +1,222 @@
+//! The crate's error type.
+
+use std::fmt;
+use std::io;
+
+use crate::enums::WcStatus;
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong between us and libibverbs.
+///
+/// Control-path failures carry the verb's name and the `errno` it reported (as the
+/// [`source`](std::error::Error::source)); completion failures carry the status as
+/// `ibv_wc_status_str` prints it. Nothing the library or a device returns makes this
+/// crate panic: it becomes one of these values.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The verbs library could not be loaded.
+    LibraryNotFound {
+        /// The file name or path given to `dlopen`.
+        path: String,
+        /// `dlerror()`'s text.
+        reason: String,
+    },
+    /// The verbs library lacks a function we need.
+    SymbolMissing {
+        /// The function's name, e.g. `ibv_create_qp`.
+        symbol: &'static str,
+        /// The library it was looked up in.
+        library: String,
+    },
+    /// The provider's ops table lacks a data-path operation.
+    OpMissing {
+        /// The slot, e.g. `ops.poll_cq`.
+        op: &'static str,
+    },
+    /// No RDMA device is present (libibverbs answered `ENOSYS`, or an empty list).
+    NoDevices {
+        /// The errno libibverbs set, when it set one.
+        source: Option<io::Error>,
+    },
+    /// No device has the requested name.
+    DeviceNotFound {
+        /// The name asked for.
+        name: String,
+    },
+    /// A verb returned an error.
+    Verbs {
+        /// The verb, e.g. `ibv_create_cq`.
+        function: &'static str,
+        /// The `errno` it reported.
+        source: io::Error,
+    },
+    /// A post (`ibv_post_send` / `ibv_post_recv`) refused a request of a chain; the
+    /// requests before it were posted, it and those after it were not.
+    PostFailed {
+        /// `ibv_post_send` or `ibv_post_recv`.
+        function: &'static str,
+        /// Position in the chain of the first request not posted.
+        index: usize,
+        /// The `errno` it reported.
+        source: io::Error,
+    },
+    /// A work request completed with an error status.
+    BadCompletion {
+        /// The request's `wr_id`.
+        wr_id: u64,
+        /// Its status.
+        status: WcStatus,
+        /// The vendor syndrome.
+        vendor_err: u32,
+    },
+    /// An argument was out of the range the verbs accept.
+    InvalidArgument {
+        /// What was wrong.
+        what: &'static str,
+    },
+}
+
+impl Error {
+    /// A [`Error::Verbs`] from an errno value returned by a verb (positive, as rdma-core
+    /// returns them); non-positive values fall back to the thread's `errno`, and to `EIO`
+    /// when that is 0.
+    pub(crate) fn verbs_rc(function: &'static str, rc: i32) -> Self {
+        Error::Verbs {
+            function,
+            source: errno_error(rc),
+        }
+    }
+
+    /// A [`Error::Verbs`] from the thread's `errno` (after a verb returned null).
+    pub(crate) fn verbs_errno(function: &'static str) -> Self {
+        Error::Verbs {
+            function,
+            source: last_errno(),
+        }
+    }
+
+    /// The errno of a [`Error::Verbs`] or [`Error::PostFailed`], if any.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Verbs { source, .. } | Error::PostFailed { source, .. } => source.raw_os_error(),
+            Error::NoDevices {
+                source: Some(source),
+            } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+/// An `io::Error` for a verb's return code: positive codes are errno values; otherwise
+/// the thread's errno, or `EIO` when the library left it at 0.
+pub(crate) fn errno_error(rc: i32) -> io::Error {
+    if rc > 0 {
+        io::Error::from_raw_os_error(rc)
+    } else {
+        last_errno()
+    }
+}
+
+/// The thread's `errno` as an `io::Error`, `EIO` when it is 0.
+pub(crate) fn last_errno() -> io::Error {
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(0) | None => io::Error::from_raw_os_error(libc::EIO),
+        Some(_) => err,
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::LibraryNotFound { path, reason } => {
+                write!(f, "cannot load the verbs library {path:?}: {reason}")
+            }
+            Error::SymbolMissing { symbol, library } => {
+                write!(f, "the verbs library {library:?} does not export {symbol}")
+            }
+            Error::OpMissing { op } => {
+                write!(f, "the RDMA provider does not implement {op}")
+            }
+            Error::NoDevices { source: None } => f.write_str("no RDMA devices found"),
+            Error::NoDevices { source: Some(err) } => {
+                write!(f, "no RDMA devices found ({err})")
+            }
+            Error::DeviceNotFound { name } => write!(f, "no RDMA device named {name:?}"),
+            Error::Verbs { function, source } => write!(f, "{function} failed: {source}"),
+            Error::PostFailed {
+                function,
+                index,
+                source,
+            } => write!(f, "{function} failed at work request {index} of the chain: {source}"),
+            Error::BadCompletion {
+                wr_id,
+                status,
+                vendor_err,
+            } => write!(
+                f,
+                "work request {wr_id:#x} completed with error: {status} (status {}, vendor error {vendor_err:#x})",
+                status.as_raw()
+            ),
+            Error::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Verbs { source, .. } | Error::PostFailed { source, .. } => Some(source),
+            Error::NoDevices {
+                source: Some(source),
+            } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn display_texts() {
+        let e = Error::NoDevices { source: None };
+        assert_eq!(e.to_string(), "no RDMA devices found");
+        let e = Error::NoDevices {
+            source: Some(io::Error::from_raw_os_error(libc::ENOSYS)),
+        };
+        assert!(e.to_string().starts_with("no RDMA devices found ("), "{e}");
+        assert!(e.source().is_some());
+
+        let e = Error::verbs_rc("ibv_modify_qp", libc::EINVAL);
+        assert!(
+            e.to_string()
+                .starts_with("ibv_modify_qp failed: Invalid argument"),
+            "{e}"
+        );
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        assert!(e.source().is_some());
+
+        let e = Error::BadCompletion {
+            wr_id: 7,
+            status: WcStatus::RemAccessErr,
+            vendor_err: 0x88,
+        };
+        assert_eq!(
+            e.to_string(),
+            "work request 0x7 completed with error: remote access error (status 10, vendor error 0x88)"
+        );
+        assert!(e.source().is_none());
+
+        let e = Error::SymbolMissing {
+            symbol: "ibv_create_qp",
+            library: "libc.so.6".into(),
+        };
+        assert!(e.to_string().contains("ibv_create_qp"));
+    }
+}

@@ -1,0 +1,58 @@
+//! `#[repr(C)]` mirrors of rdma-core's public ABI, as `<infiniband/verbs.h>` declares it.
+//!
+//! Names, field order and types follow the C header one for one, so that a pointer handed
+//! out by libibverbs (or by any provider that speaks its ABI) can be read through these
+//! types directly. The definitions are the same in every build: the `linked` feature only
+//! changes where the function table comes from, never these layouts.
+//!
+//! Conventions:
+//! - Values the C header types as an `enum` are plain integers here (`u32`, or `i32`
+//!   where the C enum has negative members). A library newer than this crate may return
+//!   values we do not know; the Rust enums in [`crate::enums`] turn those into
+//!   `Unknown(n)` instead of trusting them.
+//! - C anonymous unions get a named field (`ibv_send_wr::imm`, `ibv_wc::imm`,
+//!   `ibv_send_wr::bind_mw_tso`) of a named union type; the byte layout is unchanged.
+//! - Structures the library *writes into* and which rdma-core has grown across releases
+//!   (`ibv_port_attr`) carry explicit reserved tail space, so an older binding can never
+//!   be overrun by a newer library.
+//! - Every struct here is valid when all of its bytes are zero (null pointers, `None`
+//!   function pointers, zero integers), which is what `Default` returns.
+//!
+//! The layouts are proven against the system header by `tests/layout.rs` (a C probe built
+//! from the same list of structs and fields) and, with `--features linked`, against
+//! `rdma-sys` at compile time.
+#![allow(non_camel_case_types)]
+
+mod device;
+mod object;
+mod ops;
+mod qp;
+mod wc;
+mod wr;
+
+pub use device::*;
+pub use object::*;
+pub use ops::*;
+pub use qp::*;
+pub use wc::*;
+pub use wr::*;
+
+/// A big-endian 64-bit value (`__be64`), kept as the raw integer the library stores.
+pub type __be64 = u64;
+/// A big-endian 32-bit value (`__be32`), kept as the raw integer the library stores.
+pub type __be32 = u32;
+
+/// Implements `Default` as all-zero bytes for types where that is a valid value.
+macro_rules! zeroed_default {
+    ($($t:ty),* $(,)?) => {$(
+        impl Default for $t {
+            #[inline]
+            fn default() -> Self {
+                // SAFETY: every field of this `repr(C)` type (integers, raw pointers,
+                // `Option` of function pointers, unions of those) is valid when zeroed.
+                unsafe { ::core::mem::zeroed() }
+            }
+        }
+    )*};
+}
+pub(crate) use zeroed_default;

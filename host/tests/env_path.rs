@@ -1,0 +1,22 @@
+//! `VQP_IBVERBS_PATH` redirects `Verbs::load` (in every build). Its own test binary, so
+//! that changing the environment cannot race with other tests.
+
+use vqp_host::{Error, Verbs};
+
+#[test]
+fn env_path_pointing_at_a_missing_file_names_it() {
+    let path = "/nonexistent/vqp-env-test/libfakeverbs.so";
+    std::env::set_var(vqp_host::loader::ENV_PATH, path);
+    let err = Verbs::load().expect_err("the file does not exist");
+    match &err {
+        Error::LibraryNotFound { path: p, .. } => assert_eq!(p, path),
+        other => panic!("expected LibraryNotFound, got {other:?}"),
+    }
+    assert!(err.to_string().contains(path), "{err}");
+
+    // An empty value means "not set".
+    std::env::set_var(vqp_host::loader::ENV_PATH, "");
+    let verbs = Verbs::load().expect("falls back to the default library");
+    assert_ne!(verbs.library_path(), Some(""));
+    std::env::remove_var(vqp_host::loader::ENV_PATH);
+}

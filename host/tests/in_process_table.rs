@@ -1,0 +1,760 @@
+//! `Verbs::from_table` with an in-process fake provider: the path a software provider
+//! takes. The fake implements just enough of the libibverbs ABI to drive every wrapper:
+//! device listing, opening, queries (including a port query that writes the newer,
+//! larger `ibv_port_attr`), object creation and release order, connection transitions,
+//! and the data path through the context's ops table.
+
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ptr::{self, null_mut};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use vqp_host::connect::{self, Address, Path, INIT_MASK, RTR_MASK, RTS_MASK};
+use vqp_host::sys::*;
+use vqp_host::{
+    AccessFlags, Context, DeviceList, Error, LinkLayer, Mtu, PortState, QpCap, QpInit, QpState,
+    Verbs, VerbsTable, Wc, WcOpcode,
+};
+
+// ---- the fake provider's state ---------------------------------------------------------
+
+static TEST_LOCK: Mutex<()> = Mutex::new(());
+static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static MODIFIES: Mutex<Vec<(ibv_qp_attr, c_int)>> = Mutex::new(Vec::new());
+static COMPLETIONS: Mutex<VecDeque<(u64, u32)>> = Mutex::new(VecDeque::new());
+static ARMED: AtomicPtr<ibv_cq> = AtomicPtr::new(null_mut());
+
+const FAKE_QPN: u32 = 0x99;
+const BAD_WR_ID: u64 = 0xbad;
+
+fn log(s: &str) {
+    log_lines().push(s.to_string());
+}
+
+fn log_lines() -> MutexGuard<'static, Vec<String>> {
+    LOG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: `__errno_location` returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn boxed<T>(v: T) -> *mut T {
+    Box::into_raw(Box::new(v))
+}
+
+/// # Safety
+/// `p` came from `boxed` and is freed once.
+unsafe fn unbox<T>(p: *mut T) {
+    // SAFETY: per the contract.
+    drop(unsafe { Box::from_raw(p) });
+}
+
+// ---- control path ----------------------------------------------------------------------
+
+/// The one fake device. Like libibverbs, which keeps a reference on every opened device,
+/// the fake never frees it: contexts opened from a list outlive the list.
+static DEVICE: AtomicPtr<ibv_device> = AtomicPtr::new(null_mut());
+
+fn device() -> *mut ibv_device {
+    let cur = DEVICE.load(Ordering::SeqCst);
+    if !cur.is_null() {
+        return cur;
+    }
+    let mut dev = ibv_device::default();
+    for (d, s) in dev.name.iter_mut().zip(b"fake0\0") {
+        *d = *s as c_char;
+    }
+    let new = boxed(dev);
+    match DEVICE.compare_exchange(null_mut(), new, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(_) => new,
+        Err(existing) => {
+            // SAFETY: `new` was never shared.
+            unsafe { unbox(new) };
+            existing
+        }
+    }
+}
+
+unsafe extern "C" fn get_device_list(n: *mut c_int) -> *mut *mut ibv_device {
+    let list: Box<[*mut ibv_device; 2]> = Box::new([device(), null_mut()]);
+    // SAFETY: the caller passes a writable int.
+    unsafe { *n = 1 };
+    Box::into_raw(list).cast()
+}
+
+unsafe extern "C" fn free_device_list(list: *mut *mut ibv_device) {
+    // SAFETY: the array came from `get_device_list`.
+    unsafe { unbox(list.cast::<[*mut ibv_device; 2]>()) };
+    log("free_device_list");
+}
+
+unsafe extern "C" fn get_device_name(dev: *mut ibv_device) -> *const c_char {
+    // SAFETY: a live device.
+    unsafe { (*dev).name.as_ptr() }
+}
+
+unsafe extern "C" fn get_device_guid(_dev: *mut ibv_device) -> u64 {
+    0x1122_3344_5566_7788u64.to_be()
+}
+
+unsafe extern "C" fn open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    let mut ctx = ibv_context {
+        device: dev,
+        num_comp_vectors: 2,
+        ..Default::default()
+    };
+    ctx.ops.poll_cq = Some(poll_cq);
+    ctx.ops.req_notify_cq = Some(req_notify_cq);
+    ctx.ops.post_send = Some(post_send);
+    ctx.ops.post_recv = Some(post_recv);
+    boxed(ctx)
+}
+
+unsafe extern "C" fn close_device(ctx: *mut ibv_context) -> c_int {
+    // SAFETY: from `open_device`.
+    unsafe { unbox(ctx) };
+    log("close_device");
+    0
+}
+
+unsafe extern "C" fn query_device(_ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int {
+    // SAFETY: a writable attribute struct.
+    let attr = unsafe { &mut *attr };
+    attr.max_qp_rd_atom = 4;
+    attr.max_qp_init_rd_atom = 2;
+    attr.phys_port_cnt = 1;
+    attr.max_qp_wr = 1024;
+    0
+}
+
+/// Behaves like a library newer than v44: checks that the buffer was zeroed, then writes
+/// the 56-byte layout (with `active_speed_ex` right after `port_cap_flags2`).
+unsafe extern "C" fn query_port(
+    _ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+) -> c_int {
+    if port != 1 {
+        return libc::EINVAL;
+    }
+    let bytes = attr.cast::<u8>();
+    // SAFETY: the caller's buffer is at least 56 bytes (that is what this test proves).
+    let dirty = (0..56).any(|i| unsafe { *bytes.add(i) } != 0);
+    if dirty {
+        return libc::EFAULT;
+    }
+    // SAFETY: as above; fields of the v44 prefix, then the 4 bytes at offset 52.
+    unsafe {
+        (*attr).state = IBV_PORT_ACTIVE;
+        (*attr).max_mtu = IBV_MTU_4096;
+        (*attr).active_mtu = IBV_MTU_1024;
+        (*attr).lid = 7;
+        (*attr).link_layer = IBV_LINK_LAYER_INFINIBAND;
+        (*attr).gid_tbl_len = 16;
+        ptr::write_unaligned(bytes.add(52).cast::<u32>(), 0x100);
+    }
+    0
+}
+
+unsafe extern "C" fn query_gid(
+    _ctx: *mut ibv_context,
+    _port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    if index != 0 {
+        return -1;
+    }
+    let mut raw = [0u8; 16];
+    raw[0] = 0xfe;
+    raw[1] = 0x80;
+    raw[15] = 7;
+    // SAFETY: a writable gid.
+    unsafe { *gid = ibv_gid { raw } };
+    0
+}
+
+unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    boxed(ibv_pd {
+        context: ctx,
+        handle: 1,
+    })
+}
+
+unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    // SAFETY: from `alloc_pd`.
+    unsafe { unbox(pd) };
+    log("dealloc_pd");
+    0
+}
+
+unsafe extern "C" fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    _access: c_int,
+) -> *mut ibv_mr {
+    boxed(ibv_mr {
+        // SAFETY: a live PD.
+        context: unsafe { (*pd).context },
+        pd,
+        addr,
+        length,
+        handle: 2,
+        lkey: 0x11,
+        rkey: 0x22,
+    })
+}
+
+unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
+    // SAFETY: from `reg_mr`.
+    unsafe { unbox(mr) };
+    log("dereg_mr");
+    0
+}
+
+unsafe extern "C" fn create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
+    boxed(ibv_comp_channel {
+        context: ctx,
+        fd: -1,
+        refcnt: 0,
+    })
+}
+
+unsafe extern "C" fn destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    // SAFETY: from `create_comp_channel`.
+    unsafe { unbox(ch) };
+    log("destroy_comp_channel");
+    0
+}
+
+unsafe extern "C" fn create_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _vector: c_int,
+) -> *mut ibv_cq {
+    if cqe <= 0 {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    boxed(ibv_cq {
+        context: ctx,
+        channel,
+        cq_context,
+        cqe,
+        ..Default::default()
+    })
+}
+
+unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: from `create_cq`.
+    unsafe { unbox(cq) };
+    log("destroy_cq");
+    0
+}
+
+unsafe extern "C" fn get_cq_event(
+    _ch: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    ctx: *mut *mut c_void,
+) -> c_int {
+    let armed = ARMED.swap(null_mut(), Ordering::SeqCst);
+    if armed.is_null() {
+        set_errno(libc::EAGAIN);
+        return -1;
+    }
+    // SAFETY: writable out-pointers; `armed` is a live CQ.
+    unsafe {
+        *cq = armed;
+        *ctx = (*armed).cq_context;
+    }
+    0
+}
+
+unsafe extern "C" fn ack_cq_events(_cq: *mut ibv_cq, n: c_uint) {
+    log(&format!("ack {n}"));
+}
+
+unsafe extern "C" fn create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    // SAFETY: a live PD and a writable init struct.
+    let (init, pd_ref) = unsafe { (&mut *init, &*pd) };
+    if init.qp_type != IBV_QPT_RC {
+        set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
+    init.cap.max_inline_data = 64;
+    boxed(ibv_qp {
+        context: pd_ref.context,
+        pd,
+        send_cq: init.send_cq,
+        recv_cq: init.recv_cq,
+        qp_num: FAKE_QPN,
+        qp_type: init.qp_type,
+        ..Default::default()
+    })
+}
+
+unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: from `create_qp`.
+    unsafe { unbox(qp) };
+    log("destroy_qp");
+    0
+}
+
+unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+    // SAFETY: a live QP and a readable attr.
+    let attr = unsafe { *attr };
+    MODIFIES.lock().unwrap().push((attr, mask));
+    if mask as c_uint & IBV_QP_STATE != 0 {
+        // SAFETY: a live QP.
+        unsafe { (*qp).state = attr.qp_state };
+    }
+    0
+}
+
+unsafe extern "C" fn query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    _init: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: a live QP and a writable attr.
+    unsafe { (*attr).qp_state = (*qp).state };
+    0
+}
+
+unsafe extern "C" fn wc_status_str(_status: c_uint) -> *const c_char {
+    c"fake status".as_ptr()
+}
+
+// ---- data path (ops table) --------------------------------------------------------------
+
+unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: a valid chain (the wrapper's contract).
+        let w = unsafe { &*cur };
+        if w.wr_id == BAD_WR_ID {
+            // SAFETY: a writable out-pointer.
+            unsafe { *bad = cur };
+            return libc::EINVAL;
+        }
+        // SAFETY: a live QP.
+        COMPLETIONS
+            .lock()
+            .unwrap()
+            .push_back((w.wr_id, unsafe { (*qp).qp_num }));
+        cur = w.next;
+    }
+    0
+}
+
+unsafe extern "C" fn post_recv(
+    _qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: writable out-pointer; the receive path of the fake refuses everything.
+    unsafe { *bad = wr };
+    libc::ENOMEM
+}
+
+unsafe extern "C" fn poll_cq(_cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    let mut queue = COMPLETIONS.lock().unwrap();
+    let mut i = 0;
+    while i < n {
+        let Some((wr_id, qp_num)) = queue.pop_front() else {
+            break;
+        };
+        let entry = ibv_wc {
+            wr_id,
+            qp_num,
+            status: if wr_id == 0xe77 {
+                IBV_WC_REM_ACCESS_ERR
+            } else {
+                IBV_WC_SUCCESS
+            },
+            opcode: IBV_WC_RDMA_WRITE,
+            ..Default::default()
+        };
+        // SAFETY: the caller provides room for `n` entries.
+        unsafe { wc.add(i as usize).write(entry) };
+        i += 1;
+    }
+    i
+}
+
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited: c_int) -> c_int {
+    ARMED.store(cq, Ordering::SeqCst);
+    0
+}
+
+fn fake_table() -> VerbsTable {
+    VerbsTable {
+        get_device_list,
+        free_device_list,
+        get_device_name,
+        get_device_guid,
+        open_device,
+        close_device,
+        query_device,
+        query_port,
+        query_gid,
+        alloc_pd,
+        dealloc_pd,
+        reg_mr,
+        dereg_mr,
+        create_comp_channel,
+        destroy_comp_channel,
+        create_cq,
+        destroy_cq,
+        get_cq_event,
+        ack_cq_events,
+        create_qp,
+        destroy_qp,
+        modify_qp,
+        query_qp,
+        wc_status_str,
+    }
+}
+
+fn setup() -> (MutexGuard<'static, ()>, Verbs) {
+    let guard = TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    log_lines().clear();
+    MODIFIES.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    COMPLETIONS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+    // SAFETY: the fake functions follow libibverbs' conventions for what the tests use.
+    let verbs = unsafe { Verbs::from_table(fake_table()) };
+    (guard, verbs)
+}
+
+fn cap() -> QpCap {
+    QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
+// ---- tests ------------------------------------------------------------------------------
+
+#[test]
+fn devices_are_listed_found_and_opened() {
+    let (_g, verbs) = setup();
+    assert_eq!(verbs.library_path(), None);
+    assert_eq!(
+        verbs.wc_status_str(vqp_host::WcStatus::Success),
+        "fake status"
+    );
+    let list = DeviceList::new(&verbs).unwrap();
+    assert_eq!(list.len(), 1);
+    let dev = list.get(0).unwrap();
+    assert_eq!(dev.name(), "fake0");
+    assert_eq!(dev.guid(), 0x1122_3344_5566_7788);
+    assert!(list.get(1).is_none());
+    match list.find("mlx5_0") {
+        Err(Error::DeviceNotFound { name }) => assert_eq!(name, "mlx5_0"),
+        other => panic!("{other:?}"),
+    }
+    drop(list);
+    assert_eq!(log_lines().as_slice(), ["free_device_list"]);
+
+    let ctx = Context::open(&verbs, Some("fake0")).unwrap();
+    assert_eq!(ctx.device_name(), "fake0");
+    assert_eq!(ctx.num_comp_vectors(), 2);
+    assert!(matches!(
+        Context::open(&verbs, Some("nope")),
+        Err(Error::DeviceNotFound { .. })
+    ));
+}
+
+#[test]
+fn queries_decode_and_port_buffer_has_room_for_newer_layouts() {
+    let (_g, verbs) = setup();
+    let ctx = Context::open(&verbs, None).unwrap();
+    let port = ctx.query_port(1).unwrap();
+    assert_eq!(port.state(), PortState::Active);
+    assert_eq!(port.active_mtu(), Mtu::Mtu1024);
+    assert_eq!(port.link_layer(), LinkLayer::InfiniBand);
+    assert_eq!(port.lid(), 7);
+    assert_eq!(
+        port.active_speed(),
+        0x100,
+        "the field a newer library appends is read"
+    );
+    match ctx.query_port(2) {
+        Err(
+            e @ Error::Verbs {
+                function: "ibv_query_port",
+                ..
+            },
+        ) => assert_eq!(e.raw_os_error(), Some(libc::EINVAL)),
+        other => panic!("{other:?}"),
+    }
+    let dev = ctx.query_device().unwrap();
+    assert_eq!(
+        (
+            dev.max_qp_rd_atom(),
+            dev.max_qp_init_rd_atom(),
+            dev.phys_port_cnt()
+        ),
+        (4, 2, 1)
+    );
+    let gid = ctx.query_gid(1, 0).unwrap();
+    assert_eq!(gid.subnet_prefix(), 0xfe80_0000_0000_0000);
+    assert_eq!(gid.interface_id(), 7);
+    assert!(matches!(
+        ctx.query_gid(1, 1),
+        Err(Error::Verbs {
+            function: "ibv_query_gid",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn children_keep_parents_alive_and_release_in_order() {
+    let (_g, verbs) = setup();
+    let ctx = Context::open(&verbs, None).unwrap();
+    log_lines().clear(); // the device list used by `open`
+    let channel = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq(32, Some(&channel), 0).unwrap();
+    assert_eq!(cq.capacity(), 32);
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd.register_buffer(8192, AccessFlags::ALL_REMOTE).unwrap();
+    assert_eq!((mr.lkey(), mr.rkey(), mr.len()), (0x11, 0x22, 8192));
+    assert_eq!(mr.addr() % 4096, 0);
+    assert_eq!(mr.sge(4096, 100).unwrap().addr, mr.addr() + 4096);
+    assert!(mr.sge(8100, 100).is_none());
+    let qp = pd.create_qp(&QpInit::rc(&cq, cap())).unwrap();
+    assert_eq!(qp.qp_num(), FAKE_QPN);
+    assert_eq!(
+        qp.cap().max_inline_data,
+        64,
+        "granted sizes are written back"
+    );
+
+    // Drop parents first: nothing may be released while children live.
+    drop(ctx);
+    drop(channel);
+    drop(pd);
+    drop(cq);
+    let early = log_lines().clone();
+    assert!(early.is_empty(), "released while children live: {early:?}");
+    drop(qp);
+    drop(mr);
+    let log = log_lines().clone();
+    let pos = |s: &str| {
+        log.iter()
+            .position(|l| l == s)
+            .unwrap_or_else(|| panic!("{s} missing from {log:?}"))
+    };
+    assert!(pos("destroy_qp") < pos("destroy_cq"));
+    assert!(pos("destroy_qp") < pos("dealloc_pd"));
+    assert!(pos("dereg_mr") < pos("dealloc_pd"));
+    assert!(pos("destroy_cq") < pos("destroy_comp_channel"));
+    assert_eq!(log.last().map(String::as_str), Some("close_device"));
+    assert_eq!(log.len(), 6);
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let (_g, verbs) = setup();
+    let ctx = Context::open(&verbs, None).unwrap();
+    assert!(matches!(
+        ctx.create_cq(0, None, 0),
+        Err(Error::Verbs {
+            function: "ibv_create_cq",
+            ..
+        })
+    ));
+    let pd = ctx.alloc_pd().unwrap();
+    assert!(matches!(
+        pd.register_buffer(0, AccessFlags::LOCAL_WRITE),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let cq = ctx.create_cq(8, None, 0).unwrap();
+    let mut init = QpInit::rc(&cq, cap());
+    init.qp_type = vqp_host::QpType::Ud;
+    match pd.create_qp(&init) {
+        Err(
+            e @ Error::Verbs {
+                function: "ibv_create_qp",
+                ..
+            },
+        ) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP)),
+        other => panic!("{other:?}"),
+    }
+    // A CQ of another context is refused before the library sees it.
+    let other_ctx = Context::open(&verbs, None).unwrap();
+    let other_cq = other_ctx.create_cq(8, None, 0).unwrap();
+    assert!(matches!(
+        pd.create_qp(&QpInit::rc(&other_cq, cap())),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+fn connect_applies_three_transitions_with_exact_masks() {
+    let (_g, verbs) = setup();
+    let ctx = Context::open(&verbs, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8, None, 0).unwrap();
+    let qp = pd.create_qp(&QpInit::rc(&cq, cap())).unwrap();
+    let path = Path::new(1, Address::lid(0x21), 0x1234, 0x100, 0x200);
+    let applied = connect::connect(&qp, &path).unwrap();
+    assert_eq!(
+        applied.mtu,
+        Mtu::Mtu1024,
+        "lowered to the port's active MTU"
+    );
+    assert_eq!(
+        (applied.max_rd_atomic, applied.max_dest_rd_atomic),
+        (2, 4),
+        "capped by the device"
+    );
+
+    let mods = MODIFIES.lock().unwrap().clone();
+    let masks: Vec<u32> = mods.iter().map(|(_, m)| *m as u32).collect();
+    assert_eq!(masks, [INIT_MASK.bits(), RTR_MASK.bits(), RTS_MASK.bits()]);
+    let (init, rtr, rts) = (mods[0].0, mods[1].0, mods[2].0);
+    assert_eq!(
+        (init.qp_state, init.port_num, init.pkey_index),
+        (IBV_QPS_INIT, 1, 0)
+    );
+    assert_eq!(rtr.qp_state, IBV_QPS_RTR);
+    assert_eq!(
+        (rtr.path_mtu, rtr.dest_qp_num, rtr.rq_psn),
+        (IBV_MTU_1024, 0x1234, 0x200)
+    );
+    assert_eq!(
+        (
+            rtr.ah_attr.dlid,
+            rtr.ah_attr.port_num,
+            rtr.max_dest_rd_atomic
+        ),
+        (0x21, 1, 4)
+    );
+    assert_eq!(
+        (rts.qp_state, rts.sq_psn, rts.max_rd_atomic),
+        (IBV_QPS_RTS, 0x100, 2)
+    );
+    assert_eq!((rts.timeout, rts.retry_cnt, rts.rnr_retry), (14, 7, 7));
+    assert_eq!(qp.state().unwrap(), QpState::Rts);
+
+    let mut bad = path;
+    bad.local_psn = 1 << 24;
+    assert!(matches!(
+        connect::connect(&qp, &bad),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+fn data_path_goes_through_the_ops_table() {
+    let (_g, verbs) = setup();
+    let ctx = Context::open(&verbs, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let channel = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq(8, Some(&channel), 0).unwrap();
+    let qp = pd.create_qp(&QpInit::rc(&cq, cap())).unwrap();
+    let mr = pd.register_buffer(4096, AccessFlags::LOCAL_WRITE).unwrap();
+
+    let mut sge = mr.sge(0, 64).unwrap();
+    let sge_ptr = ptr::addr_of_mut!(sge);
+    let mut wrs = [ibv_send_wr::default(); 3];
+    for (i, wr) in wrs.iter_mut().enumerate() {
+        wr.wr_id = i as u64 + 1;
+        wr.sg_list = sge_ptr;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+    }
+    wrs[2].wr_id = 0xe77;
+    let base = wrs.as_mut_ptr();
+    // SAFETY: indices within the array; the chain is null-terminated.
+    unsafe {
+        (*base).next = base.add(1);
+        (*base.add(1)).next = base.add(2);
+    }
+    // SAFETY: a valid chain whose SGE lies in `mr`, which outlives the completions.
+    unsafe { qp.post_send(&mut *base) }.unwrap();
+
+    let mut wcs = [Wc::default(); 2];
+    let got = cq.poll(&mut wcs).unwrap();
+    assert_eq!(got.len(), 2, "never more than the caller's buffer");
+    assert_eq!((got[0].wr_id(), got[1].wr_id()), (1, 2));
+    assert!(got
+        .iter()
+        .all(|w| w.is_ok() && w.qp_num() == FAKE_QPN && w.opcode() == WcOpcode::RdmaWrite));
+    let got = cq.poll(&mut wcs).unwrap();
+    assert_eq!(got.len(), 1);
+    match got[0].ok() {
+        Err(e @ Error::BadCompletion { wr_id: 0xe77, .. }) => {
+            assert!(e.to_string().contains("remote access error"))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(cq.poll(&mut wcs).unwrap().is_empty());
+
+    // A chain whose second request is refused: the index names it.
+    // SAFETY: index within the array, written through the pointer the chain uses.
+    unsafe { (*base.add(1)).wr_id = BAD_WR_ID };
+    // SAFETY: as above.
+    match unsafe { qp.post_send(&mut *base) } {
+        Err(Error::PostFailed {
+            function: "ibv_post_send",
+            index: 1,
+            source,
+        }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::EINVAL))
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut rwr = ibv_recv_wr {
+        wr_id: 5,
+        next: null_mut(),
+        sg_list: sge_ptr,
+        num_sge: 1,
+    };
+    // SAFETY: a single valid receive request.
+    assert!(matches!(
+        unsafe { qp.post_recv(&mut rwr) },
+        Err(Error::PostFailed {
+            function: "ibv_post_recv",
+            index: 0,
+            ..
+        })
+    ));
+
+    // Arming, then an event for this CQ, acknowledged on drop.
+    cq.req_notify(false).unwrap();
+    let event = channel.get_cq_event().unwrap();
+    assert!(event.is_for(&cq));
+    drop(event);
+    assert!(log_lines().contains(&"ack 1".to_string()));
+    let again = channel.get_cq_event();
+    match again {
+        Err(
+            e @ Error::Verbs {
+                function: "ibv_get_cq_event",
+                ..
+            },
+        ) => assert_eq!(e.raw_os_error(), Some(libc::EAGAIN)),
+        other => panic!("{other:?}"),
+    }
+}

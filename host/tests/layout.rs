@@ -1,0 +1,348 @@
+//! Proves that `vqp_host::sys` matches the system's `<infiniband/verbs.h>`.
+//!
+//! One list below names every struct, every field (nested union members by their C
+//! path) and every constant we mirror. From it the test generates a C program, compiles
+//! it with `cc` (or `$CC`) against the installed header, runs it, and compares what it
+//! prints — `sizeof`, `alignof`, `offsetof` and field sizes, constant values — with what
+//! Rust computes for our types. The two sides come from the same list, so they cannot
+//! drift apart.
+//!
+//! The test fails (it does not skip) when the header or the compiler is missing: CI
+//! installs `libibverbs-dev`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::mem::{align_of, size_of, MaybeUninit};
+use std::path::PathBuf;
+use std::process::Command;
+
+use vqp_host::sys;
+
+/// One struct or union as Rust lays it out.
+struct Layout {
+    /// C type, e.g. `struct ibv_sge`.
+    c_type: &'static str,
+    size: usize,
+    align: usize,
+    /// The Rust type may be larger than C's (reserved tail space for structs the
+    /// library grows); field offsets must still agree.
+    grows: bool,
+    /// (C member path, offset, size).
+    fields: Vec<(&'static str, usize, usize)>,
+}
+
+fn size_of_pointee<T>(_: *const T) -> usize {
+    size_of::<T>()
+}
+
+macro_rules! layouts {
+    ($(
+        $kind:tt $name:ident $([$grows:ident])? {
+            $( $($rust:ident).+ $(= $c:literal)? ),* $(,)?
+        }
+    )*) => {
+        fn rust_layouts() -> Vec<Layout> {
+            let mut out = Vec::new();
+            $(
+                let base = MaybeUninit::<sys::$name>::uninit();
+                let base = base.as_ptr();
+                #[allow(unused_mut)]
+                let mut fields = Vec::new();
+                $(
+                    // SAFETY: only the address of the (possibly union) member is taken,
+                    // within the allocation of `base`; nothing is read.
+                    let field = unsafe { std::ptr::addr_of!((*base).$($rust).+) };
+                    let c_path = layouts!(@cpath $($rust).+ $(= $c)?);
+                    fields.push((c_path, field as usize - base as usize, size_of_pointee(field)));
+                )*
+                out.push(Layout {
+                    c_type: concat!(stringify!($kind), " ", stringify!($name)),
+                    size: size_of::<sys::$name>(),
+                    align: align_of::<sys::$name>(),
+                    grows: layouts!(@grows $($grows)?),
+                    fields,
+                });
+            )*
+            out
+        }
+    };
+    (@cpath $($rust:ident).+ = $c:literal) => { $c };
+    (@cpath $($rust:ident).+) => { stringify!($($rust).+) };
+    (@grows grows) => { true };
+    (@grows) => { false };
+}
+
+macro_rules! constants {
+    ($($name:ident),* $(,)?) => {
+        fn rust_constants() -> Vec<(&'static str, i64)> {
+            vec![$((stringify!($name), sys::$name as i64)),*]
+        }
+    };
+}
+
+layouts! {
+    struct _ibv_device_ops { _dummy1, _dummy2 }
+    struct ibv_device { _ops, node_type, transport_type, name, dev_name, dev_path, ibdev_path }
+    struct ibv_context_ops {
+        _compat_query_device, _compat_query_port, _compat_alloc_pd, _compat_dealloc_pd,
+        _compat_reg_mr, _compat_rereg_mr, _compat_dereg_mr, alloc_mw, bind_mw, dealloc_mw,
+        _compat_create_cq, poll_cq, req_notify_cq, _compat_cq_event, _compat_resize_cq,
+        _compat_destroy_cq, _compat_create_srq, _compat_modify_srq, _compat_query_srq,
+        _compat_destroy_srq, post_srq_recv, _compat_create_qp, _compat_query_qp,
+        _compat_modify_qp, _compat_destroy_qp, post_send, post_recv, _compat_create_ah,
+        _compat_destroy_ah, _compat_attach_mcast, _compat_detach_mcast, _compat_async_event,
+    }
+    struct ibv_context { device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat }
+    struct ibv_pd { context, handle }
+    struct ibv_mr { context, pd, addr, length, handle, lkey, rkey }
+    struct ibv_comp_channel { context, fd, refcnt }
+    struct ibv_cq {
+        context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
+        async_events_completed,
+    }
+    struct ibv_srq { context, srq_context, pd, handle, mutex, cond, events_completed }
+    struct ibv_ah { context, pd, handle }
+    struct ibv_mw { context, pd, rkey, handle, type_ = "type" }
+    struct ibv_sge { addr, length, lkey }
+    struct ibv_mw_bind_info { mr, addr, length, mw_access_flags }
+    struct ibv_mw_bind { wr_id, send_flags, bind_info, bind_info.mr, bind_info.mw_access_flags }
+    struct ibv_send_wr {
+        wr_id, next, sg_list, num_sge, opcode, send_flags,
+        imm.imm_data = "imm_data", imm.invalidate_rkey = "invalidate_rkey",
+        wr, wr.rdma, wr.rdma.remote_addr, wr.rdma.rkey,
+        wr.atomic, wr.atomic.remote_addr, wr.atomic.compare_add, wr.atomic.swap, wr.atomic.rkey,
+        wr.ud, wr.ud.ah, wr.ud.remote_qpn, wr.ud.remote_qkey,
+        qp_type, qp_type.xrc, qp_type.xrc.remote_srqn,
+        bind_mw_tso.bind_mw = "bind_mw",
+        bind_mw_tso.bind_mw.mw = "bind_mw.mw",
+        bind_mw_tso.bind_mw.rkey = "bind_mw.rkey",
+        bind_mw_tso.bind_mw.bind_info = "bind_mw.bind_info",
+        bind_mw_tso.tso = "tso",
+        bind_mw_tso.tso.hdr = "tso.hdr",
+        bind_mw_tso.tso.hdr_sz = "tso.hdr_sz",
+        bind_mw_tso.tso.mss = "tso.mss",
+    }
+    struct ibv_recv_wr { wr_id, next, sg_list, num_sge }
+    struct ibv_wc {
+        wr_id, status, opcode, vendor_err, byte_len,
+        imm.imm_data = "imm_data", imm.invalidated_rkey = "invalidated_rkey",
+        qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits,
+    }
+    struct ibv_qp {
+        context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type,
+        mutex, cond, events_completed,
+    }
+    struct ibv_qp_cap { max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data }
+    struct ibv_qp_init_attr { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all }
+    union ibv_gid { raw, global, global.subnet_prefix, global.interface_id }
+    struct ibv_global_route { dgid, flow_label, sgid_index, hop_limit, traffic_class }
+    struct ibv_ah_attr {
+        grh, grh.dgid, grh.sgid_index, dlid, sl, src_path_bits, static_rate, is_global, port_num,
+    }
+    struct ibv_qp_attr {
+        qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num,
+        qp_access_flags, cap, ah_attr, ah_attr.grh.dgid, ah_attr.dlid, ah_attr.port_num,
+        alt_ah_attr, pkey_index, alt_pkey_index, en_sqd_async_notify, sq_draining,
+        max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt,
+        rnr_retry, alt_port_num, alt_timeout, rate_limit,
+    }
+    struct ibv_device_attr {
+        fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap, vendor_id,
+        vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags, max_sge, max_sge_rd,
+        max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom,
+        max_qp_init_rd_atom, max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw,
+        max_raw_ipv6_qp, max_raw_ethy_qp, max_mcast_grp, max_mcast_qp_attach,
+        max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr,
+        max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt,
+    }
+    struct ibv_port_attr [grows] {
+        state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr,
+        qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout,
+        init_type_reply, active_width, active_speed, phys_state, link_layer, flags,
+        port_cap_flags2,
+    }
+}
+
+constants! {
+    IBV_SYSFS_NAME_MAX, IBV_SYSFS_PATH_MAX,
+    IBV_NODE_UNKNOWN, IBV_NODE_CA, IBV_NODE_SWITCH, IBV_NODE_ROUTER, IBV_NODE_RNIC,
+    IBV_NODE_USNIC, IBV_NODE_USNIC_UDP, IBV_NODE_UNSPECIFIED,
+    IBV_TRANSPORT_UNKNOWN, IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP, IBV_TRANSPORT_USNIC,
+    IBV_TRANSPORT_USNIC_UDP, IBV_TRANSPORT_UNSPECIFIED,
+    IBV_ATOMIC_NONE, IBV_ATOMIC_HCA, IBV_ATOMIC_GLOB,
+    IBV_MTU_256, IBV_MTU_512, IBV_MTU_1024, IBV_MTU_2048, IBV_MTU_4096,
+    IBV_PORT_NOP, IBV_PORT_DOWN, IBV_PORT_INIT, IBV_PORT_ARMED, IBV_PORT_ACTIVE,
+    IBV_PORT_ACTIVE_DEFER,
+    IBV_LINK_LAYER_UNSPECIFIED, IBV_LINK_LAYER_INFINIBAND, IBV_LINK_LAYER_ETHERNET,
+    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, IBV_ACCESS_REMOTE_READ,
+    IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_MW_BIND, IBV_ACCESS_ZERO_BASED, IBV_ACCESS_ON_DEMAND,
+    IBV_ACCESS_HUGETLB, IBV_ACCESS_OPTIONAL_FIRST, IBV_ACCESS_RELAXED_ORDERING,
+    IBV_ACCESS_OPTIONAL_RANGE,
+    IBV_MW_TYPE_1, IBV_MW_TYPE_2,
+    IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM,
+    IBV_WR_RDMA_READ, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
+    IBV_WR_LOCAL_INV, IBV_WR_BIND_MW, IBV_WR_SEND_WITH_INV, IBV_WR_TSO, IBV_WR_DRIVER1,
+    IBV_WR_ATOMIC_WRITE,
+    IBV_SEND_FENCE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED, IBV_SEND_INLINE, IBV_SEND_IP_CSUM,
+    IBV_WC_SUCCESS, IBV_WC_LOC_LEN_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_LOC_EEC_OP_ERR,
+    IBV_WC_LOC_PROT_ERR, IBV_WC_WR_FLUSH_ERR, IBV_WC_MW_BIND_ERR, IBV_WC_BAD_RESP_ERR,
+    IBV_WC_LOC_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_OP_ERR,
+    IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_LOC_RDD_VIOL_ERR,
+    IBV_WC_REM_INV_RD_REQ_ERR, IBV_WC_REM_ABORT_ERR, IBV_WC_INV_EECN_ERR,
+    IBV_WC_INV_EEC_STATE_ERR, IBV_WC_FATAL_ERR, IBV_WC_RESP_TIMEOUT_ERR, IBV_WC_GENERAL_ERR,
+    IBV_WC_TM_ERR, IBV_WC_TM_RNDV_INCOMPLETE,
+    IBV_WC_SEND, IBV_WC_RDMA_WRITE, IBV_WC_RDMA_READ, IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD,
+    IBV_WC_BIND_MW, IBV_WC_LOCAL_INV, IBV_WC_TSO, IBV_WC_ATOMIC_WRITE, IBV_WC_RECV,
+    IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_TM_ADD, IBV_WC_TM_DEL, IBV_WC_TM_SYNC, IBV_WC_TM_RECV,
+    IBV_WC_TM_NO_TAG, IBV_WC_DRIVER1, IBV_WC_DRIVER2, IBV_WC_DRIVER3,
+    IBV_WC_GRH, IBV_WC_WITH_IMM, IBV_WC_IP_CSUM_OK, IBV_WC_WITH_INV, IBV_WC_TM_SYNC_REQ,
+    IBV_WC_TM_MATCH, IBV_WC_TM_DATA_VALID,
+    IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, IBV_QPT_RAW_PACKET, IBV_QPT_XRC_SEND,
+    IBV_QPT_XRC_RECV, IBV_QPT_DRIVER,
+    IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQD, IBV_QPS_SQE,
+    IBV_QPS_ERR, IBV_QPS_UNKNOWN,
+    IBV_MIG_MIGRATED, IBV_MIG_REARM, IBV_MIG_ARMED,
+    IBV_QP_STATE, IBV_QP_CUR_STATE, IBV_QP_EN_SQD_ASYNC_NOTIFY, IBV_QP_ACCESS_FLAGS,
+    IBV_QP_PKEY_INDEX, IBV_QP_PORT, IBV_QP_QKEY, IBV_QP_AV, IBV_QP_PATH_MTU, IBV_QP_TIMEOUT,
+    IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_MAX_QP_RD_ATOMIC,
+    IBV_QP_ALT_PATH, IBV_QP_MIN_RNR_TIMER, IBV_QP_SQ_PSN, IBV_QP_MAX_DEST_RD_ATOMIC,
+    IBV_QP_PATH_MIG_STATE, IBV_QP_CAP, IBV_QP_DEST_QPN, IBV_QP_RATE_LIMIT,
+}
+
+/// The C program printing the header's view of every entry of the list.
+fn probe_source(layouts: &[Layout], constants: &[(&'static str, i64)]) -> String {
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <stdalign.h>\n\
+         #include <infiniband/verbs.h>\n\n\
+         #define S(T) printf(\"S|%s|%zu|%zu\\n\", #T, sizeof(T), alignof(T))\n\
+         #define F(T, f) printf(\"F|%s|%s|%zu|%zu\\n\", #T, #f, offsetof(T, f), sizeof(((T *)0)->f))\n\
+         #define C(c) printf(\"C|%s|%lld\\n\", #c, (long long)(c))\n\n\
+         int main(void)\n{\n",
+    );
+    for l in layouts {
+        writeln!(c, "\tS({});", l.c_type).unwrap();
+        for (path, _, _) in &l.fields {
+            writeln!(c, "\tF({}, {});", l.c_type, path).unwrap();
+        }
+    }
+    for (name, _) in constants {
+        writeln!(c, "\tC({name});").unwrap();
+    }
+    c.push_str("\treturn 0;\n}\n");
+    c
+}
+
+/// Compiles and runs the probe; panics with the compiler's output when that fails.
+fn run_probe(source: &str) -> String {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vqp-host-layout-probe");
+    std::fs::create_dir_all(&dir).expect("create the probe directory");
+    let src = dir.join("probe.c");
+    let exe = dir.join("probe");
+    std::fs::write(&src, source).expect("write probe.c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler {cc:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "the layout probe does not compile against <infiniband/verbs.h> \
+         (install libibverbs-dev and a C compiler):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().expect("run the layout probe");
+    assert!(run.status.success(), "the layout probe failed: {run:?}");
+    String::from_utf8(run.stdout).expect("probe output is UTF-8")
+}
+
+#[test]
+fn sys_types_match_the_system_header() {
+    let layouts = rust_layouts();
+    let constants = rust_constants();
+    let output = run_probe(&probe_source(&layouts, &constants));
+
+    let mut c_sizes = HashMap::new();
+    let mut c_fields = HashMap::new();
+    let mut c_consts = HashMap::new();
+    for line in output.lines() {
+        let parts: Vec<&str> = line.split('|').collect();
+        match parts.as_slice() {
+            ["S", ty, size, align] => {
+                c_sizes.insert(
+                    ty.to_string(),
+                    (
+                        size.parse::<usize>().unwrap(),
+                        align.parse::<usize>().unwrap(),
+                    ),
+                );
+            }
+            ["F", ty, field, off, size] => {
+                c_fields.insert(
+                    (ty.to_string(), field.to_string()),
+                    (
+                        off.parse::<usize>().unwrap(),
+                        size.parse::<usize>().unwrap(),
+                    ),
+                );
+            }
+            ["C", name, value] => {
+                c_consts.insert(name.to_string(), value.parse::<i64>().unwrap());
+            }
+            _ => panic!("unexpected probe line {line:?}"),
+        }
+    }
+
+    let mut mismatches = Vec::new();
+    let mut checked_fields = 0;
+    for l in &layouts {
+        let (c_size, c_align) = c_sizes[l.c_type];
+        let size_ok = if l.grows {
+            l.size >= c_size
+        } else {
+            l.size == c_size
+        };
+        if !size_ok || l.align != c_align {
+            mismatches.push(format!(
+                "{}: Rust size {} align {}, C size {} align {}",
+                l.c_type, l.size, l.align, c_size, c_align
+            ));
+        }
+        for &(path, off, size) in &l.fields {
+            let (c_off, c_size) = c_fields[&(l.c_type.to_string(), path.to_string())];
+            if (off, size) != (c_off, c_size) {
+                mismatches.push(format!(
+                    "{}.{path}: Rust offset {off} size {size}, C offset {c_off} size {c_size}",
+                    l.c_type
+                ));
+            }
+            checked_fields += 1;
+        }
+    }
+    for (name, value) in &constants {
+        if c_consts[*name] != *value {
+            mismatches.push(format!("{name}: Rust {value}, C {}", c_consts[*name]));
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "ABI mismatches with <infiniband/verbs.h>:\n{}",
+        mismatches.join("\n")
+    );
+    assert!(
+        layouts.len() >= 25 && checked_fields >= 250 && constants.len() >= 140,
+        "the list shrank"
+    );
+}
+
+/// `ibv_port_attr` keeps room for the fields newer libraries append: the reserved tail
+/// starts where the v44 struct ends, and the whole is at least the newest known size.
+#[test]
+fn port_attr_has_room_for_newer_libraries() {
+    assert_eq!(
+        std::mem::offset_of!(sys::ibv_port_attr, reserved),
+        sys::IBV_PORT_ATTR_V44_SIZE
+    );
+    assert!(size_of::<sys::ibv_port_attr>() >= 56);
+}
