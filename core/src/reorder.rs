@@ -65,6 +65,8 @@ pub struct ReorderWindow<const W: usize> {
     early: u32,
     /// Bytes of the message under way (arrived in order, no notify yet).
     bytes: u64,
+    /// Arrivals that came ahead of the frontier, in total.
+    reordered: u64,
 }
 
 impl<const W: usize> ReorderWindow<W> {
@@ -82,6 +84,7 @@ impl<const W: usize> ReorderWindow<W> {
             marks: [0; W],
             early: 0,
             bytes: 0,
+            reordered: 0,
         }
     }
 
@@ -98,6 +101,11 @@ impl<const W: usize> ReorderWindow<W> {
     /// How many numbers arrived ahead of the frontier.
     pub const fn early(&self) -> u32 {
         self.early
+    }
+
+    /// How many arrivals, in total, came ahead of the frontier.
+    pub const fn reordered(&self) -> u64 {
+        self.reordered
     }
 
     /// Record fragment `imm` of `len` bytes; `deliver(bytes)` is called once per
@@ -134,6 +142,7 @@ impl<const W: usize> ReorderWindow<W> {
         debug_assert!(len <= MAX_FRAGMENT);
         *mark = ARRIVED | if imm.notify { NOTIFY } else { 0 } | (len & MAX_FRAGMENT);
         self.early += 1;
+        self.reordered += 1;
         Ok(Arrival::New)
     }
 

@@ -245,6 +245,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         self.window.next()
     }
 
+    /// DQPLB fragments that arrived ahead of an earlier one, in total.
+    pub fn reordered_arrivals(&self) -> u64 {
+        self.window.reordered()
+    }
+
     /// The next DQPLB sequence number this side sends.
     pub fn send_seq(&self) -> Seq {
         self.send_seq
