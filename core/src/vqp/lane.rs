@@ -165,6 +165,12 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         self.outstanding = 0;
     }
 
+    /// True when a chain waits to be posted.
+    #[inline]
+    pub fn has_staged(&self) -> bool {
+        !self.staged.is_empty()
+    }
+
     /// True when another send WQE fits under `max`.
     #[inline]
     pub fn has_room(&self, max: u32) -> bool {

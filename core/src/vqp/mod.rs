@@ -65,6 +65,8 @@ pub struct VirtualQp<
     room: u64,
     /// The data QP round-robin tries next.
     next_lane: u32,
+    /// Bit `i` set: data QP `i` has a chain staged this round.
+    staged: u64,
     /// Devices of the data QPs (bit per device index).
     data_devices: u8,
     send: Ring<SendSlot, S>,
@@ -156,6 +158,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             notify,
             room,
             next_lane: 0,
+            staged: 0,
             data_devices,
             send: Ring::new(SendSlot::EMPTY),
             dispatch: 0,
@@ -314,8 +317,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Do the work completions enabled: dispatch waiting fragments and notifies,
     /// replenish DQPLB receives, post waiting receives.
     pub fn progress(&mut self) {
-        self.dispatch();
-        self.post_recvs();
+        let notifies_due = self.notify.is_some() && self.notify_next != self.send.tail;
+        if self.dispatch != self.send.tail || notifies_due {
+            self.dispatch();
+        }
+        if self.recv_next != self.recv.tail || self.armed {
+            self.post_recvs();
+        }
     }
 
     /// Write completed requests into `out`, sends then receives, each in posting

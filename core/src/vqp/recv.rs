@@ -118,7 +118,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Post the zero-length receives DQPLB owes each data QP.
     fn replenish(&mut self) {
-        if !self.armed || self.failed.is_some() {
+        if !self.armed || self.failed.is_some() || self.lanes.iter().all(|l| l.recv_owed == 0) {
             return;
         }
         let tag = self.tag;

@@ -184,6 +184,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     swap: wr.swap,
                 };
                 lane.stage(wqe, id, false);
+                self.staged |= 1;
                 slot.posted = 1;
                 if !lane.has_room(max) {
                     self.room &= !1;
@@ -242,6 +243,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     swap: 0,
                 };
                 lane.stage(wqe, id, merge);
+                self.staged |= 1 << l;
                 slot.posted += 1;
                 if !lane.has_room(max) {
                     self.room &= !(1 << l);
@@ -310,11 +312,14 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let signaling = self.cfg.signaling;
         let send = &mut self.send;
         let mut refused = false;
-        for lane in self.lanes.iter_mut() {
+        while self.staged != 0 {
+            let l = self.staged.trailing_zeros() as usize;
+            self.staged &= self.staged - 1;
+            let lane = &mut self.lanes[l];
             let posted = lane.flush(signaling, &mut |id, n, st| credit_data(send, id, n, st));
             refused |= posted.is_err();
         }
-        if let Some(lane) = self.notify.as_mut() {
+        if let Some(lane) = self.notify.as_mut().filter(|l| l.has_staged()) {
             let posted = lane.flush(signaling, &mut |id, n, st| credit_notify(send, id, n, st));
             refused |= posted.is_err();
         }
