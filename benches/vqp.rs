@@ -26,7 +26,7 @@ use support::reference::{RefReorder, RefTracker};
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-type Vqp = VirtualQp<NoopQp, 4, 64, 256, 256>;
+type Vqp = VirtualQp<NoopQp, 4, 64, 256, 512>;
 type Vcq = VirtualCq<NoopCq, 1, 32>;
 
 struct Rig {

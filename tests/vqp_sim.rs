@@ -71,10 +71,18 @@ fn run(p: &mut Pair, reqs: &[Req], steps: u64) -> Outcome {
         p.a.poll(&mut sends);
         p.b.poll(&mut recvs);
         if next == reqs.len() && sends.len() == posted.len() {
-            // Let the receiver see what already landed.
-            p.nic.run();
-            p.b.poll(&mut recvs);
-            p.b.poll(&mut recvs);
+            // Let the receiver see everything that landed.
+            let devices = p.nic.config().devices as u8;
+            loop {
+                p.nic.run();
+                p.b.poll(&mut recvs);
+                let queued = (0..devices)
+                    .filter_map(|d| p.b.vcq.cq_mut(d).map(|c| c.len()))
+                    .sum::<usize>();
+                if queued == 0 && p.nic.is_idle() {
+                    break;
+                }
+            }
             return Outcome {
                 sends,
                 recvs,
@@ -235,7 +243,16 @@ fn scenario(
     let o = run(&mut p, &reqs, 1 + seed % 97);
     check(&p, &o, mode, qps, &src, &remote);
     if fail.is_none() {
-        assert!(o.sends.iter().all(|w| w.status == WcStatus::SUCCESS));
+        for w in &o.sends {
+            assert_eq!(
+                w.status,
+                WcStatus::SUCCESS,
+                "request {} failed; receiver: {:?}, NIC: {:?}",
+                w.wr_id,
+                p.b.vqp.failure(),
+                p.nic.stats()
+            );
+        }
     } else if o.sends.iter().any(|w| !w.status.is_ok()) {
         assert!(p.a.vqp.failure().is_some());
         assert_eq!(p.a.vqp.sends_in_flight(), 0);

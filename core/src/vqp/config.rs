@@ -103,6 +103,15 @@ pub enum BuildError {
     Device(u8),
     /// The split policy is unusable.
     Split(SplitError),
+    /// DQPLB's reorder window `W` must hold every receive the peer may leave
+    /// unprocessed plus every fragment in flight: `data QPs × (recv_depth +
+    /// max_outstanding)`.
+    Window {
+        /// The type's window.
+        window: usize,
+        /// What this configuration needs.
+        needed: u64,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -129,6 +138,10 @@ impl fmt::Display for BuildError {
             Self::RecvDepth(d) => write!(f, "recv_depth {d}; between 1 and 2^24 allowed"),
             Self::Device(d) => write!(f, "device index {d}; below {} allowed", crate::MAX_DEVICES),
             Self::Split(e) => e.fmt(f),
+            Self::Window { window, needed } => write!(
+                f,
+                "reorder window of {window} is below data QPs × (recv_depth + max_outstanding) = {needed}"
+            ),
         }
     }
 }

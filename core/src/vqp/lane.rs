@@ -9,6 +9,7 @@
 use heapless::{Deque, Vec};
 
 use crate::phys::{PhysQp, PostFailure, SendWqe};
+use crate::seq::Seq;
 use crate::vqp::config::Signaling;
 use crate::wr::{SendFlags, WcStatus};
 use crate::wrid::id_before;
@@ -18,6 +19,9 @@ use crate::wrid::id_before;
 struct Run {
     id: u64,
     count: u32,
+    /// The DQPLB sequence counter when the run started: no WQE of the run carries
+    /// an older number.
+    seq: Seq,
 }
 
 /// Per-QP counters, for tests, benches and monitoring.
@@ -73,12 +77,12 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
 
     /// Add `wqe` of request `id` to this round's chain; the caller checked there is room.
     #[inline]
-    pub fn stage(&mut self, wqe: SendWqe, id: u64, merge: bool) {
+    pub fn stage(&mut self, wqe: SendWqe, id: u64, seq: Seq, merge: bool) {
         debug_assert!((self.outstanding as usize) < D && !self.failed);
         match self.runs.back_mut() {
             Some(run) if merge && self.open_run && run.id == id => run.count += 1,
             _ => {
-                let pushed = self.runs.push_back(Run { id, count: 1 });
+                let pushed = self.runs.push_back(Run { id, count: 1, seq });
                 debug_assert!(pushed.is_ok(), "runs never outnumber outstanding WQEs");
             }
         }
@@ -163,6 +167,12 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             credit(run.id, run.count, status);
         }
         self.outstanding = 0;
+    }
+
+    /// No WQE staged or in flight here carries a sequence number older than this.
+    #[inline]
+    pub fn oldest_seq(&self) -> Option<Seq> {
+        self.runs.front().map(|r| r.seq)
     }
 
     /// True when a chain waits to be posted.

@@ -76,6 +76,9 @@ pub struct VirtualQp<
     notify_next: u64,
     /// Next DQPLB sequence number to send.
     send_seq: Seq,
+    /// How far past the oldest sequence number still outstanding the next may be:
+    /// the peer's window `W` less the arrivals it may hold unprocessed (`N·recv_depth`).
+    seq_credit: u32,
     recv: Ring<RecvSlot, S>,
     /// Oldest receive not yet posted (or, in DQPLB, not yet matched to a message).
     recv_next: u64,
@@ -146,6 +149,19 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             Some((qp, d)) => Some(Lane::new(qp, d)),
             None => None,
         };
+        // The receiver's frontier can lag the sender's oldest outstanding fragment by
+        // every receive it holds unprocessed; what is left of its window bounds how
+        // far ahead the sender may number fragments (a stalled QP must not let the
+        // others outrun the window).
+        let unprocessed = given as u64 * u64::from(cfg.recv_depth);
+        let in_flight = given as u64 * u64::from(cfg.max_outstanding);
+        if cfg.mode == Mode::Dqplb && given > 1 && (W as u64) < unprocessed + in_flight {
+            return Err(BuildError::Window {
+                window: W,
+                needed: unprocessed + in_flight,
+            });
+        }
+        let seq_credit = (W as u64).saturating_sub(unprocessed) as u32;
         let room = if given == 64 {
             u64::MAX
         } else {
@@ -164,6 +180,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             dispatch: 0,
             notify_next: 0,
             send_seq: Seq::new(cfg.send_seq),
+            seq_credit,
             recv: Ring::new(RecvSlot::EMPTY),
             recv_next: 0,
             window: ReorderWindow::new(Seq::new(cfg.recv_seq)),

@@ -154,6 +154,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let max = self.cfg.max_outstanding;
         let merge = self.cfg.signaling == Signaling::LastOfChain;
         let n = self.lanes.len() as u32;
+        // DQPLB sequence numbers this round may still use; computed when first needed.
+        let mut seq_budget = None;
         'requests: while self.dispatch != self.send.tail {
             let id = self.dispatch;
             let slot = self.send.get_mut(id);
@@ -183,7 +185,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     compare_add: wr.compare_add,
                     swap: wr.swap,
                 };
-                lane.stage(wqe, id, false);
+                lane.stage(wqe, id, self.send_seq, false);
                 self.staged |= 1;
                 slot.posted = 1;
                 if !lane.has_room(max) {
@@ -200,11 +202,28 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 if self.room == 0 {
                     break 'requests;
                 }
+                if dqplb_imm {
+                    let budget = seq_budget.get_or_insert_with(|| {
+                        let span = self
+                            .lanes
+                            .iter()
+                            .filter_map(|l| l.oldest_seq())
+                            .map(|s| self.send_seq.since(s))
+                            .max()
+                            .unwrap_or(0);
+                        self.seq_credit.saturating_sub(span)
+                    });
+                    if *budget == 0 {
+                        break 'requests;
+                    }
+                    *budget -= 1;
+                }
                 let l = pick(self.room, self.next_lane);
                 let lane = &mut self.lanes[l];
                 let (off, len) = slot.plan.fragment(slot.posted);
                 let last = slot.posted + 1 == count;
                 let (lkey, rkey) = slot.wr.keys.get(lane.device as usize).unwrap_or((0, 0));
+                let seq = self.send_seq;
                 let (opcode, imm_data, flags) = if dqplb_imm {
                     let imm = Imm::new(self.send_seq, last).to_wire();
                     self.send_seq = self.send_seq.add(1);
@@ -242,7 +261,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     compare_add: 0,
                     swap: 0,
                 };
-                lane.stage(wqe, id, merge);
+                lane.stage(wqe, id, seq, merge);
                 self.staged |= 1 << l;
                 slot.posted += 1;
                 if !lane.has_room(max) {
@@ -299,7 +318,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                         compare_add: 0,
                         swap: 0,
                     };
-                    lane.stage(wqe, id, false);
+                    lane.stage(wqe, id, self.send_seq, false);
                     slot.notify = Notify::InFlight;
                 }
             }

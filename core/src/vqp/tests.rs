@@ -120,7 +120,7 @@ impl Fabric {
     }
 }
 
-type Vqp<'f> = VirtualQp<MockQp<'f>, 4, 16, 8, 64>;
+type Vqp<'f> = VirtualQp<MockQp<'f>, 4, 16, 8, 128>;
 type Vcq<'f> = VirtualCq<MockCq<'f>, 2, 8>;
 
 fn config(mode: Mode) -> Config {
@@ -516,8 +516,8 @@ fn dqplb_protocol_errors_fail_waiting_receives() {
         vqp.arm_receiver();
         vqp.post_recv(&RecvWr::notification(1)).unwrap();
         if bad == 60 {
-            // A window of 64 seen from 0 ends at 63: 60 fits, 64 + 60 does not.
-            f.arrive(100, 64 + 60, true, 1);
+            // A window of 128 seen from 0 ends at 127: 128 + 60 is outside.
+            f.arrive(100, 128 + 60, true, 1);
         } else {
             let wr_id = f.recvs.borrow()[0].1.wr_id;
             f.push(PhysWc {
@@ -632,5 +632,66 @@ fn build_errors_are_reported() {
     assert!(matches!(
         Vqp::new(cfg, [qp(1)], None),
         Err(BuildError::MaxOutstanding { given: 17, .. })
+    ));
+}
+
+#[test]
+fn a_stalled_qp_holds_back_dqplb_numbering_within_the_window() {
+    let f = Fabric::default();
+    let cfg = Config {
+        split: SplitPolicy::new(1),
+        max_outstanding: 4,
+        recv_depth: 4,
+        ..config(Mode::Dqplb)
+    };
+    // 2 QPs: window 128, of which 2 × 4 receives may sit unprocessed at the peer.
+    let (mut vqp, mut vcq) = build_with(&f, cfg, 2);
+    let imm = SendWr {
+        opcode: Opcode::RDMA_WRITE_WITH_IMM,
+        ..write(1, 1000)
+    };
+    vqp.post_send(&imm).unwrap();
+    // QP 0 never completes; QP 1 completes everything it gets.
+    let mut done = 0;
+    loop {
+        let sends = f.sends.borrow().clone();
+        let fresh: Vec<usize, 512> = (done..sends.len())
+            .filter(|&i| sends[i].0 == 101 && sends[i].1.flags.contains(SendFlags::SIGNALED))
+            .collect();
+        done = sends.len();
+        if fresh.is_empty() {
+            break;
+        }
+        for i in fresh {
+            f.complete_send(i, WcStatus::SUCCESS);
+        }
+        poll(&mut vcq, &mut vqp);
+    }
+    let highest = f
+        .sends
+        .borrow()
+        .iter()
+        .map(|(_, w)| u32::from_be(w.imm_data) & 0xff_ffff)
+        .max()
+        .unwrap();
+    // The oldest outstanding number is 0 (on QP 0): nothing reaches 128 - 8.
+    assert_eq!(highest, 128 - 8 - 1);
+    assert_eq!(vqp.send_seq().get(), 128 - 8);
+}
+
+#[test]
+fn a_window_too_small_for_the_depths_is_refused() {
+    let f = Fabric::default();
+    let cfg = Config {
+        recv_depth: 17,
+        ..config(Mode::Dqplb)
+    };
+    let data = (0..4).map(|i| (MockQp { qpn: i, f: &f }, 0));
+    assert!(matches!(
+        Vqp::new(cfg, data, None),
+        Err(BuildError::Window {
+            window: 128,
+            needed: 132
+        })
     ));
 }
