@@ -2,3 +2,6 @@
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod ring;
+mod sync;
