@@ -11,7 +11,18 @@ use crate::sync::Ordering;
 ///
 /// `P` is the pointer it reaches the ring through: `&Ring` from [`Ring::split`] or
 /// [`Ring::try_split`] on a reference, `Arc<Ring>` from `try_split` on an `Arc`.
-/// It is [`Send`] when `T` is, so it can move to the thread that pushes.
+/// It is [`Send`] when `T` is, so it can move to the thread that pushes; with items that
+/// must stay on one thread it is not:
+///
+/// ```compile_fail
+/// use std::rc::Rc;
+/// use vqp_core::ring::Ring;
+///
+/// fn assert_send<S: Send>(_: &S) {}
+/// let mut ring = Ring::<Rc<u8>, 4>::new();
+/// let (tx, _rx) = ring.split();
+/// assert_send(&tx);
+/// ```
 pub struct Producer<P> {
     /// The ring this handle pushes into.
     ring: P,
