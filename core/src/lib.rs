@@ -12,7 +12,9 @@
 //! ```
 //! Layers, bottom up: [`seq`] and [`imm`] (the DQPLB wire word), [`reorder`] (the
 //! receiver's window), [`split`] (fragment plans), [`wrid`] (physical wr_id layout),
-//! [`vqp`] and [`vcq`] (the engine), over the [`phys`] traits a provider implements.
+//! [`vqp`] and [`vcq`] (the engine), over the [`phys`] traits a provider implements;
+//! beside them [`ring`], the SPSC ring that carries requests and completions between
+//! application threads and a poll thread.
 //! Everything is fixed-capacity: no heap, no lock, no system call.
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
@@ -21,8 +23,10 @@
 pub mod imm;
 pub mod phys;
 pub mod reorder;
+pub mod ring;
 pub mod seq;
 pub mod split;
+mod sync;
 pub mod vcq;
 pub mod vqp;
 pub mod wr;

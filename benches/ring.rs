@@ -1,0 +1,274 @@
+//! The SPSC ring against the queues it replaces, in one criterion run.
+//!
+//! Groups (one function per implementation, per-item throughput everywhere):
+//! * `single_thread_u64`: push one `u64`, pop it, on one thread.
+//! * `batch32_u64`: push 32 `u64`s, pop 32, on one thread, through each queue's batch API
+//!   where it has one (`push_slice`/`pop_slice`, rtrb's entire-slice copies).
+//! * `two_threads_u64`, `two_threads_64B`: a producer and a consumer pinned to different
+//!   cores stream items through a 1024-slot queue; the time is the consumer's, from the
+//!   moment both threads leave a barrier to the last item popped.
+//!
+//! `cargo bench --bench ring -- --warm-up-time 1 --measurement-time 3`
+
+use std::hint::{black_box, spin_loop};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use crossbeam_queue::ArrayQueue;
+use vqp::core::ring::Ring;
+
+/// Slots in every queue (heapless keeps one of them empty).
+const CAP: usize = 1024;
+/// Items per batch in `batch32_u64`.
+const BATCH: usize = 32;
+
+/// An item the streaming benches can number and check.
+trait Numbered: Copy + Send + 'static {
+    fn new(seq: u64) -> Self;
+    fn seq(&self) -> u64;
+}
+
+impl Numbered for u64 {
+    fn new(seq: u64) -> Self {
+        seq
+    }
+    fn seq(&self) -> u64 {
+        *self
+    }
+}
+
+/// A cache-line-sized item, like a work request descriptor.
+#[derive(Clone, Copy)]
+struct Item64([u64; 8]);
+
+impl Numbered for Item64 {
+    fn new(seq: u64) -> Self {
+        Self([seq; 8])
+    }
+    fn seq(&self) -> u64 {
+        self.0[7]
+    }
+}
+
+fn single_thread(c: &mut Criterion) {
+    let mut g = c.benchmark_group("single_thread_u64");
+    g.throughput(Throughput::Elements(1));
+
+    g.bench_function("vqp", |b| {
+        let mut ring = Box::new(Ring::<u64, CAP>::new());
+        let (mut tx, mut rx) = ring.split();
+        let mut i = 0u64;
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            tx.push(black_box(i)).unwrap();
+            rx.pop().unwrap()
+        });
+    });
+    g.bench_function("heapless", |b| {
+        let mut queue = Box::new(heapless::spsc::Queue::<u64, CAP>::new());
+        let (mut tx, mut rx) = queue.split();
+        let mut i = 0u64;
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            tx.enqueue(black_box(i)).unwrap();
+            rx.dequeue().unwrap()
+        });
+    });
+    g.bench_function("rtrb", |b| {
+        let (mut tx, mut rx) = rtrb::RingBuffer::<u64>::new(CAP);
+        let mut i = 0u64;
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            tx.push(black_box(i)).unwrap();
+            rx.pop().unwrap()
+        });
+    });
+    g.bench_function("crossbeam_ArrayQueue", |b| {
+        let queue = ArrayQueue::<u64>::new(CAP);
+        let mut i = 0u64;
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            queue.push(black_box(i)).unwrap();
+            queue.pop().unwrap()
+        });
+    });
+    g.finish();
+}
+
+fn batched(c: &mut Criterion) {
+    let mut g = c.benchmark_group("batch32_u64");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    let src: [u64; BATCH] = core::array::from_fn(|i| i as u64);
+
+    g.bench_function("vqp", |b| {
+        let mut ring = Box::new(Ring::<u64, CAP>::new());
+        let (mut tx, mut rx) = ring.split();
+        let mut dst = [0u64; BATCH];
+        b.iter(|| {
+            let pushed = tx.push_slice(black_box(&src));
+            let popped = rx.pop_slice(black_box(&mut dst));
+            assert_eq!(pushed, popped);
+            black_box(&dst);
+        });
+    });
+    g.bench_function("heapless", |b| {
+        let mut queue = Box::new(heapless::spsc::Queue::<u64, CAP>::new());
+        let (mut tx, mut rx) = queue.split();
+        let mut dst = [0u64; BATCH];
+        b.iter(|| {
+            for &v in black_box(&src) {
+                tx.enqueue(v).unwrap();
+            }
+            for d in black_box(&mut dst).iter_mut() {
+                *d = rx.dequeue().unwrap();
+            }
+            black_box(&dst);
+        });
+    });
+    g.bench_function("rtrb", |b| {
+        let (mut tx, mut rx) = rtrb::RingBuffer::<u64>::new(CAP);
+        let mut dst = [0u64; BATCH];
+        b.iter(|| {
+            tx.push_entire_slice(black_box(&src)).unwrap();
+            rx.pop_entire_slice(black_box(&mut dst)).unwrap();
+            black_box(&dst);
+        });
+    });
+    g.bench_function("crossbeam_ArrayQueue", |b| {
+        let queue = ArrayQueue::<u64>::new(CAP);
+        let mut dst = [0u64; BATCH];
+        b.iter(|| {
+            for &v in black_box(&src) {
+                queue.push(v).unwrap();
+            }
+            for d in black_box(&mut dst).iter_mut() {
+                *d = queue.pop().unwrap();
+            }
+            black_box(&dst);
+        });
+    });
+    g.finish();
+}
+
+/// Streams `iters` items from a producer pinned to the first core to a consumer pinned
+/// to the second, and returns the consumer's time from the barrier to the last item.
+/// `push` hands a refused item back; `pop` returns `None` when the queue is empty. The
+/// consumer checks every item's number, as a real one would read what it pops.
+fn stream<T, Tx, Rx>(
+    iters: u64,
+    mut tx: Tx,
+    mut rx: Rx,
+    push: impl Fn(&mut Tx, T) -> Result<(), T> + Sync,
+    pop: impl Fn(&mut Rx) -> Option<T> + Sync,
+) -> Duration
+where
+    T: Numbered,
+    Tx: Send,
+    Rx: Send,
+{
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let (producer_core, consumer_core) = match cores.as_slice() {
+        [a, b, ..] => (Some(*a), Some(*b)),
+        _ => (None, None),
+    };
+    let barrier = Barrier::new(2);
+    let (barrier, push, pop) = (&barrier, &push, &pop);
+    thread::scope(|s| {
+        // `move`: each handle lives on its own thread's stack, as in a real program, not
+        // side by side (and sharing a cache line) on this one.
+        let producer = s.spawn(move || {
+            if let Some(core) = producer_core {
+                core_affinity::set_for_current(core);
+            }
+            barrier.wait();
+            for i in 0..iters {
+                let mut item = T::new(i);
+                while let Err(back) = push(&mut tx, item) {
+                    item = back;
+                    spin_loop();
+                }
+            }
+        });
+        let consumer = s.spawn(move || {
+            if let Some(core) = consumer_core {
+                core_affinity::set_for_current(core);
+            }
+            barrier.wait();
+            let start = Instant::now();
+            for i in 0..iters {
+                loop {
+                    if let Some(item) = pop(&mut rx) {
+                        assert_eq!(item.seq(), i, "items arrived out of order");
+                        break;
+                    }
+                    spin_loop();
+                }
+            }
+            start.elapsed()
+        });
+        producer.join().unwrap();
+        consumer.join().unwrap()
+    })
+}
+
+fn two_threads_of<T>(g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>)
+where
+    T: Numbered,
+{
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("vqp", |b| {
+        b.iter_custom(|iters| {
+            let (tx, rx) = Ring::try_split(Arc::new(Ring::<T, CAP>::new())).unwrap();
+            stream(
+                iters,
+                tx,
+                rx,
+                |tx, v| tx.push(v).map_err(|e| e.into_inner()),
+                |rx| rx.pop().ok(),
+            )
+        });
+    });
+    g.bench_function("heapless", |b| {
+        b.iter_custom(|iters| {
+            let mut queue = Box::new(heapless::spsc::Queue::<T, CAP>::new());
+            let (tx, rx) = queue.split();
+            stream(iters, tx, rx, |tx, v| tx.enqueue(v), |rx| rx.dequeue())
+        });
+    });
+    g.bench_function("rtrb", |b| {
+        b.iter_custom(|iters| {
+            let (tx, rx) = rtrb::RingBuffer::<T>::new(CAP);
+            stream(
+                iters,
+                tx,
+                rx,
+                |tx, v| {
+                    tx.push(v).map_err(|e| match e {
+                        rtrb::PushError::Full(v) => v,
+                    })
+                },
+                |rx| rx.pop().ok(),
+            )
+        });
+    });
+    g.bench_function("crossbeam_ArrayQueue", |b| {
+        b.iter_custom(|iters| {
+            let queue = ArrayQueue::<T>::new(CAP);
+            stream(iters, &queue, &queue, |q, v| q.push(v), |q| q.pop())
+        });
+    });
+}
+
+fn two_threads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("two_threads_u64");
+    two_threads_of::<u64>(&mut g);
+    g.finish();
+    let mut g = c.benchmark_group("two_threads_64B");
+    two_threads_of::<Item64>(&mut g);
+    g.finish();
+}
+
+criterion_group!(benches, single_thread, batched, two_threads);
+criterion_main!(benches);

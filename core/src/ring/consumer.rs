@@ -1,0 +1,283 @@
+//! The popping end of a ring.
+
+use core::fmt;
+use core::iter::FusedIterator;
+use core::ops::Deref;
+
+use super::{PopError, Ring};
+use crate::sync::Ordering;
+
+/// The only handle that can pop from a [`Ring`].
+///
+/// `P` is the pointer it reaches the ring through: `&Ring` from [`Ring::split`] or
+/// [`Ring::try_split`] on a reference, `Arc<Ring>` from `try_split` on an `Arc`.
+/// It is [`Send`] when `T` is, so it can move to the thread that pops.
+pub struct Consumer<P> {
+    /// The ring this handle pops from.
+    ring: P,
+    /// Our own copy of `ring.head`: only this handle stores that index, and it stores it
+    /// after every item it moves out, so the copy equals it between calls.
+    head: usize,
+    /// The producer's `tail` as last loaded. It only grows, so `cached_tail - head` is a
+    /// lower bound on the items held; invariant: `cached_tail.wrapping_sub(head) <= N`.
+    cached_tail: usize,
+}
+
+impl<T, const N: usize, P> Consumer<P>
+where
+    P: Deref<Target = Ring<T, N>>,
+{
+    /// Creates the handle; `head` and `tail` are the ring's current indices.
+    #[inline]
+    pub(super) fn new(ring: P, head: usize, tail: usize) -> Self {
+        Self {
+            ring,
+            head,
+            cached_tail: tail,
+        }
+    }
+
+    /// Moves the oldest item out of the ring.
+    ///
+    /// Loads the producer's index only when the cached one says the ring is empty. A
+    /// `Result` rather than an `Option`, to match [`Producer::push`](super::Producer::push)
+    /// and to leave room for more reasons than emptiness; `while let Ok(item) = rx.pop()`
+    /// drains the ring.
+    ///
+    /// ```
+    /// use vqp_core::ring::{PopError, Ring};
+    ///
+    /// let mut ring = Ring::<u8, 2>::new();
+    /// let (mut tx, mut rx) = ring.split();
+    /// assert_eq!(rx.pop(), Err(PopError::Empty));
+    /// tx.push(5).unwrap();
+    /// assert_eq!(rx.pop(), Ok(5));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`PopError::Empty`] when the producer has published no item that is not popped.
+    #[inline]
+    pub fn pop(&mut self) -> Result<T, PopError> {
+        let head = self.head;
+        if head == self.cached_tail && self.refresh_tail() == 0 {
+            return Err(PopError::Empty);
+        }
+        debug_assert!(self.cached_tail.wrapping_sub(head) <= N);
+        let value = self.ring.slot(head).with(|slot| {
+            // SAFETY: `head` is in `head..cached_tail`, so the slot holds an initialised item
+            // that the producer's Release store of `tail` made visible to our Acquire load;
+            // the producer will not touch it until `head` is published past it below, and
+            // then we no longer read it, so the item is moved out exactly once.
+            unsafe { slot.cast::<T>().read() }
+        });
+        self.publish(head.wrapping_add(1));
+        Ok(value)
+    }
+
+    /// Copies as many of the oldest items into the front of `items` as it holds and the
+    /// ring has, and returns how many it copied. The slots are handed back to the producer
+    /// at once: the index is published once per call.
+    ///
+    /// ```
+    /// use vqp_core::ring::Ring;
+    ///
+    /// let mut ring = Ring::<u32, 8>::new();
+    /// let (mut tx, mut rx) = ring.split();
+    /// tx.push_slice(&[1, 2, 3]);
+    /// let mut out = [0; 2];
+    /// assert_eq!(rx.pop_slice(&mut out), 2);
+    /// assert_eq!(out, [1, 2]);
+    /// assert_eq!(rx.pop_slice(&mut out), 1);
+    /// assert_eq!(out[0], 3);
+    /// ```
+    #[inline]
+    pub fn pop_slice(&mut self, items: &mut [T]) -> usize
+    where
+        T: Copy,
+    {
+        let head = self.head;
+        let mut held = self.cached_tail.wrapping_sub(head);
+        if held < items.len() {
+            held = self.refresh_tail();
+        }
+        let n = held.min(items.len());
+        if n == 0 {
+            return 0;
+        }
+        let (first, second) = self.ring.slot_runs(head, n);
+        let (items_first, items_second) = items[..n].split_at_mut(first.len());
+        for (cell, item) in first.iter().zip(items_first) {
+            // SAFETY: the `n <= held` slots from `head` on are in `head..tail`: initialised,
+            // published to us by the producer's Release store of `tail`, and ours until we
+            // publish `head` past them. `T: Copy`, so copying leaves nothing to drop.
+            *item = cell.with(|slot| unsafe { slot.cast::<T>().read() });
+        }
+        for (cell, item) in second.iter().zip(items_second) {
+            // SAFETY: as above; these are the same run continued at the start of storage.
+            *item = cell.with(|slot| unsafe { slot.cast::<T>().read() });
+        }
+        self.publish(head.wrapping_add(n));
+        n
+    }
+
+    /// Returns an iterator that pops the items the ring holds now, oldest first.
+    ///
+    /// Items pushed after this call are left for later, as are items the iterator was not
+    /// advanced to (it is fine to drop it early). Each item's slot is handed back to the
+    /// producer as soon as the item is yielded, so even a leaked iterator never lets an
+    /// item be moved out twice.
+    ///
+    /// ```
+    /// use vqp_core::ring::Ring;
+    ///
+    /// let mut ring = Ring::<String, 4>::new();
+    /// let (mut tx, mut rx) = ring.split();
+    /// for word in ["post", "poll", "done"] {
+    ///     tx.push(word.to_owned()).unwrap();
+    /// }
+    /// let first_two: Vec<String> = rx.pop_iter().take(2).collect();
+    /// assert_eq!(first_two, ["post", "poll"]);
+    /// assert_eq!(rx.len(), 1);
+    /// ```
+    #[inline]
+    pub fn pop_iter(&mut self) -> PopIter<'_, P> {
+        self.refresh_tail();
+        PopIter {
+            end: self.cached_tail,
+            consumer: self,
+        }
+    }
+
+    /// How many items could be popped now without failing: at least this many, since the
+    /// producer can only add more.
+    #[inline]
+    #[must_use]
+    pub fn len(&self) -> usize {
+        // Acquire pairs with the producer's Release store of `tail`, like in `pop`.
+        let tail = self.ring.tail.load(Ordering::Acquire);
+        let len = tail.wrapping_sub(self.head);
+        debug_assert!(len <= N);
+        len
+    }
+
+    /// How many slots are free, as seen now: at most this many, since the producer may be
+    /// pushing meanwhile.
+    #[inline]
+    #[must_use]
+    pub fn slots(&self) -> usize {
+        N - self.len()
+    }
+
+    /// Whether the ring holds no item, as seen now; the producer may push one any moment.
+    #[inline]
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether every slot is taken, as seen now; the producer can only keep it so.
+    #[inline]
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.len() == N
+    }
+
+    /// The ring's capacity, `N`.
+    #[inline]
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        N
+    }
+
+    /// Reloads the producer's index and returns how many items can be popped.
+    #[inline]
+    fn refresh_tail(&mut self) -> usize {
+        // Acquire pairs with the producer's Release store of `tail` after it wrote the
+        // slots, so their contents are visible to the reads that follow.
+        self.cached_tail = self.ring.tail.load(Ordering::Acquire);
+        let held = self.cached_tail.wrapping_sub(self.head);
+        debug_assert!(held <= N, "tail ran more than N past head");
+        held
+    }
+
+    /// Hands every slot before `head` back to the producer.
+    #[inline(always)]
+    fn publish(&mut self, head: usize) {
+        debug_assert!(self.cached_tail.wrapping_sub(head) <= N);
+        debug_assert_eq!(self.ring.head.load(Ordering::Relaxed), self.head);
+        self.head = head;
+        // Release pairs with the producer's Acquire load of `head`: our reads of the slots
+        // happen before it overwrites them.
+        self.ring.head.store(head, Ordering::Release);
+    }
+}
+
+impl<T, const N: usize, P> fmt::Debug for Consumer<P>
+where
+    P: Deref<Target = Ring<T, N>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumer")
+            .field("capacity", &N)
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An iterator that pops the items a ring held when [`Consumer::pop_iter`] was called.
+///
+/// Dropping it early leaves the remaining items in the ring.
+pub struct PopIter<'a, P> {
+    /// The consumer the items are popped through.
+    consumer: &'a mut Consumer<P>,
+    /// The producer's `tail` when the iterator was made; it stops there.
+    /// Invariant: `consumer.head` never passes it.
+    end: usize,
+}
+
+impl<T, const N: usize, P> Iterator for PopIter<'_, P>
+where
+    P: Deref<Target = Ring<T, N>>,
+{
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        let consumer = &mut *self.consumer;
+        let head = consumer.head;
+        if head == self.end {
+            return None;
+        }
+        debug_assert!(self.end.wrapping_sub(head) <= N);
+        let value = consumer.ring.slot(head).with(|slot| {
+            // SAFETY: `head` is in `head..end`, and `end` is a `tail` we loaded with
+            // Acquire, so the slot holds a published, initialised item; publishing `head`
+            // past it below means it is moved out exactly once, even if `self` is leaked.
+            unsafe { slot.cast::<T>().read() }
+        });
+        consumer.publish(head.wrapping_add(1));
+        Some(value)
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.end.wrapping_sub(self.consumer.head);
+        (left, Some(left))
+    }
+}
+
+impl<T, const N: usize, P> ExactSizeIterator for PopIter<'_, P> where P: Deref<Target = Ring<T, N>> {}
+
+impl<T, const N: usize, P> FusedIterator for PopIter<'_, P> where P: Deref<Target = Ring<T, N>> {}
+
+impl<T, const N: usize, P> fmt::Debug for PopIter<'_, P>
+where
+    P: Deref<Target = Ring<T, N>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PopIter")
+            .field("left", &self.end.wrapping_sub(self.consumer.head))
+            .finish_non_exhaustive()
+    }
+}

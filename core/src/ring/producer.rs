@@ -1,0 +1,203 @@
+//! The pushing end of a ring.
+
+use core::fmt;
+use core::mem::MaybeUninit;
+use core::ops::Deref;
+
+use super::{PushError, Ring};
+use crate::sync::Ordering;
+
+/// The only handle that can push into a [`Ring`].
+///
+/// `P` is the pointer it reaches the ring through: `&Ring` from [`Ring::split`] or
+/// [`Ring::try_split`] on a reference, `Arc<Ring>` from `try_split` on an `Arc`.
+/// It is [`Send`] when `T` is, so it can move to the thread that pushes; with items that
+/// must stay on one thread it is not:
+///
+/// ```compile_fail
+/// use std::rc::Rc;
+/// use vqp_core::ring::Ring;
+///
+/// fn assert_send<S: Send>(_: &S) {}
+/// let mut ring = Ring::<Rc<u8>, 4>::new();
+/// let (tx, _rx) = ring.split();
+/// assert_send(&tx);
+/// ```
+pub struct Producer<P> {
+    /// The ring this handle pushes into.
+    ring: P,
+    /// Our own copy of `ring.tail`: only this handle stores that index, so the copy is
+    /// always equal to it between calls and never needs reloading.
+    tail: usize,
+    /// The consumer's `head` as last loaded. It only grows, so `tail - cached_head` is an
+    /// upper bound on the items held; invariant: `tail.wrapping_sub(cached_head) <= N`.
+    cached_head: usize,
+}
+
+impl<T, const N: usize, P> Producer<P>
+where
+    P: Deref<Target = Ring<T, N>>,
+{
+    /// Creates the handle; `head` and `tail` are the ring's current indices.
+    #[inline]
+    pub(super) fn new(ring: P, head: usize, tail: usize) -> Self {
+        Self {
+            ring,
+            tail,
+            cached_head: head,
+        }
+    }
+
+    /// Moves `value` into the ring.
+    ///
+    /// Loads the consumer's index only when the cached one says the ring is full.
+    ///
+    /// ```
+    /// use vqp_core::ring::{PushError, Ring};
+    ///
+    /// let mut ring = Ring::<String, 2>::new();
+    /// let (mut tx, mut rx) = ring.split();
+    /// tx.push("a".to_owned()).unwrap();
+    /// tx.push("b".to_owned()).unwrap();
+    /// let Err(PushError::Full(back)) = tx.push("c".to_owned()) else { panic!() };
+    /// assert_eq!(back, "c");
+    /// assert_eq!(rx.pop().as_deref(), Ok("a"));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`PushError::Full`], carrying `value` back, when all `N` slots are taken.
+    #[inline]
+    pub fn push(&mut self, value: T) -> Result<(), PushError<T>> {
+        let tail = self.tail;
+        if tail.wrapping_sub(self.cached_head) == N && self.refresh_head() == 0 {
+            return Err(PushError::Full(value));
+        }
+        debug_assert!(tail.wrapping_sub(self.cached_head) < N);
+        self.ring.slot(tail).with_mut(|slot| {
+            // SAFETY: `tail - head < N`, so this slot is outside `head..tail`: it holds no
+            // item and the consumer will not read it until `tail` is published past it.
+            unsafe { slot.write(MaybeUninit::new(value)) };
+        });
+        self.publish(tail.wrapping_add(1));
+        Ok(())
+    }
+
+    /// Copies as many items from the front of `items` as there are free slots, and
+    /// returns how many it copied. The consumer sees them all at once: the index is
+    /// published once per call.
+    ///
+    /// ```
+    /// use vqp_core::ring::Ring;
+    ///
+    /// let mut ring = Ring::<u16, 4>::new();
+    /// let (mut tx, mut rx) = ring.split();
+    /// assert_eq!(tx.push_slice(&[1, 2, 3, 4, 5, 6]), 4);
+    /// assert_eq!(tx.push_slice(&[5, 6]), 0);
+    /// assert_eq!(rx.pop(), Ok(1));
+    /// assert_eq!(tx.push_slice(&[5, 6]), 1);
+    /// ```
+    #[inline]
+    pub fn push_slice(&mut self, items: &[T]) -> usize
+    where
+        T: Copy,
+    {
+        let tail = self.tail;
+        let mut free = N - tail.wrapping_sub(self.cached_head);
+        if free < items.len() {
+            free = self.refresh_head();
+        }
+        let n = free.min(items.len());
+        if n == 0 {
+            return 0;
+        }
+        let (first, second) = self.ring.slot_runs(tail, n);
+        let (items_first, items_second) = items[..n].split_at(first.len());
+        for (cell, &item) in first.iter().zip(items_first) {
+            // SAFETY: the `n <= free` slots from `tail` on are outside `head..tail`: they
+            // hold no item and the consumer will not read them until `tail` moves past.
+            cell.with_mut(|slot| unsafe { slot.write(MaybeUninit::new(item)) });
+        }
+        for (cell, &item) in second.iter().zip(items_second) {
+            // SAFETY: as above; these are the same run continued at the start of storage.
+            cell.with_mut(|slot| unsafe { slot.write(MaybeUninit::new(item)) });
+        }
+        self.publish(tail.wrapping_add(n));
+        n
+    }
+
+    /// How many items could be pushed now without failing: at least this many, since
+    /// the consumer can only free more.
+    #[inline]
+    #[must_use]
+    pub fn slots(&self) -> usize {
+        N - self.len()
+    }
+
+    /// How many items the ring holds: at most this many, since the consumer may be
+    /// popping meanwhile.
+    #[inline]
+    #[must_use]
+    pub fn len(&self) -> usize {
+        // Acquire pairs with the consumer's Release store of `head`, like in `push`.
+        let head = self.ring.head.load(Ordering::Acquire);
+        let len = self.tail.wrapping_sub(head);
+        debug_assert!(len <= N);
+        len
+    }
+
+    /// Whether the ring holds no item, as seen now; the consumer can only keep it so.
+    #[inline]
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether every slot is taken, as seen now; the consumer may free one any moment.
+    #[inline]
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.slots() == 0
+    }
+
+    /// The ring's capacity, `N`.
+    #[inline]
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        N
+    }
+
+    /// Reloads the consumer's index and returns how many slots are free.
+    #[inline]
+    fn refresh_head(&mut self) -> usize {
+        // Acquire pairs with the consumer's Release store of `head` after it moved items
+        // out, so its reads of the slots we are about to reuse are finished.
+        self.cached_head = self.ring.head.load(Ordering::Acquire);
+        let held = self.tail.wrapping_sub(self.cached_head);
+        debug_assert!(held <= N, "head ran past tail");
+        N - held
+    }
+
+    /// Makes every slot before `tail` visible to the consumer.
+    #[inline(always)]
+    fn publish(&mut self, tail: usize) {
+        debug_assert!(tail.wrapping_sub(self.cached_head) <= N);
+        debug_assert_eq!(self.ring.tail.load(Ordering::Relaxed), self.tail);
+        self.tail = tail;
+        // Release pairs with the consumer's Acquire load of `tail`: the slot writes above
+        // happen before it reads them.
+        self.ring.tail.store(tail, Ordering::Release);
+    }
+}
+
+impl<T, const N: usize, P> fmt::Debug for Producer<P>
+where
+    P: Deref<Target = Ring<T, N>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Producer")
+            .field("capacity", &N)
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
