@@ -350,6 +350,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         n + self.drain_recvs(&mut out[n..])
     }
 
+    /// Stop on purpose: take no new request, and move every physical QP to the error
+    /// state so that everything outstanding is flushed and reported (with
+    /// `WR_FLUSH_ERR`) through the usual polling. For shutdown without waiting.
+    pub fn shut_down(&mut self) {
+        self.fail(WcStatus::WR_FLUSH_ERR);
+    }
+
     /// Mark the virtual QP failed with `status` (the first error wins): requests not
     /// fully posted stop and will report an error; nothing new is taken.
     fn fail(&mut self, status: WcStatus) {

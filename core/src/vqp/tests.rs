@@ -695,3 +695,47 @@ fn a_window_too_small_for_the_depths_is_refused() {
         })
     ));
 }
+
+#[test]
+fn shutting_down_reports_everything_outstanding_once() {
+    let f = Fabric::default();
+    let cfg = Config {
+        max_outstanding: 1,
+        ..config(Mode::Spray)
+    };
+    let (mut vqp, mut vcq) = build_with(&f, cfg, 2);
+    for id in 0..3 {
+        vqp.post_send(&write(id, 128 << 10)).unwrap();
+    }
+    vqp.post_recv(&RecvWr::notification(7)).unwrap();
+    vqp.shut_down();
+    assert_eq!(f.errored.borrow().len(), 3, "data QPs and notify QP");
+    // The provider flushes the posted WQEs (one per QP: request 0's fragments and the receive).
+    for i in 0..2 {
+        f.complete_send(i, WcStatus::WR_FLUSH_ERR);
+    }
+    let wr_id = f.recvs.borrow()[0].1.wr_id;
+    f.push(PhysWc {
+        wr_id,
+        status: WcStatus::WR_FLUSH_ERR,
+        qp_num: 200,
+        ..PhysWc::EMPTY
+    });
+    let wcs = poll(&mut vcq, &mut vqp);
+    let ids: Vec<(u64, WcOpcode), 4> = wcs.iter().map(|w| (w.wr_id, w.opcode)).collect();
+    assert_eq!(
+        ids,
+        [
+            (0, WcOpcode::RDMA_WRITE),
+            (1, WcOpcode::RDMA_WRITE),
+            (2, WcOpcode::RDMA_WRITE),
+            (7, WcOpcode::RECV_RDMA_WITH_IMM)
+        ]
+    );
+    assert!(wcs.iter().all(|w| w.status == WcStatus::WR_FLUSH_ERR));
+    assert_eq!(vqp.sends_in_flight() + vqp.recvs_in_flight(), 0);
+    assert_eq!(
+        vqp.post_send(&write(9, 1)),
+        Err(PostSendError::Failed(WcStatus::WR_FLUSH_ERR))
+    );
+}
