@@ -227,6 +227,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     }
 
     /// The notify QP.
+    pub fn notify_qp(&self) -> Option<&Q> {
+        self.notify.as_ref().map(|l| &l.qp)
+    }
+
+    /// The notify QP, mutably.
     pub fn notify_qp_mut(&mut self) -> Option<&mut Q> {
         self.notify.as_mut().map(|l| &mut l.qp)
     }
