@@ -33,6 +33,23 @@ pub struct SendWqe {
     pub swap: u64,
 }
 
+impl SendWqe {
+    /// An all-zero WQE, for initialising buffers.
+    pub const EMPTY: Self = Self {
+        wr_id: 0,
+        opcode: Opcode::RDMA_WRITE,
+        flags: SendFlags::NONE,
+        addr: 0,
+        len: 0,
+        lkey: 0,
+        remote_addr: 0,
+        rkey: 0,
+        imm_data: 0,
+        compare_add: 0,
+        swap: 0,
+    };
+}
+
 impl Default for Opcode {
     fn default() -> Self {
         Opcode::RDMA_WRITE

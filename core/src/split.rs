@@ -114,6 +114,14 @@ impl Plan {
         self.count
     }
 
+    /// The length of fragment `i`, which starts at `offset` (the sum of the lengths
+    /// before it): what [`Plan::fragment`] gives, without a multiplication.
+    #[inline]
+    pub fn next_len(&self, i: u64, offset: u64) -> u32 {
+        let step = if i == 0 { self.first } else { self.step };
+        step.min(self.len - offset) as u32
+    }
+
     /// Fragment `i`'s offset in the request and its length.
     #[inline]
     pub fn fragment(&self, i: u64) -> (u64, u32) {
@@ -142,6 +150,7 @@ mod tests {
         for i in 0..plan.count() {
             let (off, l) = plan.fragment(i);
             assert_eq!(off, at, "fragment {i} of {plan:?}");
+            assert_eq!(plan.next_len(i, at), l);
             assert!(l > 0 || len == 0);
             assert!(l <= policy.max_frag || plan.count() == 1);
             at += u64::from(l);

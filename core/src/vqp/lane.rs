@@ -6,8 +6,6 @@
 //! queue in order, it also completes every run before the one it names. That is what
 //! lets only the last WQE of each chain be signaled.
 
-use heapless::{Deque, Vec};
-
 use crate::phys::{PhysQp, PostFailure, SendWqe};
 use crate::seq::Seq;
 use crate::vqp::config::Signaling;
@@ -22,6 +20,14 @@ struct Run {
     /// The DQPLB sequence counter when the run started: no WQE of the run carries
     /// an older number.
     seq: Seq,
+}
+
+impl Run {
+    const EMPTY: Self = Self {
+        id: 0,
+        count: 0,
+        seq: Seq::new(0),
+    };
 }
 
 /// Per-QP counters, for tests, benches and monitoring.
@@ -41,12 +47,17 @@ pub(crate) struct Lane<Q, const D: usize> {
     pub qp: Q,
     pub qp_num: u32,
     pub device: u8,
-    /// Runs staged or in flight, oldest first; their counts sum to `outstanding`.
-    runs: Deque<Run, D>,
+    /// Runs staged or in flight, oldest first, in `runs[(runs_head + i) % D]` for
+    /// `i < runs_len`; their counts sum to `outstanding`, so `runs_len ≤ D`.
+    runs: [Run; D],
+    runs_head: u32,
+    runs_len: u32,
     /// Send WQEs staged or in flight, never above the configured maximum (≤ D).
     pub outstanding: u32,
-    /// The chain being built this round, posted by [`Lane::flush`].
-    staged: Vec<SendWqe, D>,
+    /// The chain being built this round (`staged[..staged_len]`), posted by
+    /// [`Lane::flush`]; `staged_len ≤ outstanding ≤ D`.
+    staged: [SendWqe; D],
+    staged_len: u32,
     /// The back run belongs to `staged`, so a WQE of the same request may join it.
     open_run: bool,
     /// The QP reported an error or refused a post: nothing more goes to it.
@@ -64,9 +75,12 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             qp_num: qp.qp_num(),
             qp,
             device,
-            runs: Deque::new(),
+            runs: [Run::EMPTY; D],
+            runs_head: 0,
+            runs_len: 0,
             outstanding: 0,
-            staged: Vec::new(),
+            staged: [SendWqe::EMPTY; D],
+            staged_len: 0,
             open_run: false,
             failed: false,
             recv_outstanding: 0,
@@ -79,17 +93,31 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     #[inline]
     pub fn stage(&mut self, wqe: SendWqe, id: u64, seq: Seq, merge: bool) {
         debug_assert!((self.outstanding as usize) < D && !self.failed);
-        match self.runs.back_mut() {
-            Some(run) if merge && self.open_run && run.id == id => run.count += 1,
-            _ => {
-                let pushed = self.runs.push_back(Run { id, count: 1, seq });
-                debug_assert!(pushed.is_ok(), "runs never outnumber outstanding WQEs");
-            }
+        let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
+        if merge && self.open_run && self.runs[back].id == id {
+            self.runs[back].count += 1;
+        } else {
+            let slot = (self.runs_head + self.runs_len) as usize % D;
+            self.runs[slot] = Run { id, count: 1, seq };
+            self.runs_len += 1;
         }
         self.open_run = true;
         self.outstanding += 1;
-        let pushed = self.staged.push(wqe);
-        debug_assert!(pushed.is_ok(), "staged never outnumber outstanding WQEs");
+        self.staged[self.staged_len as usize % D] = wqe;
+        self.staged_len += 1;
+    }
+
+    #[inline]
+    fn front(&self) -> Option<&Run> {
+        (self.runs_len != 0).then(|| &self.runs[self.runs_head as usize % D])
+    }
+
+    #[inline]
+    fn pop_front(&mut self) -> Option<Run> {
+        let run = *self.front()?;
+        self.runs_head = (self.runs_head + 1) % D as u32;
+        self.runs_len -= 1;
+        Some(run)
     }
 
     /// Post this round's chain with one call. On a refusal the lane is broken: every
@@ -100,20 +128,21 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         signaling: Signaling,
         credit: &mut impl FnMut(u64, u32, WcStatus),
     ) -> Result<(), PostFailure> {
-        let Some(last) = self.staged.last_mut() else {
+        let staged = &mut self.staged[..self.staged_len as usize];
+        let Some(last) = staged.last_mut() else {
             return Ok(());
         };
         last.flags = last.flags.with(SendFlags::SIGNALED);
         if signaling == Signaling::Every {
-            for wqe in self.staged.iter_mut() {
+            for wqe in staged.iter_mut() {
                 wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
             }
         }
         self.open_run = false;
-        let result = self.qp.post_send(&self.staged);
+        let result = self.qp.post_send(staged);
         match result {
             Ok(()) => {
-                self.stats.wqes += self.staged.len() as u64;
+                self.stats.wqes += u64::from(self.staged_len);
                 self.stats.chains += 1;
             }
             Err(failure) => {
@@ -122,7 +151,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
                 self.drain(WcStatus::POST_ERR, credit);
             }
         }
-        self.staged.clear();
+        self.staged_len = 0;
         result
     }
 
@@ -136,7 +165,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         credit: &mut impl FnMut(u64, u32, WcStatus),
     ) -> bool {
         self.stats.cqes += 1;
-        match self.runs.front() {
+        match self.front() {
             Some(front) if !id_before(id, front.id & crate::wrid::ID_MASK) => {}
             _ => return false,
         }
@@ -147,7 +176,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         } else {
             WcStatus::SUCCESS
         };
-        while let Some(run) = self.runs.pop_front() {
+        while let Some(run) = self.pop_front() {
             self.outstanding -= run.count;
             let matched = run.id & crate::wrid::ID_MASK == id;
             credit(run.id, run.count, if matched { status } else { earlier });
@@ -163,7 +192,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
 
     /// Credit every run with `status` and forget them.
     pub fn drain(&mut self, status: WcStatus, credit: &mut impl FnMut(u64, u32, WcStatus)) {
-        while let Some(run) = self.runs.pop_front() {
+        while let Some(run) = self.pop_front() {
             credit(run.id, run.count, status);
         }
         self.outstanding = 0;
@@ -172,13 +201,13 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// No WQE staged or in flight here carries a sequence number older than this.
     #[inline]
     pub fn oldest_seq(&self) -> Option<Seq> {
-        self.runs.front().map(|r| r.seq)
+        self.front().map(|r| r.seq)
     }
 
     /// True when a chain waits to be posted.
     #[inline]
     pub fn has_staged(&self) -> bool {
-        !self.staged.is_empty()
+        self.staged_len != 0
     }
 
     /// True when another send WQE fits under `max`.

@@ -96,7 +96,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 {
     const CHECK: () = {
         assert!(N >= 1 && N <= 64, "between 1 and 64 data QPs");
-        assert!(D >= 1, "at least one WQE per QP");
+        assert!(D.is_power_of_two(), "WQEs per QP must be a power of two");
         assert!(
             W >= N * D,
             "reorder window must cover every fragment in flight"

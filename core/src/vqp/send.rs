@@ -134,6 +134,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 self.cfg.split.plan(wr.len, wr.remote_addr)
             },
             posted: 0,
+            offset: 0,
             done: 0,
             stopped: false,
             passthrough,
@@ -197,7 +198,23 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             let count = slot.plan.count();
             let dqplb_imm =
                 self.cfg.mode == Mode::Dqplb && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM;
-            let base_flags = SendFlags(wr.flags.0 & SendFlags::FENCE.0);
+            // Per request, not per fragment: what every fragment shares.
+            let opcode = match wr.opcode {
+                Opcode::RDMA_READ => Opcode::RDMA_READ,
+                _ if dqplb_imm => Opcode::RDMA_WRITE_WITH_IMM,
+                _ => Opcode::RDMA_WRITE,
+            };
+            let fence = SendFlags(wr.flags.0 & SendFlags::FENCE.0);
+            let solicited = SendFlags(wr.flags.0 & SendFlags::SOLICITED.0);
+            let keys = wr.keys;
+            let (local, remote) = (wr.local_addr, wr.remote_addr);
+            let base_id = WrId {
+                tag: self.tag,
+                lane: 0,
+                kind: Kind::Send,
+                id,
+            }
+            .encode();
             while slot.posted < count {
                 if self.room == 0 {
                     break 'requests;
@@ -220,50 +237,39 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 }
                 let l = pick(self.room, self.next_lane);
                 let lane = &mut self.lanes[l];
-                let (off, len) = slot.plan.fragment(slot.posted);
-                let last = slot.posted + 1 == count;
-                let (lkey, rkey) = slot.wr.keys.get(lane.device as usize).unwrap_or((0, 0));
-                let seq = self.send_seq;
-                let (opcode, imm_data, flags) = if dqplb_imm {
-                    let imm = Imm::new(self.send_seq, last).to_wire();
-                    self.send_seq = self.send_seq.add(1);
-                    let solicited = if last {
-                        slot.wr.flags.0 & SendFlags::SOLICITED.0
-                    } else {
-                        0
-                    };
-                    (
-                        Opcode::RDMA_WRITE_WITH_IMM,
-                        imm,
-                        base_flags.with(SendFlags(solicited)),
-                    )
-                } else if slot.wr.opcode == Opcode::RDMA_READ {
-                    (Opcode::RDMA_READ, 0, base_flags)
-                } else {
-                    (Opcode::RDMA_WRITE, 0, base_flags)
-                };
-                let wqe = SendWqe {
-                    wr_id: WrId {
-                        tag: self.tag,
-                        lane: l as u8,
-                        kind: Kind::Send,
-                        id,
-                    }
-                    .encode(),
-                    opcode,
-                    flags,
-                    addr: slot.wr.local_addr + off,
-                    len,
-                    lkey,
-                    remote_addr: slot.wr.remote_addr + off,
-                    rkey,
-                    imm_data,
-                    compare_add: 0,
-                    swap: 0,
-                };
-                lane.stage(wqe, id, seq, merge);
-                self.staged |= 1 << l;
+                let off = slot.offset;
+                let len = slot.plan.next_len(slot.posted, off);
+                slot.offset += u64::from(len);
                 slot.posted += 1;
+                let (lkey, rkey) = keys.get(lane.device as usize).unwrap_or((0, 0));
+                let seq = self.send_seq;
+                let (imm_data, flags) = if dqplb_imm {
+                    let last = slot.posted == count;
+                    self.send_seq = seq.add(1);
+                    let flags = if last { fence.with(solicited) } else { fence };
+                    (Imm::new(seq, last).to_wire(), flags)
+                } else {
+                    (0, fence)
+                };
+                lane.stage(
+                    SendWqe {
+                        wr_id: base_id | (l as u64) << 48,
+                        opcode,
+                        flags,
+                        addr: local + off,
+                        len,
+                        lkey,
+                        remote_addr: remote + off,
+                        rkey,
+                        imm_data,
+                        compare_add: 0,
+                        swap: 0,
+                    },
+                    id,
+                    seq,
+                    merge,
+                );
+                self.staged |= 1 << l;
                 if !lane.has_room(max) {
                     self.room &= !(1 << l);
                 }

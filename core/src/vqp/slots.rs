@@ -23,6 +23,8 @@ pub(crate) struct SendSlot {
     pub plan: Plan,
     /// Fragments staged or posted.
     pub posted: u64,
+    /// Where the next fragment starts in the request.
+    pub offset: u64,
     /// Fragments whose completion (own or implied) arrived.
     pub done: u64,
     /// No further fragment will be posted (the virtual QP failed).
@@ -39,6 +41,7 @@ impl SendSlot {
         wr: SendWr::new(0, crate::Opcode::RDMA_WRITE, 0, 0, 0, crate::Keys::none()),
         plan: Plan::whole(0),
         posted: 0,
+        offset: 0,
         done: 0,
         stopped: false,
         passthrough: false,
