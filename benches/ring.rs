@@ -4,6 +4,8 @@
 //! * `single_thread_u64`: push one `u64`, pop it, on one thread.
 //! * `batch32_u64`: push 32 `u64`s, pop 32, on one thread, through each queue's batch API
 //!   where it has one (`push_slice`/`pop_slice`, rtrb's entire-slice copies).
+//!   Both single-thread groups time a plain loop over handles held in the timing
+//!   function's frame (`iter_custom`), see [`timed`].
 //! * `two_threads_u64`, `two_threads_64B`: a producer and a consumer pinned to different
 //!   cores stream items through a 1024-slot queue; the time is the consumer's, from the
 //!   moment both threads leave a barrier to the last item popped.
@@ -52,46 +54,71 @@ impl Numbered for Item64 {
     }
 }
 
+/// Times `iters` rounds of `round` on one thread. The queue's handles are made by
+/// `make` outside the timed part and live in this frame, as they would in a poll loop;
+/// captured by reference in a `b.iter` closure instead, every index would round-trip
+/// through memory between rounds and the harness, not the queue, would set the pace.
+fn timed<H>(iters: u64, make: impl FnOnce() -> H, mut round: impl FnMut(&mut H, u64)) -> Duration {
+    let mut handles = make();
+    let start = Instant::now();
+    for i in 0..iters {
+        round(&mut handles, i);
+    }
+    start.elapsed()
+}
+
 fn single_thread(c: &mut Criterion) {
     let mut g = c.benchmark_group("single_thread_u64");
     g.throughput(Throughput::Elements(1));
 
     g.bench_function("vqp", |b| {
         let mut ring = Box::new(Ring::<u64, CAP>::new());
-        let (mut tx, mut rx) = ring.split();
-        let mut i = 0u64;
-        b.iter(|| {
-            i = i.wrapping_add(1);
-            tx.push(black_box(i)).unwrap();
-            rx.pop().unwrap()
+        b.iter_custom(|iters| {
+            timed(
+                iters,
+                || ring.split(),
+                |(tx, rx), i| {
+                    tx.push(black_box(i)).unwrap();
+                    black_box(rx.pop().unwrap());
+                },
+            )
         });
     });
     g.bench_function("heapless", |b| {
         let mut queue = Box::new(heapless::spsc::Queue::<u64, CAP>::new());
-        let (mut tx, mut rx) = queue.split();
-        let mut i = 0u64;
-        b.iter(|| {
-            i = i.wrapping_add(1);
-            tx.enqueue(black_box(i)).unwrap();
-            rx.dequeue().unwrap()
+        b.iter_custom(|iters| {
+            timed(
+                iters,
+                || queue.split(),
+                |(tx, rx), i| {
+                    tx.enqueue(black_box(i)).unwrap();
+                    black_box(rx.dequeue().unwrap());
+                },
+            )
         });
     });
     g.bench_function("rtrb", |b| {
-        let (mut tx, mut rx) = rtrb::RingBuffer::<u64>::new(CAP);
-        let mut i = 0u64;
-        b.iter(|| {
-            i = i.wrapping_add(1);
-            tx.push(black_box(i)).unwrap();
-            rx.pop().unwrap()
+        b.iter_custom(|iters| {
+            timed(
+                iters,
+                || rtrb::RingBuffer::<u64>::new(CAP),
+                |(tx, rx), i| {
+                    tx.push(black_box(i)).unwrap();
+                    black_box(rx.pop().unwrap());
+                },
+            )
         });
     });
     g.bench_function("crossbeam_ArrayQueue", |b| {
-        let queue = ArrayQueue::<u64>::new(CAP);
-        let mut i = 0u64;
-        b.iter(|| {
-            i = i.wrapping_add(1);
-            queue.push(black_box(i)).unwrap();
-            queue.pop().unwrap()
+        b.iter_custom(|iters| {
+            timed(
+                iters,
+                || ArrayQueue::<u64>::new(CAP),
+                |queue, i| {
+                    queue.push(black_box(i)).unwrap();
+                    black_box(queue.pop().unwrap());
+                },
+            )
         });
     });
     g.finish();
@@ -101,55 +128,69 @@ fn batched(c: &mut Criterion) {
     let mut g = c.benchmark_group("batch32_u64");
     g.throughput(Throughput::Elements(BATCH as u64));
     let src: [u64; BATCH] = core::array::from_fn(|i| i as u64);
+    let mut dst = [0u64; BATCH];
 
     g.bench_function("vqp", |b| {
         let mut ring = Box::new(Ring::<u64, CAP>::new());
-        let (mut tx, mut rx) = ring.split();
-        let mut dst = [0u64; BATCH];
-        b.iter(|| {
-            let pushed = tx.push_slice(black_box(&src));
-            let popped = rx.pop_slice(black_box(&mut dst));
-            assert_eq!(pushed, popped);
-            black_box(&dst);
+        b.iter_custom(|iters| {
+            timed(
+                iters,
+                || ring.split(),
+                |(tx, rx), _| {
+                    let pushed = tx.push_slice(black_box(&src));
+                    let popped = rx.pop_slice(black_box(&mut dst));
+                    assert_eq!(pushed, popped);
+                },
+            )
         });
     });
     g.bench_function("heapless", |b| {
         let mut queue = Box::new(heapless::spsc::Queue::<u64, CAP>::new());
-        let (mut tx, mut rx) = queue.split();
-        let mut dst = [0u64; BATCH];
-        b.iter(|| {
-            for &v in black_box(&src) {
-                tx.enqueue(v).unwrap();
-            }
-            for d in black_box(&mut dst).iter_mut() {
-                *d = rx.dequeue().unwrap();
-            }
-            black_box(&dst);
+        b.iter_custom(|iters| {
+            timed(
+                iters,
+                || queue.split(),
+                |(tx, rx), _| {
+                    for &v in black_box(&src) {
+                        tx.enqueue(v).unwrap();
+                    }
+                    for d in black_box(&mut dst).iter_mut() {
+                        *d = rx.dequeue().unwrap();
+                    }
+                },
+            )
         });
     });
     g.bench_function("rtrb", |b| {
-        let (mut tx, mut rx) = rtrb::RingBuffer::<u64>::new(CAP);
-        let mut dst = [0u64; BATCH];
-        b.iter(|| {
-            tx.push_entire_slice(black_box(&src)).unwrap();
-            rx.pop_entire_slice(black_box(&mut dst)).unwrap();
-            black_box(&dst);
+        b.iter_custom(|iters| {
+            timed(
+                iters,
+                || rtrb::RingBuffer::<u64>::new(CAP),
+                |(tx, rx), _| {
+                    tx.push_entire_slice(black_box(&src)).unwrap();
+                    rx.pop_entire_slice(black_box(&mut dst)).unwrap();
+                },
+            )
         });
     });
     g.bench_function("crossbeam_ArrayQueue", |b| {
-        let queue = ArrayQueue::<u64>::new(CAP);
-        let mut dst = [0u64; BATCH];
-        b.iter(|| {
-            for &v in black_box(&src) {
-                queue.push(v).unwrap();
-            }
-            for d in black_box(&mut dst).iter_mut() {
-                *d = queue.pop().unwrap();
-            }
-            black_box(&dst);
+        b.iter_custom(|iters| {
+            timed(
+                iters,
+                || ArrayQueue::<u64>::new(CAP),
+                |queue, _| {
+                    for &v in black_box(&src) {
+                        queue.push(v).unwrap();
+                    }
+                    for d in black_box(&mut dst).iter_mut() {
+                        *d = queue.pop().unwrap();
+                    }
+                },
+            )
         });
     });
     g.finish();
+    black_box(dst);
 }
 
 /// Streams `iters` items from a producer pinned to the first core to a consumer pinned
