@@ -60,17 +60,20 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod card;
 pub mod connect;
 pub mod enums;
 pub mod error;
 pub mod flags;
 #[allow(unsafe_code)]
 pub mod loader;
+pub mod provider;
 #[allow(unsafe_code)]
 pub mod sys;
 #[allow(unsafe_code)]
 pub mod verbs;
 
+pub use card::{Capabilities, Card, CardError, QpAddr};
 pub use enums::{
     AtomicCap, LinkLayer, Mtu, NodeType, PortState, QpState, QpType, TransportType, WcOpcode,
     WcStatus, WrOpcode,
@@ -78,6 +81,7 @@ pub use enums::{
 pub use error::{Error, Result};
 pub use flags::{AccessFlags, QpAttrMask, SendFlags, WcFlags};
 pub use loader::{Verbs, VerbsTable};
+pub use provider::{VerbsCq, VerbsQp};
 pub use verbs::{
     CompletionChannel, CompletionQueue, Context, CqEvent, Device, DeviceAttr, DeviceList, Gid,
     MemoryRegion, PortAttr, ProtectionDomain, QpCap, QpInit, QueuePair, Wc,
