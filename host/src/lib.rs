@@ -64,6 +64,7 @@ pub mod card;
 pub mod connect;
 pub mod enums;
 pub mod error;
+pub mod exchange;
 pub mod flags;
 #[allow(unsafe_code)]
 pub mod loader;
