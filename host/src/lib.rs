@@ -62,6 +62,7 @@
 
 pub mod card;
 pub mod connect;
+pub mod endpoint;
 pub mod enums;
 pub mod error;
 pub mod exchange;
@@ -75,6 +76,7 @@ pub mod sys;
 pub mod verbs;
 
 pub use card::{Capabilities, Card, CardError, QpAddr};
+pub use endpoint::{Connected, Endpoint, Settings};
 pub use enums::{
     AtomicCap, LinkLayer, Mtu, NodeType, PortState, QpState, QpType, TransportType, WcOpcode,
     WcStatus, WrOpcode,
