@@ -69,6 +69,7 @@ pub mod exchange;
 pub mod flags;
 #[allow(unsafe_code)]
 pub mod loader;
+pub mod poller;
 pub mod provider;
 #[allow(unsafe_code)]
 pub mod sys;
@@ -84,6 +85,7 @@ pub use enums::{
 pub use error::{Error, Result};
 pub use flags::{AccessFlags, QpAttrMask, SendFlags, WcFlags};
 pub use loader::{Verbs, VerbsTable};
+pub use poller::{Event, Handle, Idle, PollThread, PollerConfig, Refusal, Request, Stack, Stats};
 pub use provider::{VerbsCq, VerbsQp};
 pub use verbs::{
     CompletionChannel, CompletionQueue, Context, CqEvent, Device, DeviceAttr, DeviceList, Gid,

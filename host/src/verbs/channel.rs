@@ -78,6 +78,35 @@ impl CompletionChannel {
         Ok(())
     }
 
+    /// Waits up to `timeout` for the channel's descriptor to become readable (an event
+    /// is pending), with `poll(2)`; returns whether it did. Lets a caller bound how long
+    /// it blocks, which [`get_cq_event`](Self::get_cq_event) alone cannot.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] naming `poll` when the system call fails (other than `EINTR`,
+    /// which counts as "not readable").
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> Result<bool> {
+        let mut fds = libc::pollfd {
+            fd: self.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid `pollfd` for the duration of the call.
+        let rc = unsafe { libc::poll(&mut fds, 1, ms) };
+        if rc < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(Error::Verbs {
+                function: "poll",
+                source: err,
+            });
+        }
+        Ok(rc > 0 && fds.revents & libc::POLLIN != 0)
+    }
+
     /// Waits for the next event of an armed CQ (`ibv_get_cq_event`). The event is
     /// acknowledged when the returned guard is dropped.
     ///
