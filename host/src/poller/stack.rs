@@ -115,6 +115,11 @@ impl<
         }
     }
 
+    /// The virtual CQ and the virtual QPs, taken apart again.
+    pub fn into_parts(self) -> (VirtualCq<C, DEVS, B>, Vec<VirtualQp<Q, N, D, S, W>>) {
+        (self.vcq, self.vqps)
+    }
+
     /// `self` with a way to block on completions (for [`Idle::Block`](super::Idle::Block)).
     #[must_use]
     pub fn with_blocker(mut self, blocker: impl Blocker + 'static) -> Self {

@@ -7,9 +7,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use vqp_core::ring::{Consumer, Producer, PushError, Ring};
-use vqp_core::{
-    PhysCq, PhysQp, PostRecvError, PostSendError, VirtualCq, VirtualQp, Wc, WcStatus,
-};
+use vqp_core::{PhysCq, PhysQp, PostRecvError, PostSendError, VirtualCq, VirtualQp, Wc, WcStatus};
 
 use super::handle::{Handle, Shared, ABORT, DRAIN, RUN};
 use super::msg::{Event, Refusal, Request};
@@ -88,7 +86,17 @@ impl<const R: usize> PollThread<R> {
     /// [`Error::InvalidArgument`] for a zero `batch`; [`Error::Poller`] when the thread
     /// cannot start, cannot be pinned, or the factory built another number of virtual
     /// QPs than `qps` (or two with the same number); whatever the factory returned.
-    pub fn spawn<Q, C, F, const N: usize, const D: usize, const S: usize, const W: usize, const DEVS: usize, const B: usize>(
+    pub fn spawn<
+        Q,
+        C,
+        F,
+        const N: usize,
+        const D: usize,
+        const S: usize,
+        const W: usize,
+        const DEVS: usize,
+        const B: usize,
+    >(
         config: PollerConfig,
         qps: usize,
         factory: F,
@@ -183,7 +191,7 @@ impl<const R: usize> PollThread<R> {
 
     /// Whether the thread has stopped (it only stops when asked, or on a panic).
     pub fn is_finished(&self) -> bool {
-        self.join.as_ref().is_none_or(JoinHandle::is_finished)
+        self.join.as_ref().map_or(true, JoinHandle::is_finished)
     }
 
     fn stop(&mut self, command: u8, timeout: Duration) -> Result<Stats> {
@@ -242,7 +250,17 @@ impl<const R: usize> core::fmt::Debug for PollThread<R> {
 }
 
 /// Polls the virtual CQ once and routes what it returns; returns how many.
-fn poll_once<Q, C, const R: usize, const N: usize, const D: usize, const S: usize, const W: usize, const DEVS: usize, const B: usize>(
+fn poll_once<
+    Q,
+    C,
+    const R: usize,
+    const N: usize,
+    const D: usize,
+    const S: usize,
+    const W: usize,
+    const DEVS: usize,
+    const B: usize,
+>(
     vcq: &mut VirtualCq<C, DEVS, B>,
     vqps: &mut [&mut VirtualQp<Q, N, D, S, W>],
     lanes: &mut [Lane<R>],
@@ -286,7 +304,17 @@ type Ends<const R: usize> = Vec<(
 )>;
 
 /// The poll loop.
-fn run<Q, C, const R: usize, const N: usize, const D: usize, const S: usize, const W: usize, const DEVS: usize, const B: usize>(
+fn run<
+    Q,
+    C,
+    const R: usize,
+    const N: usize,
+    const D: usize,
+    const S: usize,
+    const W: usize,
+    const DEVS: usize,
+    const B: usize,
+>(
     config: &PollerConfig,
     stack: Stack<Q, C, N, D, S, W, DEVS, B>,
     ends: Ends<R>,
@@ -317,7 +345,8 @@ where
     let mut stats = Stats::default();
     let mut idle_rounds = 0u32;
     let mut phase = RUN;
-    let mut deadline = Instant::now();
+    // `None`: no deadline (a timeout too large to add to the clock).
+    let mut deadline: Option<Instant> = None;
     let mut timeout = Duration::ZERO;
 
     loop {
@@ -326,7 +355,7 @@ where
         let command = shared.command.load(Ordering::Acquire);
         if command != phase && phase != ABORT {
             timeout = Duration::from_nanos(shared.timeout_ns.load(Ordering::Relaxed));
-            deadline = Instant::now() + timeout;
+            deadline = Instant::now().checked_add(timeout);
             phase = command;
             if phase == ABORT {
                 stats.aborted = true;
@@ -389,11 +418,11 @@ where
             if quiet {
                 break;
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 if phase == DRAIN {
                     // The drain ran out of time: abort, with the same time again.
                     shared.command.store(ABORT, Ordering::Relaxed);
-                    deadline = Instant::now() + timeout;
+                    deadline = Instant::now().checked_add(timeout);
                     phase = ABORT;
                     stats.aborted = true;
                     for vqp in refs.iter_mut() {
@@ -481,7 +510,17 @@ where
 /// (a completion before the arming raises no event), or parks when there is no
 /// blocker or it cannot be armed.
 #[allow(clippy::too_many_arguments)]
-fn sleep<Q, C, const R: usize, const N: usize, const D: usize, const S: usize, const W: usize, const DEVS: usize, const B: usize>(
+fn sleep<
+    Q,
+    C,
+    const R: usize,
+    const N: usize,
+    const D: usize,
+    const S: usize,
+    const W: usize,
+    const DEVS: usize,
+    const B: usize,
+>(
     blocker: Option<&mut (dyn Blocker + 'static)>,
     timeout: Duration,
     vcq: &mut VirtualCq<C, DEVS, B>,
