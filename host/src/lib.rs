@@ -1,6 +1,10 @@
 //! vqp-host: the libibverbs binding of vqp.
 //!
 //! ```text
+//!  poller    pinned poll threads: SPSC rings in (requests) and out (events)
+//!  endpoint  a virtual QP on a device: QPs, CQ, card, connect
+//!  card, exchange   the versioned endpoint card and its TCP exchange
+//!  provider  VerbsQp / VerbsCq: vqp-core's PhysQp / PhysCq over the ops table
 //!  vqp (virtual QP, virtual CQ)          ← vqp-core, no_std, no FFI
 //!  ──────────────────────────────────────────────────────────────
 //!  connect   RESET→INIT→RTR→RTS from one Path
@@ -52,6 +56,14 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # A virtual QP over verbs
+//! [`Endpoint::create`] makes the physical QPs and their CQ, [`Endpoint::card`]
+//! describes them, [`exchange`] swaps cards with the peer over TCP, and
+//! [`Endpoint::connect`] checks the peer's card ([`Card::agree`]) and connects
+//! everything, returning vqp-core's `VirtualQp` and `VirtualCq` over [`VerbsQp`] and
+//! [`VerbsCq`]. A [`PollThread`] can then own them and serve application threads
+//! through [`Handle`]s.
 //!
 //! Posting takes raw `ibv_send_wr` / `ibv_recv_wr` chains ([`QueuePair::post_send`]),
 //! because the caller (vqp-core) owns the buffers and decides their lifetime; those

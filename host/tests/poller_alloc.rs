@@ -121,7 +121,7 @@ fn submit_and_complete_through_a_poll_thread_allocate_nothing() {
             ..PollerConfig::default()
         },
         2,
-        || factory(),
+        factory,
     )
     .unwrap();
     let mut rx = handles.pop().unwrap();

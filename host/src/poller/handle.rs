@@ -8,6 +8,7 @@ use vqp_core::ring::{Consumer, Producer, PushError, Ring};
 use vqp_core::{RecvWr, SendWr};
 
 use super::msg::{Event, Request};
+use super::wake::WakeFd;
 
 /// The poll thread keeps running.
 pub(super) const RUN: u8 = 0;
@@ -34,6 +35,8 @@ pub(super) struct Shared {
     pub(super) timeout_ns: AtomicU64,
     /// The poll thread, once started.
     pub(super) thread: OnceLock<Thread>,
+    /// The eventfd its blocker waits on, when it has one.
+    pub(super) wake_fd: OnceLock<Arc<WakeFd>>,
 }
 
 impl Shared {
@@ -44,6 +47,7 @@ impl Shared {
             command: AtomicU8::new(RUN),
             timeout_ns: AtomicU64::new(u64::MAX),
             thread: OnceLock::new(),
+            wake_fd: OnceLock::new(),
         }
     }
 
@@ -57,9 +61,17 @@ impl Shared {
         // re-check of the rings (see the field).
         fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::Relaxed) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-            }
+            self.interrupt();
+        }
+    }
+
+    /// Ends the poll thread's sleep, however it sleeps.
+    pub(super) fn interrupt(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+        if let Some(w) = self.wake_fd.get() {
+            w.wake();
         }
     }
 }

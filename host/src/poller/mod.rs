@@ -27,11 +27,13 @@
 //! - [`Idle::SpinThenYield`]: after `spins` idle rounds, `yield_now` between rounds.
 //! - [`Idle::Block`]: after `spins` idle rounds, sleep. With a [`Blocker`] (for verbs,
 //!   [`ChannelBlocker`]: `ibv_req_notify_cq` + the completion channel) the thread arms
-//!   the CQs, polls once more, and waits on the channel for up to `timeout`; a request
-//!   submitted meanwhile is taken when a completion wakes it or the timeout ends. A
-//!   provider without a completion channel degrades to parking for up to `timeout`:
-//!   a submission unparks the thread at once, but completions are only noticed at the
-//!   next timeout (the thread polls at least every `timeout`).
+//!   the CQs, polls once more, and waits in `poll(2)` on the channel and on an eventfd
+//!   ([`WakeFd`]) for up to `timeout`: a completion, a submission or a shutdown request
+//!   wakes it at once. A provider without a completion channel degrades to parking for
+//!   up to `timeout`: a submission or shutdown unparks the thread at once, but
+//!   completions are only noticed at the next timeout (the thread polls at least every
+//!   `timeout`). Submitters pay for this mode only while the thread sleeps: a fence on
+//!   every submission, and a wake-up call (futex or eventfd write) when it sleeps.
 //!
 //! # Shutdown
 //! [`PollThread::drain`] lets everything outstanding complete (requests already
@@ -46,6 +48,8 @@ mod handle;
 mod msg;
 mod stack;
 mod thread;
+#[allow(unsafe_code)]
+mod wake;
 
 use std::time::Duration;
 
@@ -53,6 +57,7 @@ pub use handle::Handle;
 pub use msg::{Event, Refusal, Request};
 pub use stack::{Blocker, ChannelBlocker, Stack};
 pub use thread::PollThread;
+pub use wake::WakeFd;
 
 /// What a poll thread does when a round found no work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

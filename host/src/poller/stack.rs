@@ -1,9 +1,12 @@
 //! [`Stack`]: what a poll thread owns, and [`Blocker`]: how it sleeps when idle.
 
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 use vqp_core::{PhysCq, PhysQp, VirtualCq, VirtualQp};
 
+use super::wake::WakeFd;
 use crate::error::Result;
 use crate::verbs::{CompletionChannel, CompletionQueue};
 
@@ -18,19 +21,24 @@ pub trait Blocker {
     /// # Errors
     /// When the provider refuses; the thread then waits by parking instead.
     fn arm(&mut self) -> Result<()>;
-    /// Wait until an armed CQ raised an event, or `timeout` passed; consume (and
-    /// acknowledge) the events.
+    /// Wait until an armed CQ raised an event, the [`waker`](Self::waker) was woken,
+    /// or `timeout` passed; consume (and acknowledge) the events.
     fn block(&mut self, timeout: Duration);
+    /// What submitters and shutdown requests wake to interrupt [`block`](Self::block);
+    /// `None` when only the timeout (or a completion) ends it.
+    fn waker(&self) -> Option<Arc<WakeFd>> {
+        None
+    }
 }
 
 /// A [`Blocker`] over a verbs completion channel that the CQs report to.
 ///
-/// Waits in `poll(2)` on the channel's descriptor, so a request submitted while the
-/// thread sleeps is taken when the wait ends: at the next completion, or after the
-/// timeout (see [`Idle::Block`](super::Idle::Block)).
+/// Waits in `poll(2)` on the channel's descriptor and on an eventfd ([`WakeFd`]) that
+/// a submission or a shutdown request writes, so either wakes the thread at once.
 pub struct ChannelBlocker {
     channel: CompletionChannel,
     cqs: Vec<CompletionQueue>,
+    wake: Arc<WakeFd>,
 }
 
 impl ChannelBlocker {
@@ -38,10 +46,14 @@ impl ChannelBlocker {
     ///
     /// # Errors
     /// [`Error::Verbs`](crate::Error::Verbs) when the channel cannot be made
-    /// non-blocking.
+    /// non-blocking or the eventfd cannot be created.
     pub fn new(channel: CompletionChannel, cqs: Vec<CompletionQueue>) -> Result<Self> {
         channel.set_nonblocking(true)?;
-        Ok(ChannelBlocker { channel, cqs })
+        Ok(ChannelBlocker {
+            channel,
+            cqs,
+            wake: Arc::new(WakeFd::new()?),
+        })
     }
 }
 
@@ -54,13 +66,25 @@ impl Blocker for ChannelBlocker {
     }
 
     fn block(&mut self, timeout: Duration) {
-        if let Ok(true) = self.channel.wait_readable(timeout) {
-            // Take (and, on drop, acknowledge) every pending event; the CQs are
-            // polled next whichever CQ each names.
-            while let Ok(event) = self.channel.get_cq_event() {
-                drop(event);
+        let ready = self
+            .channel
+            .wait_readable_or(Some(self.wake.as_raw_fd()), timeout);
+        if let Ok((events, woken)) = ready {
+            if woken {
+                self.wake.clear();
+            }
+            if events {
+                // Take (and, on drop, acknowledge) every pending event; the CQs are
+                // polled next whichever CQ each names.
+                while let Ok(event) = self.channel.get_cq_event() {
+                    drop(event);
+                }
             }
         }
+    }
+
+    fn waker(&self) -> Option<Arc<WakeFd>> {
+        Some(Arc::clone(&self.wake))
     }
 }
 

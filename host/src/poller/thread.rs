@@ -162,6 +162,9 @@ impl<const R: usize> PollThread<R> {
                     }));
                     return Stats::default();
                 }
+                if let Some(w) = stack.blocker.as_ref().and_then(|b| b.waker()) {
+                    let _ = sh.wake_fd.set(w);
+                }
                 let _ = ready_tx.send(Ok(()));
                 run(&config, stack, ends, &sh)
             })
@@ -199,9 +202,7 @@ impl<const R: usize> PollThread<R> {
         self.shared.timeout_ns.store(ns, Ordering::Relaxed);
         // Release: the timeout above is read after the command is seen (Acquire).
         self.shared.command.store(command, Ordering::Release);
-        if let Some(t) = self.shared.thread.get() {
-            t.unpark();
-        }
+        self.shared.interrupt();
         match self.join.take() {
             Some(join) => join.join().map_err(|_| Error::Poller {
                 what: "the poll thread panicked",

@@ -7,7 +7,9 @@
 //! once against the connected peer QP found by its number: RDMA WRITE and READ copy
 //! bytes between the addresses given (this process's memory, from registered buffers),
 //! WRITE_WITH_IMM and SEND consume the peer's oldest receive, and completions land in
-//! the right CQ with the flags and immediate verbs sets. Sends to a QP not in RTR or
+//! the right CQ with the flags and immediate verbs sets; an armed CQ with a completion
+//! channel raises one event (a byte on the channel's pipe) at its next completion.
+//! Sends to a QP not in RTR or
 //! RTS, or that find no receive, fail the way RC does (retry / RNR exceeded) and move
 //! the sender to ERR.
 #![allow(dead_code)]
@@ -46,6 +48,18 @@ struct FakeCq {
     cap: usize,
     wcs: VecDeque<ibv_wc>,
     overflows: u64,
+    /// The completion channel (address), 0 for none.
+    channel: usize,
+    /// Armed by `req_notify_cq`: the next completion raises an event.
+    armed: bool,
+}
+
+/// A completion channel: a pipe whose read end is the channel's descriptor, one byte
+/// per pending event, and the CQs those events name.
+struct FakeChannel {
+    read: c_int,
+    write: c_int,
+    events: VecDeque<usize>,
 }
 
 #[derive(Default)]
@@ -55,6 +69,8 @@ struct State {
     by_qpn: HashMap<u32, usize>,
     /// By `ibv_cq` address.
     cqs: HashMap<usize, FakeCq>,
+    /// By `ibv_comp_channel` address.
+    channels: HashMap<usize, FakeChannel>,
     next_qpn: u32,
     post_sends: u64,
     post_recvs: u64,
@@ -294,14 +310,37 @@ unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
 }
 
 unsafe extern "C" fn create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
-    boxed(ibv_comp_channel {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return null_mut();
+    }
+    let ch = boxed(ibv_comp_channel {
         context: ctx,
-        fd: -1,
+        fd: fds[0],
         refcnt: 0,
-    })
+    });
+    with(|s| {
+        s.channels.insert(
+            ch as usize,
+            FakeChannel {
+                read: fds[0],
+                write: fds[1],
+                events: VecDeque::new(),
+            },
+        )
+    });
+    ch
 }
 
 unsafe extern "C" fn destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    if let Some(c) = with(|s| s.channels.remove(&(ch as usize))) {
+        // SAFETY: both ends were opened by `create_comp_channel` and are closed once.
+        unsafe {
+            libc::close(c.read);
+            libc::close(c.write);
+        }
+    }
     // SAFETY: from `create_comp_channel`.
     unsafe { unbox(ch) };
     0
@@ -330,6 +369,7 @@ unsafe extern "C" fn create_cq(
             cq as usize,
             FakeCq {
                 cap: cqe as usize,
+                channel: channel as usize,
                 ..FakeCq::default()
             },
         )
@@ -345,12 +385,30 @@ unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
 }
 
 unsafe extern "C" fn get_cq_event(
-    _ch: *mut ibv_comp_channel,
-    _cq: *mut *mut ibv_cq,
-    _ctx: *mut *mut c_void,
+    ch: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    ctx: *mut *mut c_void,
 ) -> c_int {
-    set_errno(libc::EAGAIN);
-    -1
+    let event = with(|s| {
+        let c = s.channels.get_mut(&(ch as usize))?;
+        let cq = c.events.pop_front()?;
+        let mut byte = 0u8;
+        // SAFETY: reads one byte from the channel's own pipe into `byte`.
+        unsafe { libc::read(c.read, (&mut byte as *mut u8).cast(), 1) };
+        Some(cq)
+    });
+    let Some(event) = event else {
+        set_errno(libc::EAGAIN);
+        return -1;
+    };
+    let event = event as *mut ibv_cq;
+    // SAFETY: writable out-pointers; `event` is a live CQ (its destroy waits for acks
+    // in libibverbs; the tests acknowledge before destroying).
+    unsafe {
+        *cq = event;
+        *ctx = (*event).cq_context;
+    }
+    0
 }
 
 unsafe extern "C" fn ack_cq_events(_cq: *mut ibv_cq, _n: c_uint) {}
@@ -405,11 +463,19 @@ unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
 }
 
 fn push_wc(s: &mut State, cq: usize, wc: ibv_wc) {
-    if let Some(c) = s.cqs.get_mut(&cq) {
-        if c.wcs.len() >= c.cap {
-            c.overflows += 1;
-        } else {
-            c.wcs.push_back(wc);
+    let Some(c) = s.cqs.get_mut(&cq) else { return };
+    if c.wcs.len() >= c.cap {
+        c.overflows += 1;
+        return;
+    }
+    c.wcs.push_back(wc);
+    if c.armed && c.channel != 0 {
+        c.armed = false;
+        if let Some(ch) = s.channels.get_mut(&c.channel) {
+            ch.events.push_back(cq);
+            let byte = 1u8;
+            // SAFETY: writes one byte to the channel's own pipe.
+            unsafe { libc::write(ch.write, (&byte as *const u8).cast(), 1) };
         }
     }
 }
@@ -709,7 +775,12 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
     })
 }
 
-unsafe extern "C" fn req_notify_cq(_cq: *mut ibv_cq, _solicited: c_int) -> c_int {
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited: c_int) -> c_int {
+    with(|s| {
+        if let Some(c) = s.cqs.get_mut(&(cq as usize)) {
+            c.armed = true;
+        }
+    });
     0
 }
 
