@@ -3,6 +3,9 @@
 use std::fmt;
 use std::io;
 
+use vqp_core::{BuildError, CqError};
+
+use crate::card::CardError;
 use crate::enums::WcStatus;
 
 /// Result alias for this crate.
@@ -77,6 +80,44 @@ pub enum Error {
         /// What was wrong.
         what: &'static str,
     },
+    /// An endpoint card could not be encoded or decoded, or the peer's does not agree
+    /// with ours.
+    Card(CardError),
+    /// Exchanging endpoint cards (or synchronising) over TCP failed.
+    Exchange {
+        /// What was being done, e.g. `receive the peer's card`.
+        stage: &'static str,
+        /// The I/O error (`UnexpectedEof` when the peer disconnected,
+        /// `WouldBlock`/`TimedOut` when it did not answer in time).
+        source: io::Error,
+    },
+    /// vqp-core refused the virtual QP's configuration.
+    Build(BuildError),
+    /// vqp-core refused to attach the virtual QP to its virtual CQ.
+    Cq(CqError),
+    /// A poll thread could not be started or stopped.
+    Poller {
+        /// What went wrong.
+        what: &'static str,
+    },
+}
+
+impl From<CardError> for Error {
+    fn from(e: CardError) -> Self {
+        Error::Card(e)
+    }
+}
+
+impl From<BuildError> for Error {
+    fn from(e: BuildError) -> Self {
+        Error::Build(e)
+    }
+}
+
+impl From<CqError> for Error {
+    fn from(e: CqError) -> Self {
+        Error::Cq(e)
+    }
 }
 
 impl Error {
@@ -101,7 +142,9 @@ impl Error {
     /// The errno of a [`Error::Verbs`] or [`Error::PostFailed`], if any.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            Error::Verbs { source, .. } | Error::PostFailed { source, .. } => source.raw_os_error(),
+            Error::Verbs { source, .. }
+            | Error::PostFailed { source, .. }
+            | Error::Exchange { source, .. } => source.raw_os_error(),
             Error::NoDevices {
                 source: Some(source),
             } => source.raw_os_error(),
@@ -162,6 +205,13 @@ impl fmt::Display for Error {
                 status.as_raw()
             ),
             Error::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
+            Error::Card(e) => write!(f, "endpoint card: {e}"),
+            Error::Exchange { stage, source } => {
+                write!(f, "endpoint exchange failed to {stage}: {source}")
+            }
+            Error::Build(e) => write!(f, "virtual QP configuration refused: {e}"),
+            Error::Cq(e) => write!(f, "virtual CQ refused the virtual QP: {e}"),
+            Error::Poller { what } => write!(f, "poll thread: {what}"),
         }
     }
 }
@@ -169,7 +219,12 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Verbs { source, .. } | Error::PostFailed { source, .. } => Some(source),
+            Error::Verbs { source, .. }
+            | Error::PostFailed { source, .. }
+            | Error::Exchange { source, .. } => Some(source),
+            Error::Card(e) => Some(e),
+            Error::Build(e) => Some(e),
+            Error::Cq(e) => Some(e),
             Error::NoDevices {
                 source: Some(source),
             } => Some(source),

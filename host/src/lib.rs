@@ -1,6 +1,10 @@
 //! vqp-host: the libibverbs binding of vqp.
 //!
 //! ```text
+//!  poller    pinned poll threads: SPSC rings in (requests) and out (events)
+//!  endpoint  a virtual QP on a device: QPs, CQ, card, connect
+//!  card, exchange   the versioned endpoint card and its TCP exchange
+//!  provider  VerbsQp / VerbsCq: vqp-core's PhysQp / PhysCq over the ops table
 //!  vqp (virtual QP, virtual CQ)          ← vqp-core, no_std, no FFI
 //!  ──────────────────────────────────────────────────────────────
 //!  connect   RESET→INIT→RTR→RTS from one Path
@@ -53,6 +57,14 @@
 //! # }
 //! ```
 //!
+//! # A virtual QP over verbs
+//! [`Endpoint::create`] makes the physical QPs and their CQ, [`Endpoint::card`]
+//! describes them, [`exchange`] swaps cards with the peer over TCP, and
+//! [`Endpoint::connect`] checks the peer's card ([`Card::agree`]) and connects
+//! everything, returning vqp-core's `VirtualQp` and `VirtualCq` over [`VerbsQp`] and
+//! [`VerbsCq`]. A [`PollThread`] can then own them and serve application threads
+//! through [`Handle`]s.
+//!
 //! Posting takes raw `ibv_send_wr` / `ibv_recv_wr` chains ([`QueuePair::post_send`]),
 //! because the caller (vqp-core) owns the buffers and decides their lifetime; those
 //! calls are `unsafe` with the contract spelled out.
@@ -60,17 +72,24 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod card;
 pub mod connect;
+pub mod endpoint;
 pub mod enums;
 pub mod error;
+pub mod exchange;
 pub mod flags;
 #[allow(unsafe_code)]
 pub mod loader;
+pub mod poller;
+pub mod provider;
 #[allow(unsafe_code)]
 pub mod sys;
 #[allow(unsafe_code)]
 pub mod verbs;
 
+pub use card::{Capabilities, Card, CardError, QpAddr};
+pub use endpoint::{Connected, Endpoint, Settings};
 pub use enums::{
     AtomicCap, LinkLayer, Mtu, NodeType, PortState, QpState, QpType, TransportType, WcOpcode,
     WcStatus, WrOpcode,
@@ -78,6 +97,8 @@ pub use enums::{
 pub use error::{Error, Result};
 pub use flags::{AccessFlags, QpAttrMask, SendFlags, WcFlags};
 pub use loader::{Verbs, VerbsTable};
+pub use poller::{Event, Handle, Idle, PollThread, PollerConfig, Refusal, Request, Stack, Stats};
+pub use provider::{VerbsCq, VerbsQp};
 pub use verbs::{
     CompletionChannel, CompletionQueue, Context, CqEvent, Device, DeviceAttr, DeviceList, Gid,
     MemoryRegion, PortAttr, ProtectionDomain, QpCap, QpInit, QueuePair, Wc,

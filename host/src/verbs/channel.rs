@@ -78,6 +78,58 @@ impl CompletionChannel {
         Ok(())
     }
 
+    /// Waits up to `timeout` for the channel's descriptor to become readable (an event
+    /// is pending), with `poll(2)`; returns whether it did. Lets a caller bound how long
+    /// it blocks, which [`get_cq_event`](Self::get_cq_event) alone cannot.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] naming `poll` when the system call fails (other than `EINTR`,
+    /// which counts as "not readable").
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> Result<bool> {
+        Ok(self.wait_readable_or(None, timeout)?.0)
+    }
+
+    /// As [`wait_readable`](Self::wait_readable), also waking when `other` (another
+    /// descriptor, e.g. an eventfd a submitter writes) becomes readable; returns
+    /// whether the channel and whether `other` are readable.
+    ///
+    /// # Errors
+    /// As [`wait_readable`](Self::wait_readable).
+    pub fn wait_readable_or(
+        &self,
+        other: Option<RawFd>,
+        timeout: std::time::Duration,
+    ) -> Result<(bool, bool)> {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                // A negative descriptor is ignored by `poll`.
+                fd: other.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: two valid `pollfd`s for the duration of the call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if rc < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                return Ok((false, false));
+            }
+            return Err(Error::Verbs {
+                function: "poll",
+                source: err,
+            });
+        }
+        let ready = |p: &libc::pollfd| rc > 0 && p.revents & libc::POLLIN != 0;
+        Ok((ready(&fds[0]), ready(&fds[1])))
+    }
+
     /// Waits for the next event of an armed CQ (`ibv_get_cq_event`). The event is
     /// acknowledged when the returned guard is dropped.
     ///

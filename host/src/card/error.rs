@@ -1,0 +1,165 @@
+//! [`CardError`]: why a card could not be encoded, decoded or agreed on.
+
+use core::fmt;
+
+use vqp_core::Mode;
+
+use super::Capabilities;
+
+/// Why a card could not be encoded or decoded, or why two cards do not agree.
+///
+/// Values come from a peer, so every malformed input is one of these, never a panic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CardError {
+    /// The bytes do not start with [`MAGIC`](super::MAGIC): not a vqp card.
+    BadMagic([u8; 4]),
+    /// The card's format version is not one this build reads.
+    UnsupportedVersion(u16),
+    /// Fewer bytes than the card needs.
+    Truncated {
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// The length the card declares is not the one its QP count implies.
+    BadLength {
+        /// Length field of the card.
+        declared: usize,
+        /// Length its contents need.
+        expected: usize,
+    },
+    /// More data QPs than a virtual QP can have ([`MAX_DATA_QPS`](super::MAX_DATA_QPS)).
+    TooManyQps(usize),
+    /// A card names no data QP.
+    NoDataQps,
+    /// The mode byte names no mode this build knows.
+    UnknownMode(u8),
+    /// A 24-bit field (QP number, PSN, sequence number) has its top bits set.
+    OutOfRange {
+        /// Which field.
+        field: &'static str,
+        /// Its value.
+        value: u32,
+    },
+    /// The caller's buffer cannot hold the encoded card.
+    BufferTooSmall {
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// The two sides run different load-balancing modes.
+    Mode {
+        /// This side's mode.
+        mine: Mode,
+        /// The peer's mode.
+        peer: Mode,
+    },
+    /// The two sides cut requests into fragments of different sizes.
+    MaxFrag {
+        /// This side's `max_frag`.
+        mine: u32,
+        /// The peer's.
+        peer: u32,
+    },
+    /// A queue depth differs.
+    Depth {
+        /// `max_outstanding` or `recv_depth`.
+        what: &'static str,
+        /// This side's value.
+        mine: u32,
+        /// The peer's.
+        peer: u32,
+    },
+    /// The two sides have different numbers of data QPs (they connect one to one).
+    DataQps {
+        /// This side's count.
+        mine: usize,
+        /// The peer's.
+        peer: usize,
+    },
+    /// One side has a notify QP and the other does not.
+    Notify {
+        /// Whether this side has one.
+        mine: bool,
+        /// Whether the peer has one.
+        peer: bool,
+    },
+    /// The peer's DQPLB reorder window cannot cover what this side may have in flight.
+    Window {
+        /// The peer's window.
+        peer: u32,
+        /// The window this side's sender needs at the peer.
+        needed: u64,
+    },
+    /// The peer lacks capabilities this side requires.
+    MissingCapabilities(Capabilities),
+}
+
+impl fmt::Display for CardError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::BadMagic(m) => write!(f, "not a vqp endpoint card (magic {m:02x?})"),
+            Self::UnsupportedVersion(v) => write!(
+                f,
+                "endpoint card format version {v} is not supported (this build reads version {})",
+                super::VERSION
+            ),
+            Self::Truncated { needed, got } => {
+                write!(f, "endpoint card truncated: {got} bytes, {needed} needed")
+            }
+            Self::BadLength { declared, expected } => write!(
+                f,
+                "endpoint card declares {declared} bytes but its contents need {expected}"
+            ),
+            Self::TooManyQps(n) => write!(
+                f,
+                "endpoint card names {n} data QPs; at most {} allowed",
+                super::MAX_DATA_QPS
+            ),
+            Self::NoDataQps => f.write_str("endpoint card names no data QP"),
+            Self::UnknownMode(m) => write!(f, "endpoint card has unknown mode {m}"),
+            Self::OutOfRange { field, value } => {
+                write!(f, "endpoint card field {field} = {value:#x} exceeds 24 bits")
+            }
+            Self::BufferTooSmall { needed, got } => write!(
+                f,
+                "buffer of {got} bytes cannot hold the {needed}-byte endpoint card"
+            ),
+            Self::Mode { mine, peer } => {
+                write!(f, "mode mismatch: this side runs {mine:?}, the peer {peer:?}")
+            }
+            Self::MaxFrag { mine, peer } => write!(
+                f,
+                "max_frag mismatch: this side cuts {mine}-byte fragments, the peer {peer}"
+            ),
+            Self::Depth { what, mine, peer } => {
+                write!(f, "{what} mismatch: this side has {mine}, the peer {peer}")
+            }
+            Self::DataQps { mine, peer } => write!(
+                f,
+                "data QP count mismatch: this side has {mine}, the peer {peer}"
+            ),
+            Self::Notify { mine, peer } => {
+                let has = |b: bool| if b { "has" } else { "has no" };
+                write!(
+                    f,
+                    "notify QP mismatch: this side {} notify QP, the peer {}",
+                    has(mine),
+                    has(peer)
+                )
+            }
+            Self::Window { peer, needed } => write!(
+                f,
+                "the peer's reorder window of {peer} is below the {needed} this side may have in flight"
+            ),
+            Self::MissingCapabilities(c) => {
+                write!(f, "the peer lacks required capabilities {c}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CardError {}

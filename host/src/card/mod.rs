@@ -1,0 +1,458 @@
+//! The endpoint card: what one side of a virtual QP tells the other before the
+//! physical QPs are connected.
+//!
+//! Both sides must agree on the mode, the fragment size and the depths (the receiver
+//! sizes its window and receives for the sender's traffic), and each needs the other's
+//! QP numbers, PSNs, address and first DQPLB sequence number. A card carries all of
+//! it in a small, versioned, self-describing byte format; [`Card::agree`] refuses a
+//! peer whose settings do not fit, with one clear error per mismatch.
+//!
+//! # Wire format, version 1
+//! Every integer is big-endian (network order).
+//!
+//! | offset | bytes | field |
+//! |---:|---:|---|
+//! | 0 | 4 | magic `"VQPC"` |
+//! | 4 | 2 | format version (1) |
+//! | 6 | 2 | total length of the card in bytes: `60 + 8·n (+ 8 with a notify QP)` |
+//! | 8 | 1 | mode: 0 SPRAY, 1 DQPLB |
+//! | 9 | 1 | `n`, the number of data QPs (1–64) |
+//! | 10 | 1 | flags: bit 0 = a notify QP follows the data QPs; other bits 0 |
+//! | 11 | 1 | reserved, 0 |
+//! | 12 | 4 | capability bits this side offers ([`Capabilities`]) |
+//! | 16 | 4 | capability bits this side requires of the peer |
+//! | 20 | 4 | `max_frag`: largest fragment in bytes |
+//! | 24 | 4 | `max_outstanding`: send WQEs in flight per physical QP |
+//! | 28 | 4 | `recv_depth`: receives kept posted per receiving QP |
+//! | 32 | 4 | DQPLB reorder window (fragments) |
+//! | 36 | 4 | first DQPLB sequence number this side sends (24 bits) |
+//! | 40 | 2 | path MTU in bytes (the port's active MTU) |
+//! | 42 | 2 | LID (0 when the port has none, e.g. RoCE) |
+//! | 44 | 16 | GID (network order; zero when unused) |
+//! | 60 | 8·n | data QPs, in order: QP number (4, 24 bits), first PSN (4, 24 bits) |
+//! | 60 + 8·n | 8 | notify QP number and first PSN, when flag bit 0 is set |
+//!
+//! A reader refuses a version it does not know rather than guessing; a later version
+//! may append fields after these (its length field says where the card ends).
+
+mod error;
+
+use std::fmt;
+
+use vqp_core::Mode;
+
+use crate::verbs::Gid;
+
+pub use error::CardError;
+
+/// The four bytes every card starts with.
+pub const MAGIC: [u8; 4] = *b"VQPC";
+/// The format version this build writes and reads.
+pub const VERSION: u16 = 1;
+/// Bytes before the QP list.
+pub const HEADER_LEN: usize = 60;
+/// Bytes per QP entry (QP number and PSN).
+pub const QP_ENTRY_LEN: usize = 8;
+/// The most data QPs a card (and a virtual QP) can name.
+pub const MAX_DATA_QPS: usize = 64;
+/// The longest card: 64 data QPs and a notify QP.
+pub const MAX_LEN: usize = HEADER_LEN + (MAX_DATA_QPS + 1) * QP_ENTRY_LEN;
+
+const FLAG_NOTIFY: u8 = 1;
+const MAX_24BIT: u32 = (1 << 24) - 1;
+
+/// Capability bits: optional behaviours an endpoint implements. A card offers some and
+/// requires some of the peer; [`Card::agree`] refuses a peer that lacks a required one.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Capabilities(pub u32);
+
+impl Capabilities {
+    /// No capability.
+    pub const NONE: Self = Self(0);
+    /// Speaks SPRAY: plain-write fragments, then a WRITE_WITH_IMM on the notify QP.
+    pub const SPRAY: Self = Self(1 << 0);
+    /// Speaks DQPLB: sequence-numbered WRITE_WITH_IMM fragments on every data QP.
+    pub const DQPLB: Self = Self(1 << 1);
+    /// SPRAY notifies may be in flight several at a time (the receiver keeps
+    /// `recv_depth` receives on its notify QP).
+    pub const PIPELINED_NOTIFY: Self = Self(1 << 2);
+    /// The DQPLB receiver ignores a duplicate sequence number inside its window, which
+    /// a sender that re-posts a failed QP's fragments on healthy ones needs.
+    pub const DUPLICATE_TOLERANT: Self = Self(1 << 3);
+
+    /// What this build implements.
+    pub const fn supported() -> Self {
+        Self(Self::SPRAY.0 | Self::DQPLB.0 | Self::PIPELINED_NOTIFY.0)
+    }
+
+    /// What a side running `mode` needs the peer to implement.
+    pub const fn required_for(mode: Mode) -> Self {
+        match mode {
+            Mode::Spray => Self(Self::SPRAY.0 | Self::PIPELINED_NOTIFY.0),
+            Mode::Dqplb => Self::DQPLB,
+        }
+    }
+
+    /// Whether every bit of `other` is set.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The bits of `self` not in `other`.
+    pub const fn without(self, other: Self) -> Self {
+        Self(self.0 & !other.0)
+    }
+}
+
+impl fmt::Debug for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Capabilities({self})")
+    }
+}
+
+impl fmt::Display for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAMES: [(Capabilities, &str); 4] = [
+            (Capabilities::SPRAY, "SPRAY"),
+            (Capabilities::DQPLB, "DQPLB"),
+            (Capabilities::PIPELINED_NOTIFY, "PIPELINED_NOTIFY"),
+            (Capabilities::DUPLICATE_TOLERANT, "DUPLICATE_TOLERANT"),
+        ];
+        let mut rest = self.0;
+        let mut first = true;
+        for (bit, name) in NAMES {
+            if self.contains(bit) && bit.0 != 0 {
+                if !first {
+                    f.write_str(" | ")?;
+                }
+                f.write_str(name)?;
+                first = false;
+                rest &= !bit.0;
+            }
+        }
+        if rest != 0 {
+            if !first {
+                f.write_str(" | ")?;
+            }
+            write!(f, "{rest:#x}")?;
+            first = false;
+        }
+        if first {
+            f.write_str("NONE")?;
+        }
+        Ok(())
+    }
+}
+
+/// One physical QP as the peer addresses it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpAddr {
+    /// QP number (24 bits).
+    pub qpn: u32,
+    /// First packet sequence number this QP sends (24 bits).
+    pub psn: u32,
+}
+
+/// One side's endpoint card: its virtual QP's settings and its physical QPs'
+/// addresses. See the [module documentation](self) for the byte layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Card {
+    /// Load-balancing mode.
+    pub mode: Mode,
+    /// Capabilities this side offers.
+    pub caps: Capabilities,
+    /// Capabilities this side requires of the peer.
+    pub required: Capabilities,
+    /// Largest fragment in bytes.
+    pub max_frag: u32,
+    /// Send WQEs in flight per physical QP.
+    pub max_outstanding: u32,
+    /// Receives kept posted per receiving QP.
+    pub recv_depth: u32,
+    /// DQPLB reorder window, in fragments (the virtual QP type's `W`).
+    pub window: u32,
+    /// First DQPLB sequence number this side sends (24 bits).
+    pub init_seq: u32,
+    /// Path MTU in bytes (the port's active MTU).
+    pub mtu: u16,
+    /// LID (0 when the port has none).
+    pub lid: u16,
+    /// GID (zero when unused).
+    pub gid: Gid,
+    /// Data QPs, in order: data QP `i` connects to the peer's data QP `i`.
+    pub data: Vec<QpAddr>,
+    /// The SPRAY notify QP, when there is one.
+    pub notify: Option<QpAddr>,
+}
+
+fn put_u16(buf: &mut [u8], at: usize, v: u16) {
+    buf[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+fn put_u32(buf: &mut [u8], at: usize, v: u32) {
+    buf[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+fn get_u16(buf: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([buf[at], buf[at + 1]])
+}
+
+fn get_u32(buf: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+}
+
+fn check_24(field: &'static str, value: u32) -> Result<(), CardError> {
+    if value > MAX_24BIT {
+        return Err(CardError::OutOfRange { field, value });
+    }
+    Ok(())
+}
+
+fn mode_byte(mode: Mode) -> u8 {
+    match mode {
+        Mode::Spray => 0,
+        Mode::Dqplb => 1,
+    }
+}
+
+fn byte_mode(b: u8) -> Result<Mode, CardError> {
+    match b {
+        0 => Ok(Mode::Spray),
+        1 => Ok(Mode::Dqplb),
+        other => Err(CardError::UnknownMode(other)),
+    }
+}
+
+/// The encoded length of a card with `data` data QPs and maybe a notify QP.
+const fn card_len(data: usize, notify: bool) -> usize {
+    HEADER_LEN + (data + notify as usize) * QP_ENTRY_LEN
+}
+
+impl Card {
+    /// The number of bytes [`encode`](Self::encode) writes.
+    pub fn encoded_len(&self) -> usize {
+        card_len(self.data.len(), self.notify.is_some())
+    }
+
+    /// Checks what the format can carry: 1 to 64 data QPs, 24-bit QP numbers, PSNs
+    /// and sequence number.
+    ///
+    /// # Errors
+    /// [`CardError::NoDataQps`], [`CardError::TooManyQps`] or
+    /// [`CardError::OutOfRange`].
+    pub fn validate(&self) -> Result<(), CardError> {
+        if self.data.is_empty() {
+            return Err(CardError::NoDataQps);
+        }
+        if self.data.len() > MAX_DATA_QPS {
+            return Err(CardError::TooManyQps(self.data.len()));
+        }
+        check_24("init_seq", self.init_seq)?;
+        for q in self.data.iter().chain(self.notify.iter()) {
+            check_24("qpn", q.qpn)?;
+            check_24("psn", q.psn)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the card into the front of `buf` and returns how many bytes it took.
+    ///
+    /// # Errors
+    /// What [`validate`](Self::validate) finds, or [`CardError::BufferTooSmall`].
+    pub fn encode(&self, buf: &mut [u8]) -> Result<usize, CardError> {
+        self.validate()?;
+        let len = self.encoded_len();
+        if buf.len() < len {
+            return Err(CardError::BufferTooSmall {
+                needed: len,
+                got: buf.len(),
+            });
+        }
+        let buf = &mut buf[..len];
+        buf[0..4].copy_from_slice(&MAGIC);
+        put_u16(buf, 4, VERSION);
+        // `len` ≤ MAX_LEN (580) after `validate`, so it fits.
+        put_u16(buf, 6, len as u16);
+        buf[8] = mode_byte(self.mode);
+        buf[9] = self.data.len() as u8;
+        buf[10] = if self.notify.is_some() {
+            FLAG_NOTIFY
+        } else {
+            0
+        };
+        buf[11] = 0;
+        put_u32(buf, 12, self.caps.0);
+        put_u32(buf, 16, self.required.0);
+        put_u32(buf, 20, self.max_frag);
+        put_u32(buf, 24, self.max_outstanding);
+        put_u32(buf, 28, self.recv_depth);
+        put_u32(buf, 32, self.window);
+        put_u32(buf, 36, self.init_seq);
+        put_u16(buf, 40, self.mtu);
+        put_u16(buf, 42, self.lid);
+        buf[44..60].copy_from_slice(self.gid.as_bytes());
+        for (i, q) in self.data.iter().chain(self.notify.iter()).enumerate() {
+            let at = HEADER_LEN + i * QP_ENTRY_LEN;
+            put_u32(buf, at, q.qpn);
+            put_u32(buf, at + 4, q.psn);
+        }
+        Ok(len)
+    }
+
+    /// The card as a new byte vector.
+    ///
+    /// # Errors
+    /// What [`validate`](Self::validate) finds.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, CardError> {
+        let mut v = vec![0; self.encoded_len()];
+        self.encode(&mut v)?;
+        Ok(v)
+    }
+
+    /// Reads a card from the front of `buf` (bytes past the card's declared length are
+    /// ignored).
+    ///
+    /// # Errors
+    /// [`CardError::Truncated`], [`CardError::BadMagic`],
+    /// [`CardError::UnsupportedVersion`], [`CardError::UnknownMode`],
+    /// [`CardError::NoDataQps`], [`CardError::TooManyQps`],
+    /// [`CardError::BadLength`] or [`CardError::OutOfRange`]; never a panic.
+    pub fn decode(buf: &[u8]) -> Result<Card, CardError> {
+        let truncated = |needed| CardError::Truncated {
+            needed,
+            got: buf.len(),
+        };
+        if buf.len() < 6 {
+            return Err(truncated(HEADER_LEN));
+        }
+        let magic = [buf[0], buf[1], buf[2], buf[3]];
+        if magic != MAGIC {
+            return Err(CardError::BadMagic(magic));
+        }
+        let version = get_u16(buf, 4);
+        if version != VERSION {
+            return Err(CardError::UnsupportedVersion(version));
+        }
+        if buf.len() < HEADER_LEN {
+            return Err(truncated(HEADER_LEN));
+        }
+        let declared = usize::from(get_u16(buf, 6));
+        let mode = byte_mode(buf[8])?;
+        let n = usize::from(buf[9]);
+        if n == 0 {
+            return Err(CardError::NoDataQps);
+        }
+        if n > MAX_DATA_QPS {
+            return Err(CardError::TooManyQps(n));
+        }
+        let has_notify = buf[10] & FLAG_NOTIFY != 0;
+        let expected = card_len(n, has_notify);
+        if declared != expected {
+            return Err(CardError::BadLength { declared, expected });
+        }
+        if buf.len() < expected {
+            return Err(truncated(expected));
+        }
+        let entry = |i: usize| {
+            let at = HEADER_LEN + i * QP_ENTRY_LEN;
+            QpAddr {
+                qpn: get_u32(buf, at),
+                psn: get_u32(buf, at + 4),
+            }
+        };
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&buf[44..60]);
+        let card = Card {
+            mode,
+            caps: Capabilities(get_u32(buf, 12)),
+            required: Capabilities(get_u32(buf, 16)),
+            max_frag: get_u32(buf, 20),
+            max_outstanding: get_u32(buf, 24),
+            recv_depth: get_u32(buf, 28),
+            window: get_u32(buf, 32),
+            init_seq: get_u32(buf, 36),
+            mtu: get_u16(buf, 40),
+            lid: get_u16(buf, 42),
+            gid: Gid::from_bytes(gid),
+            data: (0..n).map(entry).collect(),
+            notify: has_notify.then(|| entry(n)),
+        };
+        card.validate()?;
+        Ok(card)
+    }
+
+    /// Checks that a virtual QP with this card can talk to one with `peer`'s.
+    ///
+    /// Refused, each with its own error: a different mode, `max_frag`,
+    /// `max_outstanding` or `recv_depth`, number of data QPs, or notify QP presence;
+    /// a capability this side requires that the peer lacks; and, in DQPLB with several
+    /// data QPs, a peer window too small for this side's sender. The sender numbers
+    /// fragments up to its own window less the receives the peer may hold unprocessed
+    /// ahead of the oldest outstanding one (vqp-core's rule, `BuildError::Window`), so
+    /// the peer's window must be at least this side's window and at least
+    /// `data QPs × (recv_depth + max_outstanding)`.
+    ///
+    /// # Errors
+    /// The first mismatch found, in the order above.
+    pub fn agree(&self, peer: &Card) -> Result<(), CardError> {
+        if self.mode != peer.mode {
+            return Err(CardError::Mode {
+                mine: self.mode,
+                peer: peer.mode,
+            });
+        }
+        if self.max_frag != peer.max_frag {
+            return Err(CardError::MaxFrag {
+                mine: self.max_frag,
+                peer: peer.max_frag,
+            });
+        }
+        for (what, mine, theirs) in [
+            (
+                "max_outstanding",
+                self.max_outstanding,
+                peer.max_outstanding,
+            ),
+            ("recv_depth", self.recv_depth, peer.recv_depth),
+        ] {
+            if mine != theirs {
+                return Err(CardError::Depth {
+                    what,
+                    mine,
+                    peer: theirs,
+                });
+            }
+        }
+        if self.data.len() != peer.data.len() {
+            return Err(CardError::DataQps {
+                mine: self.data.len(),
+                peer: peer.data.len(),
+            });
+        }
+        if self.notify.is_some() != peer.notify.is_some() {
+            return Err(CardError::Notify {
+                mine: self.notify.is_some(),
+                peer: peer.notify.is_some(),
+            });
+        }
+        let missing = self.required.without(peer.caps);
+        if missing != Capabilities::NONE {
+            return Err(CardError::MissingCapabilities(missing));
+        }
+        if self.mode == Mode::Dqplb && self.data.len() > 1 {
+            let n = self.data.len() as u64;
+            let in_flight = n * (u64::from(peer.recv_depth) + u64::from(self.max_outstanding));
+            let needed = in_flight.max(u64::from(self.window));
+            if u64::from(peer.window) < needed {
+                return Err(CardError::Window {
+                    peer: peer.window,
+                    needed,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

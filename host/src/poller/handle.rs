@@ -1,0 +1,156 @@
+//! [`Handle`]: an application thread's end of one virtual QP served by a poll thread.
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+
+use vqp_core::ring::{Consumer, Producer, PushError, Ring};
+use vqp_core::{RecvWr, SendWr};
+
+use super::msg::{Event, Request};
+use super::wake::WakeFd;
+
+/// The poll thread keeps running.
+pub(super) const RUN: u8 = 0;
+/// The poll thread finishes what is outstanding, then stops.
+pub(super) const DRAIN: u8 = 1;
+/// The poll thread fails what is outstanding, then stops.
+pub(super) const ABORT: u8 = 2;
+
+/// State shared between a poll thread, its owner and the handles.
+pub(super) struct Shared {
+    /// Set by the poll thread before it sleeps, cleared when it wakes. A submitter
+    /// reads it after a `SeqCst` fence that follows its push; the poll thread re-checks
+    /// the rings after a `SeqCst` fence that follows its store. Of the two, at least one
+    /// sees the other's write: either the submitter unparks, or the poll thread finds
+    /// the request and does not sleep.
+    pub(super) sleeping: AtomicBool,
+    /// Whether the thread may sleep at all (`Idle::Block`); submitters skip the fence
+    /// otherwise.
+    pub(super) may_sleep: bool,
+    /// `RUN`, `DRAIN` or `ABORT`.
+    pub(super) command: AtomicU8,
+    /// How long, in nanoseconds, a drain or abort may take from when the thread sees
+    /// the command.
+    pub(super) timeout_ns: AtomicU64,
+    /// The poll thread, once started.
+    pub(super) thread: OnceLock<Thread>,
+    /// The eventfd its blocker waits on, when it has one.
+    pub(super) wake_fd: OnceLock<Arc<WakeFd>>,
+}
+
+impl Shared {
+    pub(super) fn new(may_sleep: bool) -> Self {
+        Shared {
+            sleeping: AtomicBool::new(false),
+            may_sleep,
+            command: AtomicU8::new(RUN),
+            timeout_ns: AtomicU64::new(u64::MAX),
+            thread: OnceLock::new(),
+            wake_fd: OnceLock::new(),
+        }
+    }
+
+    /// Wakes the poll thread if it sleeps (or is about to).
+    #[inline]
+    pub(super) fn wake(&self) {
+        if !self.may_sleep {
+            return;
+        }
+        // Pairs with the poll thread's fence between its `sleeping` store and its
+        // re-check of the rings (see the field).
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) {
+            self.interrupt();
+        }
+    }
+
+    /// Ends the poll thread's sleep, however it sleeps.
+    pub(super) fn interrupt(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+        if let Some(w) = self.wake_fd.get() {
+            w.wake();
+        }
+    }
+}
+
+/// An application thread's end of one virtual QP that a poll thread serves: requests go
+/// in through one SPSC ring of `R` slots, events come back through another.
+///
+/// Submitting and taking events never block and never allocate. Each request gets
+/// exactly one [`Event`] (or none, for an unsignaled request that succeeded), in the
+/// order the virtual QP reports them: sends in posting order, receives in posting
+/// order. A request the virtual QP cannot take yet (backpressure) waits inside the
+/// poll thread, in order; it is never dropped.
+pub struct Handle<const R: usize> {
+    pub(super) requests: Producer<Arc<Ring<Request, R>>>,
+    pub(super) events: Consumer<Arc<Ring<Event, R>>>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) index: usize,
+}
+
+impl<const R: usize> Handle<R> {
+    /// Hands `request` to the poll thread.
+    ///
+    /// # Errors
+    /// [`PushError::Full`] with the request when the ring is full: take some events
+    /// (the poll thread keeps taking requests as the virtual QP has room) and retry.
+    #[inline]
+    pub fn submit(&mut self, request: Request) -> Result<(), PushError<Request>> {
+        self.requests.push(request)?;
+        self.shared.wake();
+        Ok(())
+    }
+
+    /// Submits a send request.
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit).
+    #[inline]
+    pub fn send(&mut self, wr: SendWr) -> Result<(), PushError<Request>> {
+        self.submit(Request::Send(wr))
+    }
+
+    /// Submits a receive request.
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit).
+    #[inline]
+    pub fn recv(&mut self, wr: RecvWr) -> Result<(), PushError<Request>> {
+        self.submit(Request::Recv(wr))
+    }
+
+    /// The next event, if one is ready.
+    #[inline]
+    pub fn poll(&mut self) -> Option<Event> {
+        self.events.pop().ok()
+    }
+
+    /// Moves up to `out.len()` ready events into `out`; returns how many.
+    #[inline]
+    pub fn poll_many(&mut self, out: &mut [Event]) -> usize {
+        self.events.pop_slice(out)
+    }
+
+    /// Requests submitted and not yet taken by the poll thread (at least).
+    pub fn queued(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// Which of the poll thread's virtual QPs this handle serves (its index in the
+    /// [`Stack`](super::Stack)).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}
+
+impl<const R: usize> core::fmt::Debug for Handle<R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Handle")
+            .field("index", &self.index)
+            .field("capacity", &R)
+            .finish()
+    }
+}

@@ -1,0 +1,547 @@
+//! [`PollThread`]: starting, running and stopping a poll thread.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use vqp_core::ring::{Consumer, Producer, PushError, Ring};
+use vqp_core::{PhysCq, PhysQp, PostRecvError, PostSendError, VirtualCq, VirtualQp, Wc, WcStatus};
+
+use super::handle::{Handle, Shared, ABORT, DRAIN, RUN};
+use super::msg::{Event, Refusal, Request};
+use super::stack::{Blocker, Stack};
+use super::{Idle, PollerConfig, Stats};
+use crate::error::{Error, Result};
+
+/// Virtual completions taken per poll of the virtual CQ.
+const POLL_BATCH: usize = 32;
+
+/// A running poll thread; stop it with [`drain`](Self::drain) or
+/// [`abort`](Self::abort) (dropping it aborts with a one-second deadline).
+///
+/// `R` is the capacity of each request and event ring (a power of two).
+pub struct PollThread<const R: usize> {
+    join: Option<JoinHandle<Stats>>,
+    shared: Arc<Shared>,
+}
+
+/// The poll thread's end of one handle, and what waits on its behalf.
+struct Lane<const R: usize> {
+    requests: Consumer<Arc<Ring<Request, R>>>,
+    events: Producer<Arc<Ring<Event, R>>>,
+    /// A request refused for backpressure, retried before anything behind it.
+    stalled: Option<Request>,
+    /// Events that found the event ring full, oldest first. Capacity reserved at
+    /// start; the loop never lets more than `POLL_BATCH` wait (it stops polling and
+    /// taking requests for a lane whose events wait).
+    carry: VecDeque<Event>,
+    qp_num: u32,
+}
+
+impl<const R: usize> Lane<R> {
+    fn emit(&mut self, event: Event, stats: &mut Stats) {
+        if self.carry.is_empty() {
+            match self.events.push(event) {
+                Ok(()) => return,
+                Err(PushError::Full(event)) => {
+                    stats.events_waited += 1;
+                    self.carry.push_back(event);
+                }
+            }
+        } else {
+            self.carry.push_back(event);
+        }
+        debug_assert!(self.carry.len() <= 2 * POLL_BATCH);
+    }
+
+    /// Moves waiting events into the ring while it has room; true if any moved.
+    fn flush(&mut self) -> bool {
+        let mut moved = false;
+        while let Some(&event) = self.carry.front() {
+            if self.events.push(event).is_err() {
+                break;
+            }
+            self.carry.pop_front();
+            moved = true;
+        }
+        moved
+    }
+}
+
+fn pin(core: usize) -> bool {
+    core_affinity::get_core_ids()
+        .and_then(|ids| ids.into_iter().find(|c| c.id == core))
+        .is_some_and(core_affinity::set_for_current)
+}
+
+impl<const R: usize> PollThread<R> {
+    /// Starts a poll thread serving `qps` virtual QPs: it pins itself (when
+    /// `config.core` is set), builds its [`Stack`] with `factory`, and starts polling.
+    /// Returns once the set-up succeeded, with one [`Handle`] per virtual QP, in the
+    /// stack's order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero `batch`; [`Error::Poller`] when the thread
+    /// cannot start, cannot be pinned, or the factory built another number of virtual
+    /// QPs than `qps` (or two with the same number); whatever the factory returned.
+    pub fn spawn<
+        Q,
+        C,
+        F,
+        const N: usize,
+        const D: usize,
+        const S: usize,
+        const W: usize,
+        const DEVS: usize,
+        const B: usize,
+    >(
+        config: PollerConfig,
+        qps: usize,
+        factory: F,
+    ) -> Result<(Self, Vec<Handle<R>>)>
+    where
+        Q: PhysQp + 'static,
+        C: PhysCq + 'static,
+        F: FnOnce() -> Result<Stack<Q, C, N, D, S, W, DEVS, B>> + Send + 'static,
+    {
+        if config.batch == 0 {
+            return Err(Error::InvalidArgument {
+                what: "a poll thread takes at least one request per round",
+            });
+        }
+        let shared = Arc::new(Shared::new(matches!(config.idle, Idle::Block { .. })));
+        let mut handles = Vec::with_capacity(qps);
+        let mut ends = Vec::with_capacity(qps);
+        for index in 0..qps {
+            let split = |_| Error::Poller {
+                what: "a fresh ring refused to split",
+            };
+            let (rp, rc) = Ring::try_split(Arc::new(Ring::<Request, R>::new())).map_err(split)?;
+            let (ep, ec) = Ring::try_split(Arc::new(Ring::<Event, R>::new())).map_err(split)?;
+            handles.push(Handle {
+                requests: rp,
+                events: ec,
+                shared: Arc::clone(&shared),
+                index,
+            });
+            ends.push((rc, ep));
+        }
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<()>>(1);
+        let sh = Arc::clone(&shared);
+        let join = thread::Builder::new()
+            .name(config.name.clone())
+            .spawn(move || {
+                let _ = sh.thread.set(thread::current());
+                if let Some(core) = config.core {
+                    if !pin(core) {
+                        let _ = ready_tx.send(Err(Error::Poller {
+                            what: "cannot pin the poll thread to the chosen core",
+                        }));
+                        return Stats::default();
+                    }
+                }
+                let stack = match factory() {
+                    Ok(stack) => stack,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return Stats::default();
+                    }
+                };
+                if stack.vqps.len() != ends.len() {
+                    let _ = ready_tx.send(Err(Error::Poller {
+                        what: "the factory built another number of virtual QPs than handles were asked for",
+                    }));
+                    return Stats::default();
+                }
+                let nums: Vec<u32> = stack.vqps.iter().map(VirtualQp::qp_num).collect();
+                if (1..nums.len()).any(|i| nums[..i].contains(&nums[i])) {
+                    let _ = ready_tx.send(Err(Error::Poller {
+                        what: "the virtual QPs of one poll thread need distinct numbers",
+                    }));
+                    return Stats::default();
+                }
+                if let Some(w) = stack.blocker.as_ref().and_then(|b| b.waker()) {
+                    let _ = sh.wake_fd.set(w);
+                }
+                let _ = ready_tx.send(Ok(()));
+                run(&config, stack, ends, &sh)
+            })
+            .map_err(|_| Error::Poller {
+                what: "cannot start the poll thread",
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok((
+                PollThread {
+                    join: Some(join),
+                    shared,
+                },
+                handles,
+            )),
+            Ok(Err(e)) => {
+                let _ = join.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = join.join();
+                Err(Error::Poller {
+                    what: "the poll thread panicked during set-up",
+                })
+            }
+        }
+    }
+
+    /// Whether the thread has stopped (it only stops when asked, or on a panic).
+    pub fn is_finished(&self) -> bool {
+        self.join.as_ref().map_or(true, JoinHandle::is_finished)
+    }
+
+    fn stop(&mut self, command: u8, timeout: Duration) -> Result<Stats> {
+        let ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        self.shared.timeout_ns.store(ns, Ordering::Relaxed);
+        // Release: the timeout above is read after the command is seen (Acquire).
+        self.shared.command.store(command, Ordering::Release);
+        self.shared.interrupt();
+        match self.join.take() {
+            Some(join) => join.join().map_err(|_| Error::Poller {
+                what: "the poll thread panicked",
+            }),
+            None => Err(Error::Poller {
+                what: "the poll thread was already stopped",
+            }),
+        }
+    }
+
+    /// Lets everything submitted complete, then stops the thread and returns its
+    /// statistics. If that takes longer than `timeout`, the thread aborts (as
+    /// [`abort`](Self::abort), with the same timeout again).
+    ///
+    /// # Errors
+    /// [`Error::Poller`] when the thread panicked.
+    pub fn drain(mut self, timeout: Duration) -> Result<Stats> {
+        self.stop(DRAIN, timeout)
+    }
+
+    /// Shuts every virtual QP down (their physical QPs go to the error state), polls
+    /// until every outstanding request was reported once (or `timeout` passed),
+    /// rejects requests still queued, stops the thread and returns its statistics.
+    ///
+    /// # Errors
+    /// [`Error::Poller`] when the thread panicked.
+    pub fn abort(mut self, timeout: Duration) -> Result<Stats> {
+        self.stop(ABORT, timeout)
+    }
+}
+
+impl<const R: usize> Drop for PollThread<R> {
+    fn drop(&mut self) {
+        if self.join.is_some() {
+            let _ = self.stop(ABORT, Duration::from_secs(1));
+        }
+    }
+}
+
+impl<const R: usize> core::fmt::Debug for PollThread<R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PollThread")
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}
+
+/// Polls the virtual CQ once and routes what it returns; returns how many.
+fn poll_once<
+    Q,
+    C,
+    const R: usize,
+    const N: usize,
+    const D: usize,
+    const S: usize,
+    const W: usize,
+    const DEVS: usize,
+    const B: usize,
+>(
+    vcq: &mut VirtualCq<C, DEVS, B>,
+    vqps: &mut [&mut VirtualQp<Q, N, D, S, W>],
+    lanes: &mut [Lane<R>],
+    out: &mut [Wc; POLL_BATCH],
+    stats: &mut Stats,
+) -> usize
+where
+    Q: PhysQp,
+    C: PhysCq,
+{
+    match vcq.poll(vqps, out) {
+        Ok(n) => {
+            for wc in &out[..n] {
+                let k = lanes
+                    .iter()
+                    .position(|l| l.qp_num == wc.qp_num)
+                    .unwrap_or_default();
+                debug_assert_eq!(lanes[k].qp_num, wc.qp_num);
+                stats.completed += 1;
+                lanes[k].emit(Event::Completed(*wc), stats);
+            }
+            n
+        }
+        Err(_) => {
+            stats.poll_failures += 1;
+            0
+        }
+    }
+}
+
+fn is_backpressure(e: &Refusal) -> bool {
+    matches!(
+        e,
+        Refusal::Send(PostSendError::Full) | Refusal::Recv(PostRecvError::Full)
+    )
+}
+
+type Ends<const R: usize> = Vec<(
+    Consumer<Arc<Ring<Request, R>>>,
+    Producer<Arc<Ring<Event, R>>>,
+)>;
+
+/// The poll loop.
+fn run<
+    Q,
+    C,
+    const R: usize,
+    const N: usize,
+    const D: usize,
+    const S: usize,
+    const W: usize,
+    const DEVS: usize,
+    const B: usize,
+>(
+    config: &PollerConfig,
+    stack: Stack<Q, C, N, D, S, W, DEVS, B>,
+    ends: Ends<R>,
+    shared: &Shared,
+) -> Stats
+where
+    Q: PhysQp,
+    C: PhysCq,
+{
+    let Stack {
+        mut vcq,
+        mut vqps,
+        mut blocker,
+    } = stack;
+    let mut lanes: Vec<Lane<R>> = ends
+        .into_iter()
+        .zip(&vqps)
+        .map(|((requests, events), vqp)| Lane {
+            requests,
+            events,
+            stalled: None,
+            carry: VecDeque::with_capacity(2 * POLL_BATCH),
+            qp_num: vqp.qp_num(),
+        })
+        .collect();
+    let mut refs: Vec<&mut VirtualQp<Q, N, D, S, W>> = vqps.iter_mut().collect();
+    let mut out = [Wc::EMPTY; POLL_BATCH];
+    let mut stats = Stats::default();
+    let mut idle_rounds = 0u32;
+    let mut phase = RUN;
+    // `None`: no deadline (a timeout too large to add to the clock).
+    let mut deadline: Option<Instant> = None;
+    let mut timeout = Duration::ZERO;
+
+    loop {
+        stats.rounds += 1;
+        // Acquire: pairs with `stop`'s Release, so the timeout stored before is seen.
+        let command = shared.command.load(Ordering::Acquire);
+        if command != phase && phase != ABORT {
+            timeout = Duration::from_nanos(shared.timeout_ns.load(Ordering::Relaxed));
+            deadline = Instant::now().checked_add(timeout);
+            phase = command;
+            if phase == ABORT {
+                stats.aborted = true;
+                for vqp in refs.iter_mut() {
+                    vqp.shut_down();
+                }
+            }
+        }
+
+        let mut busy = false;
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            busy |= lane.flush();
+            if !lane.carry.is_empty() {
+                continue;
+            }
+            for _ in 0..config.batch {
+                let (request, retry) = match lane.stalled.take() {
+                    Some(r) => (r, true),
+                    None => match lane.requests.pop() {
+                        Ok(r) => (r, false),
+                        Err(_) => break,
+                    },
+                };
+                busy = true;
+                let result = match request {
+                    Request::Send(wr) => refs[k].post_send(&wr).map_err(Refusal::Send),
+                    Request::Recv(wr) => refs[k].post_recv(&wr).map_err(Refusal::Recv),
+                };
+                match result {
+                    Ok(()) => stats.submitted += 1,
+                    Err(e) if is_backpressure(&e) => {
+                        lane.stalled = Some(request);
+                        if !retry {
+                            stats.backpressure += 1;
+                        }
+                        break;
+                    }
+                    Err(error) => {
+                        stats.rejected += 1;
+                        let wr_id = request.wr_id();
+                        lane.emit(Event::Rejected { wr_id, error }, &mut stats);
+                        if !lane.carry.is_empty() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if lanes.iter().all(|l| l.carry.is_empty()) {
+            busy |= poll_once(&mut vcq, &mut refs, &mut lanes, &mut out, &mut stats) > 0;
+        }
+
+        if phase != RUN {
+            let quiet = lanes
+                .iter()
+                .all(|l| l.stalled.is_none() && l.carry.is_empty() && l.requests.is_empty())
+                && refs
+                    .iter()
+                    .all(|v| v.sends_in_flight() == 0 && v.recvs_in_flight() == 0);
+            if quiet {
+                break;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                if phase == DRAIN {
+                    // The drain ran out of time: abort, with the same time again.
+                    shared.command.store(ABORT, Ordering::Relaxed);
+                    deadline = Instant::now().checked_add(timeout);
+                    phase = ABORT;
+                    stats.aborted = true;
+                    for vqp in refs.iter_mut() {
+                        vqp.shut_down();
+                    }
+                    continue;
+                }
+                stats.timed_out = true;
+                break;
+            }
+        }
+
+        if busy {
+            idle_rounds = 0;
+            continue;
+        }
+        idle_rounds = idle_rounds.saturating_add(1);
+        match config.idle {
+            Idle::Spin => std::hint::spin_loop(),
+            Idle::SpinThenYield { spins } => {
+                if idle_rounds > spins {
+                    thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            Idle::Block { spins, timeout } => {
+                if idle_rounds <= spins || phase != RUN {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                shared.sleeping.store(true, Ordering::Relaxed);
+                // Pairs with the fence in `Shared::wake`: after it, either a submitter
+                // sees `sleeping` and unparks us, or we see its request below.
+                fence(Ordering::SeqCst);
+                let pending = lanes.iter().any(|l| !l.requests.is_empty())
+                    || shared.command.load(Ordering::Relaxed) != phase;
+                if !pending {
+                    sleep(
+                        blocker.as_deref_mut(),
+                        timeout,
+                        &mut vcq,
+                        &mut refs,
+                        &mut lanes,
+                        &mut out,
+                        &mut stats,
+                    );
+                }
+                shared.sleeping.store(false, Ordering::Relaxed);
+                idle_rounds = 0;
+            }
+        }
+    }
+
+    // Whatever could not be delivered by the deadline goes back in the statistics, so
+    // that nothing submitted is lost without a trace.
+    for (k, lane) in lanes.iter_mut().enumerate() {
+        lane.flush();
+        let failed = refs[k].failure().unwrap_or(WcStatus::WR_FLUSH_ERR);
+        let leftover = lane
+            .stalled
+            .take()
+            .into_iter()
+            .chain(lane.requests.pop_iter().collect::<Vec<_>>())
+            .map(|r| Event::Rejected {
+                wr_id: r.wr_id(),
+                error: match r {
+                    Request::Send(_) => Refusal::Send(PostSendError::Failed(failed)),
+                    Request::Recv(_) => Refusal::Recv(PostRecvError::Failed(failed)),
+                },
+            });
+        let waiting: Vec<Event> = lane.carry.drain(..).chain(leftover).collect();
+        stats
+            .undelivered
+            .extend(waiting.into_iter().map(|e| (k, e)));
+    }
+    stats.outstanding = refs
+        .iter()
+        .map(|v| v.sends_in_flight() + v.recvs_in_flight())
+        .sum();
+    stats
+}
+
+/// Sleeps until a completion or `timeout`: arms the blocker and polls once more
+/// (a completion before the arming raises no event), or parks when there is no
+/// blocker or it cannot be armed.
+#[allow(clippy::too_many_arguments)]
+fn sleep<
+    Q,
+    C,
+    const R: usize,
+    const N: usize,
+    const D: usize,
+    const S: usize,
+    const W: usize,
+    const DEVS: usize,
+    const B: usize,
+>(
+    blocker: Option<&mut (dyn Blocker + 'static)>,
+    timeout: Duration,
+    vcq: &mut VirtualCq<C, DEVS, B>,
+    vqps: &mut [&mut VirtualQp<Q, N, D, S, W>],
+    lanes: &mut [Lane<R>],
+    out: &mut [Wc; POLL_BATCH],
+    stats: &mut Stats,
+) where
+    Q: PhysQp,
+    C: PhysCq,
+{
+    if let Some(b) = blocker {
+        if b.arm().is_ok() {
+            if poll_once(vcq, vqps, lanes, out, stats) == 0 {
+                stats.sleeps += 1;
+                b.block(timeout);
+            }
+            return;
+        }
+    }
+    stats.sleeps += 1;
+    thread::park_timeout(timeout);
+}

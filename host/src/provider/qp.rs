@@ -1,0 +1,277 @@
+//! [`VerbsQp`]: vqp-core's [`PhysQp`] over a verbs [`QueuePair`].
+
+use core::ptr;
+
+use vqp_core::{Opcode, PhysQp, PostFailure, RecvWqe, SendWqe};
+
+use crate::enums::QpState;
+use crate::error::{Error, Result};
+use crate::flags::QpAttrMask;
+use crate::sys;
+use crate::verbs::QueuePair;
+
+/// A physical RC QP for vqp-core: posts each chain of WQEs as one linked
+/// `ibv_send_wr` / `ibv_recv_wr` chain through the provider's ops table.
+///
+/// The chain storage is allocated once, here; a post only fills it in. A chain longer
+/// than the storage is posted in pieces, one post call per piece (vqp-core's chains
+/// are at most `max_outstanding` long, so sizing the storage to the QP's depth, as
+/// [`VerbsQp::new`] does, keeps every chain one call).
+pub struct VerbsQp {
+    qp: QueuePair,
+    /// Send chain storage. Invariant: `send.len() == send_sge.len() >= 1`; the `next`
+    /// and `sg_list` pointers inside are rewritten by every post before the library
+    /// sees them and point only into these two boxes.
+    send: Box<[sys::ibv_send_wr]>,
+    send_sge: Box<[sys::ibv_sge]>,
+    /// Receive chain storage, with the same invariant.
+    recv: Box<[sys::ibv_recv_wr]>,
+    recv_sge: Box<[sys::ibv_sge]>,
+    /// The error of the last failed `set_error`, kept for diagnosis.
+    set_error_failure: Option<Error>,
+}
+
+// SAFETY: the raw pointers in the chain storage point only into the storage that
+// `VerbsQp` owns (heap boxes that move with it) and are rewritten before every post;
+// `QueuePair` is `Send`. Nothing is shared with another owner.
+unsafe impl Send for VerbsQp {}
+
+impl VerbsQp {
+    /// Wraps `qp`, with chain storage for as many WQEs as the QP's granted send and
+    /// receive depths (at least one each).
+    pub fn new(qp: QueuePair) -> Self {
+        let cap = qp.cap();
+        Self::with_chain(qp, cap.max_send_wr as usize, cap.max_recv_wr as usize)
+    }
+
+    /// Wraps `qp`, with storage for chains of `send` send WQEs and `recv` receive WQEs
+    /// (each at least one).
+    pub fn with_chain(qp: QueuePair, send: usize, recv: usize) -> Self {
+        let (send, recv) = (send.max(1), recv.max(1));
+        VerbsQp {
+            qp,
+            send: vec![sys::ibv_send_wr::default(); send].into_boxed_slice(),
+            send_sge: vec![sys::ibv_sge::default(); send].into_boxed_slice(),
+            recv: vec![sys::ibv_recv_wr::default(); recv].into_boxed_slice(),
+            recv_sge: vec![sys::ibv_sge::default(); recv].into_boxed_slice(),
+            set_error_failure: None,
+        }
+    }
+
+    /// The queue pair (to connect it, or query it).
+    pub fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    /// How many send and receive WQEs one post call carries at most.
+    pub fn chain_capacity(&self) -> (usize, usize) {
+        (self.send.len(), self.recv.len())
+    }
+
+    /// Why the last [`PhysQp::set_error`] could not move the QP to the error state,
+    /// if it failed (the trait method cannot return it).
+    pub fn set_error_failure(&self) -> Option<&Error> {
+        self.set_error_failure.as_ref()
+    }
+
+    /// Moves the QP to `IBV_QPS_ERR` (`ibv_modify_qp` with the state alone), which
+    /// flushes every outstanding WQE.
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] naming `ibv_modify_qp` when the library refuses.
+    pub fn to_error(&self) -> Result<()> {
+        let attr = sys::ibv_qp_attr {
+            qp_state: QpState::Err.as_raw(),
+            ..Default::default()
+        };
+        self.qp
+            .modify_named(&attr, QpAttrMask::STATE, "ibv_modify_qp (to ERR)")
+    }
+
+    /// Fills the send storage with `wqes` (at most its length) and links it into one
+    /// null-terminated chain; returns its head.
+    fn build_send(&mut self, wqes: &[SendWqe]) -> *mut sys::ibv_send_wr {
+        debug_assert!(!wqes.is_empty() && wqes.len() <= self.send.len());
+        for (i, w) in wqes.iter().enumerate() {
+            self.send_sge[i] = sys::ibv_sge {
+                addr: w.addr,
+                length: w.len,
+                lkey: w.lkey,
+            };
+            let atomic = matches!(
+                w.opcode,
+                Opcode::ATOMIC_CMP_AND_SWP | Opcode::ATOMIC_FETCH_AND_ADD
+            );
+            let wr = &mut self.send[i];
+            wr.wr_id = w.wr_id;
+            wr.num_sge = i32::from(w.len != 0);
+            wr.opcode = w.opcode.0;
+            wr.send_flags = w.flags.0;
+            // Verbatim: the core keeps immediates in network byte order, as verbs does.
+            wr.imm = sys::ibv_send_wr_imm {
+                imm_data: w.imm_data,
+            };
+            wr.wr = if atomic {
+                sys::ibv_send_wr_wr {
+                    atomic: sys::ibv_send_wr_atomic {
+                        remote_addr: w.remote_addr,
+                        compare_add: w.compare_add,
+                        swap: w.swap,
+                        rkey: w.rkey,
+                    },
+                }
+            } else {
+                sys::ibv_send_wr_wr {
+                    rdma: sys::ibv_send_wr_rdma {
+                        remote_addr: w.remote_addr,
+                        rkey: w.rkey,
+                    },
+                }
+            };
+        }
+        // Link last, through pointers taken after every other write, so that the
+        // pointers the library follows are the most recent ones to the storage.
+        let sges = self.send_sge.as_mut_ptr();
+        let base = self.send.as_mut_ptr();
+        let n = wqes.len();
+        for (i, w) in wqes.iter().enumerate() {
+            let next = if i + 1 < n {
+                base.wrapping_add(i + 1)
+            } else {
+                ptr::null_mut()
+            };
+            let sg = if w.len == 0 {
+                ptr::null_mut()
+            } else {
+                sges.wrapping_add(i)
+            };
+            // SAFETY: `i < n <= self.send.len()`, so `base + i` is an element of the
+            // storage `base` was just taken from, and nothing else borrows it.
+            unsafe {
+                (*base.add(i)).next = next;
+                (*base.add(i)).sg_list = sg;
+            }
+        }
+        base
+    }
+
+    /// Fills the receive storage with `wqes` (at most its length) and links it into one
+    /// null-terminated chain; returns its head.
+    fn build_recv(&mut self, wqes: &[RecvWqe]) -> *mut sys::ibv_recv_wr {
+        debug_assert!(!wqes.is_empty() && wqes.len() <= self.recv.len());
+        for (i, w) in wqes.iter().enumerate() {
+            self.recv_sge[i] = sys::ibv_sge {
+                addr: w.addr,
+                length: w.len,
+                lkey: w.lkey,
+            };
+            let wr = &mut self.recv[i];
+            wr.wr_id = w.wr_id;
+            wr.num_sge = i32::from(w.len != 0);
+        }
+        let sges = self.recv_sge.as_mut_ptr();
+        let base = self.recv.as_mut_ptr();
+        let n = wqes.len();
+        for (i, w) in wqes.iter().enumerate() {
+            let next = if i + 1 < n {
+                base.wrapping_add(i + 1)
+            } else {
+                ptr::null_mut()
+            };
+            let sg = if w.len == 0 {
+                ptr::null_mut()
+            } else {
+                sges.wrapping_add(i)
+            };
+            // SAFETY: `i < n <= self.recv.len()`: an element of the storage `base` was
+            // just taken from, borrowed by nothing else.
+            unsafe {
+                (*base.add(i)).next = next;
+                (*base.add(i)).sg_list = sg;
+            }
+        }
+        base
+    }
+}
+
+/// The errno a post failure carries (`EIO` when the library gave none).
+fn post_errno(e: &Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+impl PhysQp for VerbsQp {
+    #[inline]
+    fn qp_num(&self) -> u32 {
+        self.qp.qp_num()
+    }
+
+    fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+        let cap = self.send.len();
+        let mut posted = 0;
+        for piece in wqes.chunks(cap) {
+            let head = self.build_send(piece);
+            // SAFETY: `head` is element 0 of `self.send`, borrowed by nothing else.
+            let head = unsafe { &mut *head };
+            // SAFETY: `build_send` returned the head of a null-terminated chain of
+            // `piece.len()` requests inside `self.send`, each `sg_list` pointing at its
+            // own entry of `self.send_sge` (or null with `num_sge` 0), and the `wr`
+            // union member matching the opcode; the library reads them during this call
+            // only. The buffers the entries name are the caller's (vqp-core's contract:
+            // registered memory that stays valid until the completion).
+            let result = unsafe { self.qp.post_send(head) };
+            if let Err(e) = result {
+                let index = match &e {
+                    Error::PostFailed { index, .. } => *index,
+                    _ => 0,
+                };
+                return Err(PostFailure {
+                    posted: posted + index,
+                    errno: post_errno(&e),
+                });
+            }
+            posted += piece.len();
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+        let cap = self.recv.len();
+        let mut posted = 0;
+        for piece in wqes.chunks(cap) {
+            let head = self.build_recv(piece);
+            // SAFETY: `head` is element 0 of `self.recv`, borrowed by nothing else.
+            let head = unsafe { &mut *head };
+            // SAFETY: `build_recv` returned the head of a null-terminated chain inside
+            // `self.recv`, each `sg_list` pointing at its own entry of `self.recv_sge`
+            // (or null with `num_sge` 0); the buffers are the caller's registered memory.
+            let result = unsafe { self.qp.post_recv(head) };
+            if let Err(e) = result {
+                let index = match &e {
+                    Error::PostFailed { index, .. } => *index,
+                    _ => 0,
+                };
+                return Err(PostFailure {
+                    posted: posted + index,
+                    errno: post_errno(&e),
+                });
+            }
+            posted += piece.len();
+        }
+        Ok(())
+    }
+
+    fn set_error(&mut self) {
+        if let Err(e) = self.to_error() {
+            self.set_error_failure = Some(e);
+        }
+    }
+}
+
+impl core::fmt::Debug for VerbsQp {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("VerbsQp")
+            .field("qp", &self.qp)
+            .field("chain", &self.chain_capacity())
+            .finish()
+    }
+}
