@@ -18,7 +18,7 @@ use vqp_core::{
 };
 use vqp_sim::{Access, Nic, NicConfig, QpCaps, ReorderPolicy, SimCq, SimQp};
 
-type Vqp = VirtualQp<SimQp, 16, 64, 256, 2048>;
+type Vqp = VirtualQp<SimQp, 16, 64, 1024, 2048>;
 type Vcq = VirtualCq<SimCq, 1, 64>;
 
 #[derive(Clone, Debug)]

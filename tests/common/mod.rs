@@ -4,9 +4,9 @@
 use vqp_core::{Config, Keys, Mode, VirtualCq, VirtualQp, Wc};
 use vqp_sim::{Access, Mr, Nic, NicConfig, QpCaps, SimCq, SimQp};
 
-/// Up to 16 data QPs, 32 WQEs each, 64 requests per direction, a window for 32
+/// Up to 16 data QPs, 32 WQEs each, 512 requests per direction, a window for 32
 /// receives per QP.
-pub type Vqp = VirtualQp<SimQp, 16, 32, 64, 1024>;
+pub type Vqp = VirtualQp<SimQp, 16, 32, 512, 1024>;
 /// One CQ per device, up to two devices.
 pub type Vcq = VirtualCq<SimCq, 2, 32>;
 

@@ -103,6 +103,14 @@ pub enum BuildError {
     Device(u8),
     /// The split policy is unusable.
     Split(SplitError),
+    /// A DQPLB receiver holds up to `data QPs × recv_depth` messages that arrived
+    /// before any receive waited for them: the type's `S` must be at least that.
+    Slots {
+        /// The type's slot count.
+        slots: usize,
+        /// What this configuration needs.
+        needed: u64,
+    },
     /// DQPLB's reorder window `W` must hold every receive the peer may leave
     /// unprocessed plus every fragment in flight: `data QPs × (recv_depth +
     /// max_outstanding)`.
@@ -138,6 +146,10 @@ impl fmt::Display for BuildError {
             Self::RecvDepth(d) => write!(f, "recv_depth {d}; between 1 and 2^24 allowed"),
             Self::Device(d) => write!(f, "device index {d}; below {} allowed", crate::MAX_DEVICES),
             Self::Split(e) => e.fmt(f),
+            Self::Slots { slots, needed } => write!(
+                f,
+                "{slots} request slots are below data QPs × recv_depth = {needed}"
+            ),
             Self::Window { window, needed } => write!(
                 f,
                 "reorder window of {window} is below data QPs × (recv_depth + max_outstanding) = {needed}"

@@ -86,6 +86,8 @@ pub struct VirtualQp<
     /// DQPLB messages delivered before any receive waited for them (their lengths).
     backlog: Deque<u64, S>,
     armed: bool,
+    /// The data QP DQPLB replenishment starts with.
+    replenish_next: u32,
     /// The first error; once set, no new request is taken.
     failed: Option<WcStatus>,
     strays: u64,
@@ -161,6 +163,14 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 needed: unprocessed + in_flight,
             });
         }
+        // Every receive DQPLB keeps posted may bring a message no receive waits for;
+        // the slot ring must hold them all (see `replenish`).
+        if cfg.mode == Mode::Dqplb && given > 1 && (S as u64) < unprocessed {
+            return Err(BuildError::Slots {
+                slots: S,
+                needed: unprocessed,
+            });
+        }
         let seq_credit = (W as u64).saturating_sub(unprocessed) as u32;
         let room = if given == 64 {
             u64::MAX
@@ -186,6 +196,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             window: ReorderWindow::new(Seq::new(cfg.recv_seq)),
             backlog: Deque::new(),
             armed: false,
+            replenish_next: 0,
             failed: None,
             strays: 0,
         })

@@ -69,6 +69,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     None,
                 );
                 self.recv_next += 1;
+                // Room in the store again: receives withheld may go now.
+                self.replenish();
             }
         } else {
             self.post_recvs();
@@ -116,15 +118,24 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
     }
 
-    /// Post the zero-length receives DQPLB owes each data QP.
+    /// Post the zero-length receives DQPLB owes each data QP, as far as the store
+    /// of held messages allows: every posted receive may bring one message that no
+    /// receive waits for, so receives posted plus messages held stay within `S`.
+    /// What is withheld makes the sender meet RNR and wait (backpressure) until the
+    /// application posts receives again.
     fn replenish(&mut self) {
         if !self.armed || self.failed.is_some() || self.lanes.iter().all(|l| l.recv_owed == 0) {
             return;
         }
+        let posted: u32 = self.lanes.iter().map(|l| l.recv_outstanding).sum();
+        let mut budget = (S as u32).saturating_sub(posted + self.backlog.len() as u32);
         let tag = self.tag;
+        let n = self.lanes.len();
         let mut refused = false;
-        for (i, lane) in self.lanes.iter_mut().enumerate() {
-            while lane.recv_owed > 0 && !lane.failed {
+        for k in 0..n {
+            let i = (self.replenish_next as usize + k) % n;
+            let lane = &mut self.lanes[i];
+            while lane.recv_owed > 0 && budget > 0 && !lane.failed {
                 let wqe = RecvWqe {
                     wr_id: WrId {
                         tag,
@@ -135,13 +146,14 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     .encode(),
                     ..RecvWqe::default()
                 };
-                let n = (lane.recv_owed as usize).min(RECV_CHAIN);
+                let count = (lane.recv_owed.min(budget) as usize).min(RECV_CHAIN);
                 let chain = [wqe; RECV_CHAIN];
-                match lane.qp.post_recv(&chain[..n]) {
+                match lane.qp.post_recv(&chain[..count]) {
                     Ok(()) => {
-                        lane.recv_owed -= n as u32;
-                        lane.recv_outstanding += n as u32;
-                        lane.stats.recvs += n as u64;
+                        lane.recv_owed -= count as u32;
+                        lane.recv_outstanding += count as u32;
+                        lane.stats.recvs += count as u64;
+                        budget -= count as u32;
                     }
                     Err(f) => {
                         lane.recv_outstanding += f.posted as u32;
@@ -151,6 +163,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 }
             }
         }
+        // Start with the next QP next time, so that withheld receives are shared.
+        self.replenish_next = ((self.replenish_next as usize + 1) % n) as u32;
         if refused {
             self.fail(WcStatus::POST_ERR);
         }

@@ -120,7 +120,7 @@ impl Fabric {
     }
 }
 
-type Vqp<'f> = VirtualQp<MockQp<'f>, 4, 16, 8, 128>;
+type Vqp<'f> = VirtualQp<MockQp<'f>, 4, 16, 16, 128>;
 type Vcq<'f> = VirtualCq<MockCq<'f>, 2, 8>;
 
 fn config(mode: Mode) -> Config {
@@ -738,4 +738,25 @@ fn shutting_down_reports_everything_outstanding_once() {
         vqp.post_send(&write(9, 1)),
         Err(PostSendError::Failed(WcStatus::WR_FLUSH_ERR))
     );
+}
+
+#[test]
+fn a_dqplb_receiver_that_falls_behind_holds_the_sender_back() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 2);
+    vqp.arm_receiver();
+    assert_eq!(f.recvs.borrow().len(), 8);
+    // 16 one-fragment messages arrive and no receive waits for them.
+    for seq in 0..16 {
+        f.arrive(100 + seq % 2, seq, true, 10);
+        poll(&mut vcq, &mut vqp);
+    }
+    // 16 slots: 8 receives went back after the first 8 messages, then none.
+    assert_eq!(f.recvs.borrow().len(), 16);
+    assert_eq!(vqp.failure(), None);
+    // Each receive the application posts takes a held message and frees a slot.
+    vqp.post_recv(&RecvWr::notification(1)).unwrap();
+    assert_eq!(f.recvs.borrow().len(), 17);
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!((wcs[0].wr_id, wcs[0].byte_len), (1, 10));
 }
