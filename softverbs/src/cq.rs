@@ -103,8 +103,12 @@ enum Armed {
     Solicited,
 }
 
+/// Send-queue slots a completion gives back to its QP when it is polled (as a NIC's
+/// driver advances the send queue's tail in `poll_cq`).
+pub(crate) type Release = Option<(Arc<AtomicU32>, u32)>;
+
 struct CqInner {
-    queue: VecDeque<ibv_wc>,
+    queue: VecDeque<(ibv_wc, Release)>,
     overflowed: bool,
     armed: Armed,
     events: u64,
@@ -171,7 +175,8 @@ impl CqCore {
     /// Adds a completion; false when the CQ is full (it is then in error) or already in
     /// error. `solicited` marks a receive of a solicited message, for arming with
     /// `solicited_only`.
-    pub fn push(&self, wc: ibv_wc, solicited: bool) -> bool {
+    /// `release` names the send-queue slots the completion frees when polled.
+    pub fn push(&self, wc: ibv_wc, solicited: bool, release: Release) -> bool {
         let mut g = lock(&self.inner);
         if g.overflowed {
             return false;
@@ -183,7 +188,7 @@ impl CqCore {
                 .raise(event::CQ_ERR, self.handle.load(Ordering::Relaxed));
             return false;
         }
-        g.queue.push_back(wc);
+        g.queue.push_back((wc, release));
         let fire = match g.armed {
             Armed::No => false,
             Armed::Any => true,
@@ -216,7 +221,12 @@ impl CqCore {
         if n == 0 && g.overflowed {
             return Err(CqOverrun);
         }
-        for (i, wc) in g.queue.drain(..n).enumerate() {
+        for (i, (wc, release)) in g.queue.drain(..n).enumerate() {
+            if let Some((slots, k)) = release {
+                let _ = slots.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    Some(v.saturating_sub(k))
+                });
+            }
             sink(i, wc);
         }
         Ok(n)

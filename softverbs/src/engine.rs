@@ -395,8 +395,12 @@ fn run(
 
 /// Completes `w` in error and moves the requester to the error state.
 fn fail(qp: &QpCore, g: &mut QpInner, w: &SendWqe, status: u32, event: Option<u32>) {
-    qp.send_cq
-        .push(qp.wc(w.wr_id, status, wc_opcode(w.opcode), 0), false);
+    let release = qp.release(&mut g.unsignaled);
+    qp.send_cq.push(
+        qp.wc(w.wr_id, status, wc_opcode(w.opcode), 0),
+        false,
+        release,
+    );
     qp.to_error(g, event);
 }
 
@@ -477,9 +481,8 @@ fn execute(p: &Provider, qp: &Arc<QpCore>, g: &mut QpInner, mrs: &MrTable, w: Se
             g.rnr_tries = 0;
             if w.signaled {
                 let wc = qp.wc(w.wr_id, IBV_WC_SUCCESS, wc_opcode(w.opcode), byte_len);
-                g.sq_slots = g.sq_slots.saturating_sub(1 + g.unsignaled);
-                g.unsignaled = 0;
-                if !qp.send_cq.push(wc, false) {
+                let release = qp.release(&mut g.unsignaled);
+                if !qp.send_cq.push(wc, false, release) {
                     qp.to_error(g, None);
                     return Step::Failed;
                 }
@@ -570,7 +573,7 @@ fn respond(
             };
             if recv_status != IBV_WC_SUCCESS {
                 b.recv_cq
-                    .push(b.wc(r.wr_id, recv_status, IBV_WC_RECV, 0), false);
+                    .push(b.wc(r.wr_id, recv_status, IBV_WC_RECV, 0), false, None);
                 b.to_error(gb, Some(crate::qp::QP_REQ_ERR));
                 return Response::Error(req_status);
             }
@@ -585,7 +588,7 @@ fn respond(
                 wc.wc_flags = IBV_WC_WITH_IMM;
                 wc.imm = ibv_wc_imm { imm_data: w.imm };
             }
-            if !b.recv_cq.push(wc, w.solicited) {
+            if !b.recv_cq.push(wc, w.solicited, None) {
                 b.to_error(gb, None);
             }
             Response::Ok(0)
@@ -610,7 +613,7 @@ fn respond(
                 wc.slid = p.devices[a.dev].lid;
                 wc.wc_flags = IBV_WC_WITH_IMM;
                 wc.imm = ibv_wc_imm { imm_data: w.imm };
-                if !b.recv_cq.push(wc, w.solicited) {
+                if !b.recv_cq.push(wc, w.solicited, None) {
                     b.to_error(gb, None);
                 }
             }

@@ -97,10 +97,7 @@ pub(crate) struct QpInner {
     pub attr: ibv_qp_attr,
     pub sq: VecDeque<SendWqe>,
     pub rq: VecDeque<RecvWqe>,
-    /// Send-queue slots in use: posted WQEs not yet executed, plus executed unsignaled
-    /// ones whose slot a later completion has not released yet.
-    pub sq_slots: u32,
-    /// Executed unsignaled WQEs holding a slot.
+    /// Executed unsignaled WQEs holding a slot until the next send completion.
     pub unsignaled: u32,
     /// RNR retries made for the WQE at the head of the send queue.
     pub rnr_tries: u8,
@@ -135,6 +132,9 @@ pub(crate) struct QpCore {
     pub fail_after: AtomicU64,
     /// Minimum time from post to execution, in ns (0: none).
     pub delay_ns: AtomicU64,
+    /// Send-queue slots in use: every posted WQE holds one until the completion that
+    /// covers it (its own, or for an unsignaled WQE the next one of the QP) is polled.
+    pub slots: Arc<AtomicU32>,
     inner: Mutex<QpInner>,
 }
 
@@ -296,12 +296,12 @@ impl QpCore {
             state: AtomicU32::new(IBV_QPS_RESET),
             fail_after: AtomicU64::new(u64::MAX),
             delay_ns: AtomicU64::new(0),
+            slots: Arc::new(AtomicU32::new(0)),
             inner: Mutex::new(QpInner {
                 state: IBV_QPS_RESET,
                 attr: ibv_qp_attr::default(),
                 sq: VecDeque::new(),
                 rq: VecDeque::new(),
-                sq_slots: 0,
                 unsignaled: 0,
                 rnr_tries: 0,
                 not_before: None,
@@ -376,7 +376,7 @@ impl QpCore {
             IBV_QPS_RESET => {
                 g.sq.clear();
                 g.rq.clear();
-                g.sq_slots = 0;
+                self.slots.store(0, Ordering::Release);
                 g.unsignaled = 0;
                 g.attr = ibv_qp_attr::default();
                 g.peer = Weak::new();
@@ -425,19 +425,29 @@ impl QpCore {
 
     /// Completes every queued WQE with `IBV_WC_WR_FLUSH_ERR`.
     pub fn flush(&self, g: &mut QpInner) {
-        for w in g.sq.drain(..) {
+        while let Some(w) = g.sq.pop_front() {
+            let release = self.release(&mut g.unsignaled);
             self.send_cq.push(
                 self.wc(w.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(w.opcode), 0),
                 false,
+                release,
             );
         }
         for r in g.rq.drain(..) {
-            self.recv_cq
-                .push(self.wc(r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0), false);
+            self.recv_cq.push(
+                self.wc(r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0),
+                false,
+                None,
+            );
         }
-        g.sq_slots = 0;
-        g.unsignaled = 0;
         g.not_before = None;
+    }
+
+    /// The slots a send completion releases: its own and those of the unsignaled WQEs
+    /// before it.
+    pub fn release(&self, unsignaled: &mut u32) -> crate::cq::Release {
+        let k = 1 + core::mem::take(unsignaled);
+        Some((Arc::clone(&self.slots), k))
     }
 
     /// A completion of this QP.
@@ -505,22 +515,25 @@ impl QpCore {
             };
             match g.state {
                 IBV_QPS_RTS => {}
-                IBV_QPS_ERR => {
-                    self.send_cq.push(
-                        self.wc(w.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(w.opcode), 0),
-                        false,
-                    );
-                    posted += 1;
-                    continue;
-                }
+                IBV_QPS_ERR => {}
                 _ => return (posted, queued, Err(libc::EINVAL)),
             }
-            if g.sq_slots >= self.cap.max_send_wr {
+            if self.slots.load(Ordering::Acquire) >= self.cap.max_send_wr {
                 return (posted, queued, Err(libc::ENOMEM));
+            }
+            self.slots.fetch_add(1, Ordering::AcqRel);
+            if g.state == IBV_QPS_ERR {
+                let release = self.release(&mut g.unsignaled);
+                self.send_cq.push(
+                    self.wc(w.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(w.opcode), 0),
+                    false,
+                    release,
+                );
+                posted += 1;
+                continue;
             }
             w.signaled |= self.sq_sig_all;
             w.ready_at = ready_at;
-            g.sq_slots += 1;
             g.sq.push_back(w);
             posted += 1;
             queued += 1;
@@ -544,8 +557,11 @@ impl QpCore {
             match g.state {
                 IBV_QPS_RESET => return (posted, Err(libc::EINVAL)),
                 IBV_QPS_ERR => {
-                    self.recv_cq
-                        .push(self.wc(r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0), false);
+                    self.recv_cq.push(
+                        self.wc(r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0),
+                        false,
+                        None,
+                    );
                 }
                 _ => {
                     if g.rq.len() >= self.cap.max_recv_wr as usize {
