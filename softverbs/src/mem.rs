@@ -12,7 +12,6 @@
 //! memory a WQE is moving is a data race in the application, as it is with a NIC; the
 //! copies use raw pointers only, never references, so no Rust aliasing rule is broken
 //! on our side.
-#![allow(unsafe_code)]
 
 use core::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -345,7 +344,7 @@ mod tests {
         assert_eq!(compare_swap(&a, 8, 2), Some(1));
         let odd = t.span(k, 0, 1, m.addr + 4, 8, 0).unwrap();
         assert_eq!(fetch_add(&odd, 1), None);
-        drop((a, odd));
+        let _ = (a, odd);
         assert_eq!(words[0], 1);
     }
 }

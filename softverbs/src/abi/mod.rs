@@ -11,7 +11,6 @@
 //! inline wrappers that look for extended operations then fall back to the exported
 //! functions (`ibv_query_port`, `ibv_query_device_ex` → `ibv_query_device`) or report
 //! `EOPNOTSUPP`, as with an old provider.
-#![allow(unsafe_code)]
 
 pub(crate) mod fd;
 
