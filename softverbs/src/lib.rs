@@ -76,6 +76,12 @@
 //! A send-queue slot of an unsignaled WQE is released when a later signaled WQE of the
 //! QP completes, as on hardware: a QP posting only unsignaled WQEs fills up (`ENOMEM`).
 //!
+//! # Cost
+//! `cargo bench -p vqp-softverbs --bench provider` (inline progress, one core, on a
+//! 2-core VM): 64-byte RDMA WRITEs at about 7.4 M WQEs/s in chains of 32 with the last
+//! signaled (6.5 M/s all signaled; 4.8 M/s posting and polling one at a time); 1 MiB
+//! WRITEs at about 39 GiB/s, the same as a plain `memcpy` of 1 MiB in the same run.
+//!
 //! # Safety fence
 //! `unsafe` code lives in two modules only: `abi` (the `extern "C"` surface: pointer
 //! casts, C structs, eventfds) and `mem` (copies between registered memory).
