@@ -1,0 +1,258 @@
+//! The data path: the functions in every context's `ibv_context_ops`, which verbs.h's
+//! inline `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq` and `ibv_req_notify_cq` call.
+
+use core::ffi::c_int;
+
+use vqp_host::sys::*;
+
+use super::{obj, CqObj, QpObj};
+use crate::provider;
+use crate::qp::{RecvWqe, SendWqe, Sges};
+
+/// Walks a send chain, turning each request into a [`SendWqe`] (or the errno that
+/// refuses it), reading the application's structs as it goes.
+struct SendChain<'q> {
+    cur: *mut ibv_send_wr,
+    qp: &'q crate::qp::QpCore,
+}
+
+impl Iterator for SendChain<'_> {
+    type Item = Result<SendWqe, i32>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        // SAFETY: the chain is valid and null-terminated (the caller's contract in
+        // `post_send`); `cur` is null or the next request.
+        let wr = unsafe { self.cur.as_ref() }?;
+        self.cur = wr.next;
+        Some(self.convert(wr))
+    }
+}
+
+impl SendChain<'_> {
+    fn convert(&self, wr: &ibv_send_wr) -> Result<SendWqe, i32> {
+        let n = usize::try_from(wr.num_sge).map_err(|_| libc::EINVAL)?;
+        let sges: &[ibv_sge] = if n == 0 {
+            &[]
+        } else if wr.sg_list.is_null() {
+            return Err(libc::EINVAL);
+        } else {
+            let sges_n = n.min(crate::qp::MAX_SGE as usize + 1);
+            // SAFETY: `sg_list` holds `num_sge` entries (contract); we read at most that
+            // many, and `check_send` below refuses counts above the limit before use.
+            unsafe { core::slice::from_raw_parts(wr.sg_list, sges_n) }
+        };
+        let inline_flag = wr.send_flags & IBV_SEND_INLINE != 0;
+        let inline_len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        self.qp
+            .check_send(wr.opcode, wr.send_flags, wr.num_sge, inline_len)?;
+        let inline = if inline_flag {
+            let mut data = Vec::with_capacity(inline_len as usize);
+            for s in sges {
+                if s.length == 0 {
+                    continue;
+                }
+                // SAFETY: with IBV_SEND_INLINE the application guarantees each SGE's
+                // buffer is readable for `length` bytes during the post; we copy it now.
+                let bytes = unsafe {
+                    core::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
+                };
+                data.extend_from_slice(bytes);
+            }
+            Some(data.into_boxed_slice())
+        } else {
+            None
+        };
+        // SAFETY: the `wr` union is read as the member the opcode selects; every member
+        // is plain integers (or a pointer we do not dereference), valid for any bits.
+        let (remote_addr, rkey, compare_add, swap) = unsafe {
+            match wr.opcode {
+                IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => (
+                    wr.wr.atomic.remote_addr,
+                    wr.wr.atomic.rkey,
+                    wr.wr.atomic.compare_add,
+                    wr.wr.atomic.swap,
+                ),
+                _ => (wr.wr.rdma.remote_addr, wr.wr.rdma.rkey, 0, 0),
+            }
+        };
+        // SAFETY: both members of the immediate union are `u32`s over the same bytes.
+        let imm = unsafe { wr.imm.imm_data };
+        Ok(SendWqe {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            signaled: wr.send_flags & IBV_SEND_SIGNALED != 0,
+            solicited: wr.send_flags & IBV_SEND_SOLICITED != 0,
+            imm,
+            sges: if inline_flag {
+                Sges::default()
+            } else {
+                Sges::from_slice(sges)
+            },
+            inline,
+            remote_addr,
+            rkey,
+            compare_add,
+            swap,
+            ready_at: None,
+        })
+    }
+}
+
+/// Walks a receive chain.
+struct RecvChain<'q> {
+    cur: *mut ibv_recv_wr,
+    qp: &'q crate::qp::QpCore,
+}
+
+impl Iterator for RecvChain<'_> {
+    type Item = Result<RecvWqe, i32>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        // SAFETY: a valid null-terminated chain (the caller's contract in `post_recv`).
+        let wr = unsafe { self.cur.as_ref() }?;
+        self.cur = wr.next;
+        if let Err(e) = self.qp.check_recv(wr.num_sge) {
+            return Some(Err(e));
+        }
+        let n = wr.num_sge as usize;
+        if n > 0 && wr.sg_list.is_null() {
+            return Some(Err(libc::EINVAL));
+        }
+        let sges: &[ibv_sge] = if n == 0 {
+            &[]
+        } else {
+            // SAFETY: `sg_list` holds `num_sge` entries (contract), `num_sge` checked
+            // against the QP's limit above.
+            unsafe { core::slice::from_raw_parts(wr.sg_list, n) }
+        };
+        Some(Ok(RecvWqe {
+            wr_id: wr.wr_id,
+            sges: Sges::from_slice(sges),
+        }))
+    }
+}
+
+/// The `index`-th request of a chain (or the last one, for a short chain).
+///
+/// # Safety
+/// `head` is a valid null-terminated chain whose link is read by `next`.
+unsafe fn nth<T>(head: *mut T, index: u32, next: impl Fn(&T) -> *mut T) -> *mut T {
+    let mut cur = head;
+    for _ in 0..index {
+        // SAFETY: a valid chain (contract); we stop at its end.
+        match unsafe { cur.as_ref() } {
+            Some(w) if !next(w).is_null() => cur = next(w),
+            _ => break,
+        }
+    }
+    cur
+}
+
+/// `ops.post_send`: queues the chain; on failure `*bad_wr` is the first request not
+/// posted (those before it were), and the return value an errno: `EINVAL` (bad opcode,
+/// SGE count, inline size, QP not in RTS), `ENOMEM` (send queue full).
+///
+/// # Safety
+/// `qp` is a live QP of this provider; `wr` is a valid null-terminated chain whose SGE
+/// lists hold `num_sge` entries; `bad_wr` points to a writable pointer.
+pub(super) unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { obj::<QpObj, _>(qp) }) else {
+        return libc::EINVAL;
+    };
+    let mut chain = SendChain {
+        cur: wr,
+        qp: &q.core,
+    };
+    let (posted, queued, result) = q.core.post_send(&mut chain);
+    provider::get().engine.enqueue(&q.core, queued);
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            if !bad_wr.is_null() {
+                // SAFETY: valid chain (contract); writable out-pointer.
+                unsafe { *bad_wr = nth(wr, posted, |w| w.next) };
+            }
+            e
+        }
+    }
+}
+
+/// `ops.post_recv`: as [`post_send`], for the receive queue (`EINVAL` in RESET).
+///
+/// # Safety
+/// As [`post_send`].
+pub(super) unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { obj::<QpObj, _>(qp) }) else {
+        return libc::EINVAL;
+    };
+    let mut chain = RecvChain {
+        cur: wr,
+        qp: &q.core,
+    };
+    let (posted, result) = q.core.post_recv(&mut chain);
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            if !bad_wr.is_null() {
+                // SAFETY: valid chain (contract); writable out-pointer.
+                unsafe { *bad_wr = nth(wr, posted, |w| w.next) };
+            }
+            e
+        }
+    }
+}
+
+/// `ops.poll_cq`: runs the progress engine (if no other thread is), then moves up to
+/// `num_entries` completions into `wc`. Returns the count, or -1 once an overflowed CQ
+/// has nothing left.
+///
+/// # Safety
+/// `cq` is a live CQ; `wc` has room for `num_entries` entries.
+pub(super) unsafe extern "C" fn poll_cq(
+    cq: *mut ibv_cq,
+    num_entries: c_int,
+    wc: *mut ibv_wc,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { obj::<CqObj, _>(cq) }) else {
+        return -1;
+    };
+    if num_entries < 0 || (num_entries > 0 && wc.is_null()) {
+        return -1;
+    }
+    provider::get().engine.poll_progress();
+    let polled = q.core.poll(num_entries as usize, |i, entry| {
+        // SAFETY: `i < num_entries` (the CQ hands out at most that many) and `wc` has
+        // room for `num_entries` entries (contract).
+        unsafe { wc.add(i).write(entry) }
+    });
+    match polled {
+        Ok(n) => n as c_int,
+        Err(_) => -1,
+    }
+}
+
+/// `ops.req_notify_cq`: arms the CQ; `EINVAL` when it has no completion channel.
+///
+/// # Safety
+/// `cq` is a live CQ.
+pub(super) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { obj::<CqObj, _>(cq) }) else {
+        return libc::EINVAL;
+    };
+    match q.core.arm(solicited_only != 0) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}

@@ -1,0 +1,53 @@
+//! Event file descriptors for completion channels and asynchronous events.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// An `eventfd` in semaphore mode: each [`signal`](Self::signal) adds one, each read
+/// takes one. Readable (for `poll(2)`) while the count is non-zero; a read blocks while
+/// it is zero unless the application set `O_NONBLOCK`.
+#[derive(Debug)]
+pub(crate) struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// A new event fd with a zero count, close-on-exec.
+    pub(crate) fn new() -> io::Result<EventFd> {
+        // SAFETY: `eventfd` takes an initial count and flags; it returns a new fd or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_SEMAPHORE | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// The descriptor.
+    pub(crate) fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    /// Adds one to the count.
+    pub(crate) fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live `u64` to our own eventfd. It can only fail
+        // when the count would overflow (2^64 - 2 pending events), which cannot happen.
+        let _ = unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Takes one from the count, blocking while it is zero (unless the fd was made
+    /// non-blocking, then `EAGAIN`). Retries on `EINTR`.
+    pub(crate) fn wait_one(&self) -> io::Result<()> {
+        let mut v: u64 = 0;
+        loop {
+            // SAFETY: reads 8 bytes into a live `u64` from our own eventfd.
+            let n = unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
+            if n == 8 {
+                return Ok(());
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+}

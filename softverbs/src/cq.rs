@@ -1,0 +1,281 @@
+//! Completion queues, completion channels and asynchronous events.
+//!
+//! A CQ has a fixed capacity (what `ibv_create_cq` granted). A completion that does not
+//! fit is not dropped silently: the CQ enters the error state (`IBV_EVENT_CQ_ERR` is
+//! raised on its context's asynchronous event queue), the producing QP is moved to the
+//! error state by the engine, and once the entries already queued are polled,
+//! `poll_cq` returns a negative value — as a CQ overrun does on hardware.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use vqp_host::sys::ibv_wc;
+
+use crate::abi::fd::EventFd;
+
+/// `enum ibv_event_type` values this provider raises.
+pub(crate) mod event {
+    /// `IBV_EVENT_CQ_ERR`.
+    pub const CQ_ERR: u32 = 0;
+    /// `IBV_EVENT_QP_FATAL`.
+    pub const QP_FATAL: u32 = 1;
+    /// `IBV_EVENT_QP_REQ_ERR`.
+    pub const QP_REQ_ERR: u32 = 2;
+    /// `IBV_EVENT_PORT_ACTIVE`.
+    pub const PORT_ACTIVE: u32 = 9;
+    /// `IBV_EVENT_PORT_ERR`.
+    pub const PORT_ERR: u32 = 10;
+}
+
+/// One asynchronous event: its type and the element (object address or port number).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AsyncEvent {
+    pub kind: u32,
+    pub element: usize,
+}
+
+/// The Rust side of an opened device context: its device and its asynchronous events.
+pub(crate) struct CtxCore {
+    /// Device index.
+    pub dev: usize,
+    /// Readable while asynchronous events are pending (one count per event).
+    pub async_fd: EventFd,
+    events: Mutex<VecDeque<AsyncEvent>>,
+}
+
+impl CtxCore {
+    pub fn new(dev: usize) -> io::Result<CtxCore> {
+        Ok(CtxCore {
+            dev,
+            async_fd: EventFd::new()?,
+            events: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Queues an asynchronous event and makes `async_fd` readable.
+    pub fn raise(&self, kind: u32, element: usize) {
+        lock(&self.events).push_back(AsyncEvent { kind, element });
+        self.async_fd.signal();
+    }
+
+    /// Takes the next event; call after one count was read from `async_fd`.
+    pub fn take(&self) -> Option<AsyncEvent> {
+        lock(&self.events).pop_front()
+    }
+}
+
+/// A completion channel: CQ events queue here and count on an eventfd, so that
+/// `read`, blocking and `poll(2)` on the channel's fd all work.
+pub(crate) struct ChannelCore {
+    pub fd: EventFd,
+    events: Mutex<VecDeque<(usize, usize)>>,
+    /// CQs attached (destroying the channel while this is non-zero is `EBUSY`).
+    pub users: AtomicU32,
+}
+
+impl ChannelCore {
+    pub fn new() -> io::Result<ChannelCore> {
+        Ok(ChannelCore {
+            fd: EventFd::new()?,
+            events: Mutex::new(VecDeque::new()),
+            users: AtomicU32::new(0),
+        })
+    }
+
+    fn post(&self, cq: usize, cq_context: usize) {
+        lock(&self.events).push_back((cq, cq_context));
+        self.fd.signal();
+    }
+
+    /// Takes the next event (CQ address, CQ context); call after one count was read
+    /// from `fd`.
+    pub fn take(&self) -> Option<(usize, usize)> {
+        lock(&self.events).pop_front()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Armed {
+    No,
+    Any,
+    Solicited,
+}
+
+/// Send-queue slots a completion gives back to its QP when it is polled (as a NIC's
+/// driver advances the send queue's tail in `poll_cq`).
+pub(crate) type Release = Option<(Arc<AtomicU32>, u32)>;
+
+struct CqInner {
+    queue: VecDeque<(ibv_wc, Release)>,
+    overflowed: bool,
+    armed: Armed,
+    events: u64,
+    acks: u64,
+}
+
+/// The Rust side of a CQ.
+pub(crate) struct CqCore {
+    /// Entries the CQ holds.
+    pub cap: usize,
+    /// Device index.
+    pub dev: usize,
+    /// Owning context.
+    pub ctx: Arc<CtxCore>,
+    /// Completion channel, if any.
+    pub channel: Option<Arc<ChannelCore>>,
+    /// Address of the `ibv_cq` handed out (for events).
+    pub handle: AtomicUsize,
+    /// `cq_context` given at creation (for events).
+    pub user_context: usize,
+    /// QPs using this CQ (destroying it while this is non-zero is `EBUSY`).
+    pub users: AtomicU32,
+    inner: Mutex<CqInner>,
+    acked: Condvar,
+}
+
+/// The CQ is in the error state (it overflowed) and holds nothing more to poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CqOverrun;
+
+/// Initial allocation of a CQ's ring; it grows to the capacity on demand.
+const INITIAL_ALLOC: usize = 1024;
+
+impl CqCore {
+    pub fn new(
+        cap: usize,
+        dev: usize,
+        ctx: Arc<CtxCore>,
+        channel: Option<Arc<ChannelCore>>,
+        user_context: usize,
+    ) -> CqCore {
+        if let Some(ch) = &channel {
+            ch.users.fetch_add(1, Ordering::Relaxed);
+        }
+        CqCore {
+            cap,
+            dev,
+            ctx,
+            channel,
+            handle: AtomicUsize::new(0),
+            user_context,
+            users: AtomicU32::new(0),
+            inner: Mutex::new(CqInner {
+                queue: VecDeque::with_capacity(cap.min(INITIAL_ALLOC)),
+                overflowed: false,
+                armed: Armed::No,
+                events: 0,
+                acks: 0,
+            }),
+            acked: Condvar::new(),
+        }
+    }
+
+    /// Adds a completion; false when the CQ is full (it is then in error) or already in
+    /// error. `solicited` marks a receive of a solicited message, for arming with
+    /// `solicited_only`.
+    /// `release` names the send-queue slots the completion frees when polled.
+    pub fn push(&self, wc: ibv_wc, solicited: bool, release: Release) -> bool {
+        let mut g = lock(&self.inner);
+        if g.overflowed {
+            return false;
+        }
+        if g.queue.len() >= self.cap {
+            g.overflowed = true;
+            drop(g);
+            self.ctx
+                .raise(event::CQ_ERR, self.handle.load(Ordering::Relaxed));
+            return false;
+        }
+        g.queue.push_back((wc, release));
+        let fire = match g.armed {
+            Armed::No => false,
+            Armed::Any => true,
+            Armed::Solicited => solicited || wc.status != vqp_host::sys::IBV_WC_SUCCESS,
+        };
+        if fire {
+            g.armed = Armed::No;
+            g.events += 1;
+        }
+        drop(g);
+        if fire {
+            if let Some(ch) = &self.channel {
+                ch.post(self.handle.load(Ordering::Relaxed), self.user_context);
+            }
+        }
+        true
+    }
+
+    /// Pops up to `max` completions, handing each to `sink` with its index.
+    ///
+    /// # Errors
+    /// [`CqOverrun`] when the CQ overflowed and nothing is left to poll.
+    pub fn poll(
+        &self,
+        max: usize,
+        mut sink: impl FnMut(usize, ibv_wc),
+    ) -> Result<usize, CqOverrun> {
+        let mut g = lock(&self.inner);
+        let n = max.min(g.queue.len());
+        if n == 0 && g.overflowed {
+            return Err(CqOverrun);
+        }
+        for (i, (wc, release)) in g.queue.drain(..n).enumerate() {
+            if let Some((slots, k)) = release {
+                let _ = slots.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    Some(v.saturating_sub(k))
+                });
+            }
+            sink(i, wc);
+        }
+        Ok(n)
+    }
+
+    /// Arms the CQ for one event; `EINVAL` without a channel.
+    pub fn arm(&self, solicited_only: bool) -> Result<(), i32> {
+        if self.channel.is_none() {
+            return Err(libc::EINVAL);
+        }
+        let mut g = lock(&self.inner);
+        // Arming for "any" is not narrowed by a later solicited-only request.
+        g.armed = match (g.armed, solicited_only) {
+            (Armed::Any, _) | (_, false) => Armed::Any,
+            _ => Armed::Solicited,
+        };
+        Ok(())
+    }
+
+    /// Acknowledges `n` events.
+    pub fn ack(&self, n: u32) {
+        let mut g = lock(&self.inner);
+        g.acks += u64::from(n);
+        drop(g);
+        self.acked.notify_all();
+    }
+
+    /// Waits until every event delivered for this CQ was acknowledged, as
+    /// `ibv_destroy_cq` does.
+    pub fn wait_acked(&self) {
+        let mut g = lock(&self.inner);
+        while g.acks < g.events {
+            g = self.acked.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl CqCore {
+    /// Detaches the CQ from its channel (at `ibv_destroy_cq`; the core itself may live
+    /// on a little in the engine's queues).
+    pub fn release_channel(&self) {
+        if let Some(ch) = &self.channel {
+            ch.users.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Locks, ignoring poisoning: the provider's state stays consistent across a panic in
+/// a caller's thread because every critical section is short and panic-free.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
