@@ -119,7 +119,8 @@ fn parse() -> Result<Args, String> {
 }
 
 struct Side {
-    vqp: Vqp,
+    /// Boxed: some hundreds of KB.
+    vqp: Box<Vqp>,
     vcq: Vcq,
     buf: u64,
     lkey: u32,
@@ -149,11 +150,11 @@ fn side(nic: &Nic, a: &Args, qp_num: u32, buf_len: usize) -> Result<Side, String
         .then(|| nic.create_qp(0, &cq, &cq, caps).map(|q| (q, 0)))
         .transpose()
         .map_err(|e| e.to_string())?;
-    let mut vqp = Vqp::new(cfg, data, notify).map_err(|e| e.to_string())?;
+    let mut vqp = Box::new(Vqp::new(cfg, data, notify).map_err(|e| e.to_string())?);
     let mut vcq = Vcq::new();
     vcq.add_cq(cq, 0, cq_len as u32)
         .map_err(|e| e.to_string())?;
-    vcq.attach(&mut vqp).map_err(|e| e.to_string())?;
+    vcq.attach(&mut *vqp).map_err(|e| e.to_string())?;
     let mr = nic
         .alloc_mr(0, buf_len, Access::ALL)
         .map_err(|e| e.to_string())?;
@@ -237,7 +238,7 @@ fn run(a: &Args) -> Result<(), String> {
         nic.run_for(256);
         let n = tx
             .vcq
-            .poll(&mut [&mut tx.vqp], &mut out)
+            .poll(&mut [&mut *tx.vqp], &mut out)
             .map_err(|e| format!("poll: {e:?}"))?;
         for wc in &out[..n] {
             if !wc.status.is_ok() {
@@ -247,7 +248,7 @@ fn run(a: &Args) -> Result<(), String> {
         }
         let n = rx
             .vcq
-            .poll(&mut [&mut rx.vqp], &mut out)
+            .poll(&mut [&mut *rx.vqp], &mut out)
             .map_err(|e| format!("poll: {e:?}"))?;
         for wc in &out[..n] {
             if !wc.status.is_ok() || wc.opcode != WcOpcode::RECV_RDMA_WITH_IMM {

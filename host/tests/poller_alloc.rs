@@ -55,7 +55,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-type Vqp = VirtualQp<NoopQp, 4, 32, 64, 256>;
+type Vqp = VirtualQp<NoopQp, 4, 32, 128, 256>;
 type Vcq = VirtualCq<NoopCq, 1, 32>;
 
 const RING: usize = 64;
@@ -64,7 +64,7 @@ const BATCH: usize = 8;
 /// A sender over 4 QPs (virtual QP 1, 64 KiB writes in 16 KiB fragments) and a
 /// single-QP receiver (virtual QP 2, notification receives the no-op QP completes at
 /// once).
-fn factory() -> vqp_host::Result<Stack<NoopQp, NoopCq, 4, 32, 64, 256, 1, 32>> {
+fn factory() -> vqp_host::Result<Stack<NoopQp, NoopCq, 4, 32, 128, 256, 1, 32>> {
     let cq = NoopCq::new(NoopConfig::default());
     let cfg = |qp_num| Config {
         split: SplitPolicy::new(16 << 10),

@@ -15,7 +15,7 @@ use vqp_sim::{Access, Nic, NicConfig, QpCaps, QpState, ReorderPolicy, SimCq, Sim
 
 const QPS: usize = 4;
 /// Slots per direction of each virtual QP: small, so that backpressure happens.
-const SLOTS: usize = 16;
+const SLOTS: usize = 32;
 type Vqp = VirtualQp<SimQp, QPS, 8, SLOTS, 128>;
 type Vcq = VirtualCq<SteppingCq, 1, 32>;
 type SimStack = Stack<SimQp, SteppingCq, QPS, 8, SLOTS, 128, 1, 32>;

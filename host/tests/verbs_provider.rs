@@ -228,8 +228,8 @@ fn set_error_moves_the_qp_to_err_and_flushes() {
 
 // ---- Endpoint ---------------------------------------------------------------------------
 
-type Ep = Endpoint<4, 16, 32, 256, 16>;
-type Side = Connected<4, 16, 32, 256, 16>;
+type Ep = Endpoint<4, 16, 64, 256, 16>;
+type Side = Connected<4, 16, 64, 256, 16>;
 
 fn settings(mode: Mode, qps: usize) -> Settings {
     let cfg = Config {

@@ -12,7 +12,9 @@ pub type Vcq = VirtualCq<SimCq, 2, 32>;
 
 /// One endpoint: its virtual QP, virtual CQ, and buffer (registered on every device).
 pub struct Side {
-    pub vqp: Vqp,
+    /// Boxed: the virtual QP is some 175 KB, too large to move around on a test
+    /// thread's stack in a debug build.
+    pub vqp: Box<Vqp>,
     pub vcq: Vcq,
     pub buf: u64,
     pub mrs: Vec<Mr>,
@@ -32,7 +34,7 @@ impl Side {
         let mut out = [Wc::EMPTY; 16];
         let n = self
             .vcq
-            .poll(&mut [&mut self.vqp], &mut out)
+            .poll(&mut [&mut *self.vqp], &mut out)
             .expect("simulated CQs never fail to poll");
         into.extend_from_slice(&out[..n]);
     }
@@ -86,12 +88,13 @@ pub fn pair(nic: NicConfig, cfg: Config, qps: u32, len: usize) -> Pair {
         nic.connect(qa, qb).expect("connect");
     }
     let side = |cqs: Vec<SimCq>, data, notify, qp_num| {
-        let mut vqp = Vqp::new(Config { qp_num, ..cfg }, data, notify).expect("valid set-up");
+        let mut vqp =
+            Box::new(Vqp::new(Config { qp_num, ..cfg }, data, notify).expect("valid set-up"));
         let mut vcq = Vcq::new();
         for (d, cq) in cqs.into_iter().enumerate() {
             vcq.add_cq(cq, d as u8, cq_len as u32).expect("cq");
         }
-        vcq.attach(&mut vqp).expect("cq sized for the QPs");
+        vcq.attach(&mut *vqp).expect("cq sized for the QPs");
         let buf = nic.alloc(len);
         let mrs = (0..devices)
             .map(|d| nic.register_buffer(d, buf, len, Access::ALL).expect("mr"))
