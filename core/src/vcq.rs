@@ -9,8 +9,6 @@
 
 use core::fmt;
 
-use heapless::Vec;
-
 use crate::phys::{PhysCq, PhysQp, PhysWc, PollFailure};
 use crate::vqp::VirtualQp;
 use crate::wr::{Wc, MAX_DEVICES};
@@ -70,7 +68,7 @@ struct DeviceCq<C> {
 /// Polls up to `DEVS` physical CQs (one per device), `B` physical completions at a
 /// time, for the virtual QPs attached to it.
 pub struct VirtualCq<C, const DEVS: usize = 1, const B: usize = 32> {
-    cqs: Vec<DeviceCq<C>, DEVS>,
+    cqs: heapless::Vec<DeviceCq<C>, DEVS>,
     attached: u16,
     scratch: [PhysWc; B],
     strays: u64,
@@ -83,7 +81,7 @@ impl<C: PhysCq, const DEVS: usize, const B: usize> VirtualCq<C, DEVS, B> {
     pub const fn new() -> Self {
         let () = Self::CHECK;
         Self {
-            cqs: Vec::new(),
+            cqs: heapless::Vec::new(),
             attached: 0,
             scratch: [PhysWc::EMPTY; B],
             strays: 0,

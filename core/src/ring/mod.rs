@@ -95,8 +95,6 @@ mod consumer;
 mod error;
 mod producer;
 
-#[cfg(all(test, loom))]
-mod loom_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
@@ -194,9 +192,11 @@ impl<T, const N: usize> Ring<T, N> {
     }
 
     /// Creates an empty ring whose indices start at `index`, so tests can cross the
-    /// `usize` wrap in a few steps.
-    #[cfg(test)]
-    pub(crate) fn starting_at(index: usize) -> Self {
+    /// `usize` wrap in a few steps. Exists only in test and loom builds (the loom
+    /// tests are integration tests, hence public there).
+    #[cfg(any(test, loom))]
+    #[doc(hidden)]
+    pub fn starting_at(index: usize) -> Self {
         let ring = Self::new();
         ring.head.store(index, Ordering::Relaxed);
         ring.tail.store(index, Ordering::Relaxed);

@@ -24,7 +24,7 @@ pub use config::{BuildError, Config, Mode, Signaling};
 pub use error::{PostRecvError, PostSendError};
 pub use lane::LaneStats;
 
-use heapless::{Deque, Vec};
+use heapless::Deque;
 
 use crate::phys::{PhysQp, PhysWc};
 use crate::reorder::ReorderWindow;
@@ -59,7 +59,7 @@ pub struct VirtualQp<
     cfg: Config,
     /// Index within the owning virtual CQ, carried in every physical wr_id.
     tag: u8,
-    lanes: Vec<Lane<Q, D>, N>,
+    lanes: heapless::Vec<Lane<Q, D>, N>,
     notify: Option<Lane<Q, D>>,
     /// Bit `i` set: data QP `i` is healthy and below `max_outstanding`.
     room: u64,
@@ -124,7 +124,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if cfg.recv_depth == 0 || cfg.recv_depth > 1 << 24 {
             return Err(BuildError::RecvDepth(cfg.recv_depth));
         }
-        let mut lanes = Vec::new();
+        let mut lanes = heapless::Vec::new();
         let mut given = 0;
         let mut data_devices = 0u8;
         for (qp, device) in data {

@@ -194,9 +194,18 @@ impl VerbsQp {
     }
 }
 
-/// The errno a post failure carries (`EIO` when the library gave none).
-fn post_errno(e: &Error) -> i32 {
-    e.raw_os_error().unwrap_or(libc::EIO)
+/// The core's view of a refused post: the `posted` WQEs of earlier pieces plus the
+/// prefix of this piece the library took (from its `bad_wr` index), and the errno
+/// (`EIO` when the library gave none).
+fn post_failure(posted: usize, e: &Error) -> PostFailure {
+    let index = match e {
+        Error::PostFailed { index, .. } => *index,
+        _ => 0,
+    };
+    PostFailure {
+        posted: posted + index,
+        errno: e.raw_os_error().unwrap_or(libc::EIO),
+    }
 }
 
 impl PhysQp for VerbsQp {
@@ -220,14 +229,7 @@ impl PhysQp for VerbsQp {
             // registered memory that stays valid until the completion).
             let result = unsafe { self.qp.post_send(head) };
             if let Err(e) = result {
-                let index = match &e {
-                    Error::PostFailed { index, .. } => *index,
-                    _ => 0,
-                };
-                return Err(PostFailure {
-                    posted: posted + index,
-                    errno: post_errno(&e),
-                });
+                return Err(post_failure(posted, &e));
             }
             posted += piece.len();
         }
@@ -246,14 +248,7 @@ impl PhysQp for VerbsQp {
             // (or null with `num_sge` 0); the buffers are the caller's registered memory.
             let result = unsafe { self.qp.post_recv(head) };
             if let Err(e) = result {
-                let index = match &e {
-                    Error::PostFailed { index, .. } => *index,
-                    _ => 0,
-                };
-                return Err(PostFailure {
-                    posted: posted + index,
-                    errno: post_errno(&e),
-                });
+                return Err(post_failure(posted, &e));
             }
             posted += piece.len();
         }

@@ -1,19 +1,17 @@
+#![cfg(loom)]
 //! Every interleaving of a producer and a consumer thread on tiny rings, under loom.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p vqp-core --release
-//! --lib loom`. Rings have 2 or 4 slots so that a few items already wrap around them.
-
-extern crate std;
+//! --test loom_ring`. Rings have 2 or 4 slots so that a few items already wrap around them.
 
 use core::ops::Deref;
-use std::vec::Vec;
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use stable_deref_trait::{CloneStableDeref, StableDeref};
 
-use super::{Consumer, PopError, Producer, PushError, Ring};
+use vqp_core::ring::{Consumer, PopError, Producer, PushError, Ring};
 
 /// loom's `Arc`, made acceptable to [`Ring::try_split`].
 struct Shared<R>(Arc<R>);
