@@ -17,7 +17,10 @@ use vqp_core::imm::Imm;
 use vqp_core::reorder::ReorderWindow;
 use vqp_core::seq::Seq;
 use vqp_core::split::SplitPolicy;
-use vqp_core::{Config, Keys, Mode, Opcode, RecvWr, SendWr, Signaling, VirtualCq, VirtualQp, Wc};
+use vqp_core::{
+    Config, Keys, Mode, Opcode, PhysCq, PhysQp, PhysWc, RecvWr, SendFlags, SendWqe, SendWr,
+    Signaling, VirtualCq, VirtualQp, Wc,
+};
 use vqp_sim::noop::{NoopConfig, NoopControl, NoopCq, NoopOrder, NoopQp, RecvMode};
 
 use support::alloc::{per_run, Counting};
@@ -121,6 +124,65 @@ impl Rig {
     }
 }
 
+/// The no-op provider alone: the physical chains a request becomes, posted straight
+/// to the QPs, and the CQ polled until their completions are back. What the engine
+/// adds is a vqp line less this one, measured in the same run.
+struct Bare {
+    cq: NoopCq,
+    qps: Vec<NoopQp>,
+    chain: Vec<SendWqe>,
+    signaled: usize,
+    scratch: [PhysWc; 32],
+}
+
+impl Bare {
+    /// `qps` chains of `per_chain` 64 KiB writes, the last of each chain signaled (or
+    /// every WQE).
+    fn new(qps: u32, order: NoopOrder, per_chain: usize, every: bool) -> Self {
+        let cq = noop_cq(order, RecvMode::Complete);
+        let qps: Vec<NoopQp> = (0..qps).map(|i| cq.create_qp(100 + i)).collect();
+        let chain: Vec<SendWqe> = (0..per_chain)
+            .map(|i| SendWqe {
+                wr_id: i as u64,
+                opcode: Opcode::RDMA_WRITE,
+                flags: if every || i + 1 == per_chain {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::NONE
+                },
+                addr: 0x10_0000 + (i as u64) * (64 << 10),
+                len: 64 << 10,
+                lkey: 1,
+                remote_addr: 0x20_0000 + (i as u64) * (64 << 10),
+                rkey: 2,
+                ..SendWqe::EMPTY
+            })
+            .collect();
+        let signaled = qps.len() * if every { per_chain } else { 1 };
+        Self {
+            cq,
+            qps,
+            chain,
+            signaled,
+            scratch: [PhysWc::EMPTY; 32],
+        }
+    }
+
+    /// Post one chain per QP and poll until every completion is back.
+    #[inline]
+    fn round(&mut self) {
+        for qp in &mut self.qps {
+            qp.post_send(black_box(&self.chain)).expect("accepted");
+        }
+        let mut left = self.signaled;
+        while left > 0 {
+            let n = self.cq.poll(&mut self.scratch).expect("poll");
+            black_box(&self.scratch[..n]);
+            left -= n;
+        }
+    }
+}
+
 fn reference(qps: u32, order: NoopOrder) -> RefTracker<NoopQp, NoopCq> {
     let cq = noop_cq(order, RecvMode::Complete);
     let data = (0..qps).map(|i| cq.create_qp(100 + i)).collect();
@@ -159,6 +221,10 @@ fn bench_a(c: &mut Criterion) {
     );
     assert_no_alloc("vqp post+complete", || r.post_complete(&wr));
     g.bench_function("vqp post+completion", |b| b.iter(|| r.post_complete(&wr)));
+    let mut bare = Bare::new(1, NoopOrder::Fifo, 1, false);
+    g.bench_function("no-op provider alone (1 WQE, 1 CQE)", |b| {
+        b.iter(|| bare.round())
+    });
     let mut base = reference(4, NoopOrder::Fifo);
     eprintln!(
         "reference post+completion allocates {:.1} times per request",
@@ -215,6 +281,16 @@ fn bench_b(c: &mut Criterion) {
     g.bench_function("vqp 1 fragment (for the per-fragment difference)", |b| {
         b.iter(|| r.post_complete(&small))
     });
+    for (name, every) in [
+        ("no-op provider alone, 4 chains of 4, last signaled", false),
+        (
+            "no-op provider alone, 4 chains of 4, every WQE signaled",
+            true,
+        ),
+    ] {
+        let mut bare = Bare::new(4, shuffled(), 4, every);
+        g.bench_function(name, |b| b.iter(|| bare.round()));
+    }
     let mut base = reference(4, shuffled());
     g.bench_function("reference", |b| {
         b.iter(|| ref_post_complete(&mut base, &big))

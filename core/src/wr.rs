@@ -166,6 +166,14 @@ impl Keys {
         }
     }
 
+    /// The `(lkey, rkey)` stored for `device` (zeros when absent): for callers that
+    /// checked [`Keys::present`] already.
+    #[inline]
+    pub(crate) const fn pair(&self, device: u8) -> (u32, u32) {
+        let d = device as usize % MAX_DEVICES;
+        (self.lkey[d], self.rkey[d])
+    }
+
     /// Bit mask of the devices whose keys are present.
     #[inline]
     pub const fn present(&self) -> u8 {

@@ -89,9 +89,10 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         }
     }
 
-    /// Add `wqe` of request `id` to this round's chain; the caller checked there is room.
+    /// Add a WQE of request `id` to this round's chain and return it to be filled in
+    /// place; the caller checked there is room.
     #[inline]
-    pub fn stage(&mut self, wqe: SendWqe, id: u64, seq: Seq, merge: bool) {
+    pub fn stage(&mut self, id: u64, seq: Seq, merge: bool) -> &mut SendWqe {
         debug_assert!((self.outstanding as usize) < D && !self.failed);
         let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
         if merge && self.open_run && self.runs[back].id == id {
@@ -103,8 +104,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         }
         self.open_run = true;
         self.outstanding += 1;
-        self.staged[self.staged_len as usize % D] = wqe;
+        let at = self.staged_len as usize % D;
         self.staged_len += 1;
+        &mut self.staged[at]
     }
 
     #[inline]
@@ -165,6 +167,16 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         credit: &mut impl FnMut(u64, u32, WcStatus),
     ) -> bool {
         self.stats.cqes += 1;
+        // The usual case: the completion names the oldest run, on a healthy QP.
+        if let Some(&front) = self.front() {
+            if front.id & crate::wrid::ID_MASK == id && !self.failed && status.is_ok() {
+                self.runs_head = (self.runs_head + 1) % D as u32;
+                self.runs_len -= 1;
+                self.outstanding -= front.count;
+                credit(front.id, front.count, status);
+                return true;
+            }
+        }
         match self.front() {
             Some(front) if !id_before(id, front.id & crate::wrid::ID_MASK) => {}
             _ => return false,

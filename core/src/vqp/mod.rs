@@ -69,6 +69,8 @@ pub struct VirtualQp<
     staged: u64,
     /// Devices of the data QPs (bit per device index).
     data_devices: u8,
+    /// The notify QP's device bit; 0 when there is no notify QP.
+    notify_device: u8,
     send: Ring<SendSlot, S>,
     /// Oldest request with fragments not yet staged.
     dispatch: u64,
@@ -172,6 +174,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             });
         }
         let seq_credit = (W as u64).saturating_sub(unprocessed) as u32;
+        let notify_device = notify.as_ref().map_or(0, |l| 1 << l.device);
         let room = if given == 64 {
             u64::MAX
         } else {
@@ -186,6 +189,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             next_lane: 0,
             staged: 0,
             data_devices,
+            notify_device,
             send: Ring::new(SendSlot::EMPTY),
             dispatch: 0,
             notify_next: 0,
@@ -327,9 +331,19 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         result
     }
 
+    #[inline]
     fn route_inner(&mut self, wc: &PhysWc, id: WrId, device: u8) -> Result<(), Stray> {
         if id.tag != self.tag {
             return Err(Stray);
+        }
+        if id.kind == Kind::Send && id.lane != NOTIFY_LANE {
+            // The common case first: a data QP's send completion.
+            return match self.lanes.get(id.lane as usize) {
+                Some(l) if l.qp_num == wc.qp_num && l.device == device => {
+                    self.data_completion(id.lane as usize, id.id, wc.status)
+                }
+                _ => Err(Stray),
+            };
         }
         let lane = if id.lane == NOTIFY_LANE {
             self.notify.as_ref()
@@ -350,7 +364,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Do the work completions enabled: dispatch waiting fragments and notifies,
     /// replenish DQPLB receives, post waiting receives.
     pub fn progress(&mut self) {
-        let notifies_due = self.notify.is_some() && self.notify_next != self.send.tail;
+        let notifies_due = self.notify_device != 0 && self.notify_next != self.send.tail;
         if self.dispatch != self.send.tail || notifies_due {
             self.dispatch();
         }
@@ -382,7 +396,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         self.failed = Some(status);
         for id in self.dispatch..self.send.tail {
             let slot = self.send.get_mut(id);
-            slot.stopped = true;
+            slot.target = slot.posted;
             slot.fail(WcStatus::WR_FLUSH_ERR);
         }
         self.dispatch = self.send.tail;

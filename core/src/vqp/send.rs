@@ -83,9 +83,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             if !wr.flags.contains(SendFlags::SIGNALED) && op != Opcode::RDMA_WRITE_WITH_IMM {
                 return Err(PostSendError::Unsignaled(op));
             }
-            let notify_dev = match &self.notify {
-                Some(l) if op == Opcode::RDMA_WRITE_WITH_IMM => 1 << l.device,
-                _ => 0,
+            let notify_dev = if op == Opcode::RDMA_WRITE_WITH_IMM {
+                self.notify_device
+            } else {
+                0
             };
             (false, self.data_devices | notify_dev)
         } else {
@@ -124,19 +125,20 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if self.send.is_full() {
             return Err(PostSendError::Full);
         }
-        let spray_imm = self.notify.is_some() && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM;
+        let spray_imm = self.notify_device != 0 && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM;
         let id = self.send.tail;
+        let plan = if passthrough {
+            Plan::whole(wr.len)
+        } else {
+            self.cfg.split.plan(wr.len, wr.remote_addr)
+        };
         *self.send.get_mut(id) = SendSlot {
             wr: *wr,
-            plan: if passthrough {
-                Plan::whole(wr.len)
-            } else {
-                self.cfg.split.plan(wr.len, wr.remote_addr)
-            },
+            plan,
             posted: 0,
             offset: 0,
             done: 0,
-            stopped: false,
+            target: plan.count(),
             passthrough,
             status: WcStatus::SUCCESS,
             notify: if spray_imm && !passthrough {
@@ -166,8 +168,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 if !lane.has_room(max) {
                     break;
                 }
-                let (lkey, rkey) = wr.keys.get(lane.device as usize).unwrap_or((0, 0));
-                let wqe = SendWqe {
+                let (lkey, rkey) = wr.keys.pair(lane.device);
+                *lane.stage(id, self.send_seq, false) = SendWqe {
                     wr_id: WrId {
                         tag: self.tag,
                         lane: 0,
@@ -186,7 +188,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     compare_add: wr.compare_add,
                     swap: wr.swap,
                 };
-                lane.stage(wqe, id, self.send_seq, false);
                 self.staged |= 1;
                 slot.posted = 1;
                 if !lane.has_room(max) {
@@ -241,7 +242,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 let len = slot.plan.next_len(slot.posted, off);
                 slot.offset += u64::from(len);
                 slot.posted += 1;
-                let (lkey, rkey) = keys.get(lane.device as usize).unwrap_or((0, 0));
+                let (lkey, rkey) = keys.pair(lane.device);
                 let seq = self.send_seq;
                 let (imm_data, flags) = if dqplb_imm {
                     let last = slot.posted == count;
@@ -251,24 +252,19 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 } else {
                     (0, fence)
                 };
-                lane.stage(
-                    SendWqe {
-                        wr_id: base_id | (l as u64) << 48,
-                        opcode,
-                        flags,
-                        addr: local + off,
-                        len,
-                        lkey,
-                        remote_addr: remote + off,
-                        rkey,
-                        imm_data,
-                        compare_add: 0,
-                        swap: 0,
-                    },
-                    id,
-                    seq,
-                    merge,
-                );
+                *lane.stage(id, seq, merge) = SendWqe {
+                    wr_id: base_id | (l as u64) << 48,
+                    opcode,
+                    flags,
+                    addr: local + off,
+                    len,
+                    lkey,
+                    remote_addr: remote + off,
+                    rkey,
+                    imm_data,
+                    compare_add: 0,
+                    swap: 0,
+                };
                 self.staged |= 1 << l;
                 if !lane.has_room(max) {
                     self.room &= !(1 << l);
@@ -304,8 +300,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     if !lane.has_room(max) {
                         break;
                     }
-                    let (_, rkey) = slot.wr.keys.get(lane.device as usize).unwrap_or((0, 0));
-                    let wqe = SendWqe {
+                    let (_, rkey) = slot.wr.keys.pair(lane.device);
+                    *lane.stage(id, self.send_seq, false) = SendWqe {
                         wr_id: WrId {
                             tag: self.tag,
                             lane: NOTIFY_LANE,
@@ -324,7 +320,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                         compare_add: 0,
                         swap: 0,
                     };
-                    lane.stage(wqe, id, self.send_seq, false);
                     slot.notify = Notify::InFlight;
                 }
             }
@@ -353,29 +348,47 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
     }
 
-    /// A send completion on `lane` for the request whose id is `short` (mod 2^45).
+    /// A send completion on data QP `lane` for the request whose id is `short`
+    /// (mod 2^45).
+    #[inline]
+    pub(super) fn data_completion(
+        &mut self,
+        lane: usize,
+        short: u64,
+        status: WcStatus,
+    ) -> Result<(), Stray> {
+        let send = &mut self.send;
+        let l = &mut self.lanes[lane];
+        let matched = l.complete(short, status, &mut |id, n, st| credit_data(send, id, n, st));
+        if l.has_room(self.cfg.max_outstanding) {
+            self.room |= 1 << lane;
+        }
+        if status.is_ok() {
+            return if matched { Ok(()) } else { Err(Stray) };
+        }
+        self.fail(status);
+        // An error for a run already credited is a flush of an unsignaled WQE.
+        Ok(())
+    }
+
+    /// A send completion on `lane` (a data QP or [`NOTIFY_LANE`]) for the request
+    /// whose id is `short` (mod 2^45).
     pub(super) fn send_completion(
         &mut self,
         lane: u8,
         short: u64,
         status: WcStatus,
     ) -> Result<(), Stray> {
+        if lane != NOTIFY_LANE {
+            return self.data_completion(lane as usize, short, status);
+        }
         let send = &mut self.send;
-        let matched = if lane == NOTIFY_LANE {
-            let Some(l) = self.notify.as_mut() else {
-                return Err(Stray);
-            };
-            l.complete(short, status, &mut |id, n, st| {
-                credit_notify(send, id, n, st)
-            })
-        } else {
-            let l = &mut self.lanes[lane as usize];
-            let matched = l.complete(short, status, &mut |id, n, st| credit_data(send, id, n, st));
-            if l.has_room(self.cfg.max_outstanding) {
-                self.room |= 1 << lane;
-            }
-            matched
+        let Some(l) = self.notify.as_mut() else {
+            return Err(Stray);
         };
+        let matched = l.complete(short, status, &mut |id, n, st| {
+            credit_notify(send, id, n, st)
+        });
         if !status.is_ok() {
             self.fail(status);
         }

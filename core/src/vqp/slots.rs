@@ -27,8 +27,9 @@ pub(crate) struct SendSlot {
     pub offset: u64,
     /// Fragments whose completion (own or implied) arrived.
     pub done: u64,
-    /// No further fragment will be posted (the virtual QP failed).
-    pub stopped: bool,
+    /// Fragments that will be posted in all: the plan's count, or what was posted
+    /// when the virtual QP failed. `done ≤ posted ≤ target`.
+    pub target: u64,
     /// Goes whole to data QP 0 as the application gave it.
     pub passthrough: bool,
     /// First error seen, or success.
@@ -43,7 +44,7 @@ impl SendSlot {
         posted: 0,
         offset: 0,
         done: 0,
-        stopped: false,
+        target: 0,
         passthrough: false,
         status: WcStatus::SUCCESS,
         notify: Notify::None,
@@ -52,7 +53,7 @@ impl SendSlot {
     /// Every fragment that will ever be posted was posted and has completed.
     #[inline]
     pub fn data_settled(&self) -> bool {
-        (self.stopped || self.posted == self.plan.count()) && self.done == self.posted
+        self.done == self.target
     }
 
     #[inline]
