@@ -363,6 +363,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Do the work completions enabled: dispatch waiting fragments and notifies,
     /// replenish DQPLB receives, post waiting receives.
+    #[inline]
     pub fn progress(&mut self) {
         let notifies_due = self.notify_device != 0 && self.notify_next != self.send.tail;
         if self.dispatch != self.send.tail || notifies_due {
@@ -375,6 +376,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Write completed requests into `out`, sends then receives, each in posting
     /// order; returns how many. Never writes past `out`.
+    #[inline]
     pub fn drain(&mut self, out: &mut [Wc]) -> usize {
         let n = self.drain_sends(out);
         n + self.drain_recvs(&mut out[n..])

@@ -270,6 +270,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     }
 
     /// Report completed receive requests in posting order.
+    #[inline]
     pub(super) fn drain_recvs(&mut self, out: &mut [Wc]) -> usize {
         let mut n = 0;
         while self.recv.head != self.recv.tail && n < out.len() {

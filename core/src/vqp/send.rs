@@ -401,6 +401,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     }
 
     /// Report completed send requests in posting order.
+    #[inline]
     pub(super) fn drain_sends(&mut self, out: &mut [Wc]) -> usize {
         let mut n = 0;
         while self.send.head != self.send.tail && n < out.len() {
