@@ -1,8 +1,9 @@
-//! Building a virtual QP on one device: create its physical QPs and CQ, describe them
-//! in an endpoint [`Card`], and connect them to a peer's card.
+//! Building a virtual QP on one or several devices: create its physical QPs and CQs,
+//! describe them in an endpoint [`Card`], and connect them to a peer's card.
 //!
 //! ```text
-//!  Endpoint::create(pd, settings) ── QPs in RESET, one CQ sized for them
+//!  Endpoint::create(pd, settings)        ── QPs in RESET, one CQ sized for them
+//!  Endpoint::create_on(&[pd0, pd1], ..)  ── the same over several devices, a CQ each
 //!        │ card() ──► exchange with the peer (crate::exchange) ──► peer card
 //!        ▼ connect(peer)
 //!  agree ─► every QP RESET→INIT ─► VirtualQp + VirtualCq ─► arm_receiver ─► RTR ─► RTS
@@ -15,6 +16,26 @@
 //!
 //! After `connect` returns on both sides, meet at [`crate::exchange::barrier`] before
 //! sending, so that neither side sends to a QP the other has not yet moved to RTR.
+//!
+//! # Several devices
+//! [`Endpoint::create_on`] takes one protection domain per device; the device's index
+//! in vqp-core (in [`Keys`](vqp_core::Keys), in the virtual CQ) is the PD's position
+//! in that slice. Data QP `i` goes on device `i % devices` — round-robin, so that the
+//! core's round-robin choice of QPs spreads consecutive fragments over the devices —
+//! and each device gets one CQ, sized for the QPs on it, which the [`VirtualCq`]
+//! polls by device. The SPRAY notify QP goes on device 0: it carries one zero-byte
+//! write per request, and a single QP keeps the notifies in order wherever it is.
+//! Every device uses the same port number and GID index ([`Settings::port`],
+//! [`Settings::gid_index`]).
+//!
+//! The card lists one address per device and, for each QP, which address reaches it;
+//! data QP `i` connects to the peer's data QP `i` at the peer's address for it. A
+//! request carries one (lkey, rkey) pair per *local* device, so each local device must
+//! reach exactly one device of the peer: [`Card::agree`] refuses a pairing that would
+//! need two rkeys for one device. With this placement on both sides that means the
+//! same number of devices, local device `d` talking to the peer's device `d`; a
+//! request's `Keys` entry `d` is then (this side's lkey for the buffer in PD `d`, the
+//! peer's rkey for its buffer in its PD `d`).
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -22,7 +43,7 @@ use std::hash::{BuildHasher, Hasher};
 use vqp_core::{Config, Mode, PhysCq, PhysQp, PhysWc, PollFailure, PostFailure, RecvWqe, SendWqe};
 use vqp_core::{VirtualCq, VirtualQp};
 
-use crate::card::{Capabilities, Card, QpAddr};
+use crate::card::{Capabilities, Card, CardError, PortAddr, QpAddr};
 use crate::connect::{self, Address, Path};
 use crate::enums::Mtu;
 use crate::error::{Error, Result};
@@ -75,8 +96,28 @@ impl Settings {
     /// receive depth.
     pub fn cq_entries_needed(&self) -> u64 {
         let qps = self.data_qps as u64 + u64::from(self.has_notify());
-        qps * (u64::from(self.config.max_outstanding) + u64::from(self.config.recv_depth))
+        qps * self.entries_per_qp()
     }
+
+    /// Completion queue entries vqp-core requires of device `device`'s CQ when the
+    /// QPs are spread over `devices` devices as [`Endpoint::create_on`] places them:
+    /// data QP `i` on device `i % devices`, the notify QP on device 0.
+    pub fn cq_entries_needed_on(&self, device: usize, devices: usize) -> u64 {
+        let data = (0..self.data_qps)
+            .filter(|&i| device_of(i, devices) == device)
+            .count() as u64;
+        let notify = u64::from(self.has_notify() && device == 0);
+        (data + notify) * self.entries_per_qp()
+    }
+
+    fn entries_per_qp(&self) -> u64 {
+        u64::from(self.config.max_outstanding) + u64::from(self.config.recv_depth)
+    }
+}
+
+/// The device (index among `devices`) data QP `i` goes on: round-robin.
+pub fn device_of(i: usize, devices: usize) -> usize {
+    i % devices.max(1)
 }
 
 /// A random 24-bit number (a PSN or a first sequence number), from the standard
@@ -134,28 +175,39 @@ impl PhysCq for NoCq {
     }
 }
 
-/// One side of a virtual QP on a device, before it is connected: its physical QPs (in
-/// RESET), their first PSNs, and the CQ they share.
+/// One device of an endpoint: its CQ and what the card and the paths need of it.
+struct DeviceSide {
+    cq: CompletionQueue,
+    port: PortAttr,
+    attr: DeviceAttr,
+    gid: Gid,
+}
+
+/// One side of a virtual QP on one or several devices, before it is connected: its
+/// physical QPs (in RESET), their first PSNs, and one CQ per device.
 ///
 /// The type parameters are those of the [`VirtualQp`] it builds (`N` data QPs at
-/// most, `D` WQEs per QP, `S` requests per direction, `W` the DQPLB window) and `B`,
-/// the [`VirtualCq`]'s poll batch.
+/// most, `D` WQEs per QP, `S` requests per direction, `W` the DQPLB window), `B`, the
+/// [`VirtualCq`]'s poll batch, and `DEVS`, the most devices the virtual CQ polls
+/// (1 to vqp-core's [`MAX_DEVICES`](vqp_core::MAX_DEVICES); see the
+/// [module documentation](self) for how QPs are placed on devices).
 pub struct Endpoint<
     const N: usize = 8,
     const D: usize = 128,
     const S: usize = 512,
     const W: usize = 1024,
     const B: usize = 32,
+    const DEVS: usize = 1,
 > {
     settings: Settings,
-    cq: CompletionQueue,
+    /// One per protection domain given, in order: the index is the device index.
+    devices: Vec<DeviceSide>,
+    /// Data QP `i` is on device `device_of(i, devices.len())`.
     data: Vec<QueuePair>,
+    /// On device 0.
     notify: Option<QueuePair>,
     /// First PSN of each data QP, then of the notify QP.
     psns: Vec<u32>,
-    port: PortAttr,
-    device: DeviceAttr,
-    gid: Gid,
 }
 
 /// A connected virtual QP and the virtual CQ it is attached to (as its first QP).
@@ -165,17 +217,40 @@ pub struct Connected<
     const S: usize = 512,
     const W: usize = 1024,
     const B: usize = 32,
+    const DEVS: usize = 1,
 > {
     /// The virtual QP.
     pub vqp: VirtualQp<VerbsQp, N, D, S, W>,
-    /// The virtual CQ polling the device's CQ.
-    pub vcq: VirtualCq<VerbsCq, 1, B>,
-    /// The device CQ (to arm it with [`CompletionQueue::req_notify`] when blocking).
+    /// The virtual CQ polling every device's CQ.
+    pub vcq: VirtualCq<VerbsCq, DEVS, B>,
+    /// Device 0's CQ (to arm it with [`CompletionQueue::req_notify`] when blocking);
+    /// [`Connected::device_cq`] gives any device's.
     pub cq: CompletionQueue,
 }
 
-impl<const N: usize, const D: usize, const S: usize, const W: usize, const B: usize>
-    Endpoint<N, D, S, W, B>
+impl<
+        const N: usize,
+        const D: usize,
+        const S: usize,
+        const W: usize,
+        const B: usize,
+        const DEVS: usize,
+    > Connected<N, D, S, W, B, DEVS>
+{
+    /// The CQ of device `device` (its index in [`Endpoint::create_on`]'s slice).
+    pub fn device_cq(&mut self, device: u8) -> Option<&CompletionQueue> {
+        self.vcq.cq_mut(device).map(|c| c.cq())
+    }
+}
+
+impl<
+        const N: usize,
+        const D: usize,
+        const S: usize,
+        const W: usize,
+        const B: usize,
+        const DEVS: usize,
+    > Endpoint<N, D, S, W, B, DEVS>
 {
     /// Creates the CQ (reporting to `channel`, if given) and the data and notify QPs
     /// in `pd`'s device, after checking `settings` the way vqp-core will.
@@ -189,36 +264,89 @@ impl<const N: usize, const D: usize, const S: usize, const W: usize, const B: us
         settings: &Settings,
         channel: Option<&CompletionChannel>,
     ) -> Result<Self> {
+        Self::create_on(&[pd], settings, channel.as_slice())
+    }
+
+    /// Creates the QPs over several devices, one protection domain each: a CQ per
+    /// device (reporting to `channels[d]` when `channels` is not empty), data QP `i`
+    /// in `pds[i % pds.len()]`, the notify QP in `pds[0]`, after checking `settings`
+    /// the way vqp-core will. The device index of `pds[d]` is `d`: register buffers in
+    /// each PD and give a request the keys of each device in its
+    /// [`Keys`](vqp_core::Keys).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no PD, more PDs than `DEVS` or than data QPs (a
+    /// device would carry no data QP), a `channels` slice of the wrong length, or a CQ
+    /// too large for the verbs; [`Error::Build`]/[`Error::Cq`] for a configuration
+    /// vqp-core refuses; [`Error::Verbs`] when a query or a creation fails.
+    pub fn create_on(
+        pds: &[&ProtectionDomain],
+        settings: &Settings,
+        channels: &[&CompletionChannel],
+    ) -> Result<Self> {
+        let devs = pds.len();
+        if devs == 0 {
+            return Err(Error::InvalidArgument {
+                what: "an endpoint needs at least one protection domain",
+            });
+        }
+        if devs > DEVS {
+            return Err(Error::InvalidArgument {
+                what: "more protection domains than the endpoint type's DEVS devices",
+            });
+        }
+        if devs > settings.data_qps {
+            return Err(Error::InvalidArgument {
+                what: "more protection domains than data QPs: a device would carry no data QP",
+            });
+        }
+        if !channels.is_empty() && channels.len() != devs {
+            return Err(Error::InvalidArgument {
+                what: "give no completion channel or one per protection domain",
+            });
+        }
         let cfg = settings.config;
         let notify = settings.has_notify();
         // vqp-core's checks, on QPs that do not exist yet.
         let probe = VirtualQp::<Unposted, N, D, S, W>::new(
             cfg,
-            (0..settings.data_qps).map(|i| (Unposted(i as u32), 0)),
+            (0..settings.data_qps).map(|i| (Unposted(i as u32), device_of(i, devs) as u8)),
             notify.then_some((Unposted(u32::MAX), 0)),
         )?;
-        let needed = settings.cq_entries_needed();
+        let mut cqes = Vec::with_capacity(devs);
         {
-            let mut vcq = VirtualCq::<NoCq, 1, B>::new();
-            let cqe = u32::try_from(needed).unwrap_or(u32::MAX);
-            vcq.add_cq(NoCq, 0, cqe)?;
+            let mut vcq = VirtualCq::<NoCq, DEVS, B>::new();
+            for d in 0..devs {
+                let needed = settings.cq_entries_needed_on(d, devs);
+                vcq.add_cq(NoCq, d as u8, u32::try_from(needed).unwrap_or(u32::MAX))?;
+                let cqe = u32::try_from(needed.max(u64::from(settings.min_cq_entries))).map_err(
+                    |_| Error::InvalidArgument {
+                        what: "the completion queue these settings need exceeds 2^32 entries",
+                    },
+                )?;
+                cqes.push(cqe);
+            }
             let mut probe = probe;
             vcq.attach(&mut probe)?;
         }
-        let cqe = u32::try_from(needed.max(u64::from(settings.min_cq_entries))).map_err(|_| {
-            Error::InvalidArgument {
-                what: "the completion queue these settings need exceeds 2^32 entries",
-            }
-        })?;
-        let ctx = pd.context();
-        let port = ctx.query_port(settings.port)?;
-        let device = ctx.query_device()?;
-        let gid = match (settings.gid_index, port.needs_grh()) {
-            (Some(i), _) => ctx.query_gid(settings.port, u32::from(i))?,
-            (None, true) => ctx.query_gid(settings.port, 0)?,
-            (None, false) => Gid::default(),
-        };
-        let cq = ctx.create_cq(cqe, channel, 0)?;
+        let mut devices = Vec::with_capacity(devs);
+        for (d, pd) in pds.iter().enumerate() {
+            let ctx = pd.context();
+            let port = ctx.query_port(settings.port)?;
+            let attr = ctx.query_device()?;
+            let gid = match (settings.gid_index, port.needs_grh()) {
+                (Some(i), _) => ctx.query_gid(settings.port, u32::from(i))?,
+                (None, true) => ctx.query_gid(settings.port, 0)?,
+                (None, false) => Gid::default(),
+            };
+            let cq = ctx.create_cq(cqes[d], channels.get(d).copied(), 0)?;
+            devices.push(DeviceSide {
+                cq,
+                port,
+                attr,
+                gid,
+            });
+        }
         let cap = QpCap {
             max_send_wr: cfg.max_outstanding,
             max_recv_wr: cfg.recv_depth,
@@ -226,12 +354,14 @@ impl<const N: usize, const D: usize, const S: usize, const W: usize, const B: us
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let init = QpInit::rc(&cq, cap);
         let data = (0..settings.data_qps)
-            .map(|_| pd.create_qp(&init))
+            .map(|i| {
+                let d = device_of(i, devs);
+                pds[d].create_qp(&QpInit::rc(&devices[d].cq, cap))
+            })
             .collect::<Result<Vec<_>>>()?;
         let notify = if notify {
-            Some(pd.create_qp(&init)?)
+            Some(pds[0].create_qp(&QpInit::rc(&devices[0].cq, cap))?)
         } else {
             None
         };
@@ -240,13 +370,10 @@ impl<const N: usize, const D: usize, const S: usize, const W: usize, const B: us
             .collect();
         Ok(Endpoint {
             settings: *settings,
-            cq,
+            devices,
             data,
             notify,
             psns,
-            port,
-            device,
-            gid,
         })
     }
 
@@ -255,17 +382,34 @@ impl<const N: usize, const D: usize, const S: usize, const W: usize, const B: us
         &self.settings
     }
 
-    /// The CQ the QPs share.
+    /// Device 0's CQ (the only one of a single-device endpoint).
     pub fn cq(&self) -> &CompletionQueue {
-        &self.cq
+        &self.devices[0].cq
     }
 
-    /// This side's card, to send to the peer.
+    /// The number of devices the QPs are spread over.
+    pub fn devices(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// The CQ of device `device`.
+    pub fn device_cq(&self, device: usize) -> Option<&CompletionQueue> {
+        self.devices.get(device).map(|d| &d.cq)
+    }
+
+    /// The device data QP `i` is on.
+    pub fn data_qp_device(&self, i: usize) -> usize {
+        device_of(i, self.devices.len())
+    }
+
+    /// This side's card, to send to the peer: one port address per device, data QP
+    /// `i` at its device's.
     pub fn card(&self) -> Card {
         let cfg = &self.settings.config;
-        let addr = |qp: &QueuePair, psn: u32| QpAddr {
+        let addr = |qp: &QueuePair, psn: u32, device: usize| QpAddr {
             qpn: qp.qp_num(),
             psn,
+            port: device as u8,
         };
         Card {
             mode: cfg.mode,
@@ -276,42 +420,54 @@ impl<const N: usize, const D: usize, const S: usize, const W: usize, const B: us
             recv_depth: cfg.recv_depth,
             window: u32::try_from(W).unwrap_or(u32::MAX),
             init_seq: cfg.send_seq & connect::MAX_24BIT,
-            mtu: self
-                .port
-                .active_mtu()
-                .bytes()
-                .and_then(|b| u16::try_from(b).ok())
-                .unwrap_or(0),
-            lid: self.port.lid(),
-            gid: self.gid,
+            ports: self
+                .devices
+                .iter()
+                .map(|d| PortAddr {
+                    mtu: d
+                        .port
+                        .active_mtu()
+                        .bytes()
+                        .and_then(|b| u16::try_from(b).ok())
+                        .unwrap_or(0),
+                    lid: d.port.lid(),
+                    gid: d.gid,
+                })
+                .collect(),
             data: self
                 .data
                 .iter()
                 .zip(&self.psns)
-                .map(|(qp, &psn)| addr(qp, psn))
+                .enumerate()
+                .map(|(i, (qp, &psn))| addr(qp, psn, self.data_qp_device(i)))
                 .collect(),
             notify: self
                 .notify
                 .as_ref()
-                .map(|qp| addr(qp, self.psns[self.data.len()])),
+                .map(|qp| addr(qp, self.psns[self.data.len()], 0)),
         }
     }
 
-    /// The path to the peer QP `remote`, from the local QP whose first PSN is
-    /// `local_psn`, limited to the port, the device and the peer's MTU.
-    fn path(&self, peer: &Card, remote: QpAddr, local_psn: u32) -> Path {
+    /// The path from the local QP on `device` whose first PSN is `local_psn` to the
+    /// peer QP `remote`, limited to the local port and device and the peer's MTU.
+    fn path(&self, device: usize, peer: &Card, remote: QpAddr, local_psn: u32) -> Result<Path> {
         let s = &self.settings;
-        let address = match (s.gid_index, self.port.needs_grh()) {
-            (Some(i), _) => Address::gid(peer.gid, i),
-            (None, true) => Address::gid(peer.gid, 0),
-            (None, false) => Address::lid(peer.lid),
+        let local = &self.devices[device];
+        let theirs = peer.port_of(&remote).ok_or(CardError::UnknownPort {
+            port: remote.port,
+            ports: peer.ports.len(),
+        })?;
+        let address = match (s.gid_index, local.port.needs_grh()) {
+            (Some(i), _) => Address::gid(theirs.gid, i),
+            (None, true) => Address::gid(theirs.gid, 0),
+            (None, false) => Address::lid(theirs.lid),
         };
         let mut path = Path::new(s.port, address, remote.qpn, local_psn, remote.psn)
-            .limit_to(&self.port, &self.device);
-        if let Some(theirs) = mtu_from_bytes(peer.mtu) {
-            path.mtu = path.mtu.min(theirs);
+            .limit_to(&local.port, &local.attr);
+        if let Some(mtu) = mtu_from_bytes(theirs.mtu) {
+            path.mtu = path.mtu.min(mtu);
         }
-        path
+        Ok(path)
     }
 
     /// Checks `peer` against this side's card, then connects every QP to its
@@ -320,20 +476,21 @@ impl<const N: usize, const D: usize, const S: usize, const W: usize, const B: us
     /// RTR, RTS.
     ///
     /// # Errors
-    /// [`Error::Card`] when the cards do not agree; [`Error::Verbs`] naming the
-    /// transition that failed; [`Error::Build`]/[`Error::Cq`] if vqp-core refuses
-    /// (which [`Endpoint::create`]'s checks make unexpected).
-    pub fn connect(self, peer: &Card) -> Result<Connected<N, D, S, W, B>> {
+    /// [`Error::Card`] when the peer's card is malformed or does not agree;
+    /// [`Error::Verbs`] naming the transition that failed; [`Error::Build`]/
+    /// [`Error::Cq`] if vqp-core refuses (which [`Endpoint::create_on`]'s checks make
+    /// unexpected).
+    pub fn connect(self, peer: &Card) -> Result<Connected<N, D, S, W, B, DEVS>> {
+        peer.validate()?;
         self.card().agree(peer)?;
         let n = self.data.len();
-        let mut paths: Vec<Path> = self
-            .data
-            .iter()
-            .enumerate()
-            .map(|(i, _)| self.path(peer, peer.data[i], self.psns[i]))
-            .collect();
+        let devs = self.devices.len();
+        let mut paths = Vec::with_capacity(n + 1);
+        for (i, &remote) in peer.data.iter().enumerate() {
+            paths.push(self.path(device_of(i, devs), peer, remote, self.psns[i])?);
+        }
         if let (Some(_), Some(remote)) = (&self.notify, peer.notify) {
-            paths.push(self.path(peer, remote, self.psns[n]));
+            paths.push(self.path(0, peer, remote, self.psns[n])?);
         }
         for (qp, path) in self.data.iter().chain(self.notify.iter()).zip(&paths) {
             connect::to_init(qp, path)?;
@@ -343,15 +500,26 @@ impl<const N: usize, const D: usize, const S: usize, const W: usize, const B: us
             ..self.settings.config
         };
         let Endpoint {
-            cq, data, notify, ..
+            devices,
+            data,
+            notify,
+            ..
         } = self;
         let mut vqp = VirtualQp::new(
             cfg,
-            data.into_iter().map(|qp| (VerbsQp::new(qp), 0)),
+            data.into_iter()
+                .enumerate()
+                .map(|(i, qp)| (VerbsQp::new(qp), device_of(i, devs) as u8)),
             notify.map(|qp| (VerbsQp::new(qp), 0)),
         )?;
         let mut vcq = VirtualCq::new();
-        vcq.add_cq(VerbsCq::with_batch(cq.clone(), B), 0, cq.capacity())?;
+        for (d, dev) in devices.iter().enumerate() {
+            vcq.add_cq(
+                VerbsCq::with_batch(dev.cq.clone(), B),
+                d as u8,
+                dev.cq.capacity(),
+            )?;
+        }
         vcq.attach(&mut vqp)?;
         vqp.arm_receiver();
         for (i, path) in paths.iter().enumerate() {
@@ -365,16 +533,24 @@ impl<const N: usize, const D: usize, const S: usize, const W: usize, const B: us
                 connect::to_rts(qp.qp(), path)?;
             }
         }
+        let cq = devices[0].cq.clone();
         Ok(Connected { vqp, vcq, cq })
     }
 }
 
-impl<const N: usize, const D: usize, const S: usize, const W: usize, const B: usize>
-    core::fmt::Debug for Endpoint<N, D, S, W, B>
+impl<
+        const N: usize,
+        const D: usize,
+        const S: usize,
+        const W: usize,
+        const B: usize,
+        const DEVS: usize,
+    > core::fmt::Debug for Endpoint<N, D, S, W, B, DEVS>
 {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Endpoint")
             .field("settings", &self.settings)
+            .field("devices", &self.devices.len())
             .field("data", &self.data)
             .field("notify", &self.notify)
             .finish_non_exhaustive()
@@ -399,5 +575,29 @@ mod tests {
         assert!((0..100)
             .map(|_| random_24bit())
             .all(|x| x <= connect::MAX_24BIT));
+    }
+
+    #[test]
+    fn qps_spread_round_robin_and_cqs_are_sized_per_device() {
+        assert_eq!(
+            (0..5).map(|i| device_of(i, 2)).collect::<Vec<_>>(),
+            [0, 1, 0, 1, 0]
+        );
+        assert_eq!(device_of(3, 1), 0);
+        assert_eq!(device_of(3, 0), 0, "no devices is treated as one");
+        // SPRAY, 5 data QPs over 2 devices: 3 + notify on device 0, 2 on device 1.
+        let s = Settings::new(Config::new(Mode::Spray), 5);
+        let per_qp = 64 + 64;
+        assert_eq!(s.cq_entries_needed_on(0, 2), 4 * per_qp);
+        assert_eq!(s.cq_entries_needed_on(1, 2), 2 * per_qp);
+        assert_eq!(s.cq_entries_needed_on(2, 2), 0);
+        assert_eq!(s.cq_entries_needed_on(0, 1), s.cq_entries_needed());
+        // DQPLB has no notify QP: 4 over 4 devices is one each.
+        let d = Settings::new(Config::new(Mode::Dqplb), 4);
+        for dev in 0..4 {
+            assert_eq!(d.cq_entries_needed_on(dev, 4), 128);
+        }
+        let total: u64 = (0..3).map(|dev| s.cq_entries_needed_on(dev, 3)).sum();
+        assert_eq!(total, s.cq_entries_needed());
     }
 }

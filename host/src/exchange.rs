@@ -2,7 +2,7 @@
 //!
 //! Each side writes its card as one frame — a 4-byte big-endian length, then the
 //! card's bytes ([`crate::card`]) — and reads the peer's the same way. Both sides write
-//! first and read second, which cannot deadlock: a card (at most 580 bytes) fits any
+//! first and read second, which cannot deadlock: a card (at most 900 bytes) fits any
 //! socket buffer. Every read and write has a timeout, so a silent peer is an
 //! [`Error::Exchange`] after [`DEFAULT_TIMEOUT`], and a peer that disconnects mid-frame
 //! is an [`Error::Exchange`] carrying `UnexpectedEof`; a malformed card is an

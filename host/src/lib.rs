@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  poller    pinned poll threads: SPSC rings in (requests) and out (events)
-//!  endpoint  a virtual QP on a device: QPs, CQ, card, connect
+//!  endpoint  a virtual QP on one or several devices: QPs, CQs, card, connect
 //!  card, exchange   the versioned endpoint card and its TCP exchange
 //!  provider  VerbsQp / VerbsCq: vqp-core's PhysQp / PhysCq over the ops table
 //!  vqp (virtual QP, virtual CQ)          ← vqp-core, no_std, no FFI
@@ -88,7 +88,7 @@ pub mod sys;
 #[allow(unsafe_code)]
 pub mod verbs;
 
-pub use card::{Capabilities, Card, CardError, QpAddr};
+pub use card::{Capabilities, Card, CardError, PortAddr, QpAddr};
 pub use endpoint::{Connected, Endpoint, Settings};
 pub use enums::{
     AtomicCap, LinkLayer, Mtu, NodeType, PortState, QpState, QpType, TransportType, WcOpcode,

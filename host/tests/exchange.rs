@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use vqp_core::Mode;
 use vqp_host::exchange::{self, barrier, exchange_timeout, serve_on};
-use vqp_host::{Capabilities, Card, CardError, Error, Gid, QpAddr};
+use vqp_host::{Capabilities, Card, CardError, Error, Gid, PortAddr, QpAddr};
 
 fn card(first_qpn: u32, n: u32) -> Card {
     Card {
@@ -19,13 +19,16 @@ fn card(first_qpn: u32, n: u32) -> Card {
         recv_depth: 16,
         window: 1024,
         init_seq: first_qpn,
-        mtu: 1024,
-        lid: 3,
-        gid: Gid::default(),
+        ports: vec![PortAddr {
+            mtu: 1024,
+            lid: 3,
+            gid: Gid::default(),
+        }],
         data: (0..n)
             .map(|i| QpAddr {
                 qpn: first_qpn + i,
                 psn: 7 * i,
+                port: 0,
             })
             .collect(),
         notify: None,

@@ -277,7 +277,14 @@ fn cards_describe_the_qps_and_connect_walks_every_transition() {
         (card.max_frag, card.max_outstanding, card.recv_depth),
         (1024, 16, 16)
     );
-    assert_eq!((card.window, card.lid, card.mtu), (256, fake::LID, 2048));
+    assert_eq!(card.window, 256);
+    assert_eq!(card.ports.len(), 1);
+    assert_eq!((card.ports[0].lid, card.ports[0].mtu), (fake::LID, 2048));
+    assert!(card
+        .data
+        .iter()
+        .chain(card.notify.iter())
+        .all(|q| q.port == 0));
     assert_eq!(card.init_seq, a.settings().config.send_seq);
     assert!(card.data.iter().all(|q| q.psn < 1 << 24));
     assert_eq!(a.cq().capacity(), 4 * 32);
@@ -350,6 +357,126 @@ fn mismatched_cards_are_refused_before_any_transition() {
         Ep::create(&pd, &s, None),
         Err(Error::Build(vqp_core::BuildError::MaxOutstanding { .. }))
     ));
+}
+
+type Ep2 = Endpoint<4, 16, 64, 256, 16, 2>;
+type Side2 = Connected<4, 16, 64, 256, 16, 2>;
+
+#[test]
+fn an_endpoint_over_two_protection_domains_places_qps_round_robin() {
+    let _serial = fake::serial();
+    // The fake has one device; two contexts on it stand for two devices (the endpoint
+    // only knows a device by the PD's position in the slice).
+    let verbs = fake::verbs();
+    let (ctx0, ctx1) = (
+        Context::open(&verbs, None).unwrap(),
+        Context::open(&verbs, None).unwrap(),
+    );
+    let (pd0, pd1) = (ctx0.alloc_pd().unwrap(), ctx1.alloc_pd().unwrap());
+    let s = settings(Mode::Spray, 3);
+    let a = Ep2::create_on(&[&pd0, &pd1], &s, &[]).unwrap();
+    assert_eq!(a.devices(), 2);
+    assert_eq!(
+        (0..3).map(|i| a.data_qp_device(i)).collect::<Vec<_>>(),
+        [0, 1, 0]
+    );
+    // Device 0: data QPs 0 and 2 and the notify QP; device 1: data QP 1.
+    assert_eq!(a.device_cq(0).unwrap().capacity(), 3 * 32);
+    assert_eq!(a.device_cq(1).unwrap().capacity(), 32);
+    assert!(a.device_cq(2).is_none());
+    let card = a.card();
+    assert_eq!(card.ports.len(), 2);
+    assert_eq!(
+        card.data.iter().map(|q| q.port).collect::<Vec<_>>(),
+        [0, 1, 0]
+    );
+    assert_eq!(card.notify.map(|q| q.port), Some(0));
+    let bytes = card.to_bytes().unwrap();
+    assert_eq!(vqp_host::Card::decode(&bytes).unwrap(), card);
+
+    // A one-device peer would pair its device with both of ours: refused, untouched.
+    let one = Ep2::create(&pd0, &s, None).unwrap();
+    let qpn = card.data[1].qpn;
+    match a.connect(&one.card()) {
+        Err(Error::Card(CardError::DevicePairing { qp: 1, .. })) => {}
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("connected"),
+    }
+    assert!(fake::history(qpn).is_empty());
+
+    // Two devices facing two: connects; a write with keys for both devices lands.
+    let a = Ep2::create_on(&[&pd0, &pd1], &s, &[]).unwrap();
+    let b = Ep2::create_on(&[&pd0, &pd1], &s, &[]).unwrap();
+    let (ca, cb) = (a.card(), b.card());
+    let mut a: Side2 = a.connect(&cb).unwrap();
+    let mut b: Side2 = b.connect(&ca).unwrap();
+    assert_eq!(a.device_cq(1).unwrap().capacity(), 32);
+    assert!(a.device_cq(2).is_none());
+    let mut mr = pd0
+        .register_buffer(1 << 16, AccessFlags::ALL_REMOTE)
+        .unwrap();
+    let mr1 = pd1
+        .register_buffer(1 << 16, AccessFlags::ALL_REMOTE)
+        .unwrap();
+    let len = 5000;
+    fill(&mut mr, 0, len, 9);
+    // The fake ignores keys: this checks that the request is accepted with keys for
+    // both devices and refused without device 1's.
+    let keys = Keys::single(mr.lkey(), mr.rkey());
+    let wr = SendWr::new(
+        1,
+        Opcode::RDMA_WRITE_WITH_IMM,
+        mr.addr(),
+        len as u64,
+        mr.addr() + 20_000,
+        keys,
+    );
+    assert!(a.vqp.post_send(&wr).is_err(), "device 1's keys are missing");
+    let wr = SendWr {
+        keys: keys.with(1, mr1.lkey(), mr1.rkey()),
+        ..wr
+    };
+    b.vqp.post_recv(&RecvWr::notification(7)).unwrap();
+    a.vqp.post_send(&wr).unwrap();
+    let (mut sa, mut sb) = (Vec::new(), Vec::new());
+    for _ in 0..50 {
+        poll2(&mut a, &mut sa);
+        poll2(&mut b, &mut sb);
+        if !sa.is_empty() && !sb.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(sa.len(), 1);
+    assert_eq!((sa[0].wr_id, sa[0].status), (1, WcStatus::SUCCESS));
+    assert_eq!((sb.len(), sb[0].wr_id), (1, 7));
+    // SAFETY: everything completed; nothing writes the buffer now.
+    let buf = unsafe { mr.as_slice() }.unwrap();
+    assert_eq!(&buf[20_000..20_000 + len], &buf[..len], "data landed");
+
+    // Arguments that cannot work are refused before anything is created.
+    let refused = |r: vqp_host::Result<Ep2>, what: &str| match r {
+        Err(Error::InvalidArgument { what: w }) => assert!(w.contains(what), "{w}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("created"),
+    };
+    refused(Ep2::create_on(&[], &s, &[]), "at least one");
+    refused(Ep2::create_on(&[&pd0, &pd1, &pd0], &s, &[]), "DEVS");
+    refused(
+        Ep2::create_on(&[&pd0, &pd1], &settings(Mode::Dqplb, 1), &[]),
+        "no data QP",
+    );
+    let (ch0, ch1) = (
+        ctx0.create_comp_channel().unwrap(),
+        ctx1.create_comp_channel().unwrap(),
+    );
+    refused(Ep2::create_on(&[&pd0, &pd1], &s, &[&ch0]), "one per");
+    assert!(Ep2::create_on(&[&pd0, &pd1], &s, &[&ch0, &ch1]).is_ok());
+}
+
+fn poll2(side: &mut Side2, into: &mut Vec<Wc>) {
+    let mut out = [Wc::EMPTY; 8];
+    let n = side.vcq.poll(&mut [&mut side.vqp], &mut out).unwrap();
+    into.extend_from_slice(&out[..n]);
 }
 
 fn fill(mr: &mut MemoryRegion, at: usize, len: usize, seed: u8) {

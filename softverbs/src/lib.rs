@@ -47,6 +47,12 @@
 //! `all`. Values are read once, at the first verbs call; the API functions below change
 //! them afterwards. A value that does not parse is reported on stderr and ignored.
 //!
+//! A program that `dlopen`s the cdylib holds a separate copy of the provider, which the
+//! Rust functions below (linked into the program) do not reach: it resolves the C
+//! functions `vqp_soft_set_reorder`, `vqp_soft_fail_qp_after`, `vqp_soft_delay_qp`,
+//! `vqp_soft_clear_faults` and `vqp_soft_set_link` from the loaded library instead
+//! (see [`vqp_soft_set_reorder`] and its neighbours).
+//!
 //! # Execution model
 //! Posting only queues WQEs; a progress engine executes them (see the `engine` module):
 //! inline in every `poll_cq` (a bounded batch per call, on the polling thread) and, in

@@ -34,6 +34,15 @@ pub enum CardError {
     TooManyQps(usize),
     /// A card names no data QP.
     NoDataQps,
+    /// A card lists no port address, or more than [`MAX_PORTS`](super::MAX_PORTS).
+    Ports(usize),
+    /// A QP entry names a port address the card does not list.
+    UnknownPort {
+        /// The index the QP names.
+        port: u8,
+        /// Port addresses the card lists.
+        ports: usize,
+    },
     /// The mode byte names no mode this build knows.
     UnknownMode(u8),
     /// A 24-bit field (QP number, PSN, sequence number) has its top bits set.
@@ -87,6 +96,18 @@ pub enum CardError {
         /// Whether the peer has one.
         peer: bool,
     },
+    /// Data QP `qp` pairs this side's port address `mine` with the peer's `peer`, but
+    /// an earlier data QP paired one of them with another device: each device must
+    /// reach exactly one device of the peer, because a request carries one rkey per
+    /// local device.
+    DevicePairing {
+        /// The data QP.
+        qp: usize,
+        /// Its port address on this side.
+        mine: u8,
+        /// Its port address on the peer.
+        peer: u8,
+    },
     /// The peer's DQPLB reorder window cannot cover what this side may have in flight.
     Window {
         /// The peer's window.
@@ -120,6 +141,15 @@ impl fmt::Display for CardError {
                 super::MAX_DATA_QPS
             ),
             Self::NoDataQps => f.write_str("endpoint card names no data QP"),
+            Self::Ports(m) => write!(
+                f,
+                "endpoint card lists {m} port addresses; 1 to {} allowed",
+                super::MAX_PORTS
+            ),
+            Self::UnknownPort { port, ports } => write!(
+                f,
+                "endpoint card names port address {port} but lists only {ports}"
+            ),
             Self::UnknownMode(m) => write!(f, "endpoint card has unknown mode {m}"),
             Self::OutOfRange { field, value } => {
                 write!(f, "endpoint card field {field} = {value:#x} exceeds 24 bits")
@@ -151,6 +181,13 @@ impl fmt::Display for CardError {
                     has(peer)
                 )
             }
+            Self::DevicePairing { qp, mine, peer } => write!(
+                f,
+                "data QP {qp} would pair this side's device {mine} with the peer's device {peer}, \
+                 but an earlier data QP paired one of them with another device; each device must \
+                 talk to exactly one device of the peer (one rkey per device in a request): use \
+                 the same number of devices on both sides"
+            ),
             Self::Window { peer, needed } => write!(
                 f,
                 "the peer's reorder window of {peer} is below the {needed} this side may have in flight"

@@ -3,22 +3,28 @@
 //!
 //! Both sides must agree on the mode, the fragment size and the depths (the receiver
 //! sizes its window and receives for the sender's traffic), and each needs the other's
-//! QP numbers, PSNs, address and first DQPLB sequence number. A card carries all of
+//! QP numbers, PSNs, addresses and first DQPLB sequence number. A card carries all of
 //! it in a small, versioned, self-describing byte format; [`Card::agree`] refuses a
 //! peer whose settings do not fit, with one clear error per mismatch.
 //!
-//! # Wire format, version 1
-//! Every integer is big-endian (network order).
+//! A virtual QP may spread its QPs over several devices (ports), so a card lists the
+//! address of each port it uses — MTU, LID, GID — and names, for each QP, the port
+//! address it is reached at. The peer connects its QP `i` to this side's QP `i` at
+//! that address, whatever device its own QP `i` is on.
+//!
+//! # Wire format, version 2
+//! Every integer is big-endian (network order). Version 1 (one address for all QPs,
+//! 8-byte QP entries) is refused with [`CardError::UnsupportedVersion`].
 //!
 //! | offset | bytes | field |
 //! |---:|---:|---|
 //! | 0 | 4 | magic `"VQPC"` |
-//! | 4 | 2 | format version (1) |
-//! | 6 | 2 | total length of the card in bytes: `60 + 8·n (+ 8 with a notify QP)` |
+//! | 4 | 2 | format version (2) |
+//! | 6 | 2 | total length of the card in bytes: `40 + 20·m + 12·n (+ 12 with a notify QP)` |
 //! | 8 | 1 | mode: 0 SPRAY, 1 DQPLB |
 //! | 9 | 1 | `n`, the number of data QPs (1–64) |
 //! | 10 | 1 | flags: bit 0 = a notify QP follows the data QPs; other bits 0 |
-//! | 11 | 1 | reserved, 0 |
+//! | 11 | 1 | `m`, the number of port addresses (1–4) |
 //! | 12 | 4 | capability bits this side offers ([`Capabilities`]) |
 //! | 16 | 4 | capability bits this side requires of the peer |
 //! | 20 | 4 | `max_frag`: largest fragment in bytes |
@@ -26,11 +32,9 @@
 //! | 28 | 4 | `recv_depth`: receives kept posted per receiving QP |
 //! | 32 | 4 | DQPLB reorder window (fragments) |
 //! | 36 | 4 | first DQPLB sequence number this side sends (24 bits) |
-//! | 40 | 2 | path MTU in bytes (the port's active MTU) |
-//! | 42 | 2 | LID (0 when the port has none, e.g. RoCE) |
-//! | 44 | 16 | GID (network order; zero when unused) |
-//! | 60 | 8·n | data QPs, in order: QP number (4, 24 bits), first PSN (4, 24 bits) |
-//! | 60 + 8·n | 8 | notify QP number and first PSN, when flag bit 0 is set |
+//! | 40 | 20·m | port addresses, each: path MTU in bytes (2, the port's active MTU), LID (2, 0 when the port has none, e.g. RoCE), GID (16, zero when unused) |
+//! | 40 + 20·m | 12·n | data QPs, in order, each: QP number (4, 24 bits), first PSN (4, 24 bits), index of its port address (1, below `m`), reserved (3, 0) |
+//! | 40 + 20·m + 12·n | 12 | the notify QP, as a data QP entry, when flag bit 0 is set |
 //!
 //! A reader refuses a version it does not know rather than guessing; a later version
 //! may append fields after these (its length field says where the card ends).
@@ -48,15 +52,20 @@ pub use error::CardError;
 /// The four bytes every card starts with.
 pub const MAGIC: [u8; 4] = *b"VQPC";
 /// The format version this build writes and reads.
-pub const VERSION: u16 = 1;
-/// Bytes before the QP list.
-pub const HEADER_LEN: usize = 60;
-/// Bytes per QP entry (QP number and PSN).
-pub const QP_ENTRY_LEN: usize = 8;
+pub const VERSION: u16 = 2;
+/// Bytes before the port addresses.
+pub const HEADER_LEN: usize = 40;
+/// Bytes per port address (MTU, LID, GID).
+pub const PORT_ENTRY_LEN: usize = 20;
+/// Bytes per QP entry (QP number, PSN, port index, reserved).
+pub const QP_ENTRY_LEN: usize = 12;
 /// The most data QPs a card (and a virtual QP) can name.
 pub const MAX_DATA_QPS: usize = 64;
-/// The longest card: 64 data QPs and a notify QP.
-pub const MAX_LEN: usize = HEADER_LEN + (MAX_DATA_QPS + 1) * QP_ENTRY_LEN;
+/// The most port addresses a card can list: one per device a virtual QP may span
+/// (vqp-core's [`MAX_DEVICES`](vqp_core::MAX_DEVICES)).
+pub const MAX_PORTS: usize = vqp_core::MAX_DEVICES;
+/// The longest card: four port addresses, 64 data QPs and a notify QP.
+pub const MAX_LEN: usize = card_len(MAX_PORTS, MAX_DATA_QPS, true);
 
 const FLAG_NOTIFY: u8 = 1;
 const MAX_24BIT: u32 = (1 << 24) - 1;
@@ -144,6 +153,17 @@ impl fmt::Display for Capabilities {
     }
 }
 
+/// How the peer reaches one of this side's ports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortAddr {
+    /// Path MTU in bytes (the port's active MTU).
+    pub mtu: u16,
+    /// LID (0 when the port has none).
+    pub lid: u16,
+    /// GID (zero when unused).
+    pub gid: Gid,
+}
+
 /// One physical QP as the peer addresses it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QpAddr {
@@ -151,6 +171,8 @@ pub struct QpAddr {
     pub qpn: u32,
     /// First packet sequence number this QP sends (24 bits).
     pub psn: u32,
+    /// Index, in [`Card::ports`], of the port address this QP is reached at.
+    pub port: u8,
 }
 
 /// One side's endpoint card: its virtual QP's settings and its physical QPs'
@@ -173,12 +195,9 @@ pub struct Card {
     pub window: u32,
     /// First DQPLB sequence number this side sends (24 bits).
     pub init_seq: u32,
-    /// Path MTU in bytes (the port's active MTU).
-    pub mtu: u16,
-    /// LID (0 when the port has none).
-    pub lid: u16,
-    /// GID (zero when unused).
-    pub gid: Gid,
+    /// The addresses of the ports this side's QPs are on (1 to [`MAX_PORTS`]), one
+    /// per device it uses, in its device order.
+    pub ports: Vec<PortAddr>,
     /// Data QPs, in order: data QP `i` connects to the peer's data QP `i`.
     pub data: Vec<QpAddr>,
     /// The SPRAY notify QP, when there is one.
@@ -223,23 +242,30 @@ fn byte_mode(b: u8) -> Result<Mode, CardError> {
     }
 }
 
-/// The encoded length of a card with `data` data QPs and maybe a notify QP.
-const fn card_len(data: usize, notify: bool) -> usize {
-    HEADER_LEN + (data + notify as usize) * QP_ENTRY_LEN
+/// The encoded length of a card with `ports` port addresses, `data` data QPs and
+/// maybe a notify QP.
+const fn card_len(ports: usize, data: usize, notify: bool) -> usize {
+    HEADER_LEN + ports * PORT_ENTRY_LEN + (data + notify as usize) * QP_ENTRY_LEN
 }
 
 impl Card {
     /// The number of bytes [`encode`](Self::encode) writes.
     pub fn encoded_len(&self) -> usize {
-        card_len(self.data.len(), self.notify.is_some())
+        card_len(self.ports.len(), self.data.len(), self.notify.is_some())
     }
 
-    /// Checks what the format can carry: 1 to 64 data QPs, 24-bit QP numbers, PSNs
-    /// and sequence number.
+    /// The address of the port `qp` is reached at, if the card lists it.
+    pub fn port_of(&self, qp: &QpAddr) -> Option<&PortAddr> {
+        self.ports.get(usize::from(qp.port))
+    }
+
+    /// Checks what the format can carry: 1 to 64 data QPs, 1 to [`MAX_PORTS`] port
+    /// addresses, every QP's port among them, 24-bit QP numbers, PSNs and sequence
+    /// number.
     ///
     /// # Errors
-    /// [`CardError::NoDataQps`], [`CardError::TooManyQps`] or
-    /// [`CardError::OutOfRange`].
+    /// [`CardError::NoDataQps`], [`CardError::TooManyQps`], [`CardError::Ports`],
+    /// [`CardError::UnknownPort`] or [`CardError::OutOfRange`].
     pub fn validate(&self) -> Result<(), CardError> {
         if self.data.is_empty() {
             return Err(CardError::NoDataQps);
@@ -247,10 +273,19 @@ impl Card {
         if self.data.len() > MAX_DATA_QPS {
             return Err(CardError::TooManyQps(self.data.len()));
         }
+        if self.ports.is_empty() || self.ports.len() > MAX_PORTS {
+            return Err(CardError::Ports(self.ports.len()));
+        }
         check_24("init_seq", self.init_seq)?;
         for q in self.data.iter().chain(self.notify.iter()) {
             check_24("qpn", q.qpn)?;
             check_24("psn", q.psn)?;
+            if usize::from(q.port) >= self.ports.len() {
+                return Err(CardError::UnknownPort {
+                    port: q.port,
+                    ports: self.ports.len(),
+                });
+            }
         }
         Ok(())
     }
@@ -271,7 +306,7 @@ impl Card {
         let buf = &mut buf[..len];
         buf[0..4].copy_from_slice(&MAGIC);
         put_u16(buf, 4, VERSION);
-        // `len` ≤ MAX_LEN (580) after `validate`, so it fits.
+        // `len` ≤ MAX_LEN (900) after `validate`, so it fits.
         put_u16(buf, 6, len as u16);
         buf[8] = mode_byte(self.mode);
         buf[9] = self.data.len() as u8;
@@ -280,7 +315,7 @@ impl Card {
         } else {
             0
         };
-        buf[11] = 0;
+        buf[11] = self.ports.len() as u8;
         put_u32(buf, 12, self.caps.0);
         put_u32(buf, 16, self.required.0);
         put_u32(buf, 20, self.max_frag);
@@ -288,13 +323,19 @@ impl Card {
         put_u32(buf, 28, self.recv_depth);
         put_u32(buf, 32, self.window);
         put_u32(buf, 36, self.init_seq);
-        put_u16(buf, 40, self.mtu);
-        put_u16(buf, 42, self.lid);
-        buf[44..60].copy_from_slice(self.gid.as_bytes());
+        for (i, p) in self.ports.iter().enumerate() {
+            let at = HEADER_LEN + i * PORT_ENTRY_LEN;
+            put_u16(buf, at, p.mtu);
+            put_u16(buf, at + 2, p.lid);
+            buf[at + 4..at + 20].copy_from_slice(p.gid.as_bytes());
+        }
+        let qps = HEADER_LEN + self.ports.len() * PORT_ENTRY_LEN;
         for (i, q) in self.data.iter().chain(self.notify.iter()).enumerate() {
-            let at = HEADER_LEN + i * QP_ENTRY_LEN;
+            let at = qps + i * QP_ENTRY_LEN;
             put_u32(buf, at, q.qpn);
             put_u32(buf, at + 4, q.psn);
+            buf[at + 8] = q.port;
+            buf[at + 9..at + 12].fill(0);
         }
         Ok(len)
     }
@@ -315,8 +356,9 @@ impl Card {
     /// # Errors
     /// [`CardError::Truncated`], [`CardError::BadMagic`],
     /// [`CardError::UnsupportedVersion`], [`CardError::UnknownMode`],
-    /// [`CardError::NoDataQps`], [`CardError::TooManyQps`],
-    /// [`CardError::BadLength`] or [`CardError::OutOfRange`]; never a panic.
+    /// [`CardError::NoDataQps`], [`CardError::TooManyQps`], [`CardError::Ports`],
+    /// [`CardError::BadLength`], [`CardError::UnknownPort`] or
+    /// [`CardError::OutOfRange`]; never a panic.
     pub fn decode(buf: &[u8]) -> Result<Card, CardError> {
         let truncated = |needed| CardError::Truncated {
             needed,
@@ -346,22 +388,36 @@ impl Card {
             return Err(CardError::TooManyQps(n));
         }
         let has_notify = buf[10] & FLAG_NOTIFY != 0;
-        let expected = card_len(n, has_notify);
+        let m = usize::from(buf[11]);
+        if m == 0 || m > MAX_PORTS {
+            return Err(CardError::Ports(m));
+        }
+        let expected = card_len(m, n, has_notify);
         if declared != expected {
             return Err(CardError::BadLength { declared, expected });
         }
         if buf.len() < expected {
             return Err(truncated(expected));
         }
+        let port = |i: usize| {
+            let at = HEADER_LEN + i * PORT_ENTRY_LEN;
+            let mut gid = [0u8; 16];
+            gid.copy_from_slice(&buf[at + 4..at + 20]);
+            PortAddr {
+                mtu: get_u16(buf, at),
+                lid: get_u16(buf, at + 2),
+                gid: Gid::from_bytes(gid),
+            }
+        };
+        let qps = HEADER_LEN + m * PORT_ENTRY_LEN;
         let entry = |i: usize| {
-            let at = HEADER_LEN + i * QP_ENTRY_LEN;
+            let at = qps + i * QP_ENTRY_LEN;
             QpAddr {
                 qpn: get_u32(buf, at),
                 psn: get_u32(buf, at + 4),
+                port: buf[at + 8],
             }
         };
-        let mut gid = [0u8; 16];
-        gid.copy_from_slice(&buf[44..60]);
         let card = Card {
             mode,
             caps: Capabilities(get_u32(buf, 12)),
@@ -371,9 +427,7 @@ impl Card {
             recv_depth: get_u32(buf, 28),
             window: get_u32(buf, 32),
             init_seq: get_u32(buf, 36),
-            mtu: get_u16(buf, 40),
-            lid: get_u16(buf, 42),
-            gid: Gid::from_bytes(gid),
+            ports: (0..m).map(port).collect(),
             data: (0..n).map(entry).collect(),
             notify: has_notify.then(|| entry(n)),
         };
@@ -385,6 +439,9 @@ impl Card {
     ///
     /// Refused, each with its own error: a different mode, `max_frag`,
     /// `max_outstanding` or `recv_depth`, number of data QPs, or notify QP presence;
+    /// data QPs that would pair one device of either side with two of the other (a
+    /// request carries one rkey per local device, and the receiving side's device
+    /// gets one lkey; see [`CardError::DevicePairing`]);
     /// a capability this side requires that the peer lacks; and, in DQPLB with several
     /// data QPs, a peer window too small for this side's sender. The sender numbers
     /// fragments up to its own window less the receives the peer may hold unprocessed
@@ -434,6 +491,22 @@ impl Card {
                 mine: self.notify.is_some(),
                 peer: peer.notify.is_some(),
             });
+        }
+        // Port indices are below MAX_PORTS (4) in a valid card; larger ones are
+        // compared as they are, and `validate` reports them.
+        let mut to_peer = [None::<u8>; 256];
+        let mut to_mine = [None::<u8>; 256];
+        for (qp, (m, p)) in self.data.iter().zip(&peer.data).enumerate() {
+            let (mp, pp) = (m.port, p.port);
+            let fwd = *to_peer[usize::from(mp)].get_or_insert(pp);
+            let back = *to_mine[usize::from(pp)].get_or_insert(mp);
+            if fwd != pp || back != mp {
+                return Err(CardError::DevicePairing {
+                    qp,
+                    mine: mp,
+                    peer: pp,
+                });
+            }
         }
         let missing = self.required.without(peer.caps);
         if missing != Capabilities::NONE {

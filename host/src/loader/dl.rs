@@ -93,6 +93,13 @@ impl Library {
         })
     }
 
+    /// Looks `name` up with plain `dlsym`: any symbol the library exports, beyond the
+    /// verbs (e.g. a provider's own controls).
+    pub(crate) fn lookup(&self, name: &CStr) -> Option<NonNull<c_void>> {
+        // SAFETY: `handle` is a live dlopen handle and `name` is NUL-terminated.
+        NonNull::new(unsafe { libc::dlsym(self.handle.as_ptr(), name.as_ptr()) })
+    }
+
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     fn dlvsym(&self, name: *const c_char, version: *const c_char) -> Option<NonNull<c_void>> {
         // SAFETY: `handle` is a live dlopen handle; `name` and `version` point to

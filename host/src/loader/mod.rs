@@ -19,7 +19,9 @@ mod dl;
 mod linked;
 mod table;
 
-use std::ffi::CStr;
+use core::ffi::c_void;
+use core::ptr::NonNull;
+use std::ffi::{CStr, CString};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -157,6 +159,22 @@ impl Verbs {
             Origin::Loaded(lib) => Some(lib.path()),
             _ => None,
         }
+    }
+
+    /// The address of `name` in the loaded library (plain `dlsym`), for symbols beyond
+    /// the verbs, such as a software provider's own control functions. `None` when the
+    /// library does not export it, when `name` contains a NUL byte, or when this handle
+    /// was not loaded with `dlopen` ([`Verbs::from_table`], feature `linked`).
+    ///
+    /// The address stays valid while this handle (or a clone) lives. Calling it means
+    /// casting it to the function's exact C prototype, which only the caller knows:
+    /// that cast is the caller's `unsafe`.
+    pub fn symbol(&self, name: &str) -> Option<NonNull<c_void>> {
+        let Origin::Loaded(lib) = &self.shared.origin else {
+            return None;
+        };
+        let c_name = CString::new(name).ok()?;
+        lib.lookup(&c_name)
     }
 
     /// The library's own text for a completion status (`ibv_wc_status_str`). Equal to

@@ -16,6 +16,7 @@ pub(crate) mod fd;
 
 mod control;
 mod data;
+mod faults;
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
@@ -28,6 +29,7 @@ use crate::cq::{ChannelCore, CqCore, CtxCore};
 use crate::qp::QpCore;
 
 pub use control::*;
+pub use faults::*;
 
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(e: c_int) {
