@@ -580,17 +580,37 @@ fn run_polled(a: &Args, plans: [Plan; 2], sides: [Side; 2]) -> Result<Histogram<
         Arc::clone(&stop),
         move |stop| client(&mut ha, plan_a, stop),
     )?;
-    let (hist, served) = (join(c, "client"), join(b, "server"));
+    let result = both(join(c, "client"), join(b, "server"));
     for poller in pollers {
+        if result.is_err() {
+            // Receives posted ahead will never complete: fail them and stop.
+            let _ = poller.abort(Duration::from_secs(1));
+            continue;
+        }
         let stats = poller
             .drain(Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
         if stats.timed_out || stats.aborted {
-            return Err(format!("a poll thread did not drain: {stats:?}"));
+            return Err(format!(
+                "a poll thread did not drain within 5 s ({} requests outstanding)",
+                stats.outstanding
+            ));
         }
     }
-    served?;
-    hist
+    result
+}
+
+/// The client's histogram if both sides succeeded, else every error (the client's
+/// first: the other side's is often only "stopped").
+fn both(
+    client: Result<Histogram<u64>, String>,
+    server: Result<(), String>,
+) -> Result<Histogram<u64>, String> {
+    match (client, server) {
+        (Ok(hist), Ok(())) => Ok(hist),
+        (Err(e), Ok(())) | (Ok(_), Err(e)) => Err(e),
+        (Err(c), Err(s)) => Err(format!("{c}; {s}")),
+    }
 }
 
 /// The ping-pong with the application threads polling their virtual CQ themselves.
@@ -611,9 +631,7 @@ fn run_direct(a: &Args, plans: [Plan; 2], sides: [Side; 2]) -> Result<Histogram<
         Arc::clone(&stop),
         move |stop| client(&mut side_a, plan_a, stop),
     )?;
-    let (hist, served) = (join(c, "client"), join(b, "server"));
-    served?;
-    hist
+    both(join(c, "client"), join(b, "server"))
 }
 
 fn mode_name(mode: Mode) -> &'static str {
