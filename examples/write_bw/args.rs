@@ -216,6 +216,11 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
                 continue;
             }
             "--help" | "-h" => return Err(USAGE.into()),
+            f if !f.starts_with("--") => {
+                return Err(format!(
+                    "unexpected argument '{f}' (--help lists the flags)"
+                ))
+            }
             _ => {}
         }
         let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -267,7 +272,7 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
                         .map_err(|_| format!("--gid-index: '{v}' is not a GID index (0-255)"))?,
                 )
             }
-            f if f.starts_with("--") => {
+            f => {
                 params_given = true;
                 a.params.set(f, &v).map_err(|e| {
                     if e.starts_with("unknown") {
@@ -276,11 +281,6 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
                         e
                     }
                 })?
-            }
-            _ => {
-                return Err(format!(
-                    "unexpected argument '{flag}' (--help lists the flags)"
-                ))
             }
         }
     }
@@ -325,5 +325,76 @@ pub fn opcode_name(o: Opcode) -> &'static str {
         Opcode::RDMA_WRITE => "write",
         Opcode::RDMA_READ => "read",
         _ => "write_imm",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &str) -> Result<Args, String> {
+        parse(args.split_whitespace().map(String::from))
+    }
+
+    #[test]
+    fn defaults_and_suffixes() {
+        let a = run("").unwrap();
+        assert_eq!(
+            (a.params, a.iters, a.role),
+            (Params::default(), 1000, Role::Both)
+        );
+        let a = run("--size 64K --max-frag 1M --qps 16 --mode spray --opcode read").unwrap();
+        assert_eq!(
+            (a.params.size, a.params.max_frag, a.params.qps),
+            (65536, 1 << 20, 16)
+        );
+        assert_eq!(
+            (a.params.mode, a.params.opcode),
+            (Mode::Spray, Opcode::RDMA_READ)
+        );
+        assert_eq!(
+            run("--reorder random --seed 7").unwrap().soft_reorder(),
+            "random:7"
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        for bad in [
+            "--size 0",
+            "--size 2G",
+            "--size 1X",
+            "--qps 0",
+            "--qps 17",
+            "--max-frag 0",
+            "--max-frag 4G",
+            "--iters 0",
+            "--iters 5 --duration 1",
+            "--duration 0",
+            "--mode x",
+            "--opcode send",
+            "--reorder none",
+            "--bogus 1",
+            "--size",
+            "stray",
+            "--server",
+            "--connect h:1",
+            "--server --connect h:1 --device d",
+            "--device d --reorder fifo",
+            "--device d --server --qps 2",
+            "--port 0",
+        ] {
+            assert!(run(bad).is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_parameter_line_round_trips() {
+        let p = run("--size 12345 --qps 3 --max-frag 4096 --mode spray --opcode write --seed 9")
+            .unwrap()
+            .params;
+        assert_eq!(Params::from_line(p.to_line().trim_end()), Ok(p));
+        assert!(Params::from_line("write_bw/1 size=0").is_err());
+        assert!(Params::from_line("hello").is_err());
     }
 }

@@ -277,11 +277,11 @@ fn print(
     }
     if args.json {
         let fields = [
-            ("mode", mode_name(p.mode).to_string()),
-            ("opcode", opcode_name(p.opcode).to_string()),
-            ("qps", p.qps.to_string()),
-            ("max_frag", p.max_frag.to_string()),
-            ("provider", source.to_string()),
+            ("mode", report::Json::Str(mode_name(p.mode))),
+            ("opcode", report::Json::Str(opcode_name(p.opcode))),
+            ("qps", report::Json::Num(p.qps as u64)),
+            ("max_frag", report::Json::Num(u64::from(p.max_frag))),
+            ("provider", report::Json::Str(source)),
         ];
         report::print_json(&fields, p.size, m, place);
     } else {

@@ -10,9 +10,9 @@ const WINDOW: Duration = Duration::from_millis(100);
 
 /// The sender's figures.
 pub struct Measured {
-    /// Messages completed.
+    /// Messages completed and checked by their receiver.
     pub iters: u64,
-    /// From the first post to the last completion.
+    /// From the first post until the last message was completed and checked.
     pub elapsed: Duration,
     /// The best rate over any 100 ms window (bytes per second), at least the average.
     pub peak: f64,
@@ -129,11 +129,21 @@ fn json_str(s: &str) -> String {
     out
 }
 
+/// A value of the JSON object's leading fields.
+pub enum Json<'a> {
+    Str(&'a str),
+    Num(u64),
+}
+
 /// The same as one JSON object on one line.
-pub fn print_json(fields: &[(&str, String)], size: u64, m: &Measured, verified_on: &str) {
+pub fn print_json(fields: &[(&str, Json<'_>)], size: u64, m: &Measured, verified_on: &str) {
     let mut s = String::from("{");
     for (k, v) in fields {
-        s.push_str(&format!("{}:{},", json_str(k), json_str(v)));
+        let v = match v {
+            Json::Str(t) => json_str(t),
+            Json::Num(n) => n.to_string(),
+        };
+        s.push_str(&format!("{}:{v},", json_str(k)));
     }
     s.push_str(&format!(
         "\"bytes\":{size},\"iterations\":{},\"seconds\":{:.6},\"bw_peak_mb_s\":{:.2},\"bw_avg_mb_s\":{:.2},\"msg_rate_mpps\":{:.6},\"wqes_per_qp\":{:?},\"notify_wqes\":{},\"interrupted\":{},\"data_check\":\"passed\",\"verified_on\":{}}}",
