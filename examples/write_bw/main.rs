@@ -236,6 +236,10 @@ fn both(args: &Args) -> Result<(), Fail> {
     let (m, v) = match (c, s) {
         (Ok(m), Ok((_, v))) => (m, v),
         (Err(a), Err(b)) if a.peer && !b.peer => return Err(b),
+        (Err(a), Err(b)) if a.peer && b.peer => {
+            // Each saw the other go: say both, on one line.
+            return Err(Fail::peer(format!("client: {}; server: {}", a.msg, b.msg)));
+        }
         (Err(e), _) | (Ok(_), Err(e)) => return Err(e),
     };
     let route = format!("{} -> {} in one process", names[1], names[0]);

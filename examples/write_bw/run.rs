@@ -174,6 +174,7 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
                 Some(d) => Instant::now() >= d,
                 None => posted >= plan.iters,
             };
+        let before = posted;
         let base = if read { completed } else { credit };
         let limit = match deadline {
             Some(_) => u64::MAX,
@@ -254,6 +255,12 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
         progress.tick(now, delivered);
         if stop && completed == posted {
             break;
+        }
+        if n == 0 && posted == before {
+            // Nothing to do this round: let the other side (and, on softverbs, the
+            // progress engine) have the core; a machine with fewer cores than busy
+            // threads otherwise spends its time spinning.
+            std::thread::yield_now();
         }
         if now.duration_since(last_move) > wire::TIMEOUT {
             return Err(Fail::peer(format!(
@@ -339,7 +346,11 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
     let (mut stop_sent, mut interrupted) = (false, false);
     let mut out = [Wc::EMPTY; 32];
     loop {
-        while let Some((tag, n)) = ctl.recv().map_err(|f| disconnected(f, verified))? {
+        // After `E` the client may close the connection at any time: read no further.
+        while end.is_none() {
+            let Some((tag, n)) = ctl.recv().map_err(|f| disconnected(f, verified))? else {
+                break;
+            };
             match tag {
                 DONE => sender_done = sender_done.max(n),
                 END => {
@@ -370,6 +381,7 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
             .vcq
             .poll(&mut [&mut conn.vqp], &mut out)
             .map_err(|e| Fail::bad(format!("polling the CQ failed: errno {}", e.errno)))?;
+        let announced_before = verified;
         let mut landed = if imm { verified } else { sender_done };
         for wc in &out[..n] {
             if !wc.status.is_ok() {
@@ -409,6 +421,9 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
         ctl.flush().map_err(|f| disconnected(f, verified))?;
         if let Some(st) = conn.vqp.failure() {
             return Err(qp_failed(st, verified));
+        }
+        if n == 0 && verified == announced_before {
+            std::thread::yield_now();
         }
         match end {
             Some(n) if read => {
