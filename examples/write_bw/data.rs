@@ -64,9 +64,9 @@ pub fn slot_addr(mr: &MemoryRegion, slot: u64, size: u64) -> u64 {
 /// Slot `slot` of `mr`, to fill.
 ///
 /// # Safety
-/// No work request may read or write the slot while the slice lives, and no other
-/// slice of it may exist.
-pub unsafe fn slot_mut(mr: &MemoryRegion, slot: u64, size: u64) -> &mut [u8] {
+/// No work request may read or write the slot while the slice lives (`&mut` only
+/// excludes other slices made by this program).
+pub unsafe fn slot_mut(mr: &mut MemoryRegion, slot: u64, size: u64) -> &mut [u8] {
     let start = (slot * size) as usize;
     debug_assert!(start + size as usize <= mr.len());
     // SAFETY: the slot lies inside the registered region (the buffers are sized

@@ -32,15 +32,24 @@ pub fn load_soft() -> (Verbs, String) {
 
 fn soft_cdylib() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
+    // target/<profile>/examples/write_bw → target/<profile>
+    let profile = exe.parent()?.parent()?;
     let name = format!(
         "{}vqp_softverbs{}",
         std::env::consts::DLL_PREFIX,
         std::env::consts::DLL_SUFFIX
     );
-    [dir.join("../deps").join(&name), dir.join("..").join(&name)]
+    let found = [profile.join("deps").join(&name), profile.join(&name)]
         .into_iter()
-        .find(|p| p.is_file())
+        .find(|p| p.is_file())?;
+    // Shown relative to the working directory when it lies below it.
+    let cwd = std::env::current_dir().ok();
+    Some(
+        match cwd.as_deref().and_then(|d| found.strip_prefix(d).ok()) {
+            Some(rel) => rel.to_path_buf(),
+            None => found,
+        },
+    )
 }
 
 /// Loads libibverbs (or what `VQP_IBVERBS_PATH` names).

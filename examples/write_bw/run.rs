@@ -125,7 +125,7 @@ fn disconnected(f: Fail, done: u64) -> Fail {
 pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
     let Link {
         mut conn,
-        mr,
+        mut mr,
         peer,
         mut stream,
     } = link;
@@ -187,7 +187,7 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
                 // SAFETY: the slot's previous message (posted − slots) was completed
                 // and verified (posted < credit + slots), and nothing else is posted
                 // from it until this message is.
-                fill(unsafe { slot_mut(&mr, s, size) }, p.seed, posted);
+                fill(unsafe { slot_mut(&mut mr, s, size) }, p.seed, posted);
             }
             let wr = SendWr::new(
                 posted,
@@ -321,7 +321,7 @@ pub struct Verified {
 pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
     let Link {
         mut conn,
-        mr,
+        mut mr,
         peer,
         mut stream,
     } = link;
@@ -336,7 +336,7 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
     if read {
         for k in 0..=slots {
             // SAFETY: no work request exists yet (the client posts after the barrier).
-            fill(unsafe { slot_mut(&mr, k, size) }, p.seed, k);
+            fill(unsafe { slot_mut(&mut mr, k, size) }, p.seed, k);
         }
     }
     exchange::barrier(&mut stream).map_err(host_fail("waiting for the client"))?;
