@@ -24,7 +24,6 @@
 //! cargo run --release --example lat -- --size 1048576 --qps 4 --mode spray --direct
 //! ```
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -189,26 +188,9 @@ fn parse() -> Result<Option<Args>, String> {
     Ok(Some(a))
 }
 
-/// `libvqp_softverbs.so` where cargo puts it for this example: the example lives in
-/// `target/<profile>/examples/`, the library in `target/<profile>/deps/` (and, when
-/// the provider's own package was built, `target/<profile>/`).
-fn cdylib_next_to_exe() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let examples = exe.parent()?;
-    let profile = examples.parent()?;
-    let name = format!(
-        "{}vqp_softverbs{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    [profile.join("deps").join(&name), profile.join(&name)]
-        .into_iter()
-        .find(|p| p.is_file())
-}
-
 /// The verbs to run on, and a description of where they came from.
 fn load_verbs() -> (Verbs, String) {
-    if let Some(path) = cdylib_next_to_exe() {
+    if let Some(path) = vqp_softverbs::find_cdylib() {
         // SAFETY: the file is vqp-softverbs' cdylib, built from this workspace, which
         // implements the libibverbs ABI the loader resolves.
         match unsafe { Verbs::load_from(&path) } {

@@ -13,6 +13,7 @@ mod softverbs;
 
 use softverbs::*;
 use vqp_core::{Mode, Opcode, PostSendError, SendWr, WcStatus};
+use vqp_softverbs::Reorder;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -50,7 +51,7 @@ fn every_qp_used(p: &Pair) {
 #[test]
 fn both_modes_1_2_4_8_data_qps_sizes_1b_to_1mib_with_reads() {
     let _serial = serial();
-    controls().set_order(Order::Random(0x5eed));
+    controls().set_order(Reorder::Random { seed: 0x5eed });
     for mode in [Mode::Dqplb, Mode::Spray] {
         for qps in [1, 2, 4, 8] {
             let p = run_ok(mode, qps, 1, &mixed_requests());
@@ -62,7 +63,7 @@ fn both_modes_1_2_4_8_data_qps_sizes_1b_to_1mib_with_reads() {
 #[test]
 fn sixty_four_mib_in_each_mode() {
     let _serial = serial();
-    controls().set_order(Order::Random(64));
+    controls().set_order(Reorder::Random { seed: 64 });
     for mode in [Mode::Dqplb, Mode::Spray] {
         let p = run_ok(
             mode,
@@ -80,7 +81,7 @@ fn sixty_four_mib_in_each_mode() {
 #[test]
 fn a_virtual_qp_spanning_two_devices_on_each_side() {
     let _serial = serial();
-    controls().set_order(Order::Random(2));
+    controls().set_order(Reorder::Random { seed: 2 });
     for mode in [Mode::Dqplb, Mode::Spray] {
         for qps in [2, 4, 8] {
             let p = run_ok(mode, qps, 2, &mixed_requests());
@@ -124,13 +125,17 @@ fn every_reorder_policy() {
             (op, MIB / 2 + i * 4099)
         })
         .collect();
-    for order in [Order::Fifo, Order::Random(0xfeed), Order::Adversarial] {
+    for order in [
+        Reorder::Fifo,
+        Reorder::Random { seed: 0xfeed },
+        Reorder::Adversarial,
+    ] {
         controls().set_order(order);
         for mode in [Mode::Dqplb, Mode::Spray] {
             for devices in [1, 2] {
                 let p = run_ok(mode, 4, devices, &ops);
                 let reordered = p.b.conn.vqp.reordered_arrivals();
-                if mode == Mode::Dqplb && order != Order::Fifo {
+                if mode == Mode::Dqplb && order != Reorder::Fifo {
                     // Fragments of 9 requests over 4 QPs, executed out of posting
                     // order: the receiver's window must have put some back in order.
                     assert!(reordered > 0, "{order:?}: nothing arrived out of order");
@@ -138,13 +143,13 @@ fn every_reorder_policy() {
             }
         }
     }
-    controls().set_order(Order::Fifo);
+    controls().set_order(Reorder::Fifo);
 }
 
 #[test]
 fn a_data_qp_failing_mid_transfer_reports_every_request_once() {
     let _serial = serial();
-    controls().set_order(Order::Random(7));
+    controls().set_order(Reorder::Random { seed: 7 });
     for mode in [Mode::Dqplb, Mode::Spray] {
         for devices in [1, 2] {
             let ops = vec![(Opcode::RDMA_WRITE_WITH_IMM, MIB); 8];
@@ -240,7 +245,7 @@ fn a_data_qp_failing_mid_transfer_reports_every_request_once() {
 #[test]
 fn a_wrong_rkey_is_a_remote_access_error_for_that_request() {
     let _serial = serial();
-    controls().set_order(Order::Random(11));
+    controls().set_order(Reorder::Random { seed: 11 });
     for mode in [Mode::Dqplb, Mode::Spray] {
         for (devices, qps, bad_device) in [(1, 1, 0), (1, 4, 0), (2, 4, 1), (2, 4, 0)] {
             let what = format!("{mode:?}, {qps} QPs over {devices} devices, bad on {bad_device}");

@@ -31,17 +31,7 @@ pub fn load_soft() -> (Verbs, String) {
 }
 
 fn soft_cdylib() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    // target/<profile>/examples/write_bw → target/<profile>
-    let profile = exe.parent()?.parent()?;
-    let name = format!(
-        "{}vqp_softverbs{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    let found = [profile.join("deps").join(&name), profile.join(&name)]
-        .into_iter()
-        .find(|p| p.is_file())?;
+    let found = vqp_softverbs::find_cdylib()?;
     // Shown relative to the working directory when it lies below it.
     let cwd = std::env::current_dir().ok();
     Some(

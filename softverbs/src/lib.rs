@@ -100,6 +100,7 @@ mod abi;
 mod config;
 mod cq;
 mod engine;
+mod locate;
 #[allow(unsafe_code)]
 mod mem;
 mod provider;
@@ -115,6 +116,7 @@ pub use config::{
     ENV_DELAY, ENV_DEVICES, ENV_FAIL_QP, ENV_LINK_DOWN, ENV_PROGRESS, ENV_REORDER, MAX_DEVICES,
 };
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
+pub use locate::{cdylib_candidates, find_cdylib};
 
 /// A configuration call that could not be applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

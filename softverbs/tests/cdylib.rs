@@ -12,19 +12,12 @@ use std::path::PathBuf;
 use vqp_host::Verbs;
 
 fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps directory");
-    let name = format!(
-        "{}vqp_softverbs{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    let candidates = [deps.join(&name), deps.join("..").join(&name)];
-    candidates
-        .iter()
-        .find(|p| p.exists())
-        .cloned()
-        .unwrap_or_else(|| panic!("the cdylib was not built; looked at {candidates:?}"))
+    vqp_softverbs::find_cdylib().unwrap_or_else(|| {
+        panic!(
+            "the cdylib was not built; looked at {:?}",
+            vqp_softverbs::cdylib_candidates()
+        )
+    })
 }
 
 fn load() -> Verbs {

@@ -16,19 +16,12 @@ use vqp_host::{Verbs, WcStatus};
 use vqp_softverbs::{Reorder, VQP_SOFT_REORDER_ADVERSARIAL, VQP_SOFT_REORDER_RANDOM};
 
 fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps directory");
-    let name = format!(
-        "{}vqp_softverbs{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    let candidates = [deps.join(&name), deps.join("..").join(&name)];
-    candidates
-        .iter()
-        .find(|p| p.exists())
-        .cloned()
-        .unwrap_or_else(|| panic!("the cdylib was not built; looked at {candidates:?}"))
+    vqp_softverbs::find_cdylib().unwrap_or_else(|| {
+        panic!(
+            "the cdylib was not built; looked at {:?}",
+            vqp_softverbs::cdylib_candidates()
+        )
+    })
 }
 
 type SetReorder = extern "C" fn(c_int, u64) -> c_int;

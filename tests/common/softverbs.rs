@@ -16,6 +16,7 @@ use vqp_core::{
     WcStatus,
 };
 use vqp_host::{AccessFlags, Card, Connected, Context, Endpoint, MemoryRegion, Settings, Verbs};
+use vqp_softverbs::Reorder;
 
 /// Up to 8 data QPs of 16 WQEs, 128 requests per direction, a window of 512, over up
 /// to two devices.
@@ -29,19 +30,12 @@ pub const MAX_FRAG: u32 = 64 << 10;
 /// The cdylib cargo builds next to the test binary (`target/<profile>/deps/`, with a
 /// copy in `target/<profile>/`); panics, naming the places looked at, when missing.
 pub fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("deps directory");
-    let name = format!(
-        "{}vqp_softverbs{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    let candidates = [deps.join(&name), deps.join("..").join(&name)];
-    candidates
-        .iter()
-        .find(|p| p.exists())
-        .cloned()
-        .unwrap_or_else(|| panic!("the cdylib was not built; looked at {candidates:?}"))
+    vqp_softverbs::find_cdylib().unwrap_or_else(|| {
+        panic!(
+            "the cdylib was not built; looked at {:?}",
+            vqp_softverbs::cdylib_candidates()
+        )
+    })
 }
 
 /// The loaded provider, once per process and never unloaded (its progress thread
@@ -72,25 +66,10 @@ pub struct Controls {
     clear_faults: ClearFaults,
 }
 
-/// A cross-QP order of execution (the provider's `VQP_SOFT_REORDER_*` codes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Order {
-    /// Global posting order.
-    Fifo,
-    /// Seeded random picks.
-    Random(u64),
-    /// Newest chain first, bounded.
-    Adversarial,
-}
-
 impl Controls {
     /// Sets the loaded provider's reorder policy.
-    pub fn set_order(&self, order: Order) {
-        let (code, seed) = match order {
-            Order::Fifo => (0, 0),
-            Order::Random(seed) => (1, seed),
-            Order::Adversarial => (2, 0),
-        };
+    pub fn set_order(&self, order: Reorder) {
+        let (code, seed) = vqp_softverbs::reorder_to_c(order);
         assert_eq!((self.set_reorder)(code, seed), 0, "{order:?} refused");
     }
 

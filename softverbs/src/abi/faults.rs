@@ -42,6 +42,16 @@ pub fn reorder_from_c(policy: c_int, seed: u64) -> Option<Reorder> {
     }
 }
 
+/// The C `policy` code and seed of a [`Reorder`] policy: the inverse of
+/// [`reorder_from_c`], for callers of [`vqp_soft_set_reorder`] through `dlsym`.
+pub fn reorder_to_c(policy: Reorder) -> (c_int, u64) {
+    match policy {
+        Reorder::Fifo => (VQP_SOFT_REORDER_FIFO, 0),
+        Reorder::Random { seed } => (VQP_SOFT_REORDER_RANDOM, seed),
+        Reorder::Adversarial => (VQP_SOFT_REORDER_ADVERSARIAL, 0),
+    }
+}
+
 /// [`crate::set_reorder`]: sets the cross-QP order of execution. `policy` is one of
 /// the `VQP_SOFT_REORDER_*` codes; `seed` matters only for the random policy.
 /// Returns 0, or `EINVAL` (nothing changed) for an unknown code.
@@ -98,5 +108,13 @@ mod tests {
         assert_eq!(reorder_from_c(2, 9), Some(Reorder::Adversarial));
         assert_eq!(reorder_from_c(3, 9), None);
         assert_eq!(reorder_from_c(-1, 0), None);
+        for p in [
+            Reorder::Fifo,
+            Reorder::Random { seed: 9 },
+            Reorder::Adversarial,
+        ] {
+            let (code, seed) = reorder_to_c(p);
+            assert_eq!(reorder_from_c(code, seed), Some(p));
+        }
     }
 }

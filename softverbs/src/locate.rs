@@ -1,0 +1,59 @@
+//! Finding `libvqp_softverbs.so` for a program of this workspace that wants to
+//! `dlopen` it, as it would `libibverbs.so.1`.
+//!
+//! Cargo builds the cdylib into `target/<profile>/deps/` whenever a package depends on
+//! this crate (and uplifts a copy to `target/<profile>/` when this package itself is
+//! built). Test binaries live in `deps/`, examples in `examples/`; looking in the
+//! binary's own directory, in `../deps` and in `..` covers both.
+
+use std::path::PathBuf;
+
+/// The places [`find_cdylib`] looks, in order, for the running binary.
+pub fn cdylib_candidates() -> Vec<PathBuf> {
+    let name = format!(
+        "{}vqp_softverbs{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    );
+    let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(PathBuf::from))
+    else {
+        return Vec::new();
+    };
+    let mut out = vec![dir.join(&name)];
+    if let Some(profile) = dir.parent() {
+        out.push(profile.join("deps").join(&name));
+        out.push(profile.join(&name));
+    }
+    out
+}
+
+/// The softverbs cdylib cargo built next to the running binary, if there is one.
+pub fn find_cdylib() -> Option<PathBuf> {
+    cdylib_candidates().into_iter().find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_name_the_library_beside_and_above_the_binary() {
+        let c = cdylib_candidates();
+        assert_eq!(c.len(), 3);
+        let name = format!(
+            "{}vqp_softverbs{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        );
+        assert!(c.iter().all(|p| p.ends_with(&name)));
+        let exe_dir = std::env::current_exe()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        assert_eq!(c[0].parent(), Some(exe_dir.as_path()));
+        assert!(c[1].parent().unwrap().ends_with("deps"));
+    }
+}
