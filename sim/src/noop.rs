@@ -108,54 +108,75 @@ impl fmt::Display for NoopError {
 
 impl std::error::Error for NoopError {}
 
-/// A fixed-capacity FIFO ring.
+/// A fixed-capacity FIFO ring over a power-of-two buffer.
 ///
-/// Invariant: `len <= buf.len()`, `head < buf.len()` when `buf` is not empty; the
-/// live items are `buf[head..head + len]` modulo `buf.len()`.
+/// Invariant: `buf.len()` is a power of two (or zero), `tail - head ≤ cap ≤ buf.len()`
+/// (free-running indices); the live items are `buf[i & mask]` for `i` in
+/// `head..tail`.
 #[derive(Debug)]
 struct Ring<T> {
     buf: Box<[T]>,
+    /// Items held at most (`capacity` as asked, not rounded up).
+    cap: usize,
     head: usize,
-    len: usize,
+    tail: usize,
 }
 
 impl<T: Copy> Ring<T> {
     fn new(capacity: usize, fill: T) -> Self {
+        let size = if capacity == 0 {
+            0
+        } else {
+            capacity.next_power_of_two()
+        };
         Self {
-            buf: vec![fill; capacity].into_boxed_slice(),
+            buf: vec![fill; size].into_boxed_slice(),
+            cap: capacity,
             head: 0,
-            len: 0,
+            tail: 0,
         }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.tail - self.head
     }
 
     /// Appends `v`; false (and nothing stored) when full.
     #[inline]
     fn push(&mut self, v: T) -> bool {
-        let cap = self.buf.len();
-        if self.len == cap {
+        if self.len() == self.cap {
             return false;
         }
-        let mut i = self.head + self.len;
-        if i >= cap {
-            i -= cap;
-        }
-        self.buf[i] = v;
-        self.len += 1;
+        let mask = self.buf.len() - 1;
+        self.buf[self.tail & mask] = v;
+        self.tail += 1;
         true
     }
 
     #[inline]
     fn pop(&mut self) -> Option<T> {
-        if self.len == 0 {
+        if self.len() == 0 {
             return None;
         }
-        let v = self.buf[self.head];
+        let v = self.buf[self.head & (self.buf.len() - 1)];
         self.head += 1;
-        if self.head == self.buf.len() {
-            self.head = 0;
-        }
-        self.len -= 1;
         Some(v)
+    }
+
+    /// Moves up to `out.len()` of the oldest items into `out`; returns how many.
+    #[inline]
+    fn pop_into(&mut self, out: &mut [T]) -> usize {
+        let n = self.len().min(out.len());
+        if n == 0 {
+            return 0;
+        }
+        let mask = self.buf.len() - 1;
+        for (k, o) in out[..n].iter_mut().enumerate() {
+            *o = self.buf[(self.head + k) & mask];
+        }
+        self.head += n;
+        n
     }
 }
 
@@ -177,6 +198,8 @@ struct Shared {
     qps: Vec<QpSlot>,
     /// Completions waiting, in whichever rings hold them.
     queued: usize,
+    /// QPs with completions waiting ([`NoopOrder::Shuffled`] only).
+    waiting: usize,
     overflows: u64,
 }
 
@@ -190,11 +213,25 @@ impl Shared {
         }
         let ok = match self.config.order {
             NoopOrder::Fifo => self.fifo.push(wc),
-            NoopOrder::Shuffled { .. } => self.qps[qp].done.push(wc),
+            NoopOrder::Shuffled { .. } => {
+                let done = &mut self.qps[qp].done;
+                self.waiting += usize::from(done.len() == 0);
+                done.push(wc)
+            }
         };
         debug_assert!(ok, "rings hold the whole capacity");
         self.queued += 1;
         true
+    }
+
+    /// [`Self::record`] for FIFO order, where the ring alone bounds the count.
+    #[inline]
+    fn record_fifo(&mut self, wc: PhysWc) {
+        if self.fifo.push(wc) {
+            self.queued += 1;
+        } else {
+            self.overflows += 1;
+        }
     }
 
     fn slot(&self, qp_num: u32) -> Result<usize, NoopError> {
@@ -213,13 +250,15 @@ impl Shared {
         let wc = match self.config.order {
             NoopOrder::Fifo => self.fifo.pop(),
             NoopOrder::Shuffled { .. } => {
-                let waiting = self.qps.iter().filter(|q| q.done.len > 0).count();
-                let k = self.rng.below(waiting);
-                self.qps
+                let k = self.rng.below(self.waiting);
+                let done = &mut self
+                    .qps
                     .iter_mut()
-                    .filter(|q| q.done.len > 0)
-                    .nth(k)
-                    .and_then(|q| q.done.pop())
+                    .filter(|q| q.done.len() > 0)
+                    .nth(k)?
+                    .done;
+                self.waiting -= usize::from(done.len() == 1);
+                done.pop()
             }
         };
         if wc.is_some() {
@@ -248,6 +287,7 @@ impl NoopCq {
             fifo: Ring::new(fifo_cap, PhysWc::EMPTY),
             qps: Vec::new(),
             queued: 0,
+            waiting: 0,
             overflows: 0,
         };
         Self {
@@ -302,6 +342,11 @@ impl PhysCq for NoopCq {
     /// Hands back up to `out.len()` recorded completions. Never fails or allocates.
     fn poll(&mut self, out: &mut [PhysWc]) -> Result<usize, PollFailure> {
         let mut sh = self.shared.borrow_mut();
+        if sh.config.order == NoopOrder::Fifo {
+            let n = sh.fifo.pop_into(out);
+            sh.queued -= n;
+            return Ok(n);
+        }
         let mut n = 0;
         while n < out.len() {
             let Some(wc) = sh.next() else { break };
@@ -329,19 +374,22 @@ impl PhysQp for NoopQp {
     /// its length). Always accepts the whole chain; a full CQ counts overflows.
     fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
         let mut sh = self.shared.borrow_mut();
+        let fifo = sh.config.order == NoopOrder::Fifo;
         for w in wqes {
             if w.flags.contains(SendFlags::SIGNALED) {
-                sh.record(
-                    self.slot,
-                    PhysWc {
-                        wr_id: w.wr_id,
-                        status: WcStatus::SUCCESS,
-                        opcode: w.opcode.completion(),
-                        qp_num: self.qp_num,
-                        byte_len: w.len,
-                        imm_data: None,
-                    },
-                );
+                let wc = PhysWc {
+                    wr_id: w.wr_id,
+                    status: WcStatus::SUCCESS,
+                    opcode: w.opcode.completion(),
+                    qp_num: self.qp_num,
+                    byte_len: w.len,
+                    imm_data: None,
+                };
+                if fifo {
+                    sh.record_fifo(wc);
+                } else {
+                    sh.record(self.slot, wc);
+                }
             }
         }
         Ok(())
@@ -424,7 +472,7 @@ impl NoopControl {
     /// Receives QP `qp_num` holds ([`RecvMode::Hold`]).
     pub fn held_recvs(&self, qp_num: u32) -> Result<usize, NoopError> {
         let sh = self.shared.borrow();
-        Ok(sh.qps[sh.slot(qp_num)?].recvs.len)
+        Ok(sh.qps[sh.slot(qp_num)?].recvs.len())
     }
 
     /// Completions dropped because the CQ (or a receive ring) was full.
@@ -452,6 +500,23 @@ mod tests {
             (r.pop(), r.pop(), r.pop(), r.pop()),
             (Some(1), Some(2), Some(3), None)
         );
+    }
+
+    #[test]
+    fn pop_into_takes_what_fits_across_the_wrap() {
+        let mut r = Ring::new(5, 0u32);
+        for v in 1..=5 {
+            assert!(r.push(v));
+        }
+        let mut out = [0; 3];
+        assert_eq!(r.pop_into(&mut out), 3);
+        assert_eq!(out, [1, 2, 3]);
+        assert!(r.push(6) && r.push(7) && r.push(8));
+        assert!(!r.push(9), "five held, capacity five");
+        let mut all = [0; 8];
+        assert_eq!(r.pop_into(&mut all), 5);
+        assert_eq!(all[..5], [4, 5, 6, 7, 8]);
+        assert_eq!(r.pop_into(&mut all), 0);
     }
 
     #[test]

@@ -109,6 +109,34 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         &mut self.staged[at]
     }
 
+    /// Add `count` WQEs of request `id` to this round's chain as one run (joining
+    /// the request's open run if it has one) and return them to be filled in place;
+    /// the caller checked there is room for all of them. `seq` is the oldest DQPLB
+    /// sequence number among them.
+    #[inline]
+    pub fn stage_run(&mut self, id: u64, seq: Seq, count: u32) -> &mut [SendWqe] {
+        debug_assert!(self.outstanding as usize + count as usize <= D && !self.failed);
+        let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
+        if self.open_run && self.runs[back].id == id {
+            self.runs[back].count += count;
+        } else {
+            let slot = (self.runs_head + self.runs_len) as usize % D;
+            self.runs[slot] = Run { id, count, seq };
+            self.runs_len += 1;
+        }
+        self.open_run = true;
+        self.outstanding += count;
+        let at = self.staged_len as usize;
+        self.staged_len += count;
+        &mut self.staged[at..at + count as usize]
+    }
+
+    /// Room for `count` more send WQEs under `max` (and the QP healthy).
+    #[inline]
+    pub fn has_room_for(&self, count: u32, max: u32) -> bool {
+        self.outstanding + count <= max && !self.failed
+    }
+
     #[inline]
     fn front(&self) -> Option<&Run> {
         (self.runs_len != 0).then(|| &self.runs[self.runs_head as usize % D])
@@ -125,6 +153,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// Post this round's chain with one call. On a refusal the lane is broken: every
     /// run it holds is credited with `POST_ERR` (WQEs posted before the refused one
     /// may lack a signaled successor, so their completions cannot be relied on).
+    #[inline]
     pub fn flush(
         &mut self,
         signaling: Signaling,
@@ -160,6 +189,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// A send completion for request `id` with `status`: credit every run up to and
     /// including the first run of `id`. Returns false when `id` is not in flight here
     /// (a flush completion for a run already credited, or a stray).
+    #[inline]
     pub fn complete(
         &mut self,
         id: u64,

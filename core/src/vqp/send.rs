@@ -1,12 +1,14 @@
 //! The send side: validating, dispatching fragments and SPRAY notifies, crediting
 //! completions, reporting in posting order.
 
+use super::lane::Lane;
 use super::slots::{Notify, Ring, SendSlot};
 use super::{Mode, PostSendError, Signaling, Stray, VirtualQp};
 use crate::imm::Imm;
 use crate::phys::{PhysQp, SendWqe};
+use crate::seq::Seq;
 use crate::split::{Plan, MAX_WQE_BYTES};
-use crate::wr::{Opcode, SendFlags, SendWr, Wc, WcStatus};
+use crate::wr::{Keys, Opcode, SendFlags, SendWr, Wc, WcStatus};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 
 /// The data QP round-robin picks: the first with room at or after `from`.
@@ -37,6 +39,103 @@ fn credit_notify<const S: usize>(send: &mut Ring<SendSlot, S>, id: u64, _: u32, 
     }
 }
 
+/// What every fragment of one request shares.
+struct Spread {
+    id: u64,
+    /// The request's physical wr_id with lane 0.
+    base_id: u64,
+    opcode: Opcode,
+    fence: SendFlags,
+    /// Flags of the last fragment (DQPLB adds `SOLICITED` when asked).
+    last_flags: SendFlags,
+    dqplb_imm: bool,
+    keys: Keys,
+    local: u64,
+    remote: u64,
+}
+
+impl Spread {
+    /// What the fragments of request `id` (`wr`, on the virtual QP tagged `tag`) share.
+    #[inline]
+    fn of(wr: &SendWr, id: u64, tag: u8, mode: Mode) -> Self {
+        let dqplb_imm = mode == Mode::Dqplb && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM;
+        let fence = SendFlags(wr.flags.0 & SendFlags::FENCE.0);
+        Self {
+            id,
+            base_id: WrId {
+                tag,
+                lane: 0,
+                kind: Kind::Send,
+                id,
+            }
+            .encode(),
+            opcode: match wr.opcode {
+                Opcode::RDMA_READ => Opcode::RDMA_READ,
+                _ if dqplb_imm => Opcode::RDMA_WRITE_WITH_IMM,
+                _ => Opcode::RDMA_WRITE,
+            },
+            fence,
+            last_flags: if dqplb_imm {
+                fence.with(SendFlags(wr.flags.0 & SendFlags::SOLICITED.0))
+            } else {
+                fence
+            },
+            dqplb_imm,
+            keys: wr.keys,
+            local: wr.local_addr,
+            remote: wr.remote_addr,
+        }
+    }
+}
+
+impl Spread {
+    /// Fragment `[off, off + len)` of the request for data QP `lane` on `device`;
+    /// `seq` is its DQPLB sequence number and `last` whether it ends the request.
+    #[inline]
+    fn wqe(&self, lane: u64, device: u8, off: u64, len: u32, seq: Seq, last: bool) -> SendWqe {
+        let (lkey, rkey) = self.keys.pair(device);
+        let (imm_data, flags) = if self.dqplb_imm {
+            let flags = if last { self.last_flags } else { self.fence };
+            (Imm::new(seq, last).to_wire(), flags)
+        } else {
+            (0, self.fence)
+        };
+        SendWqe {
+            wr_id: self.base_id | lane << 48,
+            opcode: self.opcode,
+            flags,
+            addr: self.local + off,
+            len,
+            lkey,
+            remote_addr: self.remote + off,
+            rkey,
+            imm_data,
+            compare_add: 0,
+            swap: 0,
+        }
+    }
+}
+
+/// The WQE of a request that passes through whole, with wr_id `wr_id` and the keys
+/// of `device`.
+#[inline]
+fn passthrough_wqe(wr: &SendWr, wr_id: u64, device: u8) -> SendWqe {
+    let (lkey, rkey) = wr.keys.pair(device);
+    SendWqe {
+        wr_id,
+        opcode: wr.opcode,
+        flags: wr.flags,
+        addr: wr.local_addr,
+        len: wr.len as u32,
+        lkey,
+        remote_addr: wr.remote_addr,
+        rkey,
+        imm_data: wr.imm_data,
+        compare_add: wr.compare_add,
+        swap: wr.swap,
+    }
+}
+
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     VirtualQp<Q, N, D, S, W>
 {
@@ -47,11 +146,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// the data QPs when there are several; SEND, SEND_WITH_IMM and the atomics pass
     /// through to data QP 0 (and so do all opcodes with one data QP).
     pub fn post_send(&mut self, wr: &SendWr) -> Result<(), PostSendError> {
-        let taken = self.accept(wr);
-        if taken.is_ok() {
+        self.accept(wr)?;
+        if !self.post_alone() {
             self.dispatch();
         }
-        taken
+        Ok(())
     }
 
     /// Take several send requests and post what fits with one chain per QP. Stops at
@@ -151,12 +250,92 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         Ok(())
     }
 
+    /// Post the request just taken straight to a data QP when it is the only one
+    /// waiting, goes as one WQE (a single fragment or a pass-through) and a QP has
+    /// room: what a dispatch round would do for it, without the round. False, having
+    /// done nothing, when a round is needed.
+    #[inline]
+    fn post_alone(&mut self) -> bool {
+        let id = self.dispatch;
+        if id + 1 != self.send.tail {
+            return false;
+        }
+        let max = self.cfg.max_outstanding;
+        let slot = self.send.get_mut(id);
+        if slot.notify != Notify::None {
+            return false;
+        }
+        let (l, wqe, run_seq) = if slot.passthrough {
+            let lane = &self.lanes[0];
+            if !lane.has_room(max) {
+                return false;
+            }
+            let wr_id = WrId {
+                tag: self.tag,
+                lane: 0,
+                kind: Kind::Send,
+                id,
+            }
+            .encode();
+            (
+                0,
+                passthrough_wqe(&slot.wr, wr_id, lane.device),
+                self.send_seq,
+            )
+        } else {
+            if slot.plan.count() != 1 || self.room == 0 {
+                return false;
+            }
+            let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
+            let seq = self.send_seq;
+            if req.dqplb_imm {
+                if Self::seq_budget(&self.lanes, seq, self.seq_credit) == 0 {
+                    return false;
+                }
+                self.send_seq = seq.add(1);
+            }
+            let l = pick(self.room, self.next_lane);
+            self.next_lane = if l + 1 == self.lanes.len() {
+                0
+            } else {
+                l as u32 + 1
+            };
+            let len = slot.wr.len as u32;
+            (
+                l,
+                req.wqe(l as u64, self.lanes[l].device, 0, len, seq, true),
+                seq,
+            )
+        };
+        slot.posted = 1;
+        slot.offset = slot.wr.len;
+        self.dispatch += 1;
+        // A request that needs no notify is passed over by the notify cursor.
+        if self.notify_next == id {
+            self.notify_next += 1;
+        }
+        let lane = &mut self.lanes[l];
+        *lane.stage(id, run_seq, false) = wqe;
+        let send = &mut self.send;
+        let posted = lane.flush(self.cfg.signaling, &mut |id, n, st| {
+            credit_data(send, id, n, st)
+        });
+        if !lane.has_room(max) {
+            self.room &= !(1 << l);
+        }
+        if posted.is_err() {
+            self.fail(WcStatus::POST_ERR);
+        }
+        true
+    }
+
     /// One dispatch round: stage every fragment that fits, in posting order, then the
     /// notifies that became due, then post one chain per QP.
     pub(super) fn dispatch(&mut self) {
         let max = self.cfg.max_outstanding;
         let merge = self.cfg.signaling == Signaling::LastOfChain;
         let n = self.lanes.len() as u32;
+        let all_lanes = u64::MAX >> (64 - n);
         // DQPLB sequence numbers this round may still use; computed when first needed.
         let mut seq_budget = None;
         'requests: while self.dispatch != self.send.tail {
@@ -168,26 +347,14 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 if !lane.has_room(max) {
                     break;
                 }
-                let (lkey, rkey) = wr.keys.pair(lane.device);
-                *lane.stage(id, self.send_seq, false) = SendWqe {
-                    wr_id: WrId {
-                        tag: self.tag,
-                        lane: 0,
-                        kind: Kind::Send,
-                        id,
-                    }
-                    .encode(),
-                    opcode: wr.opcode,
-                    flags: wr.flags,
-                    addr: wr.local_addr,
-                    len: wr.len as u32,
-                    lkey,
-                    remote_addr: wr.remote_addr,
-                    rkey,
-                    imm_data: wr.imm_data,
-                    compare_add: wr.compare_add,
-                    swap: wr.swap,
-                };
+                let wr_id = WrId {
+                    tag: self.tag,
+                    lane: 0,
+                    kind: Kind::Send,
+                    id,
+                }
+                .encode();
+                *lane.stage(id, self.send_seq, false) = passthrough_wqe(wr, wr_id, lane.device);
                 self.staged |= 1;
                 slot.posted = 1;
                 if !lane.has_room(max) {
@@ -197,39 +364,26 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 continue;
             }
             let count = slot.plan.count();
-            let dqplb_imm =
-                self.cfg.mode == Mode::Dqplb && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM;
-            // Per request, not per fragment: what every fragment shares.
-            let opcode = match wr.opcode {
-                Opcode::RDMA_READ => Opcode::RDMA_READ,
-                _ if dqplb_imm => Opcode::RDMA_WRITE_WITH_IMM,
-                _ => Opcode::RDMA_WRITE,
-            };
-            let fence = SendFlags(wr.flags.0 & SendFlags::FENCE.0);
-            let solicited = SendFlags(wr.flags.0 & SendFlags::SOLICITED.0);
-            let keys = wr.keys;
-            let (local, remote) = (wr.local_addr, wr.remote_addr);
-            let base_id = WrId {
-                tag: self.tag,
-                lane: 0,
-                kind: Kind::Send,
-                id,
+            let req = Spread::of(wr, id, self.tag, self.cfg.mode);
+            let dqplb_imm = req.dqplb_imm;
+            // Every data QP takes its share of what is left at once when all have
+            // room for it: one run per QP, no per-fragment pick.
+            if merge
+                && count - slot.posted >= 2
+                && self.room == all_lanes
+                && self.try_spread(id, max, &mut seq_budget)
+            {
+                self.dispatch += 1;
+                continue;
             }
-            .encode();
+            let slot = self.send.get_mut(id);
             while slot.posted < count {
                 if self.room == 0 {
                     break 'requests;
                 }
                 if dqplb_imm {
                     let budget = seq_budget.get_or_insert_with(|| {
-                        let span = self
-                            .lanes
-                            .iter()
-                            .filter_map(|l| l.oldest_seq())
-                            .map(|s| self.send_seq.since(s))
-                            .max()
-                            .unwrap_or(0);
-                        self.seq_credit.saturating_sub(span)
+                        Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
                     });
                     if *budget == 0 {
                         break 'requests;
@@ -242,29 +396,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 let len = slot.plan.next_len(slot.posted, off);
                 slot.offset += u64::from(len);
                 slot.posted += 1;
-                let (lkey, rkey) = keys.pair(lane.device);
                 let seq = self.send_seq;
-                let (imm_data, flags) = if dqplb_imm {
-                    let last = slot.posted == count;
+                if dqplb_imm {
                     self.send_seq = seq.add(1);
-                    let flags = if last { fence.with(solicited) } else { fence };
-                    (Imm::new(seq, last).to_wire(), flags)
-                } else {
-                    (0, fence)
-                };
-                *lane.stage(id, seq, merge) = SendWqe {
-                    wr_id: base_id | (l as u64) << 48,
-                    opcode,
-                    flags,
-                    addr: local + off,
-                    len,
-                    lkey,
-                    remote_addr: remote + off,
-                    rkey,
-                    imm_data,
-                    compare_add: 0,
-                    swap: 0,
-                };
+                }
+                let wqe = req.wqe(l as u64, lane.device, off, len, seq, slot.posted == count);
+                *lane.stage(id, seq, merge) = wqe;
                 self.staged |= 1 << l;
                 if !lane.has_room(max) {
                     self.room &= !(1 << l);
@@ -275,6 +412,95 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         self.dispatch_notifies();
         self.flush();
+    }
+
+    /// DQPLB sequence numbers that may be sent now: the peer's window credit less
+    /// how far `next` is past the oldest number still outstanding on any data QP.
+    fn seq_budget(lanes: &[Lane<Q, D>], next: Seq, credit: u32) -> u32 {
+        let span = lanes
+            .iter()
+            .filter_map(|l| l.oldest_seq())
+            .map(|s| next.since(s))
+            .max()
+            .unwrap_or(0);
+        credit.saturating_sub(span)
+    }
+
+    /// Stage what request `req` has left across all data QPs at once if each has
+    /// room for its share and the DQPLB budget covers it; false (nothing staged)
+    /// otherwise. Kept out of line: inlined, its state would crowd the
+    /// one-fragment path of [`Self::dispatch`].
+    #[inline(never)]
+    fn try_spread(&mut self, id: u64, max: u32, seq_budget: &mut Option<u32>) -> bool {
+        let slot = self.send.get(id);
+        let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
+        let left = slot.plan.count() - slot.posted;
+        let share = left.div_ceil(self.lanes.len() as u64) as u32;
+        if !self.lanes.iter().all(|l| l.has_room_for(share, max)) {
+            return false;
+        }
+        if req.dqplb_imm {
+            let budget = seq_budget.get_or_insert_with(|| {
+                Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
+            });
+            if u64::from(*budget) < left {
+                return false;
+            }
+            *budget -= left as u32;
+        }
+        self.stage_spread(&req, max);
+        true
+    }
+
+    /// Stage every fragment request `s.id` has left, fragment `posted + k` on data
+    /// QP `(next_lane + k) mod n` exactly as one-by-one round-robin would place
+    /// them, each QP's share as one run. The caller checked that every QP has room
+    /// for its share and that the DQPLB budget covers them.
+    fn stage_spread(&mut self, s: &Spread, max: u32) {
+        let n = self.lanes.len() as u64;
+        let slot = self.send.get_mut(s.id);
+        let plan = slot.plan;
+        let count = plan.count();
+        let first = slot.posted;
+        let left = count - first;
+        let start = u64::from(self.next_lane);
+        let base_seq = self.send_seq;
+        // QP k of the round takes fragments first + k, first + k + n, ...: `whole`
+        // each, one more for the first `extra` QPs.
+        let (whole, extra) = (left / n, left % n);
+        for k in 0..left.min(n) {
+            let mut l = start + k;
+            if l >= n {
+                l -= n;
+            }
+            let lane = &mut self.lanes[l as usize];
+            let share = (whole + u64::from(k < extra)) as u32;
+            let device = lane.device;
+            let run_seq = if s.dqplb_imm {
+                base_seq.add(k as u32)
+            } else {
+                base_seq
+            };
+            let mut i = first + k;
+            for wqe in lane.stage_run(s.id, run_seq, share) {
+                let (off, len) = plan.fragment(i);
+                let seq = base_seq.add((i - first) as u32);
+                *wqe = s.wqe(l, device, off, len, seq, i + 1 == count);
+                i += n;
+            }
+            self.staged |= 1 << l;
+            if !lane.has_room(max) {
+                self.room &= !(1 << l);
+            }
+        }
+        let next = (start + left) % n;
+        self.next_lane = next as u32;
+        if s.dqplb_imm {
+            self.send_seq = base_seq.add(left as u32);
+        }
+        let slot = self.send.get_mut(s.id);
+        slot.posted = count;
+        slot.offset = slot.wr.len;
     }
 
     /// Stage SPRAY notifies: in posting order, each once its data completed.

@@ -760,3 +760,125 @@ fn a_dqplb_receiver_that_falls_behind_holds_the_sender_back() {
     let wcs = poll(&mut vcq, &mut vqp);
     assert_eq!((wcs[0].wr_id, wcs[0].byte_len), (1, 10));
 }
+
+/// Everything of a posted WQE but its `SIGNALED` bit, with the QP it went to.
+fn placement(sends: &[(u32, SendWqe)]) -> Vec<(u32, SendWqe), 64> {
+    sends
+        .iter()
+        .map(|&(qpn, w)| {
+            let flags = SendFlags(w.flags.0 & !SendFlags::SIGNALED.0);
+            (qpn, SendWqe { flags, ..w })
+        })
+        .collect()
+}
+
+#[test]
+fn a_request_spread_in_one_go_lands_exactly_as_fragment_by_fragment() {
+    // Last-of-chain signaling stages a request's fragments QP by QP when every QP
+    // has room for its share; every-WQE signaling goes fragment by fragment. Both
+    // must post the same WQEs to the same QPs with the same sequence numbers.
+    let requests = [
+        (Opcode::RDMA_WRITE_WITH_IMM, 1000, 0x2000_0000),
+        (Opcode::RDMA_WRITE_WITH_IMM, 5 << 16, 0x2000_0000),
+        (Opcode::RDMA_WRITE_WITH_IMM, (9 << 16) + 77, 0x2000_1234),
+        (Opcode::RDMA_WRITE, 3 << 16, 0x2000_0010),
+        (Opcode::RDMA_READ, (2 << 16) + 1, 0x2000_0000),
+        (Opcode::RDMA_WRITE_WITH_IMM, 2 << 16, 0x2000_0000),
+    ];
+    let run = |signaling| {
+        let f = Fabric::default();
+        let cfg = Config {
+            signaling,
+            send_seq: (1 << 24) - 5,
+            split: SplitPolicy {
+                align: 4096,
+                ..SplitPolicy::new(64 << 10)
+            },
+            ..config(Mode::Dqplb)
+        };
+        let (mut vqp, _) = build_with(&f, cfg, 4);
+        for (i, &(opcode, len, remote)) in requests.iter().enumerate() {
+            let flags = if i % 2 == 0 {
+                SendFlags::SIGNALED.with(SendFlags::SOLICITED)
+            } else {
+                SendFlags::SIGNALED.with(SendFlags::FENCE)
+            };
+            let wr = SendWr {
+                opcode,
+                remote_addr: remote,
+                flags,
+                ..write(i as u64, len)
+            };
+            vqp.post_send(&wr).unwrap();
+        }
+        let sends = placement(&f.sends.borrow());
+        (sends, vqp.send_seq())
+    };
+    let (spread, seq_spread) = run(Signaling::LastOfChain);
+    let (one_by_one, seq_one) = run(Signaling::Every);
+    assert_eq!(spread.len(), 1 + 5 + 11 + 3 + 3 + 2);
+    assert_eq!(seq_spread, seq_one);
+    // Chains are per QP, so compare each QP's WQEs in order.
+    for qpn in 100..104 {
+        let of = |v: &[(u32, SendWqe)]| {
+            v.iter()
+                .filter(|(q, _)| *q == qpn)
+                .map(|(_, w)| *w)
+                .collect::<Vec<_, 64>>()
+        };
+        assert_eq!(of(&spread), of(&one_by_one), "QP {qpn}");
+    }
+}
+
+#[test]
+fn one_fragment_requests_posted_straight_away_stay_within_the_window() {
+    // 2 QPs, window 64, of which 2 × 28 receives may sit unprocessed at the peer:
+    // 8 sequence numbers may be in flight.
+    type Narrow<'f> = VirtualQp<MockQp<'f>, 4, 16, 64, 64>;
+    let f = Fabric::default();
+    let cfg = Config {
+        max_outstanding: 4,
+        recv_depth: 28,
+        ..config(Mode::Dqplb)
+    };
+    let data = (0..2).map(|i| {
+        (
+            MockQp {
+                qpn: 100 + i,
+                f: &f,
+            },
+            0,
+        )
+    });
+    let mut vqp = Narrow::new(cfg, data, None).unwrap();
+    let mut vcq = Vcq::new();
+    vcq.add_cq(MockCq(&f), 0, 1024).unwrap();
+    vcq.attach(&mut vqp).unwrap();
+    let mut done = 0;
+    let mut out = [Wc::EMPTY; 8];
+    for i in 0..15 {
+        let imm = SendWr {
+            opcode: Opcode::RDMA_WRITE_WITH_IMM,
+            ..write(i, 1000)
+        };
+        vqp.post_send(&imm).unwrap();
+        // QP 0 never completes; QP 1 completes everything it gets.
+        let sends = f.sends.borrow().clone();
+        for (k, (qpn, _)) in sends.iter().enumerate().skip(done) {
+            if *qpn == 101 {
+                f.complete_send(k, WcStatus::SUCCESS);
+            }
+        }
+        done = sends.len();
+        vcq.poll(&mut [&mut vqp], &mut out).unwrap();
+    }
+    let sends = f.sends.borrow();
+    let seqs: Vec<u32, 16> = sends
+        .iter()
+        .map(|(_, w)| u32::from_be(w.imm_data) & 0xff_ffff)
+        .collect();
+    assert_eq!(seqs.len(), 8, "{seqs:?}");
+    assert_eq!(seqs.iter().max(), Some(&7));
+    assert_eq!(vqp.send_seq().get(), 8);
+    assert_eq!(vqp.sends_in_flight(), 15);
+}
