@@ -231,20 +231,21 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         } else {
             self.cfg.split.plan(wr.len, wr.remote_addr)
         };
-        *self.send.get_mut(id) = SendSlot {
-            wr: *wr,
-            plan,
-            posted: 0,
-            offset: 0,
-            done: 0,
-            target: plan.count(),
-            passthrough,
-            status: WcStatus::SUCCESS,
-            notify: if spray_imm && !passthrough {
-                Notify::Waiting
-            } else {
-                Notify::None
-            },
+        // Field by field: a whole-slot assignment would build the slot on the stack
+        // first and copy it.
+        let slot = self.send.get_mut(id);
+        slot.wr = *wr;
+        slot.plan = plan;
+        slot.posted = 0;
+        slot.offset = 0;
+        slot.done = 0;
+        slot.target = plan.count();
+        slot.passthrough = passthrough;
+        slot.status = WcStatus::SUCCESS;
+        slot.notify = if spray_imm && !passthrough {
+            Notify::Waiting
+        } else {
+            Notify::None
         };
         self.send.tail += 1;
         Ok(())
