@@ -235,6 +235,45 @@ fn bench_a(c: &mut Criterion) {
     });
     g.finish();
 
+    let mut g = c.benchmark_group("A post + completion, 32 in flight");
+    g.throughput(Throughput::Elements(32));
+    g.bench_function("vqp", |b| {
+        b.iter(|| {
+            for _ in 0..32 {
+                r.vqp.post_send(black_box(&wr)).expect("accepted");
+            }
+            r.poll_until(32);
+        })
+    });
+    let mut bare = Bare::new(1, NoopOrder::Fifo, 1, false);
+    g.bench_function("no-op provider alone (32 posts of 1 WQE, 32 CQEs)", |b| {
+        b.iter(|| {
+            for _ in 0..32 {
+                bare.qps[0]
+                    .post_send(black_box(&bare.chain))
+                    .expect("accepted");
+            }
+            let mut left = 32;
+            while left > 0 {
+                let n = bare.cq.poll(&mut bare.scratch).expect("poll");
+                black_box(&bare.scratch[..n]);
+                left -= n;
+            }
+        })
+    });
+    g.bench_function("reference", |b| {
+        b.iter(|| {
+            for _ in 0..32 {
+                base.post(black_box(&wr));
+            }
+            let mut left = 32;
+            while left > 0 {
+                left -= base.poll().len();
+            }
+        })
+    });
+    g.finish();
+
     let mut g = c.benchmark_group("A post alone, 32 in flight");
     g.throughput(Throughput::Elements(32));
     assert_no_alloc("vqp post x32", || {
