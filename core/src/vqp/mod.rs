@@ -12,6 +12,10 @@
 //! wait in the slot ring, which is also the pending FIFO: dispatch resumes, in
 //! posting order, as completions free room. Completions are reported strictly in
 //! posting order.
+//!
+//! Two shortcuts give the same WQEs on the same QPs as the general round: a request
+//! that goes as one WQE while nothing waits before it is posted at once, and a
+//! fragmented request whose shares all fit is staged QP by QP, each share as one run.
 
 mod config;
 mod error;
