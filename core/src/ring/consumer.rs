@@ -18,10 +18,12 @@ pub struct Consumer<P> {
     /// Our own copy of `ring.head`: only this handle stores that index, and it stores it
     /// after every item it moves out, so the copy equals it between calls.
     head: usize,
-    /// Our own copy of `ring.released`, which only this handle stores. Invariants between
-    /// calls: `head.wrapping_sub(released) < Ring::RELEASE_BATCH`, and `released == head`
+    /// Where the next batch of slots goes back to the producer: `ring.released` (which
+    /// only this handle stores) plus [`Ring::RELEASE_BATCH`], kept in this form so that a
+    /// pop checks it with one comparison. Invariants between calls: `head` lies in
+    /// `release_at - RELEASE_BATCH..release_at`, at its start (every slot handed back)
     /// after a call that found the ring empty or popped a slice.
-    released: usize,
+    release_at: usize,
     /// The producer's `tail` as last loaded. It only grows, so `cached_tail - head` is a
     /// lower bound on the items held; invariant: `cached_tail.wrapping_sub(head) <= N`.
     cached_tail: usize,
@@ -37,7 +39,7 @@ where
         Self {
             ring,
             head,
-            released: head,
+            release_at: head.wrapping_add(Ring::<T, N>::RELEASE_BATCH),
             cached_tail: tail,
         }
     }
@@ -223,10 +225,13 @@ where
     #[inline(always)]
     fn advance(&mut self, head: usize) {
         self.record_head(head);
-        if head.wrapping_sub(self.released) >= Ring::<T, N>::RELEASE_BATCH {
+        // One item at a time, so `head` cannot step over `release_at`.
+        if head == self.release_at {
             self.release();
         }
-        debug_assert!(head.wrapping_sub(self.released) < Ring::<T, N>::RELEASE_BATCH);
+        debug_assert!(
+            self.release_at.wrapping_sub(head).wrapping_sub(1) < Ring::<T, N>::RELEASE_BATCH
+        );
     }
 
     /// Moves our position to `head`, past items just moved out, in the ring as well, so
@@ -248,7 +253,7 @@ where
     /// `RELEASE_BATCH <= N / 4` are held, so it sees at least `3 * N / 4` free.)
     #[inline(always)]
     fn release_if_held(&mut self) {
-        if self.released != self.head {
+        if self.release_at.wrapping_sub(Ring::<T, N>::RELEASE_BATCH) != self.head {
             self.release();
         }
     }
@@ -256,8 +261,11 @@ where
     /// Hands every slot before `head` back to the producer.
     #[inline(always)]
     fn release(&mut self) {
-        debug_assert_eq!(self.ring.released.load(Ordering::Relaxed), self.released);
-        self.released = self.head;
+        debug_assert_eq!(
+            self.ring.released.load(Ordering::Relaxed),
+            self.release_at.wrapping_sub(Ring::<T, N>::RELEASE_BATCH)
+        );
+        self.release_at = self.head.wrapping_add(Ring::<T, N>::RELEASE_BATCH);
         // Release pairs with the producer's Acquire load of `released`: our reads of the
         // slots, this pop's and the earlier ones' not handed back yet, happen before it
         // overwrites them.
