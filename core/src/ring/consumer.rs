@@ -241,16 +241,17 @@ where
         debug_assert!(self.cached_tail.wrapping_sub(head) <= N);
         debug_assert_eq!(self.ring.head.load(Ordering::Relaxed), self.head);
         self.head = head;
-        // Relaxed: only code holding the ring exclusively loads `head`, after whatever
-        // ended this handle; the producer learns of freed slots through `released`.
+        // Relaxed: the code that relies on `head` holds the ring exclusively, after
+        // whatever ended this handle; `Producer::len` reads it only to count. The producer
+        // learns of freed slots through `released`.
         self.ring.head.store(head, Ordering::Relaxed);
     }
 
     /// Hands every slot before `head` back to the producer, if we hold any: called when
     /// the ring is found empty, so that a consumer waiting for items holds none back and
-    /// the producer's view of the ring ([`Producer::len`](super::Producer::len)) is exact.
-    /// (The producer never waits on these slots alone: with the ring empty, fewer than
-    /// `RELEASE_BATCH <= N / 4` are held, so it sees at least `3 * N / 4` free.)
+    /// [`Producer::slots`](super::Producer::slots) counts every free slot. (The producer
+    /// never waits on these slots alone: with the ring empty, fewer than `RELEASE_BATCH`
+    /// are held, at most a quarter of the ring, so it sees three quarters free or more.)
     #[inline(always)]
     fn release_if_held(&mut self) {
         if self.release_at.wrapping_sub(Ring::<T, N>::RELEASE_BATCH) != self.head {
