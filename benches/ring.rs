@@ -10,6 +10,15 @@
 //!   cores stream items through a 1024-slot queue; the time is the consumer's, from the
 //!   moment both threads leave a barrier to the last item popped.
 //!
+//! After the criterion groups, a side-by-side run ([`side_by_side`]) streams a fixed
+//! number of items through vqp's ring and rtrb's, alternating between the two, many times
+//! over, and prints the median time per item of each and of their per-trial ratio. On a
+//! small VM the two-thread figures swing by several times from one second to the next
+//! (how the host places the two virtual CPUs, other guests, other processes), and
+//! criterion times one queue after the other, so a single criterion run compares
+//! different machines; interleaved trials see the same ones. It runs unless a filter is
+//! given that names neither `two_threads` nor `side_by_side`.
+//!
 //! `cargo bench --bench ring -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::{black_box, spin_loop};
@@ -17,7 +26,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkGroup, Criterion, Throughput};
 use crossbeam_queue::ArrayQueue;
 use vqp::core::ring::Ring;
 
@@ -196,13 +205,15 @@ fn batched(c: &mut Criterion) {
 /// Streams `iters` items from a producer pinned to the first core to a consumer pinned
 /// to the second, and returns the consumer's time from the barrier to the last item.
 /// `push` hands a refused item back; `pop` returns `None` when the queue is empty. The
-/// consumer checks every item's number, as a real one would read what it pops.
+/// consumer checks every item's number, as a real one would read what it pops, and then
+/// spends `work` steps of a dependent multiply chain on it (0 for the criterion groups).
 fn stream<T, Tx, Rx>(
     iters: u64,
     mut tx: Tx,
     mut rx: Rx,
     push: impl Fn(&mut Tx, T) -> Result<(), T> + Sync,
     pop: impl Fn(&mut Rx) -> Option<T> + Sync,
+    work: u32,
 ) -> Duration
 where
     T: Numbered,
@@ -242,6 +253,7 @@ where
                 loop {
                     if let Some(item) = pop(&mut rx) {
                         assert_eq!(item.seq(), i, "items arrived out of order");
+                        busy(item.seq(), work);
                         break;
                     }
                     spin_loop();
@@ -254,50 +266,66 @@ where
     })
 }
 
+/// A dependent chain of `steps` multiplies on `seed`, standing for what a consumer does
+/// with an item; `black_box` keeps the compiler from folding it. No steps, no code.
+#[inline(always)]
+fn busy(seed: u64, steps: u32) {
+    let mut x = seed;
+    for _ in 0..steps {
+        x = black_box(x.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    }
+}
+
+/// Streams `iters` items of type `T` through vqp's ring.
+fn stream_vqp<T: Numbered>(iters: u64, work: u32) -> Duration {
+    let (tx, rx) = Ring::try_split(Arc::new(Ring::<T, CAP>::new())).unwrap();
+    stream(
+        iters,
+        tx,
+        rx,
+        |tx, v| tx.push(v).map_err(|e| e.into_inner()),
+        |rx| rx.pop().ok(),
+        work,
+    )
+}
+
+/// Streams `iters` items of type `T` through rtrb's ring.
+fn stream_rtrb<T: Numbered>(iters: u64, work: u32) -> Duration {
+    let (tx, rx) = rtrb::RingBuffer::<T>::new(CAP);
+    stream(
+        iters,
+        tx,
+        rx,
+        |tx, v| {
+            tx.push(v).map_err(|e| match e {
+                rtrb::PushError::Full(v) => v,
+            })
+        },
+        |rx| rx.pop().ok(),
+        work,
+    )
+}
+
 fn two_threads_of<T>(g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>)
 where
     T: Numbered,
 {
     g.throughput(Throughput::Elements(1));
-    g.bench_function("vqp", |b| {
-        b.iter_custom(|iters| {
-            let (tx, rx) = Ring::try_split(Arc::new(Ring::<T, CAP>::new())).unwrap();
-            stream(
-                iters,
-                tx,
-                rx,
-                |tx, v| tx.push(v).map_err(|e| e.into_inner()),
-                |rx| rx.pop().ok(),
-            )
-        });
-    });
+    g.bench_function("vqp", |b| b.iter_custom(|iters| stream_vqp::<T>(iters, 0)));
     g.bench_function("heapless", |b| {
         b.iter_custom(|iters| {
             let mut queue = Box::new(heapless::spsc::Queue::<T, CAP>::new());
             let (tx, rx) = queue.split();
-            stream(iters, tx, rx, |tx, v| tx.enqueue(v), |rx| rx.dequeue())
+            stream(iters, tx, rx, |tx, v| tx.enqueue(v), |rx| rx.dequeue(), 0)
         });
     });
     g.bench_function("rtrb", |b| {
-        b.iter_custom(|iters| {
-            let (tx, rx) = rtrb::RingBuffer::<T>::new(CAP);
-            stream(
-                iters,
-                tx,
-                rx,
-                |tx, v| {
-                    tx.push(v).map_err(|e| match e {
-                        rtrb::PushError::Full(v) => v,
-                    })
-                },
-                |rx| rx.pop().ok(),
-            )
-        });
+        b.iter_custom(|iters| stream_rtrb::<T>(iters, 0))
     });
     g.bench_function("crossbeam_ArrayQueue", |b| {
         b.iter_custom(|iters| {
             let queue = ArrayQueue::<T>::new(CAP);
-            stream(iters, &queue, &queue, |q, v| q.push(v), |q| q.pop())
+            stream(iters, &queue, &queue, |q, v| q.push(v), |q| q.pop(), 0)
         });
     });
 }
@@ -311,5 +339,139 @@ fn two_threads(c: &mut Criterion) {
     g.finish();
 }
 
+/// Trials of each queue per case in [`side_by_side`].
+const TRIALS: usize = 61;
+
+/// One case of [`side_by_side`]: a name, the items streamed per trial, the consumer's
+/// work per item ([`busy`] steps), and how to run one trial of each queue.
+struct Case {
+    name: &'static str,
+    items: u64,
+    work: u32,
+    vqp: fn(u64, u32) -> Duration,
+    rtrb: fn(u64, u32) -> Duration,
+}
+
+/// vqp's ring and rtrb's, interleaved: each trial streams the same number of items
+/// through one and then the other, the order swapping every trial, and the medians are
+/// printed. `quick` (when the binary runs as a test) makes one tiny trial per case.
+///
+/// Besides the two criterion cases, one where the consumer spends a while on every item
+/// (a poll thread posting a request, say), so that the ring runs full and the producer
+/// waits for slots: the regime that handing slots back in batches is for.
+fn side_by_side(quick: bool) {
+    let cases = [
+        Case {
+            name: "two_threads_u64",
+            items: 2_000_000,
+            work: 0,
+            vqp: stream_vqp::<u64>,
+            rtrb: stream_rtrb::<u64>,
+        },
+        Case {
+            name: "two_threads_64B",
+            items: 1_000_000,
+            work: 0,
+            vqp: stream_vqp::<Item64>,
+            rtrb: stream_rtrb::<Item64>,
+        },
+        Case {
+            name: "two_threads_u64, busy consumer",
+            items: 500_000,
+            work: 16,
+            vqp: stream_vqp::<u64>,
+            rtrb: stream_rtrb::<u64>,
+        },
+    ];
+    let trials = if quick { 1 } else { TRIALS };
+    println!(
+        "side_by_side: vqp and rtrb in interleaved trials, {trials} of each; ns per item, \
+         median [quartiles]"
+    );
+    for case in &cases {
+        let items = if quick { 1000 } else { case.items };
+        let per_item = |d: Duration| d.as_secs_f64() * 1e9 / items as f64;
+        let mut vqp = Vec::with_capacity(trials);
+        let mut rtrb = Vec::with_capacity(trials);
+        for trial in 0..trials {
+            if trial % 2 == 0 {
+                vqp.push(per_item((case.vqp)(items, case.work)));
+                rtrb.push(per_item((case.rtrb)(items, case.work)));
+            } else {
+                rtrb.push(per_item((case.rtrb)(items, case.work)));
+                vqp.push(per_item((case.vqp)(items, case.work)));
+            }
+        }
+        let mut ratio: Vec<f64> = vqp.iter().zip(&rtrb).map(|(v, r)| v / r).collect();
+        let wins = ratio.iter().filter(|&&r| r < 1.0).count();
+        let [v, r, q] = [&mut vqp, &mut rtrb, &mut ratio].map(|x| quartiles(x));
+        println!(
+            "  {:31} ({} items): vqp {:.2} [{:.2} {:.2}]  rtrb {:.2} [{:.2} {:.2}]  \
+             vqp/rtrb {:.3} [{:.3} {:.3}], vqp faster in {wins}/{trials}",
+            case.name, items, v[1], v[0], v[2], r[1], r[0], r[2], q[1], q[0], q[2]
+        );
+    }
+}
+
+/// The lower quartile, median and upper quartile of `values` (sorted in place).
+fn quartiles(values: &mut [f64]) -> [f64; 3] {
+    values.sort_by(f64::total_cmp);
+    let at = |q: usize| values[(values.len() - 1) * q / 4];
+    [at(1), at(2), at(3)]
+}
+
+/// Whether to run [`side_by_side`] (`Some(quick)`), from the arguments criterion gets:
+/// not when listing benchmarks, quickly without `--bench` (run as a test), and not when a
+/// filter is given that names neither `two_threads` nor `side_by_side`.
+fn side_by_side_mode() -> Option<bool> {
+    /// Criterion's options that take a value, so that the value is not read as a filter.
+    const VALUED: &[&str] = &[
+        "--warm-up-time",
+        "--measurement-time",
+        "--sample-size",
+        "--nresamples",
+        "--noise-threshold",
+        "--confidence-level",
+        "--significance-level",
+        "--save-baseline",
+        "-s",
+        "--baseline",
+        "-b",
+        "--baseline-lenient",
+        "--load-baseline",
+        "--profile-time",
+        "--output-format",
+        "--plotting-backend",
+        "--color",
+        "-c",
+        "--format",
+    ];
+    let mut bench = false;
+    let mut filter = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--list" => return None,
+            "--bench" => bench = true,
+            a if VALUED.contains(&a) => {
+                args.next();
+            }
+            a if a.starts_with('-') => {}
+            _ => filter = Some(arg),
+        }
+    }
+    match filter {
+        Some(f) if !f.contains("two_threads") && !f.contains("side_by_side") => None,
+        _ => Some(!bench),
+    }
+}
+
 criterion_group!(benches, single_thread, batched, two_threads);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    if let Some(quick) = side_by_side_mode() {
+        side_by_side(quick);
+    }
+}

@@ -2,7 +2,8 @@
 //! Every interleaving of a producer and a consumer thread on tiny rings, under loom.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p vqp-core --release
-//! --test loom_ring`. Rings have 2 or 4 slots so that a few items already wrap around them.
+//! --test loom_ring`. Rings have 2 or 4 slots so that a few items already wrap around them,
+//! or 8 where the consumer should hold slots back (`RELEASE_BATCH` is 1 below 8 slots).
 
 use core::ops::Deref;
 
@@ -181,5 +182,133 @@ fn items_left_behind_are_dropped_once() {
         // Both handles are gone; the last pointer drops the ring and what it holds.
         drop(ring);
         assert_eq!(drops.load(Ordering::Relaxed), 3);
+    });
+}
+
+// The tests below use rings of 8 slots, whose consumer hands slots back two pops at a
+// time (`RELEASE_BATCH`), or when a pop finds the ring empty, or at the end of a batch pop.
+
+#[test]
+fn deferred_release_wraps_around_slots_and_indices() {
+    assert_eq!(Ring::<usize, 8>::RELEASE_BATCH, 2);
+    loom::model(|| {
+        // Six items in before the threads start, across the end of `usize`; five more
+        // from the producer thread: the last ones only fit in slots handed back.
+        let mut ring = Ring::<usize, 8>::starting_at(usize::MAX - 2);
+        {
+            let (mut tx, _) = ring.split();
+            assert_eq!(tx.push_slice(&[0, 1, 2, 3, 4, 5]), 6);
+        }
+        let (mut tx, mut rx) = split(ring);
+        let producer = thread::spawn(move || {
+            for i in 6..11 {
+                push_spinning(&mut tx, i);
+            }
+        });
+        for i in 0..11 {
+            assert_eq!(pop_spinning(&mut rx), i);
+        }
+        assert_eq!(rx.pop(), Err(PopError::Empty));
+        producer.join().unwrap();
+    });
+}
+
+#[test]
+fn a_full_ring_refills_only_slots_handed_back() {
+    loom::model(|| {
+        let mut ring = Ring::<usize, 8>::new();
+        {
+            let (mut tx, _) = ring.split();
+            assert_eq!(tx.push_slice(&[0, 1, 2, 3, 4, 5, 6, 7]), 8);
+        }
+        let (mut tx, mut rx) = split(ring);
+        let producer = thread::spawn(move || {
+            // Two tries each for three more items; whatever the consumer has handed back
+            // by then is all the producer may use.
+            let mut pushed = 0;
+            for i in 8..11 {
+                for _ in 0..2 {
+                    if tx.push(i).is_ok() {
+                        pushed += 1;
+                        break;
+                    }
+                    thread::yield_now();
+                }
+                if pushed < i - 7 {
+                    break;
+                }
+            }
+            assert!(tx.len() <= 8);
+            pushed
+        });
+        // Three pops: the first two are handed back together, the third is held.
+        let popped: Vec<usize> = (0..3).map(|_| rx.pop().unwrap()).collect();
+        assert_eq!(popped, [0, 1, 2]);
+        let pushed = producer.join().unwrap();
+        assert!(pushed <= 2, "the third slot was not handed back");
+        let rest: Vec<usize> = core::iter::from_fn(|| rx.pop().ok()).collect();
+        assert_eq!(rest, (3..8 + pushed).collect::<Vec<_>>());
+    });
+}
+
+#[test]
+fn batches_and_the_empty_ring_hand_slots_back() {
+    loom::model(|| {
+        let (mut tx, mut rx) = split(Ring::<u8, 8>::starting_at(usize::MAX - 3));
+        let producer = thread::spawn(move || {
+            let items = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+            let mut sent = 0;
+            while sent < items.len() {
+                let n = tx.push_slice(&items[sent..(sent + 5).min(items.len())]);
+                sent += n;
+                if n == 0 {
+                    thread::yield_now();
+                }
+            }
+        });
+        // Single pops (held back in pairs, or handed back on an empty ring) and batch
+        // pops (handing everything back) in turn.
+        let mut received = Vec::new();
+        let mut buf = [0u8; 3];
+        while received.len() < 11 {
+            let got = if received.len() % 2 == 0 {
+                rx.pop().ok().map(|v| received.push(v)).is_some()
+            } else {
+                let n = rx.pop_slice(&mut buf);
+                received.extend_from_slice(&buf[..n]);
+                n > 0
+            };
+            if !got {
+                thread::yield_now();
+            }
+        }
+        assert_eq!(received, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        producer.join().unwrap();
+    });
+}
+
+#[test]
+fn items_popped_but_not_handed_back_are_not_dropped_again() {
+    loom::model(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let ring = Shared(Arc::new(Ring::<Token, 8>::new()));
+        let (mut tx, mut rx) = Ring::try_split(ring.clone()).unwrap();
+        let made = Arc::clone(&drops);
+        let producer = thread::spawn(move || {
+            for _ in 0..4 {
+                tx.push(Token(Arc::clone(&made))).ok().unwrap();
+            }
+        });
+        let consumer = thread::spawn(move || {
+            // One pop, fewer than a release batch: its slot stays held when the consumer
+            // goes away (unless it found the ring empty first, then nothing was popped).
+            rx.pop().is_ok()
+        });
+        producer.join().unwrap();
+        let popped = usize::from(consumer.join().unwrap());
+        assert_eq!(drops.load(Ordering::Relaxed), popped);
+        // Both handles are gone; the ring drops what was never popped, once.
+        drop(ring);
+        assert_eq!(drops.load(Ordering::Relaxed), 4);
     });
 }

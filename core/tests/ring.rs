@@ -169,3 +169,67 @@ fn static_ring_across_threads() {
     }
     assert_eq!(consumer.join().unwrap(), 4950);
 }
+
+/// Counts its drops in a shared counter.
+struct Tracked {
+    seq: u64,
+    drops: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.drops
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn heap_items_stream_while_slots_go_back_in_batches() {
+    const COUNT: u64 = 100_000;
+    const LEFT: u64 = 10;
+    assert_eq!(Ring::<Tracked, 64>::RELEASE_BATCH, 16);
+    let drops = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let ring = Arc::new(Ring::<Tracked, 64>::new());
+    let (mut tx, mut rx) = Ring::try_split(Arc::clone(&ring)).unwrap();
+    let consumer = std::thread::spawn(move || {
+        let mut expected = 0;
+        let mut iter_turn = false;
+        while expected < COUNT - LEFT {
+            // Single pops and iterator runs in turn, stopping short of the last items:
+            // the consumer goes away holding some slots back.
+            if iter_turn {
+                let left = (COUNT - LEFT - expected) as usize;
+                for item in rx.pop_iter().take(left) {
+                    assert_eq!(item.seq, expected);
+                    expected += 1;
+                }
+            } else if let Ok(item) = rx.pop() {
+                assert_eq!(item.seq, expected);
+                expected += 1;
+            }
+            iter_turn = !iter_turn;
+            std::hint::spin_loop();
+        }
+    });
+    for seq in 0..COUNT {
+        let mut item = Tracked {
+            seq,
+            drops: Arc::clone(&drops),
+        };
+        while let Err(PushError::Full(back)) = tx.push(item) {
+            item = back;
+            std::hint::spin_loop();
+        }
+    }
+    consumer.join().unwrap();
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(drops.load(relaxed), COUNT - LEFT);
+    assert_eq!(tx.len() as u64, LEFT);
+    let held_back = 64 - tx.slots() as u64 - LEFT;
+    assert!(held_back < 16, "less than a batch held back: {held_back}");
+    drop(tx);
+    // The last handle is gone: the ring drops the items never popped, once each.
+    assert_eq!(Arc::strong_count(&ring), 1);
+    drop(ring);
+    assert_eq!(drops.load(relaxed), COUNT);
+}

@@ -18,6 +18,12 @@ pub struct Consumer<P> {
     /// Our own copy of `ring.head`: only this handle stores that index, and it stores it
     /// after every item it moves out, so the copy equals it between calls.
     head: usize,
+    /// Where the next batch of slots goes back to the producer: `ring.released` (which
+    /// only this handle stores) plus [`Ring::RELEASE_BATCH`], kept in this form so that a
+    /// pop checks it with one comparison. Invariants between calls: `head` lies in
+    /// `release_at - RELEASE_BATCH..release_at`, at its start (every slot handed back)
+    /// after a call that found the ring empty or popped a slice.
+    release_at: usize,
     /// The producer's `tail` as last loaded. It only grows, so `cached_tail - head` is a
     /// lower bound on the items held; invariant: `cached_tail.wrapping_sub(head) <= N`.
     cached_tail: usize,
@@ -33,16 +39,18 @@ where
         Self {
             ring,
             head,
+            release_at: head.wrapping_add(Ring::<T, N>::RELEASE_BATCH),
             cached_tail: tail,
         }
     }
 
     /// Moves the oldest item out of the ring.
     ///
-    /// Loads the producer's index only when the cached one says the ring is empty. A
-    /// `Result` rather than an `Option`, to match [`Producer::push`](super::Producer::push)
-    /// and to leave room for more reasons than emptiness; `while let Ok(item) = rx.pop()`
-    /// drains the ring.
+    /// Loads the producer's index only when the cached one says the ring is empty. Hands
+    /// the slot back to the producer later, with others, or when a pop finds the ring
+    /// empty (see [`Ring::RELEASE_BATCH`]). A `Result` rather than an `Option`, to match
+    /// [`Producer::push`](super::Producer::push) and to leave room for more reasons than
+    /// emptiness; `while let Ok(item) = rx.pop()` drains the ring.
     ///
     /// ```
     /// use vqp_core::ring::{PopError, Ring};
@@ -61,23 +69,25 @@ where
     pub fn pop(&mut self) -> Result<T, PopError> {
         let head = self.head;
         if head == self.cached_tail && self.refresh_tail() == 0 {
+            self.release_if_held();
             return Err(PopError::Empty);
         }
         debug_assert!(self.cached_tail.wrapping_sub(head) <= N);
         let value = self.ring.slot(head).with(|slot| {
             // SAFETY: `head` is in `head..cached_tail`, so the slot holds an initialised item
             // that the producer's Release store of `tail` made visible to our Acquire load;
-            // the producer will not touch it until `head` is published past it below, and
-            // then we no longer read it, so the item is moved out exactly once.
+            // the producer will not touch it until `released` is published past it, which
+            // comes after this read; `head` moves past it below, so it is moved out once.
             unsafe { slot.cast::<T>().read() }
         });
-        self.publish(head.wrapping_add(1));
+        self.advance(head.wrapping_add(1));
         Ok(value)
     }
 
     /// Copies as many of the oldest items into the front of `items` as it holds and the
     /// ring has, and returns how many it copied. The slots are handed back to the producer
-    /// at once: the index is published once per call.
+    /// at once, with any that single pops before it had not handed back yet: the index is
+    /// published once per call.
     ///
     /// ```
     /// use vqp_core::ring::Ring;
@@ -103,6 +113,9 @@ where
         }
         let n = held.min(items.len());
         if n == 0 {
+            if held == 0 {
+                self.release_if_held();
+            }
             return 0;
         }
         let (first, second) = self.ring.slot_runs(head, n);
@@ -110,23 +123,25 @@ where
         for (cell, item) in first.iter().zip(items_first) {
             // SAFETY: the `n <= held` slots from `head` on are in `head..tail`: initialised,
             // published to us by the producer's Release store of `tail`, and ours until we
-            // publish `head` past them. `T: Copy`, so copying leaves nothing to drop.
+            // publish `released` past them. `T: Copy`, so copying leaves nothing to drop.
             *item = cell.with(|slot| unsafe { slot.cast::<T>().read() });
         }
         for (cell, item) in second.iter().zip(items_second) {
             // SAFETY: as above; these are the same run continued at the start of storage.
             *item = cell.with(|slot| unsafe { slot.cast::<T>().read() });
         }
-        self.publish(head.wrapping_add(n));
+        self.record_head(head.wrapping_add(n));
+        self.release();
         n
     }
 
     /// Returns an iterator that pops the items the ring holds now, oldest first.
     ///
     /// Items pushed after this call are left for later, as are items the iterator was not
-    /// advanced to (it is fine to drop it early). Each item's slot is handed back to the
-    /// producer as soon as the item is yielded, so even a leaked iterator never lets an
-    /// item be moved out twice.
+    /// advanced to (it is fine to drop it early). The consumer's position moves past each
+    /// item as it is yielded, so even a leaked iterator never lets an item be moved out
+    /// twice; slots are handed back to the producer as [`pop`](Self::pop) does, and all
+    /// of them when the ring is found empty here.
     ///
     /// ```
     /// use vqp_core::ring::Ring;
@@ -142,7 +157,9 @@ where
     /// ```
     #[inline]
     pub fn pop_iter(&mut self) -> PopIter<'_, P> {
-        self.refresh_tail();
+        if self.refresh_tail() == 0 {
+            self.release_if_held();
+        }
         PopIter {
             end: self.cached_tail,
             consumer: self,
@@ -162,7 +179,9 @@ where
     }
 
     /// How many slots are free, as seen now: at most this many, since the producer may be
-    /// pushing meanwhile.
+    /// pushing meanwhile. It counts the slots of items already popped that are not handed
+    /// back to the producer yet, which [`Producer::slots`](super::Producer::slots) does
+    /// not.
     #[inline]
     #[must_use]
     pub fn slots(&self) -> usize {
@@ -201,15 +220,57 @@ where
         held
     }
 
-    /// Hands every slot before `head` back to the producer.
+    /// Moves our position to `head`, past items just moved out, and hands their slots
+    /// back once a batch is complete.
     #[inline(always)]
-    fn publish(&mut self, head: usize) {
+    fn advance(&mut self, head: usize) {
+        self.record_head(head);
+        // One item at a time, so `head` cannot step over `release_at`.
+        if head == self.release_at {
+            self.release();
+        }
+        debug_assert!(
+            self.release_at.wrapping_sub(head).wrapping_sub(1) < Ring::<T, N>::RELEASE_BATCH
+        );
+    }
+
+    /// Moves our position to `head`, past items just moved out, in the ring as well, so
+    /// that the ring's own drop, or a later split, starts from there.
+    #[inline(always)]
+    fn record_head(&mut self, head: usize) {
         debug_assert!(self.cached_tail.wrapping_sub(head) <= N);
         debug_assert_eq!(self.ring.head.load(Ordering::Relaxed), self.head);
         self.head = head;
-        // Release pairs with the producer's Acquire load of `head`: our reads of the slots
-        // happen before it overwrites them.
-        self.ring.head.store(head, Ordering::Release);
+        // Relaxed: the code that relies on `head` holds the ring exclusively, after
+        // whatever ended this handle; `Producer::len` reads it only to count. The producer
+        // learns of freed slots through `released`.
+        self.ring.head.store(head, Ordering::Relaxed);
+    }
+
+    /// Hands every slot before `head` back to the producer, if we hold any: called when
+    /// the ring is found empty, so that a consumer waiting for items holds none back and
+    /// [`Producer::slots`](super::Producer::slots) counts every free slot. (The producer
+    /// never waits on these slots alone: with the ring empty, fewer than `RELEASE_BATCH`
+    /// are held, at most a quarter of the ring, so it sees three quarters free or more.)
+    #[inline(always)]
+    fn release_if_held(&mut self) {
+        if self.release_at.wrapping_sub(Ring::<T, N>::RELEASE_BATCH) != self.head {
+            self.release();
+        }
+    }
+
+    /// Hands every slot before `head` back to the producer.
+    #[inline(always)]
+    fn release(&mut self) {
+        debug_assert_eq!(
+            self.ring.released.load(Ordering::Relaxed),
+            self.release_at.wrapping_sub(Ring::<T, N>::RELEASE_BATCH)
+        );
+        self.release_at = self.head.wrapping_add(Ring::<T, N>::RELEASE_BATCH);
+        // Release pairs with the producer's Acquire load of `released`: our reads of the
+        // slots, this pop's and the earlier ones' not handed back yet, happen before it
+        // overwrites them.
+        self.ring.released.store(self.head, Ordering::Release);
     }
 }
 
@@ -252,11 +313,12 @@ where
         debug_assert!(self.end.wrapping_sub(head) <= N);
         let value = consumer.ring.slot(head).with(|slot| {
             // SAFETY: `head` is in `head..end`, and `end` is a `tail` we loaded with
-            // Acquire, so the slot holds a published, initialised item; publishing `head`
-            // past it below means it is moved out exactly once, even if `self` is leaked.
+            // Acquire, so the slot holds a published, initialised item that the producer
+            // leaves alone until `released` passes it (after this read); moving `head` past
+            // it below means it is moved out exactly once, even if `self` is leaked.
             unsafe { slot.cast::<T>().read() }
         });
-        consumer.publish(head.wrapping_add(1));
+        consumer.advance(head.wrapping_add(1));
         Some(value)
     }
 

@@ -17,7 +17,8 @@ use core::fmt;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PushError<T> {
-    /// Every slot of the ring holds an item that the consumer has not popped yet.
+    /// Every slot of the ring holds an item that the consumer has not handed back yet
+    /// (see [`Producer::slots`](super::Producer::slots) for when it does).
     Full(T),
 }
 

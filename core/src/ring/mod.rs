@@ -24,24 +24,45 @@
 //!
 //! # Indices
 //!
-//! `head` counts every pop since the ring was created and `tail` every push, both
+//! `tail` counts every push since the ring was created and `head` every pop, both
 //! wrapping at `usize::MAX + 1`. Because `N` is a power of two (checked at compile time),
 //! slot `i & (N - 1)` is the home of index `i` across the wrap, and
 //! `tail.wrapping_sub(head)` is the number of items held: `0` is empty and `N` is full,
 //! so all `N` slots are usable.
 //!
-//! Each index is written by one side only and lives on its own cache line. Each handle
-//! keeps its own index in a plain field and the last value it saw of the other side's
-//! index; it reads the shared one only when the cached value says the ring is full
-//! (producer) or empty (consumer).
+//! A third index, `released`, is how far the consumer has handed slots back to the
+//! producer: the producer fills only slots below `released + N`. The consumer moves it up
+//! to `head` in steps rather than at every pop: after [`Ring::RELEASE_BATCH`] pops at
+//! most, at the end of every batch pop, and whenever it finds the ring empty, so a
+//! consumer that waits for items never holds slots back. When the ring runs full because
+//! the consumer is the slower side, the producer then refills a batch of slots the
+//! consumer left a while ago, instead of trading one cache line back and forth with it
+//! item by item, and the line holding `released` moves between the cores once per batch
+//! instead of once per item. The producer, on the other hand, publishes `tail` at every
+//! push: an item is visible to the consumer as soon as it is pushed.
+//!
+//! Each index is written by one side only and lives on its own cache line (`head` is the
+//! consumer's record of its position: pushing never reads it, only
+//! [`Producer::len`] does). Each handle keeps its own index in a plain field and the last
+//! value it saw of the other side's; it reads the shared one only when the cached value
+//! says the ring is full (producer) or empty (consumer).
 //!
 //! # Memory ordering
 //!
 //! A push writes the slot, then stores `tail` with `Release`; a pop that loads `tail`
 //! with `Acquire` and sees the new value therefore sees the slot's contents. A pop moves
-//! the item out, then stores `head` with `Release`; a push that loads `head` with
-//! `Acquire` and sees the slot freed therefore cannot overwrite it before the read has
-//! finished. No other ordering is needed.
+//! the item out; later, after this pop and maybe others, the consumer stores `released`
+//! with `Release`, which orders every slot read before it in program order (the deferred
+//! ones included) before the store. A push that loads `released` with `Acquire` and sees
+//! a slot handed back therefore cannot overwrite it before the read has finished; until
+//! then it treats the slot as taken, which is safe, only pessimistic.
+//!
+//! The consumer stores `head` after every pop with `Relaxed`. The code that relies on it
+//! holds the ring exclusively (dropping the ring, splitting it again), and whatever ended
+//! the handles' borrows or threads already ordered their stores before that; it is what
+//! keeps an item from being moved out twice when a consumer disappears (even through
+//! [`mem::forget`](core::mem::forget)) before it has handed its last slots back.
+//! [`Producer::len`] reads it too, only to count: it gains no access to any slot.
 //!
 //! # Example
 //!
@@ -120,19 +141,28 @@ use crate::sync::{AtomicBool, AtomicUsize, CachePadded, Ordering, UnsafeCell};
 ///
 /// See the [module documentation](self) for how to split it into handles.
 pub struct Ring<T, const N: usize> {
-    /// Index of the next item to pop; wraps at `usize::MAX + 1`.
+    /// Slots below this index are free for the producer; wraps at `usize::MAX + 1`.
     ///
-    /// Stored only by the consumer, with `Release`, after it has moved the item(s) out;
-    /// loaded with `Acquire` by the producer. Invariant: `tail.wrapping_sub(head) <= N`.
-    head: CachePadded<AtomicUsize>,
+    /// Stored only by the consumer, with `Release`, after it has moved the items below it
+    /// out; loaded with `Acquire` by the producer. Invariants: `released` is at most
+    /// `head`, by less than [`Self::RELEASE_BATCH`] between calls, and
+    /// `tail.wrapping_sub(released) <= N`.
+    released: CachePadded<AtomicUsize>,
     /// Index of the next slot to fill; wraps at `usize::MAX + 1`.
     ///
     /// Stored only by the producer, with `Release`, after it has written the slot(s);
-    /// loaded with `Acquire` by the consumer.
+    /// loaded with `Acquire` by the consumer. Invariant: `tail.wrapping_sub(head) <= N`.
     tail: CachePadded<AtomicUsize>,
+    /// Index of the next item to pop; wraps at `usize::MAX + 1`.
+    ///
+    /// Stored only by the consumer, with `Relaxed`, after every pop. Loaded by code that
+    /// holds the ring exclusively (no handle alive), ordered after those stores by
+    /// whatever ended the handles, and by [`Producer::len`], which only counts.
+    head: CachePadded<AtomicUsize>,
     /// Storage. Slot `i & (N - 1)` holds an initialised item exactly when `i` lies in
-    /// `head..tail` (wrapping). The producer alone touches the other slots, the consumer
-    /// alone the occupied ones, until it publishes `head` past them.
+    /// `head..tail` (wrapping). The consumer alone touches the occupied ones, and the
+    /// slots in `released..head` until it publishes `released` past them; the producer
+    /// alone the others.
     slots: [UnsafeCell<MaybeUninit<T>>; N],
     /// Set by the first successful [`Ring::try_split`]; never cleared.
     split: AtomicBool,
@@ -140,11 +170,37 @@ pub struct Ring<T, const N: usize> {
 
 // SAFETY: the ring hands out at most one `Producer` and one `Consumer` (`split` needs
 // `&mut self`, `try_split` claims the `split` flag), and they touch disjoint slots, ordered
-// by the `Acquire`/`Release` pairs on `head` and `tail`. Items only move from the producer's
-// thread to the consumer's, which is exactly what `T: Send` allows.
+// by the `Acquire`/`Release` pairs on `released` and `tail`. Items only move from the
+// producer's thread to the consumer's, which is exactly what `T: Send` allows.
 unsafe impl<T: Send, const N: usize> Sync for Ring<T, N> {}
 
 impl<T, const N: usize> Ring<T, N> {
+    /// The most pops the consumer makes before it hands their slots back to the producer:
+    /// a quarter of the ring, between 1 and 32.
+    ///
+    /// It hands them back sooner when a pop finds the ring empty (so a consumer waiting
+    /// for items holds nothing back) and at the end of every
+    /// [`pop_slice`](Consumer::pop_slice). Rings of 4 slots or fewer hand every slot back
+    /// at once.
+    ///
+    /// ```
+    /// use vqp_core::ring::Ring;
+    ///
+    /// assert_eq!(Ring::<u64, 1024>::RELEASE_BATCH, 32);
+    /// assert_eq!(Ring::<u64, 16>::RELEASE_BATCH, 4);
+    /// assert_eq!(Ring::<u64, 4>::RELEASE_BATCH, 1);
+    /// ```
+    pub const RELEASE_BATCH: usize = {
+        let quarter = N / 4;
+        if quarter == 0 {
+            1
+        } else if quarter > 32 {
+            32
+        } else {
+            quarter
+        }
+    };
+
     /// Creates an empty ring. `const`, so a ring can be a `static`:
     ///
     /// ```
@@ -166,8 +222,9 @@ impl<T, const N: usize> Ring<T, N> {
             )
         };
         Self {
-            head: CachePadded::new(AtomicUsize::new(0)),
+            released: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
+            head: CachePadded::new(AtomicUsize::new(0)),
             slots: [const { UnsafeCell::new(MaybeUninit::uninit()) }; N],
             split: AtomicBool::new(false),
         }
@@ -184,8 +241,9 @@ impl<T, const N: usize> Ring<T, N> {
             )
         };
         Self {
-            head: CachePadded::new(AtomicUsize::new(0)),
+            released: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
+            head: CachePadded::new(AtomicUsize::new(0)),
             slots: core::array::from_fn(|_| UnsafeCell::new(MaybeUninit::uninit())),
             split: AtomicBool::new(false),
         }
@@ -198,8 +256,9 @@ impl<T, const N: usize> Ring<T, N> {
     #[doc(hidden)]
     pub fn starting_at(index: usize) -> Self {
         let ring = Self::new();
-        ring.head.store(index, Ordering::Relaxed);
+        ring.released.store(index, Ordering::Relaxed);
         ring.tail.store(index, Ordering::Relaxed);
+        ring.head.store(index, Ordering::Relaxed);
         ring
     }
 
@@ -214,7 +273,8 @@ impl<T, const N: usize> Ring<T, N> {
     ///
     /// Exclusive access proves that no other handles are alive, so this always succeeds,
     /// and may be called again once the handles are gone; items left in the ring stay
-    /// there for the next pair. It does not touch the flag that [`Ring::try_split`] uses.
+    /// there for the next pair, and slots the last consumer had not handed back yet are
+    /// free again. It does not touch the flag that [`Ring::try_split`] uses.
     ///
     /// ```
     /// use vqp_core::ring::Ring;
@@ -230,11 +290,9 @@ impl<T, const N: usize> Ring<T, N> {
     #[inline]
     pub fn split(&mut self) -> (Producer<&Self>, Consumer<&Self>) {
         let ring: &Self = self;
-        // Relaxed: `&mut self` means every earlier handle is gone, and whatever ended it
-        // (a returned borrow, a joined thread) already ordered its stores before us.
-        let head = ring.head.load(Ordering::Relaxed);
-        let tail = ring.tail.load(Ordering::Relaxed);
-        debug_assert!(tail.wrapping_sub(head) <= N);
+        // `&mut self` means every earlier handle is gone, and whatever ended it (a
+        // returned borrow, a joined thread) already ordered its stores before us.
+        let (head, tail) = ring.reset_released();
         (
             Producer::new(ring, head, tail),
             Consumer::new(ring, head, tail),
@@ -272,13 +330,27 @@ impl<T, const N: usize> Ring<T, N> {
         if ring.split.swap(true, Ordering::AcqRel) {
             return Err(SplitError);
         }
-        // Relaxed: no handle has existed since the last `&mut` access (that would have
-        // needed this flag or an exclusive borrow), so nobody is storing these indices.
-        let head = ring.head.load(Ordering::Relaxed);
-        let tail = ring.tail.load(Ordering::Relaxed);
-        debug_assert!(tail.wrapping_sub(head) <= N);
+        // No handle has existed since the last `&mut` access (that would have needed this
+        // flag or an exclusive borrow), so nobody is storing these indices.
+        let (head, tail) = ring.reset_released();
         let producer = Producer::new(ring.clone(), head, tail);
         Ok((producer, Consumer::new(ring, head, tail)))
+    }
+
+    /// Hands every popped slot back (a consumer that went away may have kept up to
+    /// [`Self::RELEASE_BATCH`]` - 1`), and returns `(head, tail)`. Only for callers that
+    /// know no handle is alive.
+    fn reset_released(&self) -> (usize, usize) {
+        // Relaxed throughout: with no handle alive nobody else touches the indices, and
+        // the new handles reach other threads only through something that synchronises.
+        let head = self.head.load(Ordering::Relaxed);
+        let tail = self.tail.load(Ordering::Relaxed);
+        debug_assert!(tail.wrapping_sub(head) <= N);
+        debug_assert!(
+            head.wrapping_sub(self.released.load(Ordering::Relaxed)) < Self::RELEASE_BATCH
+        );
+        self.released.store(head, Ordering::Relaxed);
+        (head, tail)
     }
 
     /// The slot that index `index` lives in. The mask keeps it in bounds, so the compiler

@@ -29,28 +29,30 @@ pub struct Producer<P> {
     /// Our own copy of `ring.tail`: only this handle stores that index, so the copy is
     /// always equal to it between calls and never needs reloading.
     tail: usize,
-    /// The consumer's `head` as last loaded. It only grows, so `tail - cached_head` is an
-    /// upper bound on the items held; invariant: `tail.wrapping_sub(cached_head) <= N`.
-    cached_head: usize,
+    /// The consumer's `released` as last loaded. It only grows and never passes the
+    /// consumer's `head`, so `tail - cached_released` is an upper bound on the items held;
+    /// invariant: `tail.wrapping_sub(cached_released) <= N`.
+    cached_released: usize,
 }
 
 impl<T, const N: usize, P> Producer<P>
 where
     P: Deref<Target = Ring<T, N>>,
 {
-    /// Creates the handle; `head` and `tail` are the ring's current indices.
+    /// Creates the handle; `released` and `tail` are the ring's current indices.
     #[inline]
-    pub(super) fn new(ring: P, head: usize, tail: usize) -> Self {
+    pub(super) fn new(ring: P, released: usize, tail: usize) -> Self {
         Self {
             ring,
             tail,
-            cached_head: head,
+            cached_released: released,
         }
     }
 
     /// Moves `value` into the ring.
     ///
-    /// Loads the consumer's index only when the cached one says the ring is full.
+    /// Loads the consumer's index only when the cached one says the ring is full, and
+    /// publishes the item at once: the consumer can pop it as soon as this returns.
     ///
     /// ```
     /// use vqp_core::ring::{PushError, Ring};
@@ -70,13 +72,15 @@ where
     #[inline]
     pub fn push(&mut self, value: T) -> Result<(), PushError<T>> {
         let tail = self.tail;
-        if tail.wrapping_sub(self.cached_head) == N && self.refresh_head() == 0 {
+        if tail.wrapping_sub(self.cached_released) == N && self.refresh_released() == 0 {
             return Err(PushError::Full(value));
         }
-        debug_assert!(tail.wrapping_sub(self.cached_head) < N);
+        debug_assert!(tail.wrapping_sub(self.cached_released) < N);
         self.ring.slot(tail).with_mut(|slot| {
-            // SAFETY: `tail - head < N`, so this slot is outside `head..tail`: it holds no
-            // item and the consumer will not read it until `tail` is published past it.
+            // SAFETY: `tail - released < N`, so this slot is outside `released..tail`: the
+            // consumer handed it back (its Release store of `released`, which our Acquire
+            // load saw, follows its read of the slot) and will not read it again until
+            // `tail` is published past it.
             unsafe { slot.write(MaybeUninit::new(value)) };
         });
         self.publish(tail.wrapping_add(1));
@@ -103,9 +107,9 @@ where
         T: Copy,
     {
         let tail = self.tail;
-        let mut free = N - tail.wrapping_sub(self.cached_head);
+        let mut free = N - tail.wrapping_sub(self.cached_released);
         if free < items.len() {
-            free = self.refresh_head();
+            free = self.refresh_released();
         }
         let n = free.min(items.len());
         if n == 0 {
@@ -114,8 +118,9 @@ where
         let (first, second) = self.ring.slot_runs(tail, n);
         let (items_first, items_second) = items[..n].split_at(first.len());
         for (cell, &item) in first.iter().zip(items_first) {
-            // SAFETY: the `n <= free` slots from `tail` on are outside `head..tail`: they
-            // hold no item and the consumer will not read them until `tail` moves past.
+            // SAFETY: the `n <= free` slots from `tail` on are outside `released..tail`: the
+            // consumer handed them back (Release/Acquire on `released`) and will not read
+            // them until `tail` moves past.
             cell.with_mut(|slot| unsafe { slot.write(MaybeUninit::new(item)) });
         }
         for (cell, &item) in second.iter().zip(items_second) {
@@ -128,32 +133,67 @@ where
 
     /// How many items could be pushed now without failing: at least this many, since
     /// the consumer can only free more.
+    ///
+    /// These are the slots the consumer has handed back. It hands them back in batches
+    /// (at most [`Ring::RELEASE_BATCH`] pops late, and at once when a pop finds the ring
+    /// empty or a [`pop_slice`](super::Consumer::pop_slice) ends), so this can be fewer
+    /// than the slots truly free, `N - len()`, by less than `RELEASE_BATCH`, until the
+    /// consumer next finds the ring empty:
+    ///
+    /// ```
+    /// use vqp_core::ring::Ring;
+    ///
+    /// let mut ring = Ring::<u32, 16>::new(); // hands back every 4 pops
+    /// let (mut tx, mut rx) = ring.split();
+    /// assert_eq!(tx.push_slice(&[0; 16]), 16);
+    /// rx.pop().unwrap();
+    /// assert_eq!((tx.len(), tx.slots()), (15, 0)); // popped, not handed back yet
+    /// assert!(tx.is_full());
+    /// for _ in 0..3 {
+    ///     rx.pop().unwrap();
+    /// }
+    /// assert_eq!((tx.len(), tx.slots()), (12, 4));
+    /// ```
     #[inline]
     #[must_use]
     pub fn slots(&self) -> usize {
-        N - self.len()
+        // Acquire pairs with the consumer's Release store of `released`, like in `push`.
+        let released = self.ring.released.load(Ordering::Acquire);
+        let held = self.tail.wrapping_sub(released);
+        debug_assert!(held <= N);
+        N - held
     }
 
-    /// How many items the ring holds: at most this many, since the consumer may be
-    /// popping meanwhile.
+    /// How many items the ring holds, pushed and not popped yet: at most this many, since
+    /// the consumer may be popping meanwhile.
+    ///
+    /// This reads the consumer's position, which it stores at every pop, so it counts
+    /// items as gone as soon as they are popped, before their slots are handed back (see
+    /// [`slots`](Self::slots)). It also pulls the line the consumer writes that position
+    /// to into this core's cache: fine now and then, costly in a loop racing the consumer.
     #[inline]
     #[must_use]
     pub fn len(&self) -> usize {
-        // Acquire pairs with the consumer's Release store of `head`, like in `push`.
-        let head = self.ring.head.load(Ordering::Acquire);
+        // Relaxed: this only counts, it does not hand us any slot. The consumer stores
+        // `head` before the `released` we last loaded with Acquire (`cached_released`), so
+        // the value read here is at least that one, and `tail - head <= tail -
+        // cached_released <= N`.
+        let head = self.ring.head.load(Ordering::Relaxed);
         let len = self.tail.wrapping_sub(head);
         debug_assert!(len <= N);
         len
     }
 
-    /// Whether the ring holds no item, as seen now; the consumer can only keep it so.
+    /// Whether the ring holds no item, as seen now ([`len`](Self::len) is 0); the consumer
+    /// can only keep it so.
     #[inline]
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Whether every slot is taken, as seen now; the consumer may free one any moment.
+    /// Whether a push would fail now ([`slots`](Self::slots) is 0), which can be the case a
+    /// little before every slot holds an item; the consumer may free some any moment.
     #[inline]
     #[must_use]
     pub fn is_full(&self) -> bool {
@@ -167,21 +207,21 @@ where
         N
     }
 
-    /// Reloads the consumer's index and returns how many slots are free.
+    /// Reloads the consumer's hand-back index and returns how many slots are free.
     #[inline]
-    fn refresh_head(&mut self) -> usize {
-        // Acquire pairs with the consumer's Release store of `head` after it moved items
-        // out, so its reads of the slots we are about to reuse are finished.
-        self.cached_head = self.ring.head.load(Ordering::Acquire);
-        let held = self.tail.wrapping_sub(self.cached_head);
-        debug_assert!(held <= N, "head ran past tail");
+    fn refresh_released(&mut self) -> usize {
+        // Acquire pairs with the consumer's Release store of `released` after it moved
+        // items out, so its reads of the slots we are about to reuse are finished.
+        self.cached_released = self.ring.released.load(Ordering::Acquire);
+        let held = self.tail.wrapping_sub(self.cached_released);
+        debug_assert!(held <= N, "released ran past tail");
         N - held
     }
 
     /// Makes every slot before `tail` visible to the consumer.
     #[inline(always)]
     fn publish(&mut self, tail: usize) {
-        debug_assert!(tail.wrapping_sub(self.cached_head) <= N);
+        debug_assert!(tail.wrapping_sub(self.cached_released) <= N);
         debug_assert_eq!(self.ring.tail.load(Ordering::Relaxed), self.tail);
         self.tail = tail;
         // Release pairs with the consumer's Acquire load of `tail`: the slot writes above

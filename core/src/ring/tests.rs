@@ -98,10 +98,12 @@ fn remaining_items_are_dropped_with_the_ring_exactly_once() {
         for id in 0..6 {
             tx.push(Counted { id, drops: &drops }).unwrap();
         }
-        let popped = rx.pop().unwrap();
-        assert_eq!(popped.id, 0);
-        drop(popped);
-        assert_eq!(drops.get(), 1);
+        // Two pops, one release batch: both slots go back to the producer.
+        for expected in 0..2 {
+            let popped = rx.pop().unwrap();
+            assert_eq!(popped.id, expected);
+        }
+        assert_eq!(drops.get(), 2);
         let Err(PushError::Full(back)) = (|| {
             for id in 6..20 {
                 tx.push(Counted { id, drops: &drops })?;
@@ -110,12 +112,99 @@ fn remaining_items_are_dropped_with_the_ring_exactly_once() {
         })() else {
             panic!("ring should fill up")
         };
-        assert_eq!(back.id, 9);
+        assert_eq!(back.id, 10);
         drop(back);
-        assert_eq!(drops.get(), 2);
+        assert_eq!(drops.get(), 3);
+        // One more pop, whose slot is not handed back yet: the ring stays full.
+        assert_eq!(rx.pop().unwrap().id, 2);
+        let Err(PushError::Full(back)) = tx.push(Counted {
+            id: 20,
+            drops: &drops,
+        }) else {
+            panic!("the popped slot should not be free to the producer yet")
+        };
+        drop(back);
+        assert_eq!(drops.get(), 5);
     }
-    // 0 and 9 were dropped by hand; 1..=8 by the ring.
-    assert_eq!(drops.get(), 10);
+    // 0, 1, 2, 10 and 20 were dropped by hand; 3..=9 by the ring, not 2 again.
+    assert_eq!(drops.get(), 12);
+}
+
+#[test]
+fn slots_go_back_to_the_producer_in_batches_and_when_the_ring_is_found_empty() {
+    let mut ring = Ring::<u32, 16>::starting_at(usize::MAX - 5);
+    assert_eq!(Ring::<u32, 16>::RELEASE_BATCH, 4);
+    let (mut tx, mut rx) = ring.split();
+    assert_eq!(tx.push_slice(&[7; 16]), 16);
+    for popped in 1..=9 {
+        rx.pop().unwrap();
+        assert_eq!(rx.len(), 16 - popped);
+        // Whole batches of 4 are handed back, the rest not yet.
+        assert_eq!(tx.slots(), popped / 4 * 4, "after {popped} pops");
+        assert_eq!(tx.len(), 16 - popped, "popped counts as gone at once");
+    }
+    // A batch pop hands back everything popped so far.
+    assert_eq!(rx.pop_slice(&mut [0; 2]), 2);
+    assert_eq!(tx.slots(), 11);
+    for _ in 0..5 {
+        rx.pop().unwrap();
+    }
+    assert_eq!(tx.slots(), 15, "one more batch of 4; the last pop is held");
+    // Finding the ring empty hands back the rest.
+    assert_eq!(rx.pop(), Err(PopError::Empty));
+    assert!(tx.is_empty() && tx.slots() == 16);
+
+    // So does a batch pop, whether it finds items or not.
+    assert_eq!(tx.push_slice(&[8; 3]), 3);
+    rx.pop().unwrap();
+    assert_eq!(tx.slots(), 13);
+    assert_eq!(rx.pop_slice(&mut [0; 1]), 1);
+    assert_eq!(tx.slots(), 15);
+    rx.pop().unwrap();
+    assert_eq!(tx.slots(), 15);
+    assert_eq!(rx.pop_slice(&mut [0; 4]), 0);
+    assert_eq!(tx.slots(), 16);
+
+    // The iterator hands back as pop does, and everything when it finds the ring empty.
+    assert_eq!(tx.push_slice(&[9; 6]), 6);
+    for _ in rx.pop_iter().take(5) {}
+    assert_eq!(tx.slots(), 14, "one batch of 4 handed back");
+    let mut iter = rx.pop_iter();
+    assert_eq!((iter.next(), iter.next()), (Some(9), None));
+    assert_eq!(tx.slots(), 14);
+    assert_eq!(rx.pop_iter().next(), None);
+    assert_eq!(tx.slots(), 16);
+}
+
+/// `Consumer` has no `Drop` today; forgetting it stands for a consumer that goes away
+/// without a chance to hand its last slots back, whatever a future one would do.
+#[test]
+#[allow(clippy::forget_non_drop)]
+fn a_forgotten_consumer_never_lets_an_item_out_twice() {
+    let drops = Cell::new(0);
+    let mut ring = Ring::<Counted<'_>, 16>::new();
+    {
+        let (mut tx, mut rx) = ring.split();
+        for id in 0..6 {
+            tx.push(Counted { id, drops: &drops }).unwrap();
+        }
+        // Three pops, fewer than a release batch: their slots are not handed back.
+        for id in 0..3 {
+            assert_eq!(rx.pop().unwrap().id, id);
+        }
+        assert_eq!((tx.len(), tx.slots(), drops.get()), (3, 10, 3));
+        core::mem::forget(rx);
+    }
+    {
+        // The next pair starts after the popped items, and every slot is free again.
+        let (tx, mut rx) = ring.split();
+        assert_eq!((tx.len(), tx.slots()), (3, 13));
+        assert_eq!(rx.pop().unwrap().id, 3);
+        core::mem::forget(rx);
+    }
+    // The ring drops 4 and 5 only.
+    drop(ring);
+    assert_eq!(drops.get(), 6);
 }
 
 #[test]
