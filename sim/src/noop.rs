@@ -207,31 +207,32 @@ impl Shared {
     /// Stores a completion of QP slot `qp`; counts an overflow when full.
     #[inline]
     fn record(&mut self, qp: usize, wc: PhysWc) -> bool {
+        if self.config.order == NoopOrder::Fifo {
+            return self.record_fifo(wc);
+        }
         if self.queued >= self.config.capacity {
             self.overflows += 1;
             return false;
         }
-        let ok = match self.config.order {
-            NoopOrder::Fifo => self.fifo.push(wc),
-            NoopOrder::Shuffled { .. } => {
-                let done = &mut self.qps[qp].done;
-                self.waiting += usize::from(done.len() == 0);
-                done.push(wc)
-            }
-        };
+        let done = &mut self.qps[qp].done;
+        self.waiting += usize::from(done.len() == 0);
+        let ok = done.push(wc);
         debug_assert!(ok, "rings hold the whole capacity");
         self.queued += 1;
         true
     }
 
-    /// [`Self::record`] for FIFO order, where the ring alone bounds the count.
+    /// [`Self::record`] for FIFO order, where the ring (of the CQ's capacity) alone
+    /// bounds the count.
     #[inline]
-    fn record_fifo(&mut self, wc: PhysWc) {
-        if self.fifo.push(wc) {
+    fn record_fifo(&mut self, wc: PhysWc) -> bool {
+        let ok = self.fifo.push(wc);
+        if ok {
             self.queued += 1;
         } else {
             self.overflows += 1;
         }
+        ok
     }
 
     fn slot(&self, qp_num: u32) -> Result<usize, NoopError> {

@@ -90,34 +90,22 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     }
 
     /// Add a WQE of request `id` to this round's chain and return it to be filled in
-    /// place; the caller checked there is room.
+    /// place; the caller checked there is room. With `merge`, it joins the request's
+    /// open run; without, it is a run of its own (every WQE signaled).
     #[inline]
     pub fn stage(&mut self, id: u64, seq: Seq, merge: bool) -> &mut SendWqe {
-        debug_assert!((self.outstanding as usize) < D && !self.failed);
-        let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
-        if merge && self.open_run && self.runs[back].id == id {
-            self.runs[back].count += 1;
-        } else {
-            let slot = (self.runs_head + self.runs_len) as usize % D;
-            self.runs[slot] = Run { id, count: 1, seq };
-            self.runs_len += 1;
-        }
-        self.open_run = true;
-        self.outstanding += 1;
-        let at = self.staged_len as usize % D;
-        self.staged_len += 1;
-        &mut self.staged[at]
+        &mut self.stage_run(id, seq, 1, merge)[0]
     }
 
     /// Add `count` WQEs of request `id` to this round's chain as one run (joining
-    /// the request's open run if it has one) and return them to be filled in place;
-    /// the caller checked there is room for all of them. `seq` is the oldest DQPLB
-    /// sequence number among them.
+    /// the request's open run if it has one and `merge`) and return them to be filled
+    /// in place; the caller checked there is room for all of them. `seq` is the oldest
+    /// DQPLB sequence number among them.
     #[inline]
-    pub fn stage_run(&mut self, id: u64, seq: Seq, count: u32) -> &mut [SendWqe] {
+    pub fn stage_run(&mut self, id: u64, seq: Seq, count: u32, merge: bool) -> &mut [SendWqe] {
         debug_assert!(self.outstanding as usize + count as usize <= D && !self.failed);
         let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
-        if self.open_run && self.runs[back].id == id {
+        if merge && self.open_run && self.runs[back].id == id {
             self.runs[back].count += count;
         } else {
             let slot = (self.runs_head + self.runs_len) as usize % D;
@@ -255,6 +243,6 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// True when another send WQE fits under `max`.
     #[inline]
     pub fn has_room(&self, max: u32) -> bool {
-        self.outstanding < max && !self.failed
+        self.has_room_for(1, max)
     }
 }

@@ -19,6 +19,16 @@ fn pick(room: u64, from: u32) -> usize {
     ((from + k) & 63) as usize
 }
 
+/// The data QP after `l` of `n`, round robin.
+#[inline]
+fn after(l: usize, n: usize) -> u32 {
+    if l + 1 == n {
+        0
+    } else {
+        l as u32 + 1
+    }
+}
+
 /// Credit `count` data WQEs of request `id` with `status`.
 #[inline]
 fn credit_data<const S: usize>(send: &mut Ring<SendSlot, S>, id: u64, count: u32, st: WcStatus) {
@@ -37,6 +47,19 @@ fn credit_notify<const S: usize>(send: &mut Ring<SendSlot, S>, id: u64, _: u32, 
     if !st.is_ok() {
         slot.fail(st);
     }
+}
+
+/// The physical wr_id of request `id`'s send WQEs on data QP 0 of the virtual QP
+/// tagged `tag` (other data QPs add their index at bit 48).
+#[inline]
+fn send_id(tag: u8, id: u64) -> u64 {
+    WrId {
+        tag,
+        lane: 0,
+        kind: Kind::Send,
+        id,
+    }
+    .encode()
 }
 
 /// What every fragment of one request shares.
@@ -62,13 +85,7 @@ impl Spread {
         let fence = SendFlags(wr.flags.0 & SendFlags::FENCE.0);
         Self {
             id,
-            base_id: WrId {
-                tag,
-                lane: 0,
-                kind: Kind::Send,
-                id,
-            }
-            .encode(),
+            base_id: send_id(tag, id),
             opcode: match wr.opcode {
                 Opcode::RDMA_READ => Opcode::RDMA_READ,
                 _ if dqplb_imm => Opcode::RDMA_WRITE_WITH_IMM,
@@ -86,9 +103,7 @@ impl Spread {
             remote: wr.remote_addr,
         }
     }
-}
 
-impl Spread {
     /// Fragment `[off, off + len)` of the request for data QP `lane` on `device`;
     /// `seq` is its DQPLB sequence number and `last` whether it ends the request.
     #[inline]
@@ -271,16 +286,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             if !lane.has_room(max) {
                 return false;
             }
-            let wr_id = WrId {
-                tag: self.tag,
-                lane: 0,
-                kind: Kind::Send,
-                id,
-            }
-            .encode();
             (
                 0,
-                passthrough_wqe(&slot.wr, wr_id, lane.device),
+                passthrough_wqe(&slot.wr, send_id(self.tag, id), lane.device),
                 self.send_seq,
             )
         } else {
@@ -296,11 +304,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 self.send_seq = seq.add(1);
             }
             let l = pick(self.room, self.next_lane);
-            self.next_lane = if l + 1 == self.lanes.len() {
-                0
-            } else {
-                l as u32 + 1
-            };
+            self.next_lane = after(l, self.lanes.len());
             let len = slot.wr.len as u32;
             (
                 l,
@@ -348,14 +352,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 if !lane.has_room(max) {
                     break;
                 }
-                let wr_id = WrId {
-                    tag: self.tag,
-                    lane: 0,
-                    kind: Kind::Send,
-                    id,
-                }
-                .encode();
-                *lane.stage(id, self.send_seq, false) = passthrough_wqe(wr, wr_id, lane.device);
+                let wqe = passthrough_wqe(wr, send_id(self.tag, id), lane.device);
+                *lane.stage(id, self.send_seq, false) = wqe;
                 self.staged |= 1;
                 slot.posted = 1;
                 if !lane.has_room(max) {
@@ -407,7 +405,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 if !lane.has_room(max) {
                     self.room &= !(1 << l);
                 }
-                self.next_lane = if l as u32 + 1 == n { 0 } else { l as u32 + 1 };
+                self.next_lane = after(l, n as usize);
             }
             self.dispatch += 1;
         }
@@ -483,7 +481,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 base_seq
             };
             let mut i = first + k;
-            for wqe in lane.stage_run(s.id, run_seq, share) {
+            for wqe in lane.stage_run(s.id, run_seq, share, true) {
                 let (off, len) = plan.fragment(i);
                 let seq = base_seq.add((i - first) as u32);
                 *wqe = s.wqe(l, device, off, len, seq, i + 1 == count);
