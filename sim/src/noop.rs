@@ -343,18 +343,50 @@ impl PhysCq for NoopCq {
     /// Hands back up to `out.len()` recorded completions. Never fails or allocates.
     fn poll(&mut self, out: &mut [PhysWc]) -> Result<usize, PollFailure> {
         let mut sh = self.shared.borrow_mut();
-        if sh.config.order == NoopOrder::Fifo {
-            let n = sh.fifo.pop_into(out);
-            sh.queued -= n;
-            return Ok(n);
+        if sh.config.order != NoopOrder::Fifo {
+            return Ok(sh.poll_shuffled(out));
         }
+        let n = sh.fifo.pop_into(out);
+        sh.queued -= n;
+        Ok(n)
+    }
+}
+
+impl Shared {
+    /// [`NoopCq::poll`] in shuffled order. Out of line, so that the FIFO path stays
+    /// as short as a no-op provider's should be.
+    #[inline(never)]
+    fn poll_shuffled(&mut self, out: &mut [PhysWc]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            let Some(wc) = sh.next() else { break };
+            let Some(wc) = self.next() else { break };
             out[n] = wc;
             n += 1;
         }
-        Ok(n)
+        n
+    }
+
+    /// [`NoopQp::post_send`] in shuffled order (out of line, as [`Self::poll_shuffled`]).
+    #[inline(never)]
+    fn post_shuffled(&mut self, qp: usize, qp_num: u32, wqes: &[SendWqe]) {
+        for w in wqes {
+            if w.flags.contains(SendFlags::SIGNALED) {
+                self.record(qp, send_completion(w, qp_num));
+            }
+        }
+    }
+}
+
+/// The successful completion of send WQE `w` on the QP numbered `qp_num`.
+#[inline]
+fn send_completion(w: &SendWqe, qp_num: u32) -> PhysWc {
+    PhysWc {
+        wr_id: w.wr_id,
+        status: WcStatus::SUCCESS,
+        opcode: w.opcode.completion(),
+        qp_num,
+        byte_len: w.len,
+        imm_data: None,
     }
 }
 
@@ -375,22 +407,13 @@ impl PhysQp for NoopQp {
     /// its length). Always accepts the whole chain; a full CQ counts overflows.
     fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
         let mut sh = self.shared.borrow_mut();
-        let fifo = sh.config.order == NoopOrder::Fifo;
+        if sh.config.order != NoopOrder::Fifo {
+            sh.post_shuffled(self.slot, self.qp_num, wqes);
+            return Ok(());
+        }
         for w in wqes {
             if w.flags.contains(SendFlags::SIGNALED) {
-                let wc = PhysWc {
-                    wr_id: w.wr_id,
-                    status: WcStatus::SUCCESS,
-                    opcode: w.opcode.completion(),
-                    qp_num: self.qp_num,
-                    byte_len: w.len,
-                    imm_data: None,
-                };
-                if fifo {
-                    sh.record_fifo(wc);
-                } else {
-                    sh.record(self.slot, wc);
-                }
+                sh.record_fifo(send_completion(w, self.qp_num));
             }
         }
         Ok(())

@@ -159,9 +159,43 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         }
         self.open_run = false;
         let result = self.qp.post_send(staged);
+        let count = self.staged_len;
+        self.staged_len = 0;
+        self.posted(result, count, credit)
+    }
+
+    /// Post `wqe`, the only WQE of request `id` (oldest DQPLB number `seq`), signaled
+    /// and on its own: what staging it and [`Self::flush`] do for a chain of one,
+    /// without the chain. The caller checked there is room and no chain is staged.
+    #[inline]
+    pub fn post_one(
+        &mut self,
+        id: u64,
+        seq: Seq,
+        wqe: &mut SendWqe,
+        credit: &mut impl FnMut(u64, u32, WcStatus),
+    ) -> Result<(), PostFailure> {
+        debug_assert!((self.outstanding as usize) < D && !self.failed && self.staged_len == 0);
+        let slot = (self.runs_head + self.runs_len) as usize % D;
+        self.runs[slot] = Run { id, count: 1, seq };
+        self.runs_len += 1;
+        self.outstanding += 1;
+        wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
+        let result = self.qp.post_send(core::slice::from_ref(wqe));
+        self.posted(result, 1, credit)
+    }
+
+    /// Account for a post of `count` WQEs that returned `result`.
+    #[inline]
+    fn posted(
+        &mut self,
+        result: Result<(), PostFailure>,
+        count: u32,
+        credit: &mut impl FnMut(u64, u32, WcStatus),
+    ) -> Result<(), PostFailure> {
         match result {
             Ok(()) => {
-                self.stats.wqes += u64::from(self.staged_len);
+                self.stats.wqes += u64::from(count);
                 self.stats.chains += 1;
             }
             Err(failure) => {
@@ -170,7 +204,6 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
                 self.drain(WcStatus::POST_ERR, credit);
             }
         }
-        self.staged_len = 0;
         result
     }
 
@@ -185,16 +218,31 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         credit: &mut impl FnMut(u64, u32, WcStatus),
     ) -> bool {
         self.stats.cqes += 1;
-        // The usual case: the completion names the oldest run, on a healthy QP.
-        if let Some(&front) = self.front() {
-            if front.id & crate::wrid::ID_MASK == id && !self.failed && status.is_ok() {
+        // The usual case: a success naming the oldest run, on a healthy QP.
+        if self.runs_len != 0 && status.is_ok() && !self.failed {
+            let front = self.runs[self.runs_head as usize % D];
+            if front.id & crate::wrid::ID_MASK == id {
                 self.runs_head = (self.runs_head + 1) % D as u32;
                 self.runs_len -= 1;
                 self.outstanding -= front.count;
-                credit(front.id, front.count, status);
+                credit(front.id, front.count, WcStatus::SUCCESS);
                 return true;
             }
         }
+        self.complete_rest(id, status, credit)
+    }
+
+    /// [`Self::complete`] for a completion that does not name the oldest run, an
+    /// error, or a QP that already failed. Out of line: it keeps the usual case
+    /// short.
+    #[cold]
+    #[inline(never)]
+    fn complete_rest(
+        &mut self,
+        id: u64,
+        status: WcStatus,
+        credit: &mut impl FnMut(u64, u32, WcStatus),
+    ) -> bool {
         match self.front() {
             Some(front) if !id_before(id, front.id & crate::wrid::ID_MASK) => {}
             _ => return false,

@@ -8,7 +8,7 @@ use crate::imm::Imm;
 use crate::phys::{PhysQp, SendWqe};
 use crate::seq::Seq;
 use crate::split::{Plan, MAX_WQE_BYTES};
-use crate::wr::{Keys, Opcode, SendFlags, SendWr, Wc, WcStatus};
+use crate::wr::{Opcode, SendFlags, SendWr, Wc, WcStatus};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 
 /// The data QP round-robin picks: the first with room at or after `from`.
@@ -72,7 +72,6 @@ struct Spread {
     /// Flags of the last fragment (DQPLB adds `SOLICITED` when asked).
     last_flags: SendFlags,
     dqplb_imm: bool,
-    keys: Keys,
     local: u64,
     remote: u64,
 }
@@ -98,17 +97,25 @@ impl Spread {
                 fence
             },
             dqplb_imm,
-            keys: wr.keys,
             local: wr.local_addr,
             remote: wr.remote_addr,
         }
     }
 
-    /// Fragment `[off, off + len)` of the request for data QP `lane` on `device`;
-    /// `seq` is its DQPLB sequence number and `last` whether it ends the request.
+    /// Fragment `[off, off + len)` of the request for data QP `lane`, whose device's
+    /// keys are `(lkey, rkey)`; `seq` is its DQPLB sequence number and `last` whether
+    /// it ends the request. (The keys stay in the slot: copying all devices' keys
+    /// here would cost more than looking up one pair per QP.)
     #[inline]
-    fn wqe(&self, lane: u64, device: u8, off: u64, len: u32, seq: Seq, last: bool) -> SendWqe {
-        let (lkey, rkey) = self.keys.pair(device);
+    fn wqe(
+        &self,
+        lane: u64,
+        (lkey, rkey): (u32, u32),
+        off: u64,
+        len: u32,
+        seq: Seq,
+        last: bool,
+    ) -> SendWqe {
         let (imm_data, flags) = if self.dqplb_imm {
             let flags = if last { self.last_flags } else { self.fence };
             (Imm::new(seq, last).to_wire(), flags)
@@ -281,7 +288,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if slot.notify != Notify::None {
             return false;
         }
-        let (l, wqe, run_seq) = if slot.passthrough {
+        let (l, mut wqe, run_seq) = if slot.passthrough {
             let lane = &self.lanes[0];
             if !lane.has_room(max) {
                 return false;
@@ -305,12 +312,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             let l = pick(self.room, self.next_lane);
             self.next_lane = after(l, self.lanes.len());
+            let keys = slot.wr.keys.pair(self.lanes[l].device);
             let len = slot.wr.len as u32;
-            (
-                l,
-                req.wqe(l as u64, self.lanes[l].device, 0, len, seq, true),
-                seq,
-            )
+            (l, req.wqe(l as u64, keys, 0, len, seq, true), seq)
         };
         slot.posted = 1;
         slot.offset = slot.wr.len;
@@ -320,9 +324,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             self.notify_next += 1;
         }
         let lane = &mut self.lanes[l];
-        *lane.stage(id, run_seq, false) = wqe;
         let send = &mut self.send;
-        let posted = lane.flush(self.cfg.signaling, &mut |id, n, st| {
+        let posted = lane.post_one(id, run_seq, &mut wqe, &mut |id, n, st| {
             credit_data(send, id, n, st)
         });
         if !lane.has_room(max) {
@@ -399,7 +402,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 if dqplb_imm {
                     self.send_seq = seq.add(1);
                 }
-                let wqe = req.wqe(l as u64, lane.device, off, len, seq, slot.posted == count);
+                let keys = slot.wr.keys.pair(lane.device);
+                let wqe = req.wqe(l as u64, keys, off, len, seq, slot.posted == count);
                 *lane.stage(id, seq, merge) = wqe;
                 self.staged |= 1 << l;
                 if !lane.has_room(max) {
@@ -474,7 +478,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             let lane = &mut self.lanes[l as usize];
             let share = (whole + u64::from(k < extra)) as u32;
-            let device = lane.device;
+            let keys = self.send.get(s.id).wr.keys.pair(lane.device);
             let run_seq = if s.dqplb_imm {
                 base_seq.add(k as u32)
             } else {
@@ -484,7 +488,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             for wqe in lane.stage_run(s.id, run_seq, share, true) {
                 let (off, len) = plan.fragment(i);
                 let seq = base_seq.add((i - first) as u32);
-                *wqe = s.wqe(l, device, off, len, seq, i + 1 == count);
+                *wqe = s.wqe(l, keys, off, len, seq, i + 1 == count);
                 i += n;
             }
             self.staged |= 1 << l;
