@@ -62,6 +62,12 @@ fn send_id(tag: u8, id: u64) -> u64 {
     .encode()
 }
 
+/// Whether the fragments of `wr` carry DQPLB sequence numbers.
+#[inline]
+fn numbered(wr: &SendWr, mode: Mode) -> bool {
+    mode == Mode::Dqplb && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM
+}
+
 /// What every fragment of one request shares.
 struct Spread {
     id: u64,
@@ -80,7 +86,7 @@ impl Spread {
     /// What the fragments of request `id` (`wr`, on the virtual QP tagged `tag`) share.
     #[inline]
     fn of(wr: &SendWr, id: u64, tag: u8, mode: Mode) -> Self {
-        let dqplb_imm = mode == Mode::Dqplb && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM;
+        let dqplb_imm = numbered(wr, mode);
         let fence = SendFlags(wr.flags.0 & SendFlags::FENCE.0);
         Self {
             id,
@@ -302,9 +308,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             if slot.plan.count() != 1 || self.room == 0 {
                 return false;
             }
-            let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
             let seq = self.send_seq;
-            if req.dqplb_imm {
+            if numbered(&slot.wr, self.cfg.mode) {
                 if Self::seq_budget(&self.lanes, seq, self.seq_credit) == 0 {
                     return false;
                 }
@@ -312,6 +317,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             let l = pick(self.room, self.next_lane);
             self.next_lane = after(l, self.lanes.len());
+            // Built only now, so that little of it lives across the checks above.
+            let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
             let keys = slot.wr.keys.pair(self.lanes[l].device);
             let len = slot.wr.len as u32;
             (l, req.wqe(l as u64, keys, 0, len, seq, true), seq)
@@ -366,8 +373,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 continue;
             }
             let count = slot.plan.count();
-            let req = Spread::of(wr, id, self.tag, self.cfg.mode);
-            let dqplb_imm = req.dqplb_imm;
             // Every data QP takes its share of what is left at once when all have
             // room for it: one run per QP, no per-fragment pick.
             if merge
@@ -379,6 +384,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 continue;
             }
             let slot = self.send.get_mut(id);
+            let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
+            let dqplb_imm = req.dqplb_imm;
             while slot.posted < count {
                 if self.room == 0 {
                     break 'requests;
