@@ -94,23 +94,38 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// open run; without, it is a run of its own (every WQE signaled).
     #[inline]
     pub fn stage(&mut self, id: u64, seq: Seq, merge: bool) -> &mut SendWqe {
-        &mut self.stage_run(id, seq, 1, merge)[0]
+        &mut self.stage_run(id, seq, 0, 1, merge)[0]
     }
 
-    /// Add `count` WQEs of request `id` to this round's chain as one run (joining
-    /// the request's open run if it has one and `merge`) and return them to be filled
-    /// in place; the caller checked there is room for all of them. `seq` is the oldest
-    /// DQPLB sequence number among them.
+    /// Add `count` WQEs of request `id` to this round's chain and return them to be
+    /// filled in place; the caller checked there is room for all of them. With
+    /// `merge` they are one run (joining the request's open run if it has one);
+    /// without, a run each (every WQE signaled). `seq` is the DQPLB sequence number
+    /// of the first, each next one `step` later.
     #[inline]
-    pub fn stage_run(&mut self, id: u64, seq: Seq, count: u32, merge: bool) -> &mut [SendWqe] {
+    pub fn stage_run(
+        &mut self,
+        id: u64,
+        seq: Seq,
+        step: u32,
+        count: u32,
+        merge: bool,
+    ) -> &mut [SendWqe] {
         debug_assert!(self.outstanding as usize + count as usize <= D && !self.failed);
         let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
         if merge && self.open_run && self.runs[back].id == id {
             self.runs[back].count += count;
         } else {
-            let slot = (self.runs_head + self.runs_len) as usize % D;
-            self.runs[slot] = Run { id, count, seq };
-            self.runs_len += 1;
+            let (runs, per_run) = if merge { (1, count) } else { (count, 1) };
+            for j in 0..runs {
+                let slot = (self.runs_head + self.runs_len) as usize % D;
+                self.runs[slot] = Run {
+                    id,
+                    count: per_run,
+                    seq: seq.add(j * step),
+                };
+                self.runs_len += 1;
+            }
         }
         self.open_run = true;
         self.outstanding += count;
@@ -207,6 +222,25 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         result
     }
 
+    /// The usual send completion: a success naming the oldest run, on a healthy QP.
+    /// Forgets that run and returns its request id and WQE count, to be credited;
+    /// `None`, having changed nothing, for anything else (see [`Self::complete`]).
+    #[inline]
+    pub fn complete_oldest(&mut self, id: u64, status: WcStatus) -> Option<(u64, u32)> {
+        if self.runs_len == 0 || !status.is_ok() || self.failed {
+            return None;
+        }
+        let front = self.runs[self.runs_head as usize % D];
+        if front.id & crate::wrid::ID_MASK != id {
+            return None;
+        }
+        self.stats.cqes += 1;
+        self.runs_head = (self.runs_head + 1) % D as u32;
+        self.runs_len -= 1;
+        self.outstanding -= front.count;
+        Some((front.id, front.count))
+    }
+
     /// A send completion for request `id` with `status`: credit every run up to and
     /// including the first run of `id`. Returns false when `id` is not in flight here
     /// (a flush completion for a run already credited, or a stray).
@@ -217,17 +251,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         status: WcStatus,
         credit: &mut impl FnMut(u64, u32, WcStatus),
     ) -> bool {
-        self.stats.cqes += 1;
-        // The usual case: a success naming the oldest run, on a healthy QP.
-        if self.runs_len != 0 && status.is_ok() && !self.failed {
-            let front = self.runs[self.runs_head as usize % D];
-            if front.id & crate::wrid::ID_MASK == id {
-                self.runs_head = (self.runs_head + 1) % D as u32;
-                self.runs_len -= 1;
-                self.outstanding -= front.count;
-                credit(front.id, front.count, WcStatus::SUCCESS);
-                return true;
-            }
+        if let Some((run, count)) = self.complete_oldest(id, status) {
+            credit(run, count, WcStatus::SUCCESS);
+            return true;
         }
         self.complete_rest(id, status, credit)
     }
@@ -243,6 +269,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         status: WcStatus,
         credit: &mut impl FnMut(u64, u32, WcStatus),
     ) -> bool {
+        self.stats.cqes += 1;
         match self.front() {
             Some(front) if !id_before(id, front.id & crate::wrid::ID_MASK) => {}
             _ => return false,

@@ -97,6 +97,9 @@ pub struct VirtualQp<
     /// The first error; once set, no new request is taken.
     failed: Option<WcStatus>,
     strays: u64,
+    /// Tests only: stage every fragment one by one, never spread a request.
+    #[cfg(test)]
+    one_by_one: bool,
 }
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
@@ -207,6 +210,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             replenish_next: 0,
             failed: None,
             strays: 0,
+            #[cfg(test)]
+            one_by_one: false,
         })
     }
 

@@ -374,10 +374,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             let count = slot.plan.count();
             // Every data QP takes its share of what is left at once when all have
-            // room for it: one run per QP, no per-fragment pick.
-            if merge
-                && count - slot.posted >= 2
+            // room for it: no per-fragment pick.
+            if count - slot.posted >= 2
                 && self.room == all_lanes
+                && self.may_spread()
                 && self.try_spread(id, max, &mut seq_budget)
             {
                 self.dispatch += 1;
@@ -458,15 +458,31 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             *budget -= left as u32;
         }
-        self.stage_spread(&req, max);
+        // One copy of the staging loop per signaling, each with its runs known.
+        if self.cfg.signaling == Signaling::LastOfChain {
+            self.stage_spread::<true>(&req, max);
+        } else {
+            self.stage_spread::<false>(&req, max);
+        }
+        true
+    }
+
+    /// Whether a round may spread a request in one go: always, but for the tests
+    /// that compare the spread with the fragment-by-fragment round.
+    #[inline]
+    fn may_spread(&self) -> bool {
+        #[cfg(test)]
+        return !self.one_by_one;
+        #[cfg(not(test))]
         true
     }
 
     /// Stage every fragment request `s.id` has left, fragment `posted + k` on data
     /// QP `(next_lane + k) mod n` exactly as one-by-one round-robin would place
-    /// them, each QP's share as one run. The caller checked that every QP has room
-    /// for its share and that the DQPLB budget covers them.
-    fn stage_spread(&mut self, s: &Spread, max: u32) {
+    /// them, each QP's share as one run with `MERGE` (last-of-chain signaling), a
+    /// run per WQE without. The caller checked that every QP has room for its share and that
+    /// the DQPLB budget covers them.
+    fn stage_spread<const MERGE: bool>(&mut self, s: &Spread, max: u32) {
         let n = self.lanes.len() as u64;
         let slot = self.send.get_mut(s.id);
         let plan = slot.plan;
@@ -491,8 +507,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             } else {
                 base_seq
             };
+            // This QP's fragments are numbered n apart.
+            let step = if s.dqplb_imm { n as u32 } else { 0 };
             let mut i = first + k;
-            for wqe in lane.stage_run(s.id, run_seq, share, true) {
+            for wqe in lane.stage_run(s.id, run_seq, step, share, MERGE) {
                 let (off, len) = plan.fragment(i);
                 let seq = base_seq.add((i - first) as u32);
                 *wqe = s.wqe(l, keys, off, len, seq, i + 1 == count);
@@ -588,6 +606,28 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// (mod 2^45).
     #[inline]
     pub(super) fn data_completion(
+        &mut self,
+        lane: usize,
+        short: u64,
+        status: WcStatus,
+    ) -> Result<(), Stray> {
+        let l = &mut self.lanes[lane];
+        if let Some((id, count)) = l.complete_oldest(short, status) {
+            credit_data(&mut self.send, id, count, WcStatus::SUCCESS);
+            // The QP is healthy, or the completion would not have been the usual one.
+            if l.outstanding < self.cfg.max_outstanding {
+                self.room |= 1 << lane;
+            }
+            return Ok(());
+        }
+        self.data_completion_rest(lane, short, status)
+    }
+
+    /// [`Self::data_completion`] for anything but a success naming the oldest run
+    /// on a healthy QP. Out of line, like [`Lane::complete`]'s own rest.
+    #[cold]
+    #[inline(never)]
+    fn data_completion_rest(
         &mut self,
         lane: usize,
         short: u64,
