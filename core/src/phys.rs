@@ -114,12 +114,36 @@ pub struct PostFailure {
     pub errno: i32,
 }
 
+impl core::fmt::Display for PostFailure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "post refused after {} WQEs (errno {})",
+            self.posted, self.errno
+        )
+    }
+}
+
+impl core::error::Error for PostFailure {}
+
 /// A provider could not poll its completion queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PollFailure {
     /// The provider's errno-style code.
     pub errno: i32,
 }
+
+impl core::fmt::Display for PollFailure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "polling the completion queue failed (errno {})",
+            self.errno
+        )
+    }
+}
+
+impl core::error::Error for PollFailure {}
 
 /// A physical RC queue pair.
 ///
