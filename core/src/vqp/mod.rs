@@ -14,8 +14,10 @@
 //! posting order.
 //!
 //! Two shortcuts give the same WQEs on the same QPs as the general round: a request
-//! that goes as one WQE while nothing waits before it is posted at once, and a
-//! fragmented request whose shares all fit is staged QP by QP, each share as one run.
+//! that goes as one WQE while nothing waits before it is posted at once, on its own,
+//! and a fragmented request whose shares all fit is staged QP by QP, each share as one
+//! run (a run per WQE when every WQE is signaled). On the completion side, a success
+//! naming the oldest run of a healthy QP is credited without the general path.
 
 mod config;
 mod error;
