@@ -171,10 +171,21 @@ impl Bare {
     /// Post one chain per QP and poll until every completion is back.
     #[inline]
     fn round(&mut self) {
+        self.post_chains();
+        self.poll_all(self.signaled);
+    }
+
+    /// Post one chain per QP.
+    #[inline]
+    fn post_chains(&mut self) {
         for qp in &mut self.qps {
             qp.post_send(black_box(&self.chain)).expect("accepted");
         }
-        let mut left = self.signaled;
+    }
+
+    /// Poll until `left` completions came back.
+    #[inline]
+    fn poll_all(&mut self, mut left: usize) {
         while left > 0 {
             let n = self.cq.poll(&mut self.scratch).expect("poll");
             black_box(&self.scratch[..n]);
@@ -333,6 +344,66 @@ fn bench_b(c: &mut Criterion) {
     let mut base = reference(4, shuffled());
     g.bench_function("reference", |b| {
         b.iter(|| ref_post_complete(&mut base, &big))
+    });
+    g.finish();
+
+    // The completion side alone: 4 requests (64 WQEs, every one signaled) are posted
+    // untimed, then the polls that route and aggregate their 64 completions are timed.
+    const REQUESTS: usize = 4;
+    let mut g = c.benchmark_group("B completions alone, every WQE signaled, shuffled");
+    g.throughput(Throughput::Elements(16 * REQUESTS as u64));
+    let mut r = rig(4, shuffled(), Signaling::Every, RecvMode::Complete);
+    assert_no_alloc("vqp polls", || {
+        for _ in 0..REQUESTS {
+            r.vqp.post_send(&big).expect("accepted");
+        }
+        r.poll_until(REQUESTS);
+    });
+    g.bench_function("vqp", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                for _ in 0..REQUESTS {
+                    r.vqp.post_send(black_box(&big)).expect("accepted");
+                }
+                let t = Instant::now();
+                r.poll_until(REQUESTS);
+                spent += t.elapsed();
+            }
+            spent
+        })
+    });
+    let mut bare = Bare::new(4, shuffled(), 4, true);
+    g.bench_function("no-op provider alone", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                for _ in 0..REQUESTS {
+                    bare.post_chains();
+                }
+                let t = Instant::now();
+                bare.poll_all(REQUESTS * bare.signaled);
+                spent += t.elapsed();
+            }
+            spent
+        })
+    });
+    g.bench_function("reference", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                for _ in 0..REQUESTS {
+                    base.post(black_box(&big));
+                }
+                let t = Instant::now();
+                let mut left = REQUESTS;
+                while left > 0 {
+                    left -= base.poll().len();
+                }
+                spent += t.elapsed();
+            }
+            spent
+        })
     });
     g.finish();
 }
