@@ -251,13 +251,18 @@ impl Shared {
         let wc = match self.config.order {
             NoopOrder::Fifo => self.fifo.pop(),
             NoopOrder::Shuffled { .. } => {
+                // The k-th QP (in slot order) with completions waiting, found by a scan
+                // of every QP without a branch on the random choice: a branch there
+                // would be mispredicted about every other time and cost more than
+                // the scan.
                 let k = self.rng.below(self.waiting);
-                let done = &mut self
-                    .qps
-                    .iter_mut()
-                    .filter(|q| q.done.len() > 0)
-                    .nth(k)?
-                    .done;
+                let (mut seen, mut pick) = (0, 0);
+                for (i, q) in self.qps.iter().enumerate() {
+                    let waits = q.done.len() > 0;
+                    pick = if waits && seen == k { i } else { pick };
+                    seen += usize::from(waits);
+                }
+                let done = &mut self.qps[pick].done;
                 self.waiting -= usize::from(done.len() == 1);
                 done.pop()
             }
