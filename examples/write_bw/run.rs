@@ -113,6 +113,13 @@ fn qp_failed(status: WcStatus, done: u64) -> Fail {
     ))
 }
 
+/// Polls `conn`'s virtual CQ once into `out`; returns how many completions it wrote.
+fn poll(conn: &mut Conn, out: &mut [Wc]) -> Result<usize, Fail> {
+    conn.vcq
+        .poll(&mut [&mut conn.vqp], out)
+        .map_err(|e| Fail::bad(e.to_string()))
+}
+
 fn disconnected(f: Fail, done: u64) -> Fail {
     Fail {
         msg: format!("{} mid-run, after {done} messages", f.msg),
@@ -209,10 +216,7 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
                 }
             }
         }
-        let n = conn
-            .vcq
-            .poll(&mut [&mut conn.vqp], &mut out)
-            .map_err(|e| Fail::bad(format!("polling the CQ failed: errno {}", e.errno)))?;
+        let n = poll(&mut conn, &mut out)?;
         for wc in &out[..n] {
             if !wc.status.is_ok() {
                 return Err(qp_failed(wc.status, completed));
@@ -377,10 +381,7 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
                 }
             }
         }
-        let n = conn
-            .vcq
-            .poll(&mut [&mut conn.vqp], &mut out)
-            .map_err(|e| Fail::bad(format!("polling the CQ failed: errno {}", e.errno)))?;
+        let n = poll(&mut conn, &mut out)?;
         let announced_before = verified;
         let mut landed = if imm { verified } else { sender_done };
         for wc in &out[..n] {

@@ -118,13 +118,11 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         } else {
             let (runs, per_run) = if merge { (1, count) } else { (count, 1) };
             for j in 0..runs {
-                let slot = (self.runs_head + self.runs_len) as usize % D;
-                self.runs[slot] = Run {
+                self.push_run(Run {
                     id,
                     count: per_run,
                     seq: seq.add(j * step),
-                };
-                self.runs_len += 1;
+                });
             }
         }
         self.open_run = true;
@@ -132,6 +130,14 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         let at = self.staged_len as usize;
         self.staged_len += count;
         &mut self.staged[at..at + count as usize]
+    }
+
+    /// Append `run` behind the runs in flight; the caller checked there is room
+    /// (runs hold at least one WQE each, so at most `D` are ever in flight).
+    #[inline]
+    fn push_run(&mut self, run: Run) {
+        self.runs[(self.runs_head + self.runs_len) as usize % D] = run;
+        self.runs_len += 1;
     }
 
     /// Room for `count` more send WQEs under `max` (and the QP healthy).
@@ -191,9 +197,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         credit: &mut impl FnMut(u64, u32, WcStatus),
     ) -> Result<(), PostFailure> {
         debug_assert!((self.outstanding as usize) < D && !self.failed && self.staged_len == 0);
-        let slot = (self.runs_head + self.runs_len) as usize % D;
-        self.runs[slot] = Run { id, count: 1, seq };
-        self.runs_len += 1;
+        self.push_run(Run { id, count: 1, seq });
         self.outstanding += 1;
         wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
         let result = self.qp.post_send(core::slice::from_ref(wqe));
@@ -258,12 +262,13 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         self.complete_rest(id, status, credit)
     }
 
-    /// [`Self::complete`] for a completion that does not name the oldest run, an
-    /// error, or a QP that already failed. Out of line: it keeps the usual case
-    /// short.
+    /// [`Self::complete`] for a completion that [`Self::complete_oldest`] did not
+    /// take: one that does not name the oldest run, an error, or a QP that already
+    /// failed (it handles any completion correctly). Out of line: it keeps the usual
+    /// case short.
     #[cold]
     #[inline(never)]
-    fn complete_rest(
+    pub fn complete_rest(
         &mut self,
         id: u64,
         status: WcStatus,

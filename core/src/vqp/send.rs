@@ -635,7 +635,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     ) -> Result<(), Stray> {
         let send = &mut self.send;
         let l = &mut self.lanes[lane];
-        let matched = l.complete(short, status, &mut |id, n, st| credit_data(send, id, n, st));
+        let matched = l.complete_rest(short, status, &mut |id, n, st| credit_data(send, id, n, st));
         if l.has_room(self.cfg.max_outstanding) {
             self.room |= 1 << lane;
         }

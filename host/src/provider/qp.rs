@@ -129,30 +129,11 @@ impl VerbsQp {
                 }
             };
         }
-        // Link last, through pointers taken after every other write, so that the
-        // pointers the library follows are the most recent ones to the storage.
-        let sges = self.send_sge.as_mut_ptr();
-        let base = self.send.as_mut_ptr();
-        let n = wqes.len();
-        for (i, w) in wqes.iter().enumerate() {
-            let next = if i + 1 < n {
-                base.wrapping_add(i + 1)
-            } else {
-                ptr::null_mut()
-            };
-            let sg = if w.len == 0 {
-                ptr::null_mut()
-            } else {
-                sges.wrapping_add(i)
-            };
-            // SAFETY: `i < n <= self.send.len()`, so `base + i` is an element of the
-            // storage `base` was just taken from, and nothing else borrows it.
-            unsafe {
-                (*base.add(i)).next = next;
-                (*base.add(i)).sg_list = sg;
-            }
-        }
-        base
+        link(
+            &mut self.send,
+            &mut self.send_sge,
+            wqes.iter().map(|w| w.len != 0),
+        )
     }
 
     /// Fills the receive storage with `wqes` (at most its length) and links it into one
@@ -169,29 +150,62 @@ impl VerbsQp {
             wr.wr_id = w.wr_id;
             wr.num_sge = i32::from(w.len != 0);
         }
-        let sges = self.recv_sge.as_mut_ptr();
-        let base = self.recv.as_mut_ptr();
-        let n = wqes.len();
-        for (i, w) in wqes.iter().enumerate() {
-            let next = if i + 1 < n {
-                base.wrapping_add(i + 1)
-            } else {
-                ptr::null_mut()
-            };
-            let sg = if w.len == 0 {
-                ptr::null_mut()
-            } else {
-                sges.wrapping_add(i)
-            };
-            // SAFETY: `i < n <= self.recv.len()`: an element of the storage `base` was
-            // just taken from, borrowed by nothing else.
-            unsafe {
-                (*base.add(i)).next = next;
-                (*base.add(i)).sg_list = sg;
-            }
-        }
-        base
+        link(
+            &mut self.recv,
+            &mut self.recv_sge,
+            wqes.iter().map(|w| w.len != 0),
+        )
     }
+}
+
+/// A work request that chains to the next one and points at its scatter entries.
+trait Chained {
+    fn set_links(&mut self, next: *mut Self, sg_list: *mut sys::ibv_sge);
+}
+
+impl Chained for sys::ibv_send_wr {
+    fn set_links(&mut self, next: *mut Self, sg_list: *mut sys::ibv_sge) {
+        self.next = next;
+        self.sg_list = sg_list;
+    }
+}
+
+impl Chained for sys::ibv_recv_wr {
+    fn set_links(&mut self, next: *mut Self, sg_list: *mut sys::ibv_sge) {
+        self.next = next;
+        self.sg_list = sg_list;
+    }
+}
+
+/// Links the first `has_data.len()` requests of `wrs` into one null-terminated chain,
+/// request `i` pointing at `sges[i]` when `has_data` says it carries bytes (else at
+/// nothing), and returns its head. Called after every other write to the storage, so
+/// that the pointers the library follows are the most recent ones taken from it.
+fn link<W: Chained>(
+    wrs: &mut [W],
+    sges: &mut [sys::ibv_sge],
+    has_data: impl ExactSizeIterator<Item = bool>,
+) -> *mut W {
+    let n = has_data.len();
+    assert!(n <= wrs.len() && n <= sges.len());
+    let base = wrs.as_mut_ptr();
+    let sg_base = sges.as_mut_ptr();
+    for (i, data) in has_data.enumerate() {
+        let next = if i + 1 < n {
+            base.wrapping_add(i + 1)
+        } else {
+            ptr::null_mut()
+        };
+        let sg = if data {
+            sg_base.wrapping_add(i)
+        } else {
+            ptr::null_mut()
+        };
+        // SAFETY: `i < n <= wrs.len()`, so `base + i` is an element of the slice `base`
+        // was just taken from, which nothing else borrows while `wrs` is held.
+        unsafe { (*base.add(i)).set_links(next, sg) };
+    }
+    base
 }
 
 /// The core's view of a refused post: the `posted` WQEs of earlier pieces plus the

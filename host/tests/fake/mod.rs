@@ -91,46 +91,29 @@ fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     f(s)
 }
 
+/// `f` of QP `qpn`, if there is one.
+fn with_qp<R>(qpn: u32, f: impl FnOnce(&FakeQp) -> R) -> Option<R> {
+    with(|s| s.by_qpn.get(&qpn).and_then(|k| s.qps.get(k)).map(f))
+}
+
 /// The history of state transitions (state, mask) of QP `qpn`.
 pub fn history(qpn: u32) -> Vec<(c_uint, c_uint)> {
-    with(|s| {
-        s.by_qpn
-            .get(&qpn)
-            .and_then(|k| s.qps.get(k))
-            .map(|q| q.history.clone())
-            .unwrap_or_default()
-    })
+    with_qp(qpn, |q| q.history.clone()).unwrap_or_default()
 }
 
 /// The QP's state at each receive posted to QP `qpn`.
 pub fn recv_states(qpn: u32) -> Vec<c_uint> {
-    with(|s| {
-        s.by_qpn
-            .get(&qpn)
-            .and_then(|k| s.qps.get(k))
-            .map(|q| q.recv_states.clone())
-            .unwrap_or_default()
-    })
+    with_qp(qpn, |q| q.recv_states.clone()).unwrap_or_default()
 }
 
 /// The state of QP `qpn`.
 pub fn qp_state(qpn: u32) -> Option<c_uint> {
-    with(|s| {
-        s.by_qpn
-            .get(&qpn)
-            .and_then(|k| s.qps.get(k))
-            .map(|q| q.state)
-    })
+    with_qp(qpn, |q| q.state)
 }
 
 /// Receives held by QP `qpn`.
 pub fn held_recvs(qpn: u32) -> usize {
-    with(|s| {
-        s.by_qpn
-            .get(&qpn)
-            .and_then(|k| s.qps.get(k))
-            .map_or(0, |q| q.recvs.len())
-    })
+    with_qp(qpn, |q| q.recvs.len()).unwrap_or(0)
 }
 
 /// Calls to `post_send` and `post_recv` so far (all QPs).
