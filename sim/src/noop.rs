@@ -41,8 +41,9 @@ pub enum NoopOrder {
     /// Posting order across all QPs.
     #[default]
     Fifo,
-    /// Each completion comes from a QP chosen at random (seeded) among those with
-    /// completions waiting; each QP's own order is kept.
+    /// Each completion comes from a QP chosen at random (seeded): a QP is drawn
+    /// uniformly and, if it has nothing waiting, the next one (in creation order,
+    /// wrapping) that has. Each QP's own order is kept. At most 64 QPs per CQ.
     Shuffled {
         /// Seed of the interleaving.
         seed: u64,
@@ -164,6 +165,15 @@ impl<T: Copy> Ring<T> {
         Some(v)
     }
 
+    /// Removes the oldest item; the ring must not be empty.
+    #[inline]
+    fn pop_oldest(&mut self) -> T {
+        debug_assert!(self.len() > 0);
+        let v = self.buf[self.head & (self.buf.len() - 1)];
+        self.head += 1;
+        v
+    }
+
     /// Moves up to `out.len()` of the oldest items into `out`; returns how many.
     #[inline]
     fn pop_into(&mut self, out: &mut [T]) -> usize {
@@ -198,8 +208,9 @@ struct Shared {
     qps: Vec<QpSlot>,
     /// Completions waiting, in whichever rings hold them.
     queued: usize,
-    /// QPs with completions waiting ([`NoopOrder::Shuffled`] only).
-    waiting: usize,
+    /// Bit `i` set when QP slot `i` has completions waiting ([`NoopOrder::Shuffled`]
+    /// only).
+    waiting: u64,
     overflows: u64,
 }
 
@@ -208,16 +219,24 @@ impl Shared {
     #[inline]
     fn record(&mut self, qp: usize, wc: PhysWc) -> bool {
         if self.config.order == NoopOrder::Fifo {
-            return self.record_fifo(wc);
+            self.record_fifo(wc)
+        } else {
+            self.record_shuffled(qp, wc)
         }
+    }
+
+    /// [`Self::record`] for shuffled order: the QP's own ring, the CQ's capacity
+    /// bounding the count across rings. Inlined into the post loop, where it runs
+    /// once per signaled WQE.
+    #[inline(always)]
+    fn record_shuffled(&mut self, qp: usize, wc: PhysWc) -> bool {
         if self.queued >= self.config.capacity {
             self.overflows += 1;
             return false;
         }
-        let done = &mut self.qps[qp].done;
-        self.waiting += usize::from(done.len() == 0);
-        let ok = done.push(wc);
+        let ok = self.qps[qp].done.push(wc);
         debug_assert!(ok, "rings hold the whole capacity");
+        self.waiting |= 1 << qp;
         self.queued += 1;
         true
     }
@@ -240,37 +259,6 @@ impl Shared {
             .iter()
             .position(|q| q.qp_num == qp_num)
             .ok_or(NoopError::UnknownQp(qp_num))
-    }
-
-    /// The next completion in the configured order.
-    #[inline]
-    fn next(&mut self) -> Option<PhysWc> {
-        if self.queued == 0 {
-            return None;
-        }
-        let wc = match self.config.order {
-            NoopOrder::Fifo => self.fifo.pop(),
-            NoopOrder::Shuffled { .. } => {
-                // The k-th QP (in slot order) with completions waiting, found by a scan
-                // of every QP without a branch on the random choice: a branch there
-                // would be mispredicted about every other time and cost more than
-                // the scan.
-                let k = self.rng.below(self.waiting);
-                let (mut seen, mut pick) = (0, 0);
-                for (i, q) in self.qps.iter().enumerate() {
-                    let waits = q.done.len() > 0;
-                    pick = if waits && seen == k { i } else { pick };
-                    seen += usize::from(waits);
-                }
-                let done = &mut self.qps[pick].done;
-                self.waiting -= usize::from(done.len() == 1);
-                done.pop()
-            }
-        };
-        if wc.is_some() {
-            self.queued -= 1;
-        }
-        wc
     }
 }
 
@@ -304,11 +292,21 @@ impl NoopCq {
     /// A QP reporting `qp_num` whose completions go to this CQ. Allocates its storage
     /// now; a QP number already used on this CQ would make completions ambiguous, so
     /// choose distinct ones.
+    ///
+    /// # Panics
+    /// When a CQ in [`NoopOrder::Shuffled`] would get a 65th QP (its picks keep one
+    /// bit per QP).
     pub fn create_qp(&self, qp_num: u32) -> NoopQp {
         let mut sh = self.shared.borrow_mut();
         let done_cap = match sh.config.order {
             NoopOrder::Fifo => 0,
-            NoopOrder::Shuffled { .. } => sh.config.capacity,
+            NoopOrder::Shuffled { .. } => {
+                assert!(
+                    sh.qps.len() < 64,
+                    "a shuffled no-op CQ serves at most 64 QPs"
+                );
+                sh.config.capacity
+            }
         };
         let recv_cap = match sh.config.recv_mode {
             RecvMode::Complete => 0,
@@ -360,14 +358,29 @@ impl PhysCq for NoopCq {
 impl Shared {
     /// [`NoopCq::poll`] in shuffled order. Out of line, so that the FIFO path stays
     /// as short as a no-op provider's should be.
+    ///
+    /// Each pick draws a QP slot `k` and takes the first slot at or after it (wrapping)
+    /// whose bit is set in `waiting`, without a branch on the random draw: a
+    /// mispredicted branch, or a scan of the QPs, would cost more than the no-op
+    /// provider is meant to add. The draws do not depend on the picks, so successive
+    /// picks overlap.
     #[inline(never)]
     fn poll_shuffled(&mut self, out: &mut [PhysWc]) -> usize {
-        let mut n = 0;
-        while n < out.len() {
-            let Some(wc) = self.next() else { break };
-            out[n] = wc;
-            n += 1;
+        let n = self.queued.min(out.len());
+        let slots = self.qps.len();
+        for o in &mut out[..n] {
+            let k = self.rng.below(slots);
+            let (m, above) = (self.waiting, self.waiting >> k);
+            let pick = if above != 0 {
+                k + above.trailing_zeros() as usize
+            } else {
+                m.trailing_zeros() as usize
+            };
+            let done = &mut self.qps[pick].done;
+            *o = done.pop_oldest();
+            self.waiting &= !(u64::from(done.len() == 0) << pick);
         }
+        self.queued -= n;
         n
     }
 
@@ -376,7 +389,7 @@ impl Shared {
     fn post_shuffled(&mut self, qp: usize, qp_num: u32, wqes: &[SendWqe]) {
         for w in wqes {
             if w.flags.contains(SendFlags::SIGNALED) {
-                self.record(qp, send_completion(w, qp_num));
+                self.record_shuffled(qp, send_completion(w, qp_num));
             }
         }
     }

@@ -91,6 +91,45 @@ fn shuffled_keeps_per_qp_order_and_is_deterministic() {
 }
 
 #[test]
+fn shuffled_may_start_with_any_qp_and_skips_empty_ones() {
+    // Five QPs, the middle one idle: over seeds, each busy QP comes first at least
+    // once, and the idle one never shows up.
+    let mut first = [0; 5];
+    for seed in 0..64 {
+        let mut cq = NoopCq::new(NoopConfig {
+            order: NoopOrder::Shuffled { seed },
+            ..NoopConfig::default()
+        });
+        let mut qps: Vec<_> = (0..5).map(|i| cq.create_qp(0x20 + i)).collect();
+        for (i, qp) in qps.iter_mut().enumerate().filter(|(i, _)| *i != 2) {
+            qp.post_send(&[send(i as u64, true), send(i as u64, true)])
+                .unwrap();
+        }
+        let wcs = poll_all(&mut cq, 3);
+        assert_eq!(wcs.len(), 8);
+        assert!(wcs.iter().all(|w| w.qp_num != 0x22));
+        first[(wcs[0].qp_num - 0x20) as usize] += 1;
+    }
+    assert_eq!(first[2], 0);
+    assert!(
+        first.iter().enumerate().all(|(i, &n)| i == 2 || n > 0),
+        "{first:?}"
+    );
+}
+
+#[test]
+#[should_panic(expected = "at most 64 QPs")]
+fn shuffled_cq_refuses_a_65th_qp() {
+    let cq = NoopCq::new(NoopConfig {
+        order: NoopOrder::Shuffled { seed: 0 },
+        ..NoopConfig::default()
+    });
+    for i in 0..65 {
+        let _ = cq.create_qp(i);
+    }
+}
+
+#[test]
 fn receives_complete_at_once_by_default() {
     let mut cq = NoopCq::new(NoopConfig::default());
     let mut qp = cq.create_qp(5);
