@@ -114,6 +114,13 @@ impl Plan {
         self.count
     }
 
+    /// `(origin, step)`: fragment `i` starts at `origin + i·step` (wrapping) and is
+    /// `step` long, for every fragment but a shortened first one and the last one.
+    #[inline]
+    pub const fn grid(&self) -> (u64, u64) {
+        (self.first.wrapping_sub(self.step), self.step)
+    }
+
     /// The length of fragment `i`, which starts at `offset` (the sum of the lengths
     /// before it): what [`Plan::fragment`] gives, without a multiplication.
     #[inline]

@@ -492,8 +492,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let start = u64::from(self.next_lane);
         let base_seq = self.send_seq;
         // QP k of the round takes fragments first + k, first + k + n, ...: `whole`
-        // each, one more for the first `extra` QPs.
+        // each, one more for the first `extra` QPs. The last fragment is on QP
+        // `last_k`.
         let (whole, extra) = (left / n, left % n);
+        let last_k = if extra == 0 { n - 1 } else { extra - 1 };
+        // Fragments but the first and the last are `step` long, `step` apart.
+        let (origin, step) = plan.grid();
+        let stride = n * step;
         for k in 0..left.min(n) {
             let mut l = start + k;
             if l >= n {
@@ -508,13 +513,35 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 base_seq
             };
             // This QP's fragments are numbered n apart.
-            let step = if s.dqplb_imm { n as u32 } else { 0 };
-            let mut i = first + k;
-            for wqe in lane.stage_run(s.id, run_seq, step, share, MERGE) {
-                let (off, len) = plan.fragment(i);
-                let seq = base_seq.add((i - first) as u32);
-                *wqe = s.wqe(l, keys, off, len, seq, i + 1 == count);
-                i += n;
+            let seq_step = if s.dqplb_imm { n as u32 } else { 0 };
+            let i = first + k;
+            let shared = s.wqe(l, keys, 0, step as u32, run_seq, false);
+            let run = lane.stage_run(s.id, run_seq, seq_step, share, MERGE);
+            let (mut off, mut seq) = (origin.wrapping_add(i * step), run_seq);
+            for wqe in run.iter_mut() {
+                *wqe = SendWqe {
+                    addr: s.local.wrapping_add(off),
+                    remote_addr: s.remote.wrapping_add(off),
+                    imm_data: if s.dqplb_imm {
+                        Imm::new(seq, false).to_wire()
+                    } else {
+                        0
+                    },
+                    ..shared
+                };
+                off = off.wrapping_add(stride);
+                seq = seq.add(seq_step);
+            }
+            // A shortened first fragment, and the last one (shorter, ending the
+            // request), are built whole.
+            if i == 0 {
+                let (off, len) = plan.fragment(0);
+                run[0] = s.wqe(l, keys, off, len, run_seq, false);
+            }
+            if k == last_k {
+                let (off, len) = plan.fragment(count - 1);
+                let seq = base_seq.add((left - 1) as u32);
+                run[share as usize - 1] = s.wqe(l, keys, off, len, seq, true);
             }
             self.staged |= 1 << l;
             if !lane.has_room(max) {
