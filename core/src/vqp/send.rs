@@ -532,16 +532,19 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 off = off.wrapping_add(stride);
                 seq = seq.add(seq_step);
             }
-            // A shortened first fragment, and the last one (shorter, ending the
-            // request), are built whole.
-            if i == 0 {
-                let (off, len) = plan.fragment(0);
-                run[0] = s.wqe(l, keys, off, len, run_seq, false);
+            // A first fragment shortened by the alignment starts at the request's
+            // start; the last one may be shorter and ends the request.
+            if i == 0 && origin != 0 {
+                let w = &mut run[0];
+                (w.addr, w.remote_addr, w.len) = (s.local, s.remote, plan.fragment(0).1);
             }
             if k == last_k {
-                let (off, len) = plan.fragment(count - 1);
-                let seq = base_seq.add((left - 1) as u32);
-                run[share as usize - 1] = s.wqe(l, keys, off, len, seq, true);
+                let w = &mut run[share as usize - 1];
+                w.len = plan.fragment(count - 1).1;
+                if s.dqplb_imm {
+                    let seq = base_seq.add((left - 1) as u32);
+                    (w.flags, w.imm_data) = (s.last_flags, Imm::new(seq, true).to_wire());
+                }
             }
             self.staged |= 1 << l;
             if !lane.has_room(max) {
