@@ -363,19 +363,16 @@ impl Shared {
     /// whose bit is set in `waiting`, without a branch on the random draw: a
     /// mispredicted branch, or a scan of the QPs, would cost more than the no-op
     /// provider is meant to add. The draws do not depend on the picks, so successive
-    /// picks overlap.
+    /// draws overlap.
     #[inline(never)]
     fn poll_shuffled(&mut self, out: &mut [PhysWc]) -> usize {
         let n = self.queued.min(out.len());
         let slots = self.qps.len();
         for o in &mut out[..n] {
+            // Rotated right by k, slot k's bit is bit 0 and the slots before it (all
+            // below 64) wrap to the top: the lowest set bit is the pick, k places on.
             let k = self.rng.below(slots);
-            let (m, above) = (self.waiting, self.waiting >> k);
-            let pick = if above != 0 {
-                k + above.trailing_zeros() as usize
-            } else {
-                m.trailing_zeros() as usize
-            };
+            let pick = (k + self.waiting.rotate_right(k as u32).trailing_zeros() as usize) & 63;
             let done = &mut self.qps[pick].done;
             *o = done.pop_oldest();
             self.waiting &= !(u64::from(done.len() == 0) << pick);
