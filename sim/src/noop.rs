@@ -226,9 +226,9 @@ impl Shared {
     }
 
     /// [`Self::record`] for shuffled order: the QP's own ring, the CQ's capacity
-    /// bounding the count across rings. Inlined into the post loop, where it runs
-    /// once per signaled WQE.
-    #[inline(always)]
+    /// bounding the count across rings. (A chain's post does the same for all its
+    /// signaled WQEs at once: [`Self::post_shuffled`].)
+    #[inline]
     fn record_shuffled(&mut self, qp: usize, wc: PhysWc) -> bool {
         if self.queued >= self.config.capacity {
             self.overflows += 1;
