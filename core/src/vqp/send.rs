@@ -436,7 +436,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         credit.saturating_sub(span)
     }
 
-    /// Stage what request `req` has left across all data QPs at once if each has
+    /// Stage what request `id` has left across all data QPs at once if each has
     /// room for its share and the DQPLB budget covers it; false (nothing staged)
     /// otherwise. Kept out of line: inlined, its state would crowd the
     /// one-fragment path of [`Self::dispatch`].
@@ -480,8 +480,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Stage every fragment request `s.id` has left, fragment `posted + k` on data
     /// QP `(next_lane + k) mod n` exactly as one-by-one round-robin would place
     /// them, each QP's share as one run with `MERGE` (last-of-chain signaling), a
-    /// run per WQE without. The caller checked that every QP has room for its share and that
-    /// the DQPLB budget covers them.
+    /// run per WQE without. The caller checked that every QP has room for its share
+    /// and that the DQPLB budget covers them.
     fn stage_spread<const MERGE: bool>(&mut self, s: &Spread, max: u32) {
         let n = self.lanes.len() as u64;
         let slot = self.send.get_mut(s.id);
@@ -542,6 +542,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 let w = &mut run[share as usize - 1];
                 w.len = plan.fragment(count - 1).1;
                 if s.dqplb_imm {
+                    // What `Spread::wqe` gives a last fragment, mended in place.
                     let seq = base_seq.add((left - 1) as u32);
                     (w.flags, w.imm_data) = (s.last_flags, Imm::new(seq, true).to_wire());
                 }
