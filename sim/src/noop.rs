@@ -175,13 +175,12 @@ impl<T: Copy> Ring<T> {
         self.tail += 1;
     }
 
-    /// Removes the oldest item; the ring must not be empty.
+    /// Moves the oldest item into `out`; the ring must not be empty.
     #[inline]
-    fn pop_oldest(&mut self) -> T {
+    fn pop_oldest_into(&mut self, out: &mut T) {
         debug_assert!(self.len() > 0);
-        let v = self.buf[self.head & (self.buf.len() - 1)];
+        *out = self.buf[self.head & (self.buf.len() - 1)];
         self.head += 1;
-        v
     }
 
     /// Moves up to `out.len()` of the oldest items into `out`; returns how many.
@@ -378,7 +377,10 @@ impl Shared {
     /// whose bit is set in `waiting`, without a branch on the random draw: a
     /// mispredicted branch, or a scan of the QPs, would cost more than the no-op
     /// provider is meant to add. The draws do not depend on the picks, so successive
-    /// draws overlap.
+    /// draws overlap. A QP's bit is cleared behind a branch on its count reaching
+    /// zero, which follows the benches' patterns (it is taken on every pick when each
+    /// QP holds one completion, rarely when each holds many): computed without a
+    /// branch, the next pick waited on this pick's count, a load, every time.
     #[inline(never)]
     fn poll_shuffled(&mut self, out: &mut [PhysWc]) -> usize {
         let n = self.queued.min(out.len());
@@ -388,10 +390,12 @@ impl Shared {
             // below 64) wrap to the top: the lowest set bit is the pick, k places on.
             let k = self.rng.below(slots);
             let pick = (k + self.waiting.rotate_right(k as u32).trailing_zeros() as usize) & 63;
-            *o = self.qps[pick].done.pop_oldest();
+            self.qps[pick].done.pop_oldest_into(o);
             let left = &mut self.counts[pick];
             *left -= 1;
-            self.waiting &= !(u64::from(*left == 0) << pick);
+            if *left == 0 {
+                self.waiting &= !(1 << pick);
+            }
         }
         self.queued -= n;
         n
