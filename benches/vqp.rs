@@ -16,113 +16,15 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use vqp_core::imm::Imm;
 use vqp_core::reorder::ReorderWindow;
 use vqp_core::seq::Seq;
-use vqp_core::split::SplitPolicy;
-use vqp_core::{
-    Config, Keys, Mode, Opcode, PhysCq, PhysQp, PhysWc, RecvWr, SendFlags, SendWqe, SendWr,
-    Signaling, VirtualCq, VirtualQp, Wc,
-};
-use vqp_sim::noop::{NoopConfig, NoopControl, NoopCq, NoopOrder, NoopQp, RecvMode};
+use vqp_core::{Opcode, PhysCq, PhysQp, PhysWc, RecvWr, SendFlags, SendWqe, SendWr, Signaling};
+use vqp_sim::noop::{NoopCq, NoopOrder, NoopQp, RecvMode};
 
 use support::alloc::{per_run, Counting};
 use support::reference::{RefReorder, RefTracker};
+use support::rig::{noop_cq, rig, write, Rig};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-type Vqp = VirtualQp<NoopQp, 4, 64, 256, 512>;
-type Vcq = VirtualCq<NoopCq, 1, 32>;
-
-struct Rig {
-    vqp: Vqp,
-    vcq: Vcq,
-    control: NoopControl,
-    out: [Wc; 32],
-}
-
-fn noop_cq(order: NoopOrder, recv_mode: RecvMode) -> NoopCq {
-    NoopCq::new(NoopConfig {
-        capacity: 8192,
-        recv_capacity: 4096,
-        order,
-        recv_mode,
-    })
-}
-
-fn rig(qps: u32, order: NoopOrder, signaling: Signaling, recv_mode: RecvMode) -> Rig {
-    let cq = noop_cq(order, recv_mode);
-    let control = cq.control();
-    let data: Vec<(NoopQp, u8)> = (0..qps).map(|i| (cq.create_qp(100 + i), 0)).collect();
-    let cfg = Config {
-        split: SplitPolicy::new(64 << 10),
-        max_outstanding: 64,
-        recv_depth: 64,
-        signaling,
-        ..Config::new(Mode::Dqplb)
-    };
-    let mut vqp = Vqp::new(cfg, data, None).expect("valid set-up");
-    let mut vcq = Vcq::new();
-    vcq.add_cq(cq, 0, 8192).expect("one CQ");
-    vcq.attach(&mut vqp).expect("CQ large enough");
-    Rig {
-        vqp,
-        vcq,
-        control,
-        out: [Wc::EMPTY; 32],
-    }
-}
-
-fn write(len: u64) -> SendWr {
-    SendWr::new(
-        7,
-        Opcode::RDMA_WRITE,
-        0x10_0000,
-        len,
-        0x20_0000,
-        Keys::single(1, 2),
-    )
-}
-
-impl Rig {
-    /// Post `wr` and poll until its completion comes back.
-    #[inline]
-    fn post_complete(&mut self, wr: &SendWr) {
-        self.vqp.post_send(wr).expect("accepted");
-        loop {
-            let n = self
-                .vcq
-                .poll(&mut [&mut self.vqp], &mut self.out)
-                .expect("poll");
-            if n > 0 {
-                black_box(&self.out[..n]);
-                return;
-            }
-        }
-    }
-
-    /// Time `iters` rounds of 32 posts (the completions are collected untimed).
-    fn posts_alone(&mut self, wr: &SendWr, iters: u64) -> Duration {
-        let mut spent = Duration::ZERO;
-        for _ in 0..iters {
-            let t = Instant::now();
-            for _ in 0..32 {
-                self.vqp.post_send(black_box(wr)).expect("accepted");
-            }
-            spent += t.elapsed();
-            self.poll_until(32);
-        }
-        spent
-    }
-
-    /// Poll until `n` completions came back.
-    fn poll_until(&mut self, mut n: usize) {
-        while n > 0 {
-            n -= self
-                .vcq
-                .poll(&mut [&mut self.vqp], &mut self.out)
-                .expect("poll");
-        }
-    }
-}
 
 /// The no-op provider alone: the physical chains a request becomes, posted straight
 /// to the QPs, and the CQ polled until their completions are back. What the engine

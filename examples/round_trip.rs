@@ -2,9 +2,9 @@
 //!
 //! Posts one RDMA write at a time on a 4-QP DQPLB virtual QP over the no-op provider of
 //! `vqp-sim` and polls until its completion is reported: the loop of the `A` and `B`
-//! benches, without criterion around it. Run it under callgrind for two iteration
-//! counts; the difference of the totals divided by the difference of the counts is the
-//! cost of one request, start-up excluded.
+//! benches, from the same file (`benches/support/rig.rs`), without criterion around it.
+//! Run it under callgrind for two iteration counts; the difference of the totals divided
+//! by the difference of the counts is the cost of one request, start-up excluded.
 //!
 //! ```text
 //! cargo build --release --example round_trip
@@ -19,12 +19,13 @@
 use std::hint::black_box;
 use std::process::ExitCode;
 
-use vqp_core::split::SplitPolicy;
-use vqp_core::{Config, Keys, Mode, Opcode, SendWr, Signaling, VirtualCq, VirtualQp, Wc};
-use vqp_sim::noop::{NoopConfig, NoopCq, NoopOrder, NoopQp, RecvMode};
+use vqp_core::Signaling;
+use vqp_sim::noop::{NoopOrder, RecvMode};
 
-type Vqp = VirtualQp<NoopQp, 4, 64, 256, 512>;
-type Vcq = VirtualCq<NoopCq, 1, 32>;
+/// The benches' rig and loop, the same file.
+#[allow(dead_code)]
+#[path = "../benches/support/rig.rs"]
+mod rig;
 
 const USAGE: &str = "usage: round_trip <len> <fifo|shuffled> <last|every> <requests>";
 
@@ -54,42 +55,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cq = NoopCq::new(NoopConfig {
-        capacity: 8192,
-        recv_capacity: 4096,
-        order,
-        recv_mode: RecvMode::Complete,
-    });
-    let data: Vec<(NoopQp, u8)> = (0..4).map(|i| (cq.create_qp(100 + i), 0)).collect();
-    let cfg = Config {
-        split: SplitPolicy::new(64 << 10),
-        max_outstanding: 64,
-        recv_depth: 64,
-        signaling,
-        ..Config::new(Mode::Dqplb)
-    };
-    let mut vqp = Vqp::new(cfg, data, None).expect("a valid set-up");
-    let mut vcq = Vcq::new();
-    vcq.add_cq(cq, 0, 8192).expect("one CQ");
-    vcq.attach(&mut vqp).expect("a large enough CQ");
-    let wr = SendWr::new(
-        7,
-        Opcode::RDMA_WRITE,
-        0x10_0000,
-        len,
-        0x20_0000,
-        Keys::single(1, 2),
-    );
-    let mut out = [Wc::EMPTY; 32];
+    let mut r = rig::rig(4, order, signaling, RecvMode::Complete);
+    let wr = rig::write(len);
     for _ in 0..count {
-        vqp.post_send(black_box(&wr)).expect("accepted");
-        loop {
-            let n = vcq.poll(&mut [&mut vqp], &mut out).expect("no-op polls");
-            if n > 0 {
-                black_box(&out[..n]);
-                break;
-            }
-        }
+        r.post_complete(black_box(&wr));
     }
     ExitCode::SUCCESS
 }
