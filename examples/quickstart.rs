@@ -13,14 +13,13 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use vqp::core::{Config, Keys, Mode, Opcode, RecvWr, SendWr, Wc};
-use vqp::host::{AccessFlags, Context, Endpoint, Settings, Verbs};
+use vqp::host::{AccessFlags, Context, Endpoint, Settings};
 
 const LEN: usize = 1 << 20;
 
 fn run() -> Result<String, Box<dyn Error>> {
     // The software provider linked in; on a real NIC: `Verbs::load()?` (libibverbs.so.1).
-    // SAFETY: the table implements libibverbs' ABI and lives as long as the process.
-    let verbs = unsafe { Verbs::from_table(vqp_softverbs::verbs_table()) };
+    let verbs = vqp::softverbs::verbs();
     let (ctx_a, ctx_b) = (
         Context::open(&verbs, Some("soft0"))?,
         Context::open(&verbs, Some("soft1"))?,

@@ -1,0 +1,89 @@
+//! Gates for the tests that need a system package (the real libibverbs, its header).
+//!
+//! On a machine with only the Rust toolchain such a test is skipped: it passes after
+//! writing one line to the terminal that names the Debian package it needs. CI installs
+//! the packages and sets [`REQUIRE`], which turns every skip into a failure, so a gated
+//! test can never pass silently there.
+//!
+//! Each test binary that includes it uses only some of its gates.
+#![allow(dead_code)]
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use vqp_host::{Error, Verbs};
+
+/// Set to `1` (as `.ci/run` does) to make a missing package fail the test instead of
+/// skipping it.
+pub const REQUIRE: &str = "VQP_REQUIRE_SYSTEM_PACKAGES";
+
+/// Skips `test` for want of `package`, or fails it when [`REQUIRE`] is set.
+///
+/// The line goes straight to the process's stderr, past the test harness's capture,
+/// so that `cargo test` shows it.
+pub fn skip(test: &str, package: &str, why: &str) {
+    let line = format!(
+        "skipped {test}: {why}; it needs the Debian package {package} (apt-get install {package})"
+    );
+    if std::env::var(REQUIRE).is_ok_and(|v| v == "1") {
+        panic!("{line}; {REQUIRE}=1 says it must run, so this is a failure");
+    }
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// The system's libibverbs, loaded by its soname as the default build does, or `None`
+/// after [`skip`] when no such library is installed. A library that is there but does
+/// not load (a missing symbol or version) fails the test: that is what it checks.
+pub fn libibverbs(test: &str) -> Option<Verbs> {
+    // SAFETY: a library found under the soname `libibverbs.so.1` implements the
+    // libibverbs ABI.
+    match unsafe { Verbs::load_from(Path::new("libibverbs.so.1")) } {
+        Ok(verbs) => Some(verbs),
+        Err(e @ Error::LibraryNotFound { .. }) => {
+            skip(
+                test,
+                "libibverbs1",
+                &format!("libibverbs.so.1 is not installed ({e})"),
+            );
+            None
+        }
+        Err(e) => panic!("libibverbs.so.1 is installed but does not load: {e}"),
+    }
+}
+
+/// Whether `<infiniband/verbs.h>` can be included with the C compiler `cc`; when it
+/// cannot, [`skip`]s `test` and returns `false`.
+pub fn verbs_header(test: &str, cc: &str) -> bool {
+    let probe = Command::new(cc)
+        .args(["-E", "-x", "c", "-o", "/dev/null", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .and_then(|mut child| {
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(b"#include <infiniband/verbs.h>\n")?;
+            }
+            child.wait()
+        });
+    match probe {
+        Ok(status) if status.success() => true,
+        Ok(_) => {
+            skip(
+                test,
+                "libibverbs-dev",
+                "<infiniband/verbs.h> is not installed",
+            );
+            false
+        }
+        Err(e) => {
+            skip(
+                test,
+                "gcc",
+                &format!("the C compiler {cc:?} does not run ({e})"),
+            );
+            false
+        }
+    }
+}
