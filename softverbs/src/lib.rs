@@ -105,6 +105,7 @@ mod locate;
 mod mem;
 mod provider;
 mod qp;
+pub mod symbols;
 
 use std::fmt;
 use std::sync::atomic::Ordering;

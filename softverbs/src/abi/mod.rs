@@ -14,9 +14,18 @@
 
 pub(crate) mod fd;
 
+mod address;
+mod buf;
+mod compat;
 mod control;
 mod data;
 mod faults;
+mod marshall;
+mod query;
+mod resize;
+mod sysfs;
+mod text;
+mod unsupported;
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
@@ -28,8 +37,17 @@ use vqp_host::VerbsTable;
 use crate::cq::{ChannelCore, CqCore, CtxCore};
 use crate::qp::QpCore;
 
+pub use address::*;
+pub use buf::*;
+pub use compat::*;
 pub use control::*;
 pub use faults::*;
+pub use marshall::*;
+pub use query::*;
+pub use resize::*;
+pub use sysfs::*;
+pub use text::*;
+pub use unsupported::*;
 
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(e: c_int) {
