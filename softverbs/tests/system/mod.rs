@@ -30,12 +30,10 @@ pub fn skip(test: &str, package: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// The program `name` on `PATH` (or in `/usr/bin`), or `None` after [`skip`] naming
-/// `package`.
+/// The program `name` on `PATH`, or `None` after [`skip`] naming `package`.
 pub fn program(test: &str, name: &str, package: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let found = std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/bin")])
         .map(|dir| dir.join(name))
         .find(|p| p.is_file());
     if found.is_none() {
