@@ -117,8 +117,9 @@ struct CqInner {
 
 /// The Rust side of a CQ.
 pub(crate) struct CqCore {
-    /// Entries the CQ holds.
-    pub cap: usize,
+    /// Entries the CQ holds (changed only by [`CqCore::resize`], under `inner`'s lock,
+    /// which [`CqCore::push`] also holds when it reads it).
+    cap: AtomicUsize,
     /// Device index.
     pub dev: usize,
     /// Owning context.
@@ -154,7 +155,7 @@ impl CqCore {
             ch.users.fetch_add(1, Ordering::Relaxed);
         }
         CqCore {
-            cap,
+            cap: AtomicUsize::new(cap),
             dev,
             ctx,
             channel,
@@ -181,7 +182,7 @@ impl CqCore {
         if g.overflowed {
             return false;
         }
-        if g.queue.len() >= self.cap {
+        if g.queue.len() >= self.cap.load(Ordering::Relaxed) {
             g.overflowed = true;
             drop(g);
             self.ctx
@@ -230,6 +231,21 @@ impl CqCore {
             sink(i, wc);
         }
         Ok(n)
+    }
+
+    /// Changes the capacity to `cap` entries (`ibv_resize_cq`); the entries queued stay.
+    ///
+    /// # Errors
+    /// `EINVAL` when more than `cap` entries are queued, as the verbs specification
+    /// requires.
+    pub fn resize(&self, cap: usize) -> Result<(), i32> {
+        let g = lock(&self.inner);
+        if g.queue.len() > cap {
+            return Err(libc::EINVAL);
+        }
+        self.cap.store(cap, Ordering::Relaxed);
+        drop(g);
+        Ok(())
     }
 
     /// Arms the CQ for one event; `EINVAL` without a channel.

@@ -23,15 +23,49 @@
 //!
 //! # Running a libibverbs program on it
 //! The cdylib is `target/<profile>/libvqp_softverbs.so` (`cargo build -p vqp-softverbs`).
+//! It is a complete `libibverbs.so.1`: SONAME `libibverbs.so.1`, rdma-core's symbol
+//! versions, and every function of rdma-core's `libibverbs.map` exported (see
+//! [`symbols`] and below), so a program built against rdma-core runs on it unchanged:
+//! - in place of the library, `mkdir lib && ln -s $PWD/target/release/libvqp_softverbs.so
+//!   lib/libibverbs.so.1`, then `LD_LIBRARY_PATH=$PWD/lib ./your-program` (or install it
+//!   as `libibverbs.so.1`); `ibv_devinfo -v` lists `soft0`, `soft1`;
+//! - preloaded: `LD_PRELOAD=$PWD/target/release/libvqp_softverbs.so ./your-program`. The
+//!   system's libibverbs is still loaded, but a library whose SONAME is
+//!   `libibverbs.so.1` answers every versioned reference to `libibverbs.so.1`, so nothing
+//!   falls through to it;
 //! - vqp's host (and anything using `vqp_host::Verbs::load`):
-//!   `VQP_IBVERBS_PATH=$PWD/target/release/libvqp_softverbs.so ./your-program`.
-//! - A C program linked against libibverbs:
-//!   `LD_PRELOAD=$PWD/target/release/libvqp_softverbs.so ./your-program` — the
-//!   provider's unversioned `ibv_*` definitions take precedence over the library's.
-//!   The data-path verbs are verbs.h inlines over `context->ops`, which this provider
-//!   fills; extended (`verbs_context`) operations report `EOPNOTSUPP`, as on an old
-//!   provider.
-//! - In-process, without `dlopen`: `vqp_host::Verbs::from_table(verbs_table())`.
+//!   `VQP_IBVERBS_PATH=$PWD/target/release/libvqp_softverbs.so ./your-program`;
+//! - in-process, without `dlopen`: `vqp_host::Verbs::from_table(verbs_table())`.
+//!
+//! What the exports do: the verbs softverbs has (devices, ports, GIDs with their type,
+//! P_Keys, PD, MR with `rereg` and the `ibv_alloc_buf` buffers, CQ with resize and
+//! channels, RC QPs, asynchronous events, the string and rate helpers, the sysfs
+//! attributes of the soft devices) behave as on a ConnectX; the others fail as an
+//! rdma-core provider without the operation does — null with `errno` `EOPNOTSUPP`, or
+//! `EOPNOTSUPP` returned: SRQs, address handles and multicast (no UD), imports, ECE,
+//! device memory and DMA handles, dma-buf registration, `ibv_qp_to_qp_ex`. The data-path
+//! verbs are verbs.h inlines over `context->ops`, which this provider fills; the context
+//! is not an extended `verbs_context`, so verbs.h's extended verbs fall back
+//! (`ibv_query_device_ex` → `ibv_query_device`, `ibv_create_qp_ex` with only a PD →
+//! `ibv_create_qp`) or report `EOPNOTSUPP` (`ibv_create_cq_ex`, send-ops QPs), as on an
+//! old provider; perftest then uses `ibv_post_send`. `IBVERBS_1.0` entries (programs
+//! built against libibverbs 1.0, with other structs) and rdma-core's provider-private
+//! functions (`ibv_cmd_*`, `verbs_*`; listed so that the direct-verbs libraries perftest
+//! links, libmlx5 and libefa, load) fail cleanly; `ibv_query_gid_type` and
+//! `ibv_wr_opcode_str`, the private functions rdma-core's tools call, work.
+//!
+//! How the versions are made (rustc links a cdylib with its own anonymous version script,
+//! which GNU ld cannot combine with named nodes): `build.rs` links the cdylib with the
+//! toolchain's `rust-lld`, passes `libibverbs.map` as a second version script, and adds
+//! an object it generates from the map with the build's own `rustc`; its module
+//! documentation has the details. Without `rust-lld` in the toolchain (or on a target
+//! other than x86_64 and aarch64) the library gets its SONAME but no versions, and the
+//! build prints a warning. Only the cdylib's link is affected, never a program that links
+//! this crate as an rlib.
+//!
+//! One consequence of the SONAME: in a process that has `dlopen`ed the cdylib by path, a
+//! later `dlopen("libibverbs.so.1")` returns the cdylib (the dynamic loader matches
+//! SONAMEs); load the system's library first, or by its full path, to have both.
 //!
 //! # Environment
 //! | variable | values | default |
@@ -105,6 +139,7 @@ mod locate;
 mod mem;
 mod provider;
 mod qp;
+pub mod symbols;
 
 use std::fmt;
 use std::sync::atomic::Ordering;

@@ -91,6 +91,16 @@ impl MrTable {
         true
     }
 
+    /// Replaces the region of a live key, which stays the same (`ibv_rereg_mr`); false
+    /// when the key is not live.
+    pub(crate) fn update(&mut self, key: u32, info: MrInfo) -> bool {
+        let Some(i) = self.index(key) else {
+            return false;
+        };
+        self.slots[i].info = Some(info);
+        true
+    }
+
     fn index(&self, key: u32) -> Option<usize> {
         let slot = (key >> 8).checked_sub(1)? as usize;
         let s = self.slots.get(slot)?;
@@ -272,6 +282,21 @@ mod tests {
             dev: 0,
             pd: 1,
         }
+    }
+
+    #[test]
+    fn update_replaces_a_live_region_under_the_same_key() {
+        let mut a = vec![0u8; 64];
+        let mut b = vec![0u8; 32];
+        let mut t = MrTable::default();
+        let k = t.register(info(&mut a, 1)).unwrap();
+        assert!(t.update(k, info(&mut b, 3)));
+        assert_eq!(t.get(k), Some(&info(&mut b, 3)));
+        let base = a.as_ptr() as u64;
+        assert_eq!(t.span(k, 0, 1, base, 8, 0).unwrap_err(), KeyError::Bounds);
+        assert!(t.deregister(k));
+        assert!(!t.update(k, info(&mut a, 1)), "a dead key is not revived");
+        assert_eq!(t.len(), 0);
     }
 
     #[test]

@@ -11,12 +11,30 @@
 //! inline wrappers that look for extended operations then fall back to the exported
 //! functions (`ibv_query_port`, `ibv_query_device_ex` → `ibv_query_device`) or report
 //! `EOPNOTSUPP`, as with an old provider.
+//!
+//! The exports, by module: `control` (devices, PD, MR, CQ, channels, QPs, events),
+//! `data` (the ops table), `query` (device index, GID table and types, P_Key index, port
+//! speed), `sysfs` (`ibv_read_sysfs_file` with the soft devices' attributes), `text`
+//! (event and opcode names, rates, fork), `resize` (`ibv_resize_cq`, `ibv_rereg_mr`),
+//! `buf` (`ibv_reg_mr_ex`, `ibv_alloc_buf`), `address` (address vectors; AH and
+//! multicast unsupported), `unsupported` (SRQ, import, ECE, DMA handles), `marshall`
+//! (kernel struct copies), `compat` (what the old-version and provider-private entries
+//! of [`crate::symbols`] jump to), `faults` (the C fault controls).
 
 pub(crate) mod fd;
 
+mod address;
+mod buf;
+mod compat;
 mod control;
 mod data;
 mod faults;
+mod marshall;
+mod query;
+mod resize;
+mod sysfs;
+mod text;
+mod unsupported;
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
@@ -28,8 +46,17 @@ use vqp_host::VerbsTable;
 use crate::cq::{ChannelCore, CqCore, CtxCore};
 use crate::qp::QpCore;
 
+pub use address::*;
+pub use buf::*;
+pub use compat::*;
 pub use control::*;
 pub use faults::*;
+pub use marshall::*;
+pub use query::*;
+pub use resize::*;
+pub use sysfs::*;
+pub use text::*;
+pub use unsupported::*;
 
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(e: c_int) {
