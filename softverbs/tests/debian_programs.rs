@@ -3,6 +3,7 @@
 //! TCP port and namespace directory, and is killed when it runs past its limit.
 
 mod procs;
+mod system;
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
@@ -27,10 +28,7 @@ fn two_processes(
     client_args: &[&str],
     port: u16,
 ) -> Option<String> {
-    let Some(path) = procs::which(prog) else {
-        procs::skip(test, package, &format!("{prog} is not installed"));
-        return None;
-    };
+    let path = system::program(test, prog, package)?;
     let dir = procs::namespace(test);
     let lib = cdylib();
     let p = port.to_string();

@@ -3,33 +3,9 @@
 //! namespace directory.
 #![allow(dead_code)]
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// Set to `1` to make a missing package fail the test instead of skipping it.
-pub const REQUIRE: &str = "VQP_REQUIRE_SYSTEM_PACKAGES";
-
-/// Skips `test` for want of `package` (or fails when [`REQUIRE`] is set).
-pub fn skip(test: &str, package: &str, why: &str) {
-    let line = format!(
-        "skipped {test}: {why}; it needs the Debian package {package} (apt-get install {package})"
-    );
-    if std::env::var(REQUIRE).is_ok_and(|v| v == "1") {
-        panic!("{line}; {REQUIRE}=1 says it must run, so this is a failure");
-    }
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-/// `prog` found on `PATH`.
-pub fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(prog))
-        .find(|p| p.is_file())
-}
 
 /// A fresh namespace directory for one test.
 pub fn namespace(test: &str) -> PathBuf {
