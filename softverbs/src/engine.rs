@@ -145,7 +145,7 @@ pub(crate) struct Engine {
 }
 
 /// What one WQE's execution came to.
-enum Step {
+pub(crate) enum Step {
     /// Executed; the requester's QP is still usable.
     Done,
     /// The responder had no receive: retry after the delay.
@@ -155,10 +155,66 @@ enum Step {
 }
 
 /// What the responder side reported.
-enum Response {
+pub(crate) enum Response {
+    /// Executed; the byte count for the requester's completion.
     Ok(u32),
+    /// No receive posted: the responder's RNR timer code.
     Rnr(u8),
+    /// The requester's completion status.
     Error(u32),
+    /// The requester is gone (another process that exited): nothing was consumed and
+    /// nobody is told.
+    Dropped,
+}
+
+/// Moves a WQE's payload between the requester's buffers and the responder's checked
+/// spans: [`LocalMover`] in one process, `shared::remote`'s process-to-process copy
+/// across processes. The responder logic in [`respond`] is the same for both.
+pub(crate) trait Mover {
+    /// Copies the requester's payload into `dst` (SEND, WRITE).
+    fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError>;
+    /// Copies `src` into the requester's buffers (READ).
+    fn push(&mut self, src: &[Span<'_>]) -> Result<(), MoveError>;
+    /// Copies `bytes` into the requester's buffers (an atomic's original value).
+    fn push_bytes(&mut self, bytes: &[u8]) -> Result<(), MoveError>;
+}
+
+/// Why a [`Mover`] could not move the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MoveError {
+    /// The requester is gone: drop the request.
+    Gone,
+    /// The requester's memory could not be accessed: complete with this status.
+    Status(u32),
+}
+
+/// The in-process mover: plain copies between spans of this process.
+struct LocalMover<'a, 't> {
+    local: &'a [Span<'t>],
+    inline: Option<&'a [u8]>,
+}
+
+impl Mover for LocalMover<'_, '_> {
+    #[inline]
+    fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError> {
+        match self.inline {
+            Some(d) => mem::copy_from_bytes(dst, d),
+            None => mem::copy_spans(dst, self.local),
+        };
+        Ok(())
+    }
+
+    #[inline]
+    fn push(&mut self, src: &[Span<'_>]) -> Result<(), MoveError> {
+        mem::copy_spans(self.local, src);
+        Ok(())
+    }
+
+    #[inline]
+    fn push_bytes(&mut self, bytes: &[u8]) -> Result<(), MoveError> {
+        mem::copy_from_bytes(self.local, bytes);
+        Ok(())
+    }
 }
 
 impl Engine {
@@ -230,6 +286,7 @@ impl Engine {
     pub fn poll_progress(&'static self) {
         self.activity.fetch_add(1, Ordering::Relaxed);
         self.progress(POLL_BUDGET);
+        crate::shared::poll();
     }
 
     /// Executes up to `budget` WQEs if no other thread is executing; returns how many
@@ -394,7 +451,7 @@ fn run(
 }
 
 /// Completes `w` in error and moves the requester to the error state.
-fn fail(qp: &QpCore, g: &mut QpInner, w: &SendWqe, status: u32, event: Option<u32>) {
+pub(crate) fn fail(qp: &QpCore, g: &mut QpInner, w: &SendWqe, status: u32, event: Option<u32>) {
     let release = qp.release(&mut g.unsignaled);
     qp.send_cq.push(
         qp.wc(w.wr_id, status, wc_opcode(w.opcode), 0),
@@ -418,13 +475,19 @@ fn peer(p: &Provider, g: &mut QpInner) -> Option<Arc<QpCore>> {
 }
 
 /// The device index an address vector points at.
-fn resolve_av(p: &Provider, ah: &ibv_ah_attr) -> Option<usize> {
+pub(crate) fn resolve_av(p: &Provider, ah: &ibv_ah_attr) -> Option<usize> {
     let gid = (ah.is_global != 0).then(|| *vqp_host::Gid::from_sys(&ah.grh.dgid).as_bytes());
     p.resolve(ah.dlid, gid.as_ref()).map(|d| d.index)
 }
 
 /// Executes one WQE popped from `qp`'s send queue.
-fn execute(p: &Provider, qp: &Arc<QpCore>, g: &mut QpInner, mrs: &MrTable, w: SendWqe) -> Step {
+fn execute(
+    p: &'static Provider,
+    qp: &Arc<QpCore>,
+    g: &mut QpInner,
+    mrs: &MrTable,
+    w: SendWqe,
+) -> Step {
     // Local buffers first: a bad lkey never leaves the requester.
     let need_local = match w.opcode {
         IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
@@ -466,15 +529,19 @@ fn execute(p: &Provider, qp: &Arc<QpCore>, g: &mut QpInner, mrs: &MrTable, w: Se
     }
     let local_up = p.devices[qp.dev].is_up();
     let Some(b) = peer(p, g).filter(|b| local_up && p.devices[b.dev].is_up()) else {
-        // Nothing answers: the transport retries run out.
-        fail(qp, g, &w, IBV_WC_RETRY_EXC_ERR, None);
-        return Step::Failed;
+        // Not in this process: another process's QP, or nothing answers (the
+        // transport retries run out).
+        return crate::shared::remote::send(p, qp, g, w, local, len);
+    };
+    let mut mover = LocalMover {
+        local,
+        inline: w.inline.as_deref(),
     };
     let response = if Arc::ptr_eq(&b, qp) {
-        respond(p, qp, &b, g, mrs, &w, local, len)
+        respond(p, qp.qpn, qp.dev, &b, g, mrs, &w, len, &mut mover)
     } else {
         let mut gb = b.lock();
-        respond(p, qp, &b, &mut gb, mrs, &w, local, len)
+        respond(p, qp.qpn, qp.dev, &b, &mut gb, mrs, &w, len, &mut mover)
     };
     match response {
         Response::Ok(byte_len) => {
@@ -505,26 +572,38 @@ fn execute(p: &Provider, qp: &Arc<QpCore>, g: &mut QpInner, mrs: &MrTable, w: Se
             fail(qp, g, &w, status, None);
             Step::Failed
         }
+        Response::Dropped => {
+            fail(qp, g, &w, IBV_WC_RETRY_EXC_ERR, None);
+            Step::Failed
+        }
     }
 }
 
-/// The responder's side of one WQE: checks, data movement, receive consumption and the
-/// receive completion. `gb` is the responder's state (the requester's own when a QP is
-/// connected to itself).
+/// The responder's side of one WQE from requester QP `a_qpn` of device `a_dev`:
+/// checks, data movement (by `mv`), receive consumption and the receive completion.
+/// `gb` is the responder's state (the requester's own when a QP is connected to
+/// itself). Data moves before a receive is consumed, so a request whose requester
+/// vanished consumes nothing.
 #[allow(clippy::too_many_arguments)]
-fn respond(
+pub(crate) fn respond<M: Mover>(
     p: &Provider,
-    a: &QpCore,
+    a_qpn: u32,
+    a_dev: usize,
     b: &QpCore,
     gb: &mut QpInner,
     mrs: &MrTable,
     w: &SendWqe,
-    local: &[Span<'_>],
     len: u64,
+    mv: &mut M,
 ) -> Response {
+    let moved = |r: Result<(), MoveError>| match r {
+        Ok(()) => None,
+        Err(MoveError::Gone) => Some(Response::Dropped),
+        Err(MoveError::Status(s)) => Some(Response::Error(s)),
+    };
     let connected = matches!(gb.state, IBV_QPS_RTR | IBV_QPS_RTS)
-        && gb.attr.dest_qp_num == a.qpn
-        && resolve_av(p, &gb.attr.ah_attr) == Some(a.dev);
+        && gb.attr.dest_qp_num == a_qpn
+        && resolve_av(p, &gb.attr.ah_attr) == Some(a_dev);
     if !connected {
         return Response::Error(IBV_WC_RETRY_EXC_ERR);
     }
@@ -568,6 +647,11 @@ fn respond(
             } else {
                 (IBV_WC_SUCCESS, IBV_WC_SUCCESS)
             };
+            if recv_status == IBV_WC_SUCCESS {
+                if let Some(r) = moved(mv.pull(dst)) {
+                    return r;
+                }
+            }
             let Some(r) = gb.rq.pop_front() else {
                 return Response::Rnr(gb.attr.min_rnr_timer);
             };
@@ -577,13 +661,9 @@ fn respond(
                 b.to_error(gb, Some(crate::qp::QP_REQ_ERR));
                 return Response::Error(req_status);
             }
-            match &w.inline {
-                Some(d) => mem::copy_from_bytes(dst, d),
-                None => mem::copy_spans(dst, local),
-            };
             let mut wc = b.wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, byte_len);
-            wc.src_qp = a.qpn;
-            wc.slid = p.devices[a.dev].lid;
+            wc.src_qp = a_qpn;
+            wc.slid = p.devices[a_dev].lid;
             if w.opcode == IBV_WR_SEND_WITH_IMM {
                 wc.wc_flags = IBV_WC_WITH_IMM;
                 wc.imm = ibv_wc_imm { imm_data: w.imm };
@@ -602,15 +682,14 @@ fn respond(
                 let Ok(dst) = remote(IBV_ACCESS_REMOTE_WRITE, len) else {
                     return Response::Error(IBV_WC_REM_ACCESS_ERR);
                 };
-                match &w.inline {
-                    Some(d) => mem::copy_from_bytes(&[dst], d),
-                    None => mem::copy_spans(&[dst], local),
-                };
+                if let Some(r) = moved(mv.pull(&[dst])) {
+                    return r;
+                }
             }
             if let Some(r) = with_imm.then(|| gb.rq.pop_front()).flatten() {
                 let mut wc = b.wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, byte_len);
-                wc.src_qp = a.qpn;
-                wc.slid = p.devices[a.dev].lid;
+                wc.src_qp = a_qpn;
+                wc.slid = p.devices[a_dev].lid;
                 wc.wc_flags = IBV_WC_WITH_IMM;
                 wc.imm = ibv_wc_imm { imm_data: w.imm };
                 if !b.recv_cq.push(wc, w.solicited, None) {
@@ -624,7 +703,9 @@ fn respond(
                 let Ok(src) = remote(IBV_ACCESS_REMOTE_READ, len) else {
                     return Response::Error(IBV_WC_REM_ACCESS_ERR);
                 };
-                mem::copy_spans(local, &[src]);
+                if let Some(r) = moved(mv.push(&[src])) {
+                    return r;
+                }
             }
             Response::Ok(byte_len)
         }
@@ -643,7 +724,9 @@ fn respond(
             let Some(orig) = orig else {
                 return Response::Error(IBV_WC_REM_INV_REQ_ERR);
             };
-            mem::copy_from_bytes(local, &orig.to_ne_bytes());
+            if let Some(r) = moved(mv.push_bytes(&orig.to_ne_bytes())) {
+                return r;
+            }
             Response::Ok(8)
         }
         _ => Response::Error(IBV_WC_REM_INV_REQ_ERR),

@@ -76,6 +76,7 @@
 //! | `VQP_SOFT_FAIL_QP` | `SEL:N,…`: the QP goes to error at its (N+1)-th WQE | none |
 //! | `VQP_SOFT_DELAY` | `SEL:MICROS,…`: each WQE waits that long after posting | none |
 //! | `VQP_SOFT_LINK_DOWN` | device indices whose link starts down, `0,1` | none |
+//! | `VQP_SOFT_DIR` | the shared namespace directory ([`ENV_DIR`]) | `/dev/shm/vqp-softverbs-<uid>` |
 //!
 //! `SEL` is `qpn=NUM` (decimal or `0x` hex), `nth=K` (the K-th QP created, from 1) or
 //! `all`. Values are read once, at the first verbs call; the API functions below change
@@ -86,6 +87,14 @@
 //! functions `vqp_soft_set_reorder`, `vqp_soft_fail_qp_after`, `vqp_soft_delay_qp`,
 //! `vqp_soft_clear_faults` and `vqp_soft_set_link` from the loaded library instead
 //! (see [`vqp_soft_set_reorder`] and its neighbours).
+//!
+//! # Across processes
+//! Devices and QP numbers are shared by every process that names the same namespace
+//! directory (`VQP_SOFT_DIR`): a QP may connect to a QP of another process, and every
+//! RC operation runs between the two processes' private memories (the `shared`
+//! module: a registry of QP numbers, a shared-memory inbox per process, and
+//! `process_vm_readv`/`writev` for the data). [`qp_owner_pid`] says which process owns a
+//! QP number.
 //!
 //! # Execution model
 //! Posting only queues WQEs; a progress engine executes them (see the `engine` module):
@@ -123,8 +132,9 @@
 //! WRITEs at about 39 GiB/s, the same as a plain `memcpy` of 1 MiB in the same run.
 //!
 //! # Safety fence
-//! `unsafe` code lives in two modules only: `abi` (the `extern "C"` surface: pointer
-//! casts, C structs, eventfds) and `mem` (copies between registered memory).
+//! `unsafe` code lives in three modules only: `abi` (the `extern "C"` surface: pointer
+//! casts, C structs, eventfds), `mem` (copies between registered memory) and
+//! `shared::sys` (shared mappings, `flock`, futexes, `process_vm_*`).
 #![deny(unsafe_code, missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -139,6 +149,7 @@ mod locate;
 mod mem;
 mod provider;
 mod qp;
+mod shared;
 pub mod symbols;
 
 use std::fmt;
@@ -152,6 +163,7 @@ pub use config::{
 };
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
 pub use locate::{cdylib_candidates, find_cdylib};
+pub use shared::{qp_owner_pid, ENV_DIR};
 
 /// A configuration call that could not be applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -179,6 +179,11 @@ impl Span<'_> {
     fn ptr(&self) -> *mut u8 {
         self.addr as usize as *mut u8
     }
+
+    /// The start address and length (for a copy by another process's hand).
+    pub(crate) fn range(&self) -> (u64, u64) {
+        (self.addr, self.len)
+    }
 }
 
 /// Total bytes of a span list.

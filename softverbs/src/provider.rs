@@ -189,27 +189,32 @@ impl Provider {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Allocates a QP number and the QP's creation rank (from 1).
+    /// Allocates a QP number and the QP's creation rank (from 1). Numbers are
+    /// machine-wide (the shared registry); a process that cannot join the namespace
+    /// numbers its QPs itself.
     pub fn alloc_qpn(&self) -> (u32, u64) {
-        let qpn = self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+        let qpn = crate::shared::alloc_qpn(self.devices.len())
+            .unwrap_or_else(|| self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff);
         let nth = self.qps_created.fetch_add(1, Ordering::Relaxed) + 1;
         (qpn, nth)
     }
 
-    /// Makes a QP findable by its number.
+    /// Makes a QP findable by its number, in this process and by other processes.
     pub fn register_qp(&self, qp: &Arc<QpCore>) {
         self.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(qp.qpn, Arc::downgrade(qp));
+        crate::shared::publish(qp.qpn, qp.dev);
     }
 
-    /// Forgets a QP number.
+    /// Forgets a QP number (and frees it machine-wide).
     pub fn unregister_qp(&self, qpn: u32) {
         self.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&qpn);
+        crate::shared::release(qpn);
     }
 
     /// The live QP `qpn` of device `dev`.

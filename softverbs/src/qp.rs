@@ -107,6 +107,8 @@ pub(crate) struct QpInner {
     pub executed: u64,
     /// The connected peer, cached after the first resolution.
     pub peer: Weak<QpCore>,
+    /// Requests in flight to, and sequence state from, a QP of another process.
+    pub remote: crate::shared::RemoteState,
 }
 
 /// The Rust side of a QP.
@@ -307,6 +309,7 @@ impl QpCore {
                 not_before: None,
                 executed: 0,
                 peer: Weak::new(),
+                remote: Default::default(),
             }),
         }
     }
@@ -336,6 +339,15 @@ impl QpCore {
         lock(&self.inner)
     }
 
+    /// Locks the QP's mutable state unless another thread holds it.
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, QpInner>> {
+        match self.inner.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Called when the QP is destroyed: drops its queues without completions and
     /// detaches it from its CQs.
     pub fn destroy(&self) {
@@ -344,6 +356,7 @@ impl QpCore {
         self.state.store(IBV_QPS_RESET, Ordering::Release);
         g.sq.clear();
         g.rq.clear();
+        g.remote = Default::default();
         drop(g);
         self.send_cq.users.fetch_sub(1, Ordering::Relaxed);
         self.recv_cq.users.fetch_sub(1, Ordering::Relaxed);
@@ -380,6 +393,7 @@ impl QpCore {
                 g.unsignaled = 0;
                 g.attr = ibv_qp_attr::default();
                 g.peer = Weak::new();
+                g.remote = Default::default();
                 g.rnr_tries = 0;
                 g.not_before = None;
             }
@@ -388,7 +402,10 @@ impl QpCore {
                 self.state.store(IBV_QPS_ERR, Ordering::Release);
                 self.flush(&mut g);
             }
-            IBV_QPS_RTR => g.peer = Weak::new(),
+            IBV_QPS_RTR => {
+                g.peer = Weak::new();
+                g.remote = Default::default();
+            }
             _ => {}
         }
         g.state = next;
@@ -425,6 +442,15 @@ impl QpCore {
 
     /// Completes every queued WQE with `IBV_WC_WR_FLUSH_ERR`.
     pub fn flush(&self, g: &mut QpInner) {
+        // Requests in flight to another process are older than anything queued.
+        while let Some(w) = g.remote.take_in_flight() {
+            let release = self.release(&mut g.unsignaled);
+            self.send_cq.push(
+                self.wc(w.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(w.opcode), 0),
+                false,
+                release,
+            );
+        }
         while let Some(w) = g.sq.pop_front() {
             let release = self.release(&mut g.unsignaled);
             self.send_cq.push(

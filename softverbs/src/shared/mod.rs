@@ -1,0 +1,447 @@
+//! softverbs across processes: the devices, QP numbers and data path that every process
+//! of a user on one machine shares, as `rdma_rxe` and `siw` are shared through the
+//! kernel — here with no kernel module, no root and no daemon.
+//!
+//! # The namespace
+//! A directory ([`dir`]: `$VQP_SOFT_DIR`, else `/dev/shm/vqp-softverbs-<uid>`, mode
+//! 0700, refused when another user owns it) holds:
+//! - `registry` ([`registry`]): a fixed-size file mapped `MAP_SHARED` by every process,
+//!   the machine-wide QP number table. A number is allocated by a compare-and-swap of
+//!   its slot, so numbers are unique across processes; a slot names its owner
+//!   (process id and a per-process random token) and device, so `(device, QPN)`
+//!   resolves to the owning process. LIDs and GIDs stay derived from the device index,
+//!   the same in every process.
+//! - `proc-<pid>-<token>`, one per process: its liveness lock and its inbox. The
+//!   process holds an exclusive `flock` on it for its lifetime; a lock another process
+//!   *can* take means the owner is dead (the kernel drops the locks of a crashed
+//!   process), and its QP numbers are then reclaimed lazily. The file is created under
+//!   a temporary name, locked, then renamed, so nobody ever sees it unlocked.
+//!
+//! # The data path: requester-executed WQEs, responder-executed in the peer
+//! In one process the engine's requester executes a WQE completely, responder side
+//! included. For a responder QP owned by another process ([`remote`]):
+//! 1. the requester checks its local buffers (lkey, PD, bounds, access) as always and
+//!    appends a request record to the owner's inbox ([`inbox`]): the operation, rkey,
+//!    remote address, immediate, and either the inline bytes or the requester's own
+//!    *address ranges* (its validated SGEs). The WQE stays in flight; several may be
+//!    pipelined per QP;
+//! 2. the owner (its service thread, or any `poll_cq` of it) runs the request through
+//!    the very responder code the in-process path uses (connected back, QP state,
+//!    access flags, rkey/PD/bounds against its own key table, receive queue, RNR,
+//!    receive completion), with a data mover that reads the requester's ranges with
+//!    `process_vm_readv` straight into registered memory (SEND, WRITE) or writes them
+//!    with `process_vm_writev` (READ data, an atomic's original value). Atomics run in
+//!    the owner under the same atomic instructions as local ones, so they are atomic
+//!    against every other process's atomics on that address: all of them execute there;
+//! 3. the answer (`Ok(byte_len)`, `Rnr(timer)` or `Error(status)`) goes back the same way
+//!    to the requester's inbox, which completes the WQE in order.
+//!
+//! Why this mechanism: `process_vm_readv`/`writev` move the bytes **once**, from one
+//! process's private memory into the other's, with no shared bounce buffer and no
+//! registration-time setup; a socket or pipe would copy twice (into the kernel and out)
+//! and need a second thread to drain it. Registered memory stays ordinary private
+//! memory (`malloc`, the stack, anything), as the verbs API promises. Only small
+//! fixed-size records cross the shared-memory ring, and a futex in each inbox wakes a
+//! sleeping owner without a syscall when it is already awake.
+//!
+//! # Order, retries and failures
+//! Each request carries the requester's connection id and sequence number (a PSN). The
+//! responder executes a QP's requests in sequence and drops any out of sequence, so
+//! after an RNR NAK the requester re-sends from the NAKed WQE and order within the QP
+//! holds, as on the wire. Liveness is checked by the requester: when a response is later
+//! than the QP's transport timeout (`4.096 µs · 2^timeout · (retry_cnt + 1)`, clamped to
+//! 5 ms … 4 s) and the owner's lock can be taken, the WQE completes with
+//! `IBV_WC_RETRY_EXC_ERR` and the QP goes to error; a live but slow owner is waited for.
+//! When the requester died, the responder's `process_vm_*` fails with `ESRCH` and the
+//! request is dropped without consuming a receive. `EPERM` (Yama's `ptrace_scope` or
+//! seccomp) is reported once on stderr and completes the WQE with
+//! `IBV_WC_REM_OP_ERR`; at start-up the provider calls `prctl(PR_SET_PTRACER_ANY)` so
+//! that `ptrace_scope = 1` does not get in the way.
+//!
+//! In-process work never enters this module: the engine takes the remote path only when
+//! the peer QP is not found in the process, so in-process WQEs gain no lock, syscall or
+//! allocation.
+
+#[allow(unsafe_code)]
+mod sys;
+
+pub(crate) mod dir;
+pub(crate) mod inbox;
+pub(crate) mod registry;
+pub(crate) mod remote;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+pub use dir::ENV_DIR;
+use inbox::Inbox;
+use registry::Registry;
+
+pub(crate) use remote::RemoteState;
+
+/// A process instance: its id and a random token (a reused pid gets a new token).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Owner {
+    pub pid: u32,
+    /// 24 bits, never 0.
+    pub token: u32,
+}
+
+/// Why the shared namespace is unavailable (the process then runs alone: its QPs can
+/// only reach QPs of the same process).
+#[derive(Debug)]
+pub(crate) enum SharedError {
+    /// The directory cannot be created or used.
+    Dir(PathBuf, io::ErrorKind),
+    /// The directory belongs to another user.
+    Owner(PathBuf, u32),
+    /// The registry cannot be opened, locked or mapped.
+    Registry(PathBuf, &'static str, io::ErrorKind),
+    /// The registry holds another format (an incompatible version of this provider).
+    Format(PathBuf),
+    /// This process's inbox file cannot be created.
+    Inbox(PathBuf, io::ErrorKind),
+}
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SharedError::Dir(p, e) => write!(f, "cannot use directory {}: {e}", p.display()),
+            SharedError::Owner(p, uid) => write!(
+                f,
+                "{} belongs to uid {uid}, not to us; set {ENV_DIR} to a directory of ours",
+                p.display()
+            ),
+            SharedError::Registry(p, what, e) => {
+                write!(f, "registry {}: {what} failed: {e}", p.display())
+            }
+            SharedError::Format(p) => write!(
+                f,
+                "{} was made by an incompatible version; remove it when no process uses it",
+                p.display()
+            ),
+            SharedError::Inbox(p, e) => write!(f, "inbox {}: {e}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for SharedError {}
+
+/// This process's view of the namespace.
+pub(crate) struct Shared {
+    dir: PathBuf,
+    /// This process.
+    pub me: Owner,
+    pub registry: Registry,
+    /// Our own inbox (we consume it).
+    pub inbox: Inbox,
+    /// Holds our liveness lock for the process's lifetime.
+    _lock_file: File,
+    /// Inboxes of other processes we have sent to.
+    peers: Mutex<HashMap<Owner, Arc<Inbox>>>,
+    /// Serialises consumers of our inbox (the service thread, polling threads).
+    consuming: Mutex<()>,
+    /// QPs with requests in flight (the service thread watches their deadlines).
+    pub(crate) watch: Mutex<Vec<Weak<crate::qp::QpCore>>>,
+    /// Responses waiting for room in their requester's inbox.
+    outbox: Mutex<std::collections::VecDeque<remote::Pending>>,
+    service: OnceLock<()>,
+    stop: AtomicBool,
+    running: AtomicBool,
+}
+
+static SHARED: OnceLock<Option<Shared>> = OnceLock::new();
+
+/// The namespace, joined on first use (`devices`: this process's device count). `None`
+/// when it cannot be used; the reason was printed once.
+pub(crate) fn init(devices: usize) -> Option<&'static Shared> {
+    SHARED
+        .get_or_init(|| match Shared::join(devices) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!(
+                    "vqp-softverbs: running without the shared namespace (QPs reach only \
+                     this process): {e}"
+                );
+                None
+            }
+        })
+        .as_ref()
+}
+
+/// The namespace if this process has joined it.
+#[inline]
+pub(crate) fn current() -> Option<&'static Shared> {
+    SHARED.get().and_then(Option::as_ref)
+}
+
+fn random_token() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    let t = (h.finish() as u32) & 0x00ff_ffff;
+    t.max(1)
+}
+
+impl Shared {
+    fn join(devices: usize) -> Result<Shared, SharedError> {
+        sys::allow_any_tracer();
+        let dir = dir::namespace_dir()?;
+        let registry = Registry::attach(&dir, devices as u32)?;
+        if registry.devices as usize != devices {
+            eprintln!(
+                "vqp-softverbs: this process has {devices} devices but the namespace {} was \
+                 created with {}; devices exist in both only up to the smaller count",
+                dir.display(),
+                registry.devices
+            );
+        }
+        let pid = std::process::id();
+        let (me, file, inbox) = loop {
+            let me = Owner {
+                pid,
+                token: random_token(),
+            };
+            let tmp = dir.join(format!("tmp-{}-{}", me.pid, me.token));
+            let file = match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+            {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(SharedError::Inbox(tmp, e.kind())),
+            };
+            let made = sys::flock(&file, libc::LOCK_EX | libc::LOCK_NB)
+                .and_then(|ok| ok.then_some(()).ok_or(io::ErrorKind::WouldBlock.into()))
+                .and_then(|()| Inbox::map(&file, true))
+                .and_then(|ib| std::fs::rename(&tmp, proc_path(&dir, me)).map(|()| ib));
+            match made {
+                Ok(ib) => break (me, file, ib),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(SharedError::Inbox(tmp, e.kind()));
+                }
+            }
+        };
+        sys::at_exit(on_exit);
+        Ok(Shared {
+            dir,
+            me,
+            registry,
+            inbox,
+            _lock_file: file,
+            peers: Mutex::new(HashMap::new()),
+            consuming: Mutex::new(()),
+            watch: Mutex::new(Vec::new()),
+            outbox: Mutex::new(std::collections::VecDeque::new()),
+            service: OnceLock::new(),
+            stop: AtomicBool::new(false),
+            running: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether process `o` is alive: its liveness file exists and is locked. A dead
+    /// owner's file is removed (under its lock, so a live process's file never is).
+    pub(crate) fn is_alive(&self, o: Owner) -> bool {
+        if o == self.me {
+            return true;
+        }
+        let path = proc_path(&self.dir, o);
+        let Ok(f) = OpenOptions::new().read(true).write(true).open(&path) else {
+            return false;
+        };
+        match sys::flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(false) => true,
+            Ok(true) => {
+                let _ = std::fs::remove_file(&path);
+                false
+            }
+            // Cannot tell: assume alive (the caller keeps waiting, bounded by its own
+            // timeout rules).
+            Err(_) => true,
+        }
+    }
+
+    /// The inbox of process `o`, mapped on first use; `None` when it is gone.
+    pub(crate) fn peer_inbox(&self, o: Owner) -> Option<Arc<Inbox>> {
+        if o == self.me {
+            return None;
+        }
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ib) = peers.get(&o) {
+            return Some(Arc::clone(ib));
+        }
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(proc_path(&self.dir, o))
+            .ok()?;
+        let ib = Arc::new(Inbox::map(&f, false).ok()?);
+        peers.insert(o, Arc::clone(&ib));
+        Some(ib)
+    }
+
+    /// Forgets a dead peer's mapping.
+    pub(crate) fn forget_peer(&self, o: Owner) {
+        self.peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&o);
+    }
+
+    /// Allocates a machine-wide QP number.
+    pub(crate) fn alloc_qpn(&self) -> Option<u32> {
+        self.registry.alloc(self.me, &mut |o| self.is_alive(o))
+    }
+
+    /// Starts the service thread (once): it serves our inbox while nobody polls.
+    pub(crate) fn start_service(&'static self) {
+        self.service.get_or_init(|| {
+            self.running.store(true, Ordering::Release);
+            let spawned = std::thread::Builder::new()
+                .name("softverbs-shared".into())
+                .spawn(move || self.serve());
+            if spawned.is_err() {
+                self.running.store(false, Ordering::Release);
+                eprintln!(
+                    "vqp-softverbs: cannot start the shared-inbox thread; other processes \
+                     are served only while this one polls"
+                );
+            }
+        });
+    }
+
+    fn serve(&'static self) {
+        let mut idle_spins = 0u32;
+        let mut next_check = std::time::Instant::now();
+        let mut watching = false;
+        while !self.stop.load(Ordering::Acquire) {
+            let n = self.drain(1024);
+            let now = std::time::Instant::now();
+            if now >= next_check {
+                watching = remote::check_deadlines(self);
+                next_check = now + Duration::from_millis(1);
+            }
+            let backlog = self.flush_outbox();
+            if n > 0 {
+                idle_spins = 0;
+                continue;
+            }
+            // A short spin catches streams of requests without a futex round trip.
+            if idle_spins < 64 {
+                idle_spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            idle_spins = 0;
+            let timeout = if watching || backlog {
+                Duration::from_millis(1)
+            } else {
+                Duration::from_millis(500)
+            };
+            self.inbox.wait(Some(timeout));
+        }
+        self.running.store(false, Ordering::Release);
+    }
+
+    /// Handles up to `budget` records of our inbox unless another thread is; returns
+    /// how many.
+    pub(crate) fn drain(&'static self, budget: usize) -> usize {
+        let Ok(_g) = self.consuming.try_lock() else {
+            return 0;
+        };
+        self.flush_outbox();
+        let mut n = 0;
+        while n < budget {
+            let Some(rec) = self.inbox.pop() else {
+                break;
+            };
+            remote::handle(self, rec);
+            n += 1;
+        }
+        n
+    }
+}
+
+fn proc_path(dir: &std::path::Path, o: Owner) -> PathBuf {
+    dir.join(format!("proc-{}-{}", o.pid, o.token))
+}
+
+/// The polling path's hook: serves waiting records of our inbox. One relaxed load when
+/// there is nothing, and nothing at all in a process that never joined.
+#[inline]
+pub(crate) fn poll() {
+    if let Some(s) = current() {
+        if s.inbox.maybe_ready() {
+            s.drain(crate::engine::POLL_BUDGET);
+        }
+    }
+}
+
+/// At exit: stops the service thread (waiting briefly), frees our QP numbers and
+/// removes our file.
+extern "C" fn on_exit() {
+    let Some(s) = current() else {
+        return;
+    };
+    s.stop.store(true, Ordering::Release);
+    s.inbox.wake();
+    for _ in 0..200 {
+        if !s.running.load(Ordering::Acquire) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    s.registry.release_all(s.me);
+    let _ = std::fs::remove_file(proc_path(&s.dir, s.me));
+}
+
+/// Joins the namespace and reserves a QP number (`None`: no namespace, or the table
+/// is full of live processes' numbers — the caller numbers the QP locally).
+pub(crate) fn alloc_qpn(devices: usize) -> Option<u32> {
+    init(devices)?.alloc_qpn()
+}
+
+/// Makes QP `qpn` of device `dev` findable by other processes, and starts serving them.
+pub(crate) fn publish(qpn: u32, dev: usize) {
+    if let Some(s) = current() {
+        s.registry.publish(qpn, s.me, dev);
+        s.start_service();
+    }
+}
+
+/// The process id that owns QP `qpn` of device `device` in the shared namespace, if a
+/// live process does (a dead owner's number is reclaimed on the way). For diagnostics
+/// and tests: which process a peer QP number resolves to.
+pub fn qp_owner_pid(device: usize, qpn: u32) -> Option<u32> {
+    let s = init(crate::provider::get().devices.len())?;
+    let (owner, word) = s.registry.lookup(qpn, device)?;
+    if s.is_alive(owner) {
+        Some(owner.pid)
+    } else {
+        s.registry.reclaim(qpn, word);
+        s.forget_peer(owner);
+        None
+    }
+}
+
+/// Frees QP number `qpn`.
+pub(crate) fn release(qpn: u32) {
+    if let Some(s) = current() {
+        s.registry.release(qpn, s.me);
+    }
+}

@@ -1,0 +1,263 @@
+//! The operating-system calls the shared namespace needs, each wrapped once: shared
+//! mappings, `flock`, futexes and `process_vm_readv`/`process_vm_writev`.
+//!
+//! This is the only file of the `shared` module that uses `unsafe`.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::time::Duration;
+
+/// A `MAP_SHARED` read-write mapping of a whole file, unmapped on drop.
+///
+/// Invariant: `ptr` is page-aligned and `len` bytes are mapped for the mapping's
+/// lifetime; every value other processes may change concurrently is accessed through
+/// atomics or through the ring's slot-ownership protocol (see `inbox`).
+pub(crate) struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all concurrent access goes through
+// atomics or the inbox's slot-ownership protocol.
+unsafe impl Send for Mapping {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps the first `len` bytes of `file` (which must be at least that long).
+    pub(crate) fn new(file: &File, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// The atomic `u64` at byte offset `off` (8-aligned, inside the mapping).
+    pub(crate) fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(
+            off % 8 == 0 && off + 8 <= self.len,
+            "offset {off} out of the mapping"
+        );
+        // SAFETY: in bounds and 8-aligned (checked; the base is page-aligned); the memory
+        // lives as long as `self`; every access to it is atomic.
+        unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast()) }
+    }
+
+    /// The atomic `u32` at byte offset `off` (4-aligned, inside the mapping).
+    pub(crate) fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(
+            off % 4 == 0 && off + 4 <= self.len,
+            "offset {off} out of the mapping"
+        );
+        // SAFETY: as `u64_at`.
+        unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(off).cast()) }
+    }
+
+    /// Copies `src` to byte offset `off`. The caller owns that range (ring protocol).
+    pub(crate) fn write_bytes(&self, off: usize, src: &[u8]) {
+        assert!(off + src.len() <= self.len);
+        // SAFETY: in bounds (checked); the range is owned by the caller under the ring's
+        // protocol, so no other access races with this plain copy.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+        };
+    }
+
+    /// Copies from byte offset `off` into `dst`. The caller owns that range.
+    pub(crate) fn read_bytes(&self, off: usize, dst: &mut [u8]) {
+        assert!(off + dst.len() <= self.len);
+        // SAFETY: as `write_bytes`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        };
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the range was mapped by `new` and nothing borrows it past `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// `flock(fd, op)`; `Ok(false)` when a non-blocking request would block.
+pub(crate) fn flock(file: &File, op: i32) -> io::Result<bool> {
+    loop {
+        // SAFETY: a plain syscall on an open descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Sleeps while `*word == expected`, at most `timeout` (a shared, non-private futex:
+/// the word lives in a file mapping other processes wake it through).
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(core::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live, aligned u32; `tsp` is null or points to a timespec that
+    // outlives the call. A spurious return is harmless: callers re-check.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            tsp,
+            0usize,
+            0u32,
+        )
+    };
+}
+
+/// Wakes one waiter of `word` in any process.
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a live, aligned u32; waking has no memory effect.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            1i32,
+            0usize,
+            0usize,
+            0u32,
+        )
+    };
+}
+
+/// Why a copy to or from another process failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopyError {
+    /// The process is gone (`ESRCH`).
+    Gone,
+    /// The kernel refused access (`EPERM`: ptrace_scope or seccomp).
+    Denied,
+    /// Part of the remote range is not mapped (`EFAULT`, or a short copy).
+    Fault,
+}
+
+/// One contiguous range: an address and a length.
+pub(crate) type Range = (u64, u64);
+
+/// Moves bytes between `local` ranges of this process and `remote` ranges of process
+/// `pid`: `pull` reads the remote ranges into the local ones (`process_vm_readv`),
+/// otherwise the local ones are written to the remote ones. The copy stops where the
+/// shorter list ends; anything less than that is a fault.
+///
+/// The local ranges must be writable (pull) or readable (push) memory of this process
+/// for the duration of the call: the callers pass checked spans of registered memory.
+pub(crate) fn process_copy(
+    pid: u32,
+    local: &[Range],
+    remote: &[Range],
+    pull: bool,
+) -> Result<(), CopyError> {
+    const MAX_IOV: usize = 64;
+    let total: u64 = local
+        .iter()
+        .map(|r| r.1)
+        .sum::<u64>()
+        .min(remote.iter().map(|r| r.1).sum());
+    if total == 0 {
+        return Ok(());
+    }
+    let to_iov = |r: &Range| libc::iovec {
+        iov_base: r.0 as usize as *mut libc::c_void,
+        iov_len: r.1 as usize,
+    };
+    let mut liov = [libc::iovec {
+        iov_base: core::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_IOV];
+    let mut riov = liov;
+    if local.len() > MAX_IOV || remote.len() > MAX_IOV {
+        return Err(CopyError::Fault);
+    }
+    for (d, s) in liov.iter_mut().zip(local) {
+        *d = to_iov(s);
+    }
+    for (d, s) in riov.iter_mut().zip(remote) {
+        *d = to_iov(s);
+    }
+    // SAFETY: the local iovecs name memory of this process valid for the call (the
+    // caller's contract); the remote ones are checked by the kernel against `pid`'s
+    // address space and fail with EFAULT rather than touch anything else.
+    let n = unsafe {
+        if pull {
+            libc::process_vm_readv(
+                pid as libc::pid_t,
+                liov.as_ptr(),
+                local.len() as libc::c_ulong,
+                riov.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        } else {
+            libc::process_vm_writev(
+                pid as libc::pid_t,
+                liov.as_ptr(),
+                local.len() as libc::c_ulong,
+                riov.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        }
+    };
+    if n < 0 {
+        return Err(match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESRCH) => CopyError::Gone,
+            Some(libc::EPERM) => CopyError::Denied,
+            _ => CopyError::Fault,
+        });
+    }
+    if n as u64 != total {
+        return Err(CopyError::Fault);
+    }
+    Ok(())
+}
+
+/// Lets any process of the user attach to this one with `process_vm_*` even where
+/// Yama's `ptrace_scope` is 1 (restricted to descendants).
+pub(crate) fn allow_any_tracer() {
+    // SAFETY: a plain prctl with integer arguments; failure (no Yama) is harmless.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+}
+
+/// The effective user id.
+pub(crate) fn euid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Registers `f` to run at normal process exit.
+pub(crate) fn at_exit(f: extern "C" fn()) {
+    // SAFETY: `f` is a plain function that stays mapped (the cdylib is `nodelete`).
+    unsafe { libc::atexit(f) };
+}

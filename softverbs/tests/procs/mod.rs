@@ -1,0 +1,97 @@
+//! Running programs as two processes over the provider: a server, then a client once
+//! the server listens; each bounded in time (killed when late), each test in its own
+//! namespace directory.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A fresh namespace directory for one test.
+pub fn namespace(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vqp-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Whether something listens on TCP `port` (read from /proc, without connecting: the
+/// servers accept a single connection).
+pub fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|s| {
+            s.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
+}
+
+/// Waits for `child` at most until `deadline`, killing it then.
+pub fn wait(mut child: Child, deadline: Instant, who: &str) -> Output {
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("collect output");
+                panic!(
+                    "{who} ran past its time limit and was killed\nstdout:\n{}\nstderr:\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+}
+
+/// Runs `server` then `client` (each a program and its arguments, with `env` set), the
+/// client once `port` listens; both must exit 0 within `limit`. Returns both outputs.
+pub fn run_pair(
+    server: (&Path, &[String]),
+    client: (&Path, &[String]),
+    env: &[(&str, &std::ffi::OsStr)],
+    port: u16,
+    limit: Duration,
+) -> (Output, Output) {
+    let start = |(prog, args): (&Path, &[String])| {
+        let mut c = Command::new(prog);
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", prog.display()))
+    };
+    let deadline = Instant::now() + limit;
+    let mut srv = start(server);
+    while !listening(port) {
+        if let Ok(Some(_)) = srv.try_wait() {
+            let out = srv.wait_with_output().unwrap();
+            panic!(
+                "server exited before listening: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(Instant::now() < deadline, "server never listened on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cli = start(client);
+    let c = wait(cli, deadline, "client");
+    let s = wait(srv, deadline + Duration::from_secs(5), "server");
+    for (who, o) in [("server", &s), ("client", &c)] {
+        assert!(
+            o.status.success(),
+            "{who} failed: {}\nstdout:\n{}\nstderr:\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    (s, c)
+}

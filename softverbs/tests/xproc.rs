@@ -1,0 +1,329 @@
+//! softverbs across processes: two processes of this test binary (the test and a child
+//! it spawns, see `xproc_support`) share devices and QP numbers and run every RC
+//! operation between their private memories. Every test is bounded in time.
+
+mod common;
+mod xproc_support;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use vqp_host::sys::*;
+use xproc_support::*;
+
+/// The child's entry point: does nothing unless this binary was started as a child.
+#[test]
+fn child() {
+    if std::env::var_os(ENV_CHILD).is_some() {
+        child_main();
+    }
+}
+
+/// Our side on `dev`, connected to a child's side on `peer_dev`.
+fn connected(dev: &str, peer_dev: &str, o: &Opts) -> (Side, Peer, (u32, u16, u64, u32)) {
+    isolate();
+    let v = verbs();
+    let s = side(&v, dev, o);
+    let mut peer = Peer::spawn();
+    let remote = peer.side(peer_dev);
+    let lid = s.ctx.query_port(1).unwrap().lid();
+    peer.cmd(&format!("connect {lid} {}", s.qp.qp_num()));
+    connect_to(&s.qp, remote.1, remote.0, o, 14);
+    (s, peer, remote)
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+fn wr_rdma(wr_id: u64, op: u32, sge: &mut [ibv_sge], addr: u64, rkey: u32) -> ibv_send_wr {
+    let mut wr = send_wr(wr_id, op, sge);
+    wr.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: addr,
+        rkey,
+    };
+    wr
+}
+
+#[test]
+fn qp_numbers_are_machine_wide_and_resolve_to_their_process() {
+    isolate();
+    let v = verbs();
+    let mine = side(&v, "soft0", &Opts::default());
+    let mut peer = Peer::spawn();
+    let (theirs, _, _, _) = peer.side("soft0");
+    assert_ne!(mine.qp.qp_num(), theirs, "same device, two processes");
+    assert_eq!(
+        vqp_softverbs::qp_owner_pid(0, theirs),
+        Some(peer.pid()),
+        "the number resolves to the child"
+    );
+    assert_eq!(
+        vqp_softverbs::qp_owner_pid(0, mine.qp.qp_num()),
+        Some(std::process::id())
+    );
+    assert_eq!(vqp_softverbs::qp_owner_pid(1, theirs), None, "not on soft1");
+    // A process that dies releases its numbers: they are reclaimed on lookup.
+    peer.kill();
+    assert_eq!(vqp_softverbs::qp_owner_pid(0, theirs), None);
+}
+
+#[test]
+fn every_operation_moves_data_between_two_processes() {
+    let o = Opts::default();
+    let (mut a, mut peer, (_, _, raddr, rkey)) = connected("soft0", "soft1", &o);
+    fill(&mut a, 3);
+    peer.cmd("fill 9");
+    let a0 = bytes(&a).to_vec();
+    let b0 = unhex(&peer.cmd("read 0 65536")[0]);
+
+    // WRITE: a[100..40100] → b[1000..41000].
+    let mut sge = a.mr.sge(100, 40000).unwrap();
+    let mut wr = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        raddr + 1000,
+        rkey,
+    );
+    post(&a, &mut wr);
+    let wc = poll_n(&a.cq, 1);
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    let b = unhex(&peer.cmd("read 0 65536")[0]);
+    assert_eq!(&b[1000..41000], &a0[100..40100]);
+    assert_eq!(&b[..1000], &b0[..1000]);
+    assert_eq!(&b[41000..], &b0[41000..]);
+
+    // WRITE_WITH_IMM consumes a receive over there.
+    peer.cmd("recv 1 60000 16");
+    let mut sge = a.mr.sge(0, 300).unwrap();
+    let mut wr = wr_rdma(
+        2,
+        IBV_WR_RDMA_WRITE_WITH_IMM,
+        std::slice::from_mut(&mut sge),
+        raddr + 50000,
+        rkey,
+    );
+    wr.imm.imm_data = 0xfeed_f00du32.to_be();
+    post(&a, &mut wr);
+    assert!(poll_n(&a.cq, 1)[0].is_ok());
+    let wcs = peer.cmd("poll 1");
+    assert_eq!(
+        wcs[0],
+        format!(
+            "wc 1000 0 {IBV_WC_RECV_RDMA_WITH_IMM} 300 {}",
+            0xfeed_f00du32.to_be()
+        )
+    );
+    assert_eq!(&unhex(&peer.cmd("read 50000 300")[0]), &a0[..300]);
+
+    // READ: b[2000..10000] → a[20000..28000].
+    let mut sge = a.mr.sge(20000, 8000).unwrap();
+    let mut wr = wr_rdma(
+        3,
+        IBV_WR_RDMA_READ,
+        std::slice::from_mut(&mut sge),
+        raddr + 2000,
+        rkey,
+    );
+    post(&a, &mut wr);
+    let wc = poll_n(&a.cq, 1);
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    assert_eq!(wc[0].byte_len(), 8000);
+    let b = unhex(&peer.cmd("read 0 65536")[0]);
+    assert_eq!(&bytes(&a)[20000..28000], &b[2000..10000]);
+
+    // SEND_WITH_IMM from two SGEs into a receive of one.
+    peer.cmd("recv 1 30000 1000");
+    let mut sges = [a.mr.sge(40000, 250).unwrap(), a.mr.sge(41000, 150).unwrap()];
+    let mut wr = send_wr(4, IBV_WR_SEND_WITH_IMM, &mut sges);
+    wr.imm.imm_data = 7u32.to_be();
+    post(&a, &mut wr);
+    let wc = poll_n(&a.cq, 1);
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    assert_eq!(
+        peer.cmd("poll 1")[0],
+        format!("wc 1000 0 {IBV_WC_RECV} 400 {}", 7u32.to_be())
+    );
+    let mut sent = a0[40000..40250].to_vec();
+    sent.extend_from_slice(&a0[41000..41150]);
+    assert_eq!(unhex(&peer.cmd("read 30000 400")[0]), sent);
+
+    // Inline SEND: the bytes travel in the request itself.
+    peer.cmd("recv 1 33000 100");
+    let mut sge = a.mr.sge(500, 64).unwrap();
+    let mut wr = send_wr(5, IBV_WR_SEND, std::slice::from_mut(&mut sge));
+    wr.send_flags |= IBV_SEND_INLINE;
+    post(&a, &mut wr);
+    assert!(poll_n(&a.cq, 1)[0].is_ok());
+    assert_eq!(
+        peer.cmd("poll 1")[0],
+        format!("wc 1000 0 {IBV_WC_RECV} 64 0")
+    );
+    assert_eq!(unhex(&peer.cmd("read 33000 64")[0]), &a0[500..564]);
+
+    // Both atomics on b[48..56]; the original values land in a.
+    let word = u64::from_ne_bytes(b[48..56].try_into().unwrap());
+    let mut sge = a.mr.sge(64, 8).unwrap();
+    let mut wr = send_wr(
+        6,
+        IBV_WR_ATOMIC_FETCH_AND_ADD,
+        std::slice::from_mut(&mut sge),
+    );
+    wr.wr.atomic = ibv_send_wr_atomic {
+        remote_addr: raddr + 48,
+        compare_add: 5,
+        swap: 0,
+        rkey,
+    };
+    post(&a, &mut wr);
+    assert!(poll_n(&a.cq, 1)[0].is_ok());
+    assert_eq!(&bytes(&a)[64..72], &word.to_ne_bytes());
+    let mut wr = send_wr(7, IBV_WR_ATOMIC_CMP_AND_SWP, std::slice::from_mut(&mut sge));
+    wr.wr.atomic = ibv_send_wr_atomic {
+        remote_addr: raddr + 48,
+        compare_add: word.wrapping_add(5),
+        swap: 0x1122_3344_5566_7788,
+        rkey,
+    };
+    post(&a, &mut wr);
+    let wc = poll_n(&a.cq, 1);
+    assert!(wc[0].is_ok());
+    assert_eq!(wc[0].byte_len(), 8);
+    assert_eq!(&bytes(&a)[64..72], &word.wrapping_add(5).to_ne_bytes());
+    assert_eq!(
+        unhex(&peer.cmd("read 48 8")[0]),
+        0x1122_3344_5566_7788u64.to_ne_bytes()
+    );
+
+    // A chain of unsignaled WRITEs ending in a signaled one: one completion, order
+    // kept (each WRITE overwrites the same bytes; the last one wins).
+    let mut sges: Vec<ibv_sge> = (0..16).map(|i| a.mr.sge(i * 1000, 1000).unwrap()).collect();
+    let mut wrs: Vec<ibv_send_wr> = sges
+        .iter_mut()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut w = wr_rdma(
+                100 + i as u64,
+                IBV_WR_RDMA_WRITE,
+                std::slice::from_mut(s),
+                raddr,
+                rkey,
+            );
+            w.send_flags = if i == 15 { IBV_SEND_SIGNALED } else { 0 };
+            w
+        })
+        .collect();
+    for i in 0..15 {
+        let next: *mut ibv_send_wr = &mut wrs[i + 1];
+        wrs[i].next = next;
+    }
+    post(&a, &mut wrs[0]);
+    let wc = poll_n(&a.cq, 1);
+    assert_eq!(wc[0].wr_id(), 115);
+    assert!(wc[0].is_ok());
+    assert!(
+        drain(&a.cq, 20).is_empty(),
+        "unsignaled WRs complete silently"
+    );
+    assert_eq!(unhex(&peer.cmd("read 0 1000")[0]), &a0[15000..16000]);
+    peer.cmd("exit");
+}
+
+#[test]
+fn two_processes_hammering_one_counter_add_up_exactly() {
+    isolate();
+    let v = verbs();
+    let o = Opts::default();
+    const N: u64 = 1000;
+    let mut s = side(&v, "soft1", &o);
+    // A second QP in the same PD, so both children may use the one MR.
+    let qp2 = s.pd.create_qp(&vqp_host::QpInit::rc(&s.cq, o.cap)).unwrap();
+    let my_lid = s.ctx.query_port(1).unwrap().lid();
+    let mut peers = Vec::new();
+    for qp in [&s.qp, &qp2] {
+        let mut p = Peer::spawn();
+        let (qpn, lid, _, _) = p.side("soft0");
+        p.cmd(&format!("connect {my_lid} {}", qp.qp_num()));
+        connect_to(qp, lid, qpn, &o, 14);
+        peers.push(p);
+    }
+    bytes_mut(&mut s)[..8].copy_from_slice(&0u64.to_ne_bytes());
+    let (addr, rkey) = (s.mr.addr(), s.mr.rkey());
+    for p in peers.iter_mut() {
+        p.send(&format!("fadd {N} {addr} {rkey}"));
+    }
+    for p in peers.iter_mut() {
+        p.answer();
+    }
+    let total = u64::from_ne_bytes(bytes(&s)[..8].try_into().unwrap());
+    assert_eq!(
+        total,
+        2 * N,
+        "every fetch-add of both processes counted once"
+    );
+}
+
+#[test]
+fn rnr_then_success_when_the_receive_comes_late() {
+    let o = Opts::default();
+    let (a, mut peer, _) = connected("soft0", "soft1", &o);
+    let mut sge = a.mr.sge(0, 128).unwrap();
+    let mut wr = send_wr(9, IBV_WR_SEND, std::slice::from_mut(&mut sge));
+    post(&a, &mut wr);
+    // No receive yet: the send NAKs and retries (rnr_retry 7 = forever).
+    assert!(drain(&a.cq, 50).is_empty());
+    peer.cmd("recv 1 0 256");
+    let wc = poll_n(&a.cq, 1);
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    assert_eq!(
+        peer.cmd("poll 1")[0],
+        format!("wc 1000 0 {IBV_WC_RECV} 128 0")
+    );
+}
+
+#[test]
+fn a_bad_rkey_is_a_remote_access_error() {
+    let o = Opts::default();
+    let (a, _peer, (_, _, raddr, rkey)) = connected("soft0", "soft1", &o);
+    let mut sge = a.mr.sge(0, 64).unwrap();
+    let mut wr = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        raddr,
+        rkey ^ 0x100,
+    );
+    post(&a, &mut wr);
+    let wc = poll_n(&a.cq, 1);
+    assert_eq!(wc[0].raw().status, IBV_WC_REM_ACCESS_ERR);
+}
+
+#[test]
+fn a_killed_peer_is_retry_exceeded_within_the_timeout() {
+    let o = Opts::default();
+    let (a, mut peer, (_, _, raddr, rkey)) = connected("soft0", "soft1", &o);
+    let mut sge = a.mr.sge(0, 64).unwrap();
+    let mut wr = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        raddr,
+        rkey,
+    );
+    post(&a, &mut wr);
+    assert!(poll_n(&a.cq, 1)[0].is_ok());
+    peer.kill();
+    let t = Instant::now();
+    wr.wr_id = 2;
+    post(&a, &mut wr);
+    wr.wr_id = 3;
+    post(&a, &mut wr);
+    let wc = poll_n(&a.cq, 2);
+    assert_eq!(wc[0].raw().status, IBV_WC_RETRY_EXC_ERR, "{:?}", wc[0]);
+    assert_eq!(wc[1].raw().status, IBV_WC_WR_FLUSH_ERR);
+    // timeout 14, retry_cnt 7: about 0.54 s.
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}

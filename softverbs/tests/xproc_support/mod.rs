@@ -1,0 +1,262 @@
+//! Two-process rig: the test binary re-runs itself as a child (its `child` test, with
+//! `VQP_XPROC_CHILD` set) that owns one side of a connection and obeys line commands on
+//! stdin, answering on stdout. Every wait is bounded; a child is killed when its
+//! handle drops.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Once;
+use std::time::Duration;
+
+use vqp_host::connect::{self, Address, Path};
+use vqp_host::sys::*;
+
+use crate::common::{self, Opts, Side};
+
+/// Set in the child's environment.
+pub const ENV_CHILD: &str = "VQP_XPROC_CHILD";
+/// How long one child command may take.
+pub const STEP: Duration = Duration::from_secs(20);
+
+static DIR: Once = Once::new();
+
+/// Gives this test binary (and its children) a namespace of its own, before the
+/// provider starts.
+pub fn isolate() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vqp-xproc-{}", std::process::id()));
+    DIR.call_once(|| {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::env::set_var(vqp_softverbs::ENV_DIR, &dir);
+    });
+    dir
+}
+
+/// A running child.
+pub struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Peer {
+    /// Starts a child running the test binary's `child` test.
+    pub fn spawn() -> Peer {
+        let dir = isolate();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .env(ENV_CHILD, "1")
+            .env(vqp_softverbs::ENV_DIR, &dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the child");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // The harness may print "test child ... " on the same line first.
+                if let Some(at) = line.find('@') {
+                    if tx.send(line[at + 1..].to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Peer {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// Sends a command and collects its answer lines (up to `end`).
+    pub fn cmd(&mut self, line: &str) -> Vec<String> {
+        writeln!(self.stdin, "{line}").expect("child stdin");
+        self.stdin.flush().unwrap();
+        let mut out = Vec::new();
+        loop {
+            let l = self
+                .lines
+                .recv_timeout(STEP)
+                .unwrap_or_else(|e| panic!("child did not answer {line:?}: {e}"));
+            if l == "end" {
+                return out;
+            }
+            out.push(l);
+        }
+    }
+
+    /// Sends a command without waiting for its answer.
+    pub fn send(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").expect("child stdin");
+        self.stdin.flush().unwrap();
+    }
+
+    /// Waits for the answer of a command sent with [`Peer::send`].
+    pub fn answer(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            let l = self.lines.recv_timeout(STEP).expect("child answer");
+            if l == "end" {
+                return out;
+            }
+            out.push(l);
+        }
+    }
+
+    /// Creates the child's side on `dev`; returns (qpn, lid, addr, rkey).
+    pub fn side(&mut self, dev: &str) -> (u32, u16, u64, u32) {
+        let l = self.cmd(&format!("side {dev}"));
+        let v: Vec<u64> = l[0].split(' ').map(|x| x.parse().unwrap()).collect();
+        (v[0] as u32, v[1] as u16, v[2], v[3] as u32)
+    }
+
+    /// Kills the child now.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// Connects `qp` to a peer at (`lid`, `qpn`).
+pub fn connect_to(qp: &vqp_host::QueuePair, lid: u16, qpn: u32, o: &Opts, timeout: u8) {
+    let mut path = Path::new(1, Address::lid(lid), qpn, 0x100, 0x100);
+    path.rnr_retry = o.rnr_retry;
+    path.min_rnr_timer = o.min_rnr_timer;
+    path.access = o.qp_access;
+    path.timeout = timeout;
+    path.retry_cnt = 7;
+    connect::connect(qp, &path).unwrap();
+}
+
+/// One completion as text: `wr_id status opcode byte_len imm`.
+pub fn wc_line(wc: &vqp_host::Wc) -> String {
+    let r = wc.raw();
+    // SAFETY: `imm_data` is a plain u32 in the union.
+    let imm = unsafe { r.imm.imm_data };
+    format!(
+        "{} {} {} {} {}",
+        r.wr_id, r.status, r.opcode, r.byte_len, imm
+    )
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The child's command loop.
+pub fn child_main() {
+    let verbs = common::verbs();
+    let o = Opts::default();
+    let mut side: Option<Side> = None;
+    let stdin = std::io::stdin();
+    let out = |s: String| println!("@{s}");
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> u64 { w[i].parse().unwrap() };
+        match w.first().copied() {
+            Some("side") => {
+                let s = common::side(&verbs, w[1], &o);
+                let lid = s.ctx.query_port(1).unwrap().lid();
+                out(format!(
+                    "{} {} {} {}",
+                    s.qp.qp_num(),
+                    lid,
+                    s.mr.addr(),
+                    s.mr.rkey()
+                ));
+                side = Some(s);
+            }
+            Some("connect") => {
+                let s = side.as_ref().unwrap();
+                connect_to(&s.qp, num(1) as u16, num(2) as u32, &o, 14);
+            }
+            Some("fill") => common::fill(side.as_mut().unwrap(), num(1) as u8),
+            Some("recv") => {
+                let s = side.as_ref().unwrap();
+                let (n, off, len) = (num(1), num(2), num(3));
+                for i in 0..n {
+                    let mut sge = s.mr.sge((off + i * len) as usize, len as usize).unwrap();
+                    let mut wr = common::recv_wr(1000 + i, std::slice::from_mut(&mut sge));
+                    common::post_recv(s, &mut wr);
+                }
+            }
+            Some("poll") => {
+                let s = side.as_ref().unwrap();
+                for wc in common::poll_n(&s.cq, num(1) as usize) {
+                    out(format!("wc {}", wc_line(&wc)));
+                }
+            }
+            Some("read") => {
+                let s = side.as_ref().unwrap();
+                let (off, len) = (num(1) as usize, num(2) as usize);
+                out(hex(&common::bytes(s)[off..off + len]));
+            }
+            Some("fadd") => {
+                // n fetch-adds of 1 on (addr, rkey), 8 in flight at a time.
+                let s = side.as_ref().unwrap();
+                let (n, addr, rkey) = (num(1), num(2), num(3) as u32);
+                let mut done = 0;
+                let mut posted = 0;
+                while done < n {
+                    while posted < n && posted - done < 8 {
+                        let mut sge = s.mr.sge(8 * (posted % 8) as usize, 8).unwrap();
+                        let mut wr = common::send_wr(
+                            posted,
+                            IBV_WR_ATOMIC_FETCH_AND_ADD,
+                            std::slice::from_mut(&mut sge),
+                        );
+                        wr.wr.atomic = ibv_send_wr_atomic {
+                            remote_addr: addr,
+                            compare_add: 1,
+                            swap: 0,
+                            rkey,
+                        };
+                        common::post(s, &mut wr);
+                        posted += 1;
+                    }
+                    // Yield between polls: several processes share few cores here.
+                    let mut buf = [vqp_host::Wc::default(); 8];
+                    let deadline = std::time::Instant::now() + STEP;
+                    let got = loop {
+                        let got = s.cq.poll(&mut buf).unwrap();
+                        if !got.is_empty() {
+                            break got;
+                        }
+                        assert!(std::time::Instant::now() < deadline, "fetch-add stalled");
+                        std::thread::yield_now();
+                    };
+                    for wc in got {
+                        assert!(wc.is_ok(), "{wc:?}");
+                        done += 1;
+                    }
+                }
+            }
+            Some("pid") => out(std::process::id().to_string()),
+            Some("exit") => {
+                out("end".into());
+                return;
+            }
+            _ => out(format!("unknown {line}")),
+        }
+        out("end".into());
+    }
+}
