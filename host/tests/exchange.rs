@@ -92,7 +92,7 @@ fn a_peer_that_disconnects_mid_exchange_is_a_typed_error() {
         read_frame(&mut s);
         s.write_all(&[0, 0]).unwrap();
     });
-    match exchange_timeout(&mut s, &card(1, 2), Duration::from_secs(5)) {
+    match exchange_timeout(&mut s, &card(0x11, 2), Duration::from_secs(5)) {
         Err(e @ Error::Exchange { .. }) => {
             let Error::Exchange { ref source, .. } = e else {
                 unreachable!()
@@ -111,7 +111,7 @@ fn a_peer_that_disconnects_mid_exchange_is_a_typed_error() {
         s.write_all(&(bytes.len() as u32).to_be_bytes()).unwrap();
         s.write_all(&bytes[..30]).unwrap();
     });
-    match exchange_timeout(&mut s, &card(1, 2), Duration::from_secs(5)) {
+    match exchange_timeout(&mut s, &card(0x11, 2), Duration::from_secs(5)) {
         Err(Error::Exchange { stage, source }) => {
             assert_eq!(source.kind(), ErrorKind::UnexpectedEof);
             assert_eq!(stage, "receive the peer's card");
@@ -128,7 +128,7 @@ fn a_silent_peer_times_out() {
         let _ = rx.recv(); // hold the connection open, say nothing
         drop(s);
     });
-    match exchange_timeout(&mut s, &card(1, 1), Duration::from_millis(100)) {
+    match exchange_timeout(&mut s, &card(0x11, 1), Duration::from_millis(100)) {
         Err(Error::Exchange { source, .. }) => assert!(
             matches!(source.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
             "{source:?}"
@@ -148,7 +148,7 @@ fn malformed_frames_are_refused() {
         frame.extend_from_slice(b"HTTP/1.1");
         s.write_all(&frame).unwrap();
     });
-    match exchange_timeout(&mut s, &card(1, 1), Duration::from_secs(5)) {
+    match exchange_timeout(&mut s, &card(0x11, 1), Duration::from_secs(5)) {
         Err(Error::Card(CardError::BadMagic(m))) => assert_eq!(&m, b"HTTP"),
         other => panic!("{other:?}"),
     }
@@ -160,7 +160,7 @@ fn malformed_frames_are_refused() {
         let mut sink = Vec::new();
         let _ = s.read_to_end(&mut sink);
     });
-    match exchange_timeout(&mut s, &card(1, 1), Duration::from_secs(5)) {
+    match exchange_timeout(&mut s, &card(0x11, 1), Duration::from_secs(5)) {
         Err(Error::Exchange { source, .. }) => assert_eq!(source.kind(), ErrorKind::InvalidData),
         other => panic!("{other:?}"),
     }
@@ -169,7 +169,7 @@ fn malformed_frames_are_refused() {
 
     // An invalid card of ours is refused before anything is sent.
     let (mut s, h) = raw_peer(|_| {});
-    let mut bad = card(1, 1);
+    let mut bad = card(0x11, 1);
     bad.data.clear();
     assert!(matches!(
         exchange_timeout(&mut s, &bad, Duration::from_secs(1)),
