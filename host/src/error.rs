@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::io;
+use std::time::Duration;
 
 use vqp_core::{BuildError, CqError};
 
@@ -83,13 +84,69 @@ pub enum Error {
     /// An endpoint card could not be encoded or decoded, or the peer's does not agree
     /// with ours.
     Card(CardError),
-    /// Exchanging endpoint cards (or synchronising) over TCP failed.
+    /// Setting up the TCP connection for the card exchange failed: binding,
+    /// accepting, connecting, or setting socket options. (What the peer sends or fails
+    /// to send is one of the `Peer…` variants.)
     Exchange {
-        /// What was being done, e.g. `receive the peer's card`.
+        /// What was being done, e.g. `connect to the peer`.
         stage: &'static str,
-        /// The I/O error (`UnexpectedEof` when the peer disconnected,
-        /// `WouldBlock`/`TimedOut` when it did not answer in time).
+        /// The I/O error.
         source: io::Error,
+    },
+    /// The peer did not send a whole message before its deadline
+    /// ([`crate::exchange::DeadlineStream`]: one deadline for the whole message, not
+    /// one per read).
+    PeerTimeout {
+        /// The message, e.g. `card`.
+        what: &'static str,
+        /// How long the whole message had.
+        timeout: Duration,
+        /// Bytes of it that arrived.
+        got: usize,
+        /// Its length in bytes, when known (a frame's includes its 4-byte length).
+        expected: Option<usize>,
+    },
+    /// The peer closed the connection before a whole message arrived.
+    PeerClosed {
+        /// The message, e.g. `card`.
+        what: &'static str,
+        /// Bytes of it that arrived.
+        got: usize,
+        /// Its length in bytes, when known (a frame's includes its 4-byte length).
+        expected: Option<usize>,
+    },
+    /// The peer announced or sent a message longer than this side accepts.
+    PeerTooLong {
+        /// The message, e.g. `card`.
+        what: &'static str,
+        /// The length it announced, when it announced one.
+        len: Option<u64>,
+        /// The most this side accepts, in bytes.
+        limit: usize,
+    },
+    /// The peer sent something that is not the message expected.
+    PeerMalformed {
+        /// The message, e.g. `verdict`.
+        what: &'static str,
+        /// What was wrong with it.
+        detail: String,
+    },
+    /// Sending a message to the peer or receiving one from it failed for a reason
+    /// other than a timeout or a clean close (e.g. a reset connection).
+    PeerIo {
+        /// The message, e.g. `card`.
+        what: &'static str,
+        /// Whether this side was sending it (else receiving the peer's).
+        sending: bool,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The peer refused this side's endpoint card and said why.
+    PeerRefused {
+        /// The peer's reason, as it wrote it (from its point of view: its "this side"
+        /// is the peer here), with control characters escaped and at most
+        /// [`crate::exchange::MAX_REASON`] bytes.
+        reason: String,
     },
     /// vqp-core refused the virtual QP's configuration.
     Build(BuildError),
@@ -144,7 +201,8 @@ impl Error {
         match self {
             Error::Verbs { source, .. }
             | Error::PostFailed { source, .. }
-            | Error::Exchange { source, .. } => source.raw_os_error(),
+            | Error::Exchange { source, .. }
+            | Error::PeerIo { source, .. } => source.raw_os_error(),
             Error::NoDevices {
                 source: Some(source),
             } => source.raw_os_error(),
@@ -209,6 +267,73 @@ impl fmt::Display for Error {
             Error::Exchange { stage, source } => {
                 write!(f, "endpoint exchange failed to {stage}: {source}")
             }
+            Error::PeerTimeout {
+                what,
+                timeout,
+                got: 0,
+                ..
+            } => write!(f, "no {what} from the peer within {}", Secs(*timeout)),
+            Error::PeerTimeout {
+                what,
+                timeout,
+                got,
+                expected,
+            } => write!(
+                f,
+                "no whole {what} from the peer within {}: {}",
+                Secs(*timeout),
+                Progress(*got, *expected)
+            ),
+            Error::PeerClosed { what, got: 0, .. } => {
+                write!(f, "the peer closed the connection before sending its {what}")
+            }
+            Error::PeerClosed {
+                what,
+                got,
+                expected: Some(n),
+            } => write!(
+                f,
+                "the peer closed the connection after {got} of {n} bytes of its {what}"
+            ),
+            Error::PeerClosed {
+                what,
+                got,
+                expected: None,
+            } => write!(
+                f,
+                "the peer closed the connection after {got} bytes of its {what}"
+            ),
+            Error::PeerTooLong {
+                what,
+                len: Some(len),
+                limit,
+            } => write!(
+                f,
+                "the peer announced a {len}-byte {what}; at most {limit} bytes are accepted"
+            ),
+            Error::PeerTooLong {
+                what,
+                len: None,
+                limit,
+            } => write!(f, "the peer's {what} is longer than {limit} bytes"),
+            Error::PeerMalformed { what, detail } => {
+                write!(f, "the peer's {what} is malformed: {detail}")
+            }
+            Error::PeerIo {
+                what,
+                sending: true,
+                source,
+            } => write!(f, "sending this side's {what} to the peer failed: {source}"),
+            Error::PeerIo {
+                what,
+                sending: false,
+                source,
+            } => write!(f, "receiving the peer's {what} failed: {source}"),
+            Error::PeerRefused { reason } => write!(
+                f,
+                "the peer refused this side's endpoint card, saying: \"{reason}\" \
+                 (its \"peer\" is this side)"
+            ),
             Error::Build(e) => write!(f, "virtual QP configuration refused: {e}"),
             Error::Cq(e) => write!(f, "virtual CQ refused the virtual QP: {e}"),
             Error::Poller { what } => write!(f, "poll thread: {what}"),
@@ -221,7 +346,8 @@ impl std::error::Error for Error {
         match self {
             Error::Verbs { source, .. }
             | Error::PostFailed { source, .. }
-            | Error::Exchange { source, .. } => Some(source),
+            | Error::Exchange { source, .. }
+            | Error::PeerIo { source, .. } => Some(source),
             Error::Card(e) => Some(e),
             Error::Build(e) => Some(e),
             Error::Cq(e) => Some(e),
@@ -229,6 +355,38 @@ impl std::error::Error for Error {
                 source: Some(source),
             } => Some(source),
             _ => None,
+        }
+    }
+}
+
+/// A duration as people write it: `10 s`, `300 ms`, `1.5 s`, `250 µs`.
+pub(crate) struct Secs(pub(crate) Duration);
+
+impl fmt::Display for Secs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        if d.subsec_nanos() == 0 {
+            write!(f, "{} s", d.as_secs())
+        } else if d >= Duration::from_secs(1) {
+            write!(f, "{} s", d.as_secs_f64())
+        } else if d.subsec_nanos() % 1_000_000 == 0 {
+            write!(f, "{} ms", d.subsec_millis())
+        } else if d.subsec_nanos() % 1_000 == 0 {
+            write!(f, "{} µs", d.subsec_micros())
+        } else {
+            write!(f, "{d:?}")
+        }
+    }
+}
+
+/// How much of a message arrived: `37 of 412 bytes arrived` or `5 bytes arrived`.
+struct Progress(usize, Option<usize>);
+
+impl fmt::Display for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(n) => write!(f, "{} of {n} bytes arrived", self.0),
+            None => write!(f, "{} bytes arrived", self.0),
         }
     }
 }
@@ -267,6 +425,53 @@ mod tests {
             "work request 0x7 completed with error: remote access error (status 10, vendor error 0x88)"
         );
         assert!(e.source().is_none());
+
+        let e = Error::PeerTimeout {
+            what: "card",
+            timeout: Duration::from_secs(10),
+            got: 0,
+            expected: None,
+        };
+        assert_eq!(e.to_string(), "no card from the peer within 10 s");
+        let e = Error::PeerTimeout {
+            what: "card",
+            timeout: Duration::from_millis(300),
+            got: 37,
+            expected: Some(412),
+        };
+        assert_eq!(
+            e.to_string(),
+            "no whole card from the peer within 300 ms: 37 of 412 bytes arrived"
+        );
+        assert_eq!(Secs(Duration::from_millis(1500)).to_string(), "1.5 s");
+        assert_eq!(Secs(Duration::from_micros(250)).to_string(), "250 µs");
+        let e = Error::PeerClosed {
+            what: "card",
+            got: 37,
+            expected: Some(412),
+        };
+        assert_eq!(
+            e.to_string(),
+            "the peer closed the connection after 37 of 412 bytes of its card"
+        );
+        let e = Error::PeerClosed {
+            what: "card",
+            got: 0,
+            expected: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "the peer closed the connection before sending its card"
+        );
+        let e = Error::PeerTooLong {
+            what: "parameter line",
+            len: None,
+            limit: 512,
+        };
+        assert_eq!(
+            e.to_string(),
+            "the peer's parameter line is longer than 512 bytes"
+        );
 
         let e = Error::SymbolMissing {
             symbol: "ibv_create_qp",

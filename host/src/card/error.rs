@@ -52,6 +52,46 @@ pub enum CardError {
         /// Its value.
         value: u32,
     },
+    /// The flags byte sets bits this build does not know (only bit 0, the notify QP,
+    /// is defined).
+    UnknownFlags(u8),
+    /// A QP entry's reserved bytes are not zero.
+    Reserved {
+        /// The entry: data QPs from 0, then the notify QP.
+        entry: usize,
+        /// The three reserved bytes as sent.
+        bytes: [u8; 3],
+    },
+    /// A port address carries an MTU that is not an InfiniBand path MTU
+    /// ([`IB_MTUS`](super::IB_MTUS)).
+    Mtu {
+        /// The port address's index.
+        port: usize,
+        /// The MTU it carries, in bytes.
+        mtu: u16,
+    },
+    /// A QP entry names QP 0 or 1, the subnet management and general services QPs,
+    /// which are never a reliable-connected QP.
+    SpecialQpn {
+        /// The entry: data QPs from 0, then the notify QP.
+        entry: usize,
+        /// Its QP number.
+        qpn: u32,
+    },
+    /// Two QP entries name the same QP number at the same port address (QP numbers are
+    /// unique per device).
+    DuplicateQpn {
+        /// The QP number.
+        qpn: u32,
+        /// The port address both entries name.
+        port: u8,
+        /// The first entry that names it.
+        first: usize,
+        /// The entry that names it again.
+        second: usize,
+    },
+    /// The DQPLB reorder window is not a power of two (vqp-core's `W` always is).
+    WindowNotPowerOfTwo(u32),
     /// The caller's buffer cannot hold the encoded card.
     BufferTooSmall {
         /// Bytes needed.
@@ -115,8 +155,17 @@ pub enum CardError {
         /// The window this side's sender needs at the peer.
         needed: u64,
     },
+    /// This side's DQPLB reorder window cannot cover what the peer may have in flight.
+    OwnWindow {
+        /// This side's window.
+        mine: u32,
+        /// The window the peer's sender needs here.
+        needed: u64,
+    },
     /// The peer lacks capabilities this side requires.
     MissingCapabilities(Capabilities),
+    /// The peer requires capabilities this side lacks.
+    PeerRequires(Capabilities),
 }
 
 impl fmt::Display for CardError {
@@ -153,6 +202,37 @@ impl fmt::Display for CardError {
             Self::UnknownMode(m) => write!(f, "endpoint card has unknown mode {m}"),
             Self::OutOfRange { field, value } => {
                 write!(f, "endpoint card field {field} = {value:#x} exceeds 24 bits")
+            }
+            Self::UnknownFlags(bits) => write!(
+                f,
+                "endpoint card sets unknown flag bits {bits:#04x} (only bit 0, the notify QP, is defined)"
+            ),
+            Self::Reserved { entry, bytes } => write!(
+                f,
+                "endpoint card QP entry {entry} has reserved bytes {bytes:02x?} set (they must be zero)"
+            ),
+            Self::Mtu { port, mtu } => write!(
+                f,
+                "endpoint card port address {port} has MTU {mtu}, not an InfiniBand MTU \
+                 (256, 512, 1024, 2048 or 4096)"
+            ),
+            Self::SpecialQpn { entry, qpn } => write!(
+                f,
+                "endpoint card QP entry {entry} names QP {qpn}, a special QP (0 is the SMI QP, \
+                 1 the GSI QP), never a reliable-connected one"
+            ),
+            Self::DuplicateQpn {
+                qpn,
+                port,
+                first,
+                second,
+            } => write!(
+                f,
+                "endpoint card names QP number {qpn:#x} at port address {port} twice \
+                 (QP entries {first} and {second})"
+            ),
+            Self::WindowNotPowerOfTwo(w) => {
+                write!(f, "endpoint card's reorder window {w} is not a power of two")
             }
             Self::BufferTooSmall { needed, got } => write!(
                 f,
@@ -192,8 +272,15 @@ impl fmt::Display for CardError {
                 f,
                 "the peer's reorder window of {peer} is below the {needed} this side may have in flight"
             ),
+            Self::OwnWindow { mine, needed } => write!(
+                f,
+                "this side's reorder window of {mine} is below the {needed} the peer may have in flight"
+            ),
             Self::MissingCapabilities(c) => {
                 write!(f, "the peer lacks required capabilities {c}")
+            }
+            Self::PeerRequires(c) => {
+                write!(f, "the peer requires capabilities {c} that this side lacks")
             }
         }
     }

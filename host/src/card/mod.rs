@@ -7,6 +7,16 @@
 //! it in a small, versioned, self-describing byte format; [`Card::agree`] refuses a
 //! peer whose settings do not fit, with one clear error per mismatch.
 //!
+//! A card is strict: [`Card::decode`] refuses, each with its own [`CardError`], any
+//! field this build does not understand or that no real endpoint sends — unknown
+//! flag bits, non-zero reserved bytes, an MTU that is not an InfiniBand MTU, QP
+//! number 0 or 1 (the SMI and GSI QPs, never an RC QP), one QP number named twice at
+//! one port address, a reorder window that is not a power of two — rather than
+//! ignoring it. [`Card::agree`] checks both directions (what this side requires of
+//! the peer and what the peer requires of this side), so both ends of a refused
+//! pairing compute the refusal themselves; [`crate::exchange`] also tells the peer
+//! why it refused, so a card only one side can read is refused visibly on both.
+//!
 //! A virtual QP may spread its QPs over several devices (ports), so a card lists the
 //! address of each port it uses — MTU, LID, GID — and names, for each QP, the port
 //! address it is reached at. The peer connects its QP `i` to this side's QP `i` at
@@ -23,21 +33,27 @@
 //! | 6 | 2 | total length of the card in bytes: `40 + 20·m + 12·n (+ 12 with a notify QP)` |
 //! | 8 | 1 | mode: 0 SPRAY, 1 DQPLB |
 //! | 9 | 1 | `n`, the number of data QPs (1–64) |
-//! | 10 | 1 | flags: bit 0 = a notify QP follows the data QPs; other bits 0 |
+//! | 10 | 1 | flags: bit 0 = a notify QP follows the data QPs; other bits 0 (refused when set) |
 //! | 11 | 1 | `m`, the number of port addresses (1–4) |
 //! | 12 | 4 | capability bits this side offers ([`Capabilities`]) |
 //! | 16 | 4 | capability bits this side requires of the peer |
 //! | 20 | 4 | `max_frag`: largest fragment in bytes |
 //! | 24 | 4 | `max_outstanding`: send WQEs in flight per physical QP |
 //! | 28 | 4 | `recv_depth`: receives kept posted per receiving QP |
-//! | 32 | 4 | DQPLB reorder window (fragments) |
+//! | 32 | 4 | DQPLB reorder window (fragments, a power of two) |
 //! | 36 | 4 | first DQPLB sequence number this side sends (24 bits) |
-//! | 40 | 20·m | port addresses, each: path MTU in bytes (2, the port's active MTU), LID (2, 0 when the port has none, e.g. RoCE), GID (16, zero when unused) |
-//! | 40 + 20·m | 12·n | data QPs, in order, each: QP number (4, 24 bits), first PSN (4, 24 bits), index of its port address (1, below `m`), reserved (3, 0) |
+//! | 40 | 20·m | port addresses, each: path MTU in bytes (2, the port's active MTU: 256, 512, 1024, 2048 or 4096), LID (2, 0 when the port has none, e.g. RoCE), GID (16, zero when unused) |
+//! | 40 + 20·m | 12·n | data QPs, in order, each: QP number (4, 24 bits, not 0 or 1, not repeated at one port address), first PSN (4, 24 bits), index of its port address (1, below `m`), reserved (3, 0; refused when not) |
 //! | 40 + 20·m + 12·n | 12 | the notify QP, as a data QP entry, when flag bit 0 is set |
 //!
-//! A reader refuses a version it does not know rather than guessing; a later version
-//! may append fields after these (its length field says where the card ends).
+//! A reader refuses a version it does not know rather than guessing, and refuses a
+//! reserved byte or flag bit that is set rather than ignoring it: a later format that
+//! gives them a meaning (or appends fields, its length field saying where the card
+//! ends) carries a new version number.
+//!
+//! QP numbers are unique per device, not across devices (each HCA numbers its own
+//! QPs), so two QPs at different port addresses may share a number; two at the same
+//! port address may not.
 
 mod error;
 
@@ -69,6 +85,10 @@ pub const MAX_LEN: usize = card_len(MAX_PORTS, MAX_DATA_QPS, true);
 
 const FLAG_NOTIFY: u8 = 1;
 const MAX_24BIT: u32 = (1 << 24) - 1;
+
+/// The path MTUs InfiniBand defines (`IBV_MTU_256` to `IBV_MTU_4096`), in bytes: the
+/// only values a port address may carry.
+pub const IB_MTUS: [u16; 5] = [256, 512, 1024, 2048, 4096];
 
 /// Capability bits: optional behaviours an endpoint implements. A card offers some and
 /// requires some of the peer; [`Card::agree`] refuses a peer that lacks a required one.
@@ -259,13 +279,18 @@ impl Card {
         self.ports.get(usize::from(qp.port))
     }
 
-    /// Checks what the format can carry: 1 to 64 data QPs, 1 to [`MAX_PORTS`] port
-    /// addresses, every QP's port among them, 24-bit QP numbers, PSNs and sequence
-    /// number.
+    /// Checks what the format can carry and what a real endpoint sends: 1 to 64 data
+    /// QPs, 1 to [`MAX_PORTS`] port addresses each with an InfiniBand MTU
+    /// ([`IB_MTUS`]), every QP's port among them, 24-bit QP numbers, PSNs and sequence
+    /// number, no QP number 0 or 1, no QP number twice at one port address, and a
+    /// reorder window that is a power of two (vqp-core's `W`).
     ///
     /// # Errors
-    /// [`CardError::NoDataQps`], [`CardError::TooManyQps`], [`CardError::Ports`],
-    /// [`CardError::UnknownPort`] or [`CardError::OutOfRange`].
+    /// The first of, in this order: [`CardError::NoDataQps`],
+    /// [`CardError::TooManyQps`], [`CardError::Ports`], [`CardError::Mtu`],
+    /// [`CardError::WindowNotPowerOfTwo`], [`CardError::OutOfRange`],
+    /// [`CardError::UnknownPort`], [`CardError::SpecialQpn`] or
+    /// [`CardError::DuplicateQpn`].
     pub fn validate(&self) -> Result<(), CardError> {
         if self.data.is_empty() {
             return Err(CardError::NoDataQps);
@@ -276,14 +301,41 @@ impl Card {
         if self.ports.is_empty() || self.ports.len() > MAX_PORTS {
             return Err(CardError::Ports(self.ports.len()));
         }
+        if let Some((port, p)) = self
+            .ports
+            .iter()
+            .enumerate()
+            .find(|(_, p)| !IB_MTUS.contains(&p.mtu))
+        {
+            return Err(CardError::Mtu { port, mtu: p.mtu });
+        }
+        if !self.window.is_power_of_two() {
+            return Err(CardError::WindowNotPowerOfTwo(self.window));
+        }
         check_24("init_seq", self.init_seq)?;
-        for q in self.data.iter().chain(self.notify.iter()) {
+        let qps = || self.data.iter().chain(self.notify.iter()).enumerate();
+        for (entry, q) in qps() {
             check_24("qpn", q.qpn)?;
             check_24("psn", q.psn)?;
             if usize::from(q.port) >= self.ports.len() {
                 return Err(CardError::UnknownPort {
                     port: q.port,
                     ports: self.ports.len(),
+                });
+            }
+            if q.qpn <= 1 {
+                return Err(CardError::SpecialQpn { entry, qpn: q.qpn });
+            }
+            // At most 65 entries: a quadratic scan allocates nothing and stays cheap.
+            if let Some((first, _)) = qps()
+                .take(entry)
+                .find(|(_, o)| o.qpn == q.qpn && o.port == q.port)
+            {
+                return Err(CardError::DuplicateQpn {
+                    qpn: q.qpn,
+                    port: q.port,
+                    first,
+                    second: entry,
                 });
             }
         }
@@ -356,9 +408,10 @@ impl Card {
     /// # Errors
     /// [`CardError::Truncated`], [`CardError::BadMagic`],
     /// [`CardError::UnsupportedVersion`], [`CardError::UnknownMode`],
-    /// [`CardError::NoDataQps`], [`CardError::TooManyQps`], [`CardError::Ports`],
-    /// [`CardError::BadLength`], [`CardError::UnknownPort`] or
-    /// [`CardError::OutOfRange`]; never a panic.
+    /// [`CardError::NoDataQps`], [`CardError::TooManyQps`],
+    /// [`CardError::UnknownFlags`], [`CardError::Ports`], [`CardError::BadLength`],
+    /// [`CardError::Reserved`], or what [`validate`](Self::validate) finds; never a
+    /// panic.
     pub fn decode(buf: &[u8]) -> Result<Card, CardError> {
         let truncated = |needed| CardError::Truncated {
             needed,
@@ -387,7 +440,11 @@ impl Card {
         if n > MAX_DATA_QPS {
             return Err(CardError::TooManyQps(n));
         }
-        let has_notify = buf[10] & FLAG_NOTIFY != 0;
+        let flags = buf[10];
+        if flags & !FLAG_NOTIFY != 0 {
+            return Err(CardError::UnknownFlags(flags & !FLAG_NOTIFY));
+        }
+        let has_notify = flags & FLAG_NOTIFY != 0;
         let m = usize::from(buf[11]);
         if m == 0 || m > MAX_PORTS {
             return Err(CardError::Ports(m));
@@ -410,6 +467,13 @@ impl Card {
             }
         };
         let qps = HEADER_LEN + m * PORT_ENTRY_LEN;
+        for entry in 0..n + usize::from(has_notify) {
+            let at = qps + entry * QP_ENTRY_LEN + 9;
+            let bytes = [buf[at], buf[at + 1], buf[at + 2]];
+            if bytes != [0; 3] {
+                return Err(CardError::Reserved { entry, bytes });
+            }
+        }
         let entry = |i: usize| {
             let at = qps + i * QP_ENTRY_LEN;
             QpAddr {
@@ -434,98 +498,9 @@ impl Card {
         card.validate()?;
         Ok(card)
     }
-
-    /// Checks that a virtual QP with this card can talk to one with `peer`'s.
-    ///
-    /// Refused, each with its own error: a different mode, `max_frag`,
-    /// `max_outstanding` or `recv_depth`, number of data QPs, or notify QP presence;
-    /// data QPs that would pair one device of either side with two of the other (a
-    /// request carries one rkey per local device, and the receiving side's device
-    /// gets one lkey; see [`CardError::DevicePairing`]);
-    /// a capability this side requires that the peer lacks; and, in DQPLB with several
-    /// data QPs, a peer window too small for this side's sender. The sender numbers
-    /// fragments up to its own window less the receives the peer may hold unprocessed
-    /// ahead of the oldest outstanding one (vqp-core's rule, `BuildError::Window`), so
-    /// the peer's window must be at least this side's window and at least
-    /// `data QPs × (recv_depth + max_outstanding)`.
-    ///
-    /// # Errors
-    /// The first mismatch found, in the order above.
-    pub fn agree(&self, peer: &Card) -> Result<(), CardError> {
-        if self.mode != peer.mode {
-            return Err(CardError::Mode {
-                mine: self.mode,
-                peer: peer.mode,
-            });
-        }
-        if self.max_frag != peer.max_frag {
-            return Err(CardError::MaxFrag {
-                mine: self.max_frag,
-                peer: peer.max_frag,
-            });
-        }
-        for (what, mine, theirs) in [
-            (
-                "max_outstanding",
-                self.max_outstanding,
-                peer.max_outstanding,
-            ),
-            ("recv_depth", self.recv_depth, peer.recv_depth),
-        ] {
-            if mine != theirs {
-                return Err(CardError::Depth {
-                    what,
-                    mine,
-                    peer: theirs,
-                });
-            }
-        }
-        if self.data.len() != peer.data.len() {
-            return Err(CardError::DataQps {
-                mine: self.data.len(),
-                peer: peer.data.len(),
-            });
-        }
-        if self.notify.is_some() != peer.notify.is_some() {
-            return Err(CardError::Notify {
-                mine: self.notify.is_some(),
-                peer: peer.notify.is_some(),
-            });
-        }
-        // Port indices are below MAX_PORTS (4) in a valid card; larger ones are
-        // compared as they are, and `validate` reports them.
-        let mut to_peer = [None::<u8>; 256];
-        let mut to_mine = [None::<u8>; 256];
-        for (qp, (m, p)) in self.data.iter().zip(&peer.data).enumerate() {
-            let (mp, pp) = (m.port, p.port);
-            let fwd = *to_peer[usize::from(mp)].get_or_insert(pp);
-            let back = *to_mine[usize::from(pp)].get_or_insert(mp);
-            if fwd != pp || back != mp {
-                return Err(CardError::DevicePairing {
-                    qp,
-                    mine: mp,
-                    peer: pp,
-                });
-            }
-        }
-        let missing = self.required.without(peer.caps);
-        if missing != Capabilities::NONE {
-            return Err(CardError::MissingCapabilities(missing));
-        }
-        if self.mode == Mode::Dqplb && self.data.len() > 1 {
-            let n = self.data.len() as u64;
-            let in_flight = n * (u64::from(peer.recv_depth) + u64::from(self.max_outstanding));
-            let needed = in_flight.max(u64::from(self.window));
-            if u64::from(peer.window) < needed {
-                return Err(CardError::Window {
-                    peer: peer.window,
-                    needed,
-                });
-            }
-        }
-        Ok(())
-    }
 }
+
+mod agree;
 
 #[cfg(test)]
 mod tests;
