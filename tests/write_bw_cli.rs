@@ -24,8 +24,14 @@ fn profile_dir() -> PathBuf {
 fn build(dir: &Path) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "--example", "write_bw", "--example", "lat"]);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "build",
+        "--quiet",
+        "--example",
+        "write_bw",
+        "--example",
+        "lat",
+    ]);
     match dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") => {}
         Some("release") => {
@@ -46,7 +52,11 @@ fn example(name: &str) -> PathBuf {
     let dir = profile_dir();
     BUILT.get_or_init(|| build(&dir));
     let path = dir.join("examples").join(name);
-    assert!(path.exists(), "{} is missing after the build", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing after the build",
+        path.display()
+    );
     path
 }
 
@@ -91,7 +101,10 @@ fn a_short_run_passes() {
 #[test]
 fn bad_flags_are_one_line_and_exit_code_2() {
     for (args, line) in [
-        ("--jsn", "write_bw: unknown flag --jsn (--help lists them)\n"),
+        (
+            "--jsn",
+            "write_bw: unknown flag --jsn (--help lists them)\n",
+        ),
         ("--size 0", "write_bw: --size must be at least 1 byte\n"),
         (
             "--duration 1e-300",
@@ -123,6 +136,19 @@ fn fail_at_150() -> String {
         .join(",")
 }
 
+/// The client's failure line accounts for every message it posted: each completed
+/// (and is counted) or was flushed; none is left unreported.
+fn every_message_accounted_for(err: &str) {
+    let completed = number_after(err, "client: the virtual QP failed after ");
+    let posted = number_after(err, "messages (of ");
+    let flushed = number_after(err, "posted, ");
+    assert!(
+        err.contains(&format!("(of {posted} posted, {flushed} were flushed): ")),
+        "{err}"
+    );
+    assert_eq!(completed + flushed, posted, "{err}");
+}
+
 #[test]
 fn a_qp_failure_counts_every_message_that_completed() {
     // One data QP, one WQE per message: exactly 150 messages complete, the 151st
@@ -140,6 +166,7 @@ fn a_qp_failure_counts_every_message_that_completed() {
             150,
             "{opcode}: {err}"
         );
+        every_message_accounted_for(&err);
         let server = match opcode {
             "read" => "server: the client's virtual QP failed after it read 150 messages\n",
             _ => "server: the client's virtual QP failed after 150 messages; 150 verified on the server\n",
@@ -161,6 +188,7 @@ fn a_spray_failure_is_counted_alike_on_both_sides() {
     let told = number_after(&err, "server: the client's virtual QP failed after ");
     let verified = number_after(&err, "messages; ");
     assert_eq!((told, verified), (client, client), "{err}");
+    every_message_accounted_for(&err);
     // The notify QP carries one WQE per message and fails first.
     assert_eq!(client, 150, "{err}");
 }
