@@ -176,7 +176,7 @@ impl Params {
 }
 
 /// The parameter line's first word; `/2` added the run's limit, the client's `D`
-/// frames in read runs and its `S` and `X` frames (see `wire`).
+/// frames in read runs and its `S` and `X` frames (see `control`).
 const VERSION: &str = "write_bw/2";
 
 impl Default for Params {
