@@ -24,6 +24,10 @@
 //! cargo run --release --example lat -- --size 1048576 --qps 4 --mode spray --direct
 //! ```
 
+/// The byte-count parser `write_bw` uses, so that both take `4K`, `1M`, `1G`.
+#[path = "write_bw/size.rs"]
+mod size;
+
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -81,7 +85,8 @@ enum Wait {
 const USAGE: &str =
     "usage: lat [--size BYTES] [--iters N] [--warmup N] [--qps N] [--mode spray|dqplb]
            [--max-frag BYTES] [--client-core ID] [--server-core ID] [--idle spin|yield]
-           [--direct] [--json]";
+           [--direct] [--json]
+  --size takes a K, M or G suffix (binary), as write_bw's does.";
 
 /// The arguments, or `None` when help was asked for.
 fn parse() -> Result<Option<Args>, String> {
@@ -120,7 +125,7 @@ fn parse() -> Result<Option<Args>, String> {
                 .map_err(|_| format!("{flag}: '{v}' is not a whole number"))
         };
         match flag.as_str() {
-            "--size" => a.size = num(&value)?,
+            "--size" => a.size = size::bytes(&flag, &value)?,
             "--iters" => a.iters = num(&value)?,
             "--warmup" => a.warmup = num(&value)?,
             "--qps" => {

@@ -1,134 +1,66 @@
-//! The command line: flags, their syntax checks, and the run parameters both sides
-//! agree on (sent by the client to the server as one text line).
+//! The command line: flags and their syntax checks. The run's parameters, which the
+//! client sends the server, are in `params`.
 
 use std::time::Duration;
 
-use vqp_core::{Mode, Opcode};
+use crate::params::seconds;
+pub use crate::params::{mode_name, opcode_name, Limit, Params};
+use crate::size::{bytes, number};
 
-/// Data QPs the virtual QP type holds at most (its `N`).
-pub const MAX_QPS: usize = 16;
-/// Largest message: the buffers hold several, and 1 GiB keeps them allocatable.
-pub const MAX_SIZE: u64 = 1 << 30;
 /// The TCP port perftest uses by default.
 pub const DEFAULT_PORT: u16 = 18515;
-
+/// The largest buffer a server registers for a client unless `--max-buffer` says
+/// otherwise: a client is not authenticated, so what it can make the server allocate
+/// is bounded. 1 GiB serves every message size up to 512 MiB (write) or 341 MiB (read).
+pub const DEFAULT_MAX_BUFFER: u64 = 1 << 30;
+/// How long a side waits for the peer unless `--timeout` says otherwise: for each
+/// message before the run as a whole, and for any progress during it.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration SECS] [--qps N] [--max-frag BYTES]
          [--mode spray|dqplb] [--opcode write|write_imm|read] [--reorder fifo|random|adversarial]
-         [--seed N] [--poll-core CORE] [--json]
+         [--seed N] [--poll-core CORE] [--json] [--timeout SECS] [--max-buffer BYTES]
          [--device NAME [--server | --connect HOST:PORT] [--port PORT] [--ib-port N] [--gid-index N]]
   BYTES takes a K, M or G suffix (binary). Without --device both sides run in this process on
-  softverbs (soft1 serves, soft0 sends); with --device they run on that device through libibverbs.";
+  softverbs (soft1 serves, soft0 sends); with --device they run on that device through libibverbs.
+  --timeout (default 10): how long each side waits for each message of the set-up as a whole,
+  and for any progress during the run. --max-buffer (default 1G): the largest buffer the
+  server registers for a client's run.";
 
-/// What the client asks of the server: everything both sides must agree on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Params {
-    pub size: u64,
-    pub qps: usize,
-    pub max_frag: u32,
-    pub mode: Mode,
-    pub opcode: Opcode,
-    pub seed: u64,
+/// Flags that take a value (the others are `--json`, `--server` and `--help`).
+const VALUE_FLAGS: [&str; 17] = [
+    "--size",
+    "--qps",
+    "--max-frag",
+    "--seed",
+    "--mode",
+    "--opcode",
+    "--iters",
+    "--duration",
+    "--reorder",
+    "--poll-core",
+    "--device",
+    "--connect",
+    "--port",
+    "--ib-port",
+    "--gid-index",
+    "--timeout",
+    "--max-buffer",
+];
+
+/// A byte count for messages: `1 GiB` when it is a whole number of KiB, MiB or GiB,
+/// else `N bytes`.
+pub fn show_bytes(n: u64) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return format!("{} {unit}", n >> shift);
+        }
+    }
+    format!("{n} bytes")
 }
 
-impl Params {
-    /// Messages that may be in flight (and buffer slots per side): about 16 MiB of
-    /// buffer, between 2 and 128 messages.
-    pub fn slots(&self) -> u64 {
-        ((16u64 << 20) / self.size).clamp(2, 128)
-    }
-
-    /// The line the client sends.
-    pub fn to_line(self) -> String {
-        format!(
-            "write_bw/1 size={} qps={} max_frag={} mode={} opcode={} seed={}\n",
-            self.size,
-            self.qps,
-            self.max_frag,
-            mode_name(self.mode),
-            opcode_name(self.opcode),
-            self.seed
-        )
-    }
-
-    /// Parses the client's line (and checks it as flags are checked).
-    pub fn from_line(line: &str) -> Result<Params, String> {
-        let mut words = line.split_whitespace();
-        if words.next() != Some("write_bw/1") {
-            return Err("the peer is not a write_bw client of this version".into());
-        }
-        let mut p = Params::default();
-        for w in words {
-            let (k, v) = w.split_once('=').ok_or("malformed parameter line")?;
-            p.set(&format!("--{}", k.replace('_', "-")), v)?;
-        }
-        p.check()?;
-        Ok(p)
-    }
-
-    fn set(&mut self, flag: &str, v: &str) -> Result<(), String> {
-        match flag {
-            "--size" => self.size = bytes(flag, v)?,
-            "--qps" => self.qps = usize::try_from(number(flag, v)?).unwrap_or(usize::MAX),
-            "--max-frag" => {
-                let n = bytes(flag, v)?;
-                self.max_frag = u32::try_from(n).map_err(|_| {
-                    format!("{flag}: {n} is above the 4 GiB a work request can carry")
-                })?;
-            }
-            "--seed" => self.seed = number(flag, v)?,
-            "--mode" => {
-                self.mode = match v {
-                    "spray" => Mode::Spray,
-                    "dqplb" => Mode::Dqplb,
-                    _ => return Err(format!("--mode: '{v}' is not spray or dqplb")),
-                }
-            }
-            "--opcode" => {
-                self.opcode = match v {
-                    "write" => Opcode::RDMA_WRITE,
-                    "write_imm" => Opcode::RDMA_WRITE_WITH_IMM,
-                    "read" => Opcode::RDMA_READ,
-                    _ => return Err(format!("--opcode: '{v}' is not write, write_imm or read")),
-                }
-            }
-            _ => return Err(format!("unknown parameter {flag}")),
-        }
-        Ok(())
-    }
-
-    /// Checks that need no device.
-    fn check(&self) -> Result<(), String> {
-        if self.size == 0 {
-            return Err("--size must be at least 1 byte".into());
-        }
-        if self.size > MAX_SIZE {
-            return Err(format!(
-                "--size {} is above the 1 GiB this program supports",
-                self.size
-            ));
-        }
-        if self.qps == 0 || self.qps > MAX_QPS {
-            return Err(format!("--qps must be between 1 and {MAX_QPS}"));
-        }
-        if self.max_frag == 0 {
-            return Err("--max-frag must be at least 1 byte".into());
-        }
-        Ok(())
-    }
-}
-
-impl Default for Params {
-    /// 1 MiB WRITE_WITH_IMM messages over 4 data QPs in DQPLB, 64 KiB fragments.
-    fn default() -> Self {
-        Params {
-            size: 1 << 20,
-            qps: 4,
-            max_frag: 64 << 10,
-            mode: Mode::Dqplb,
-            opcode: Opcode::RDMA_WRITE_WITH_IMM,
-            seed: 1,
-        }
-    }
+/// A duration for messages: `10 s`, `0.25 s`.
+pub fn show_secs(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
 }
 
 /// Which side(s) this process runs.
@@ -146,8 +78,6 @@ pub enum Role {
 #[derive(Clone, Debug)]
 pub struct Args {
     pub params: Params,
-    pub iters: u64,
-    pub duration: Option<Duration>,
     /// `fifo`, `random` or `adversarial` (softverbs only).
     pub reorder: Option<String>,
     pub poll_core: Option<usize>,
@@ -157,6 +87,10 @@ pub struct Args {
     pub port: u16,
     pub ib_port: u8,
     pub gid_index: Option<u8>,
+    /// How long this side waits for the peer (see [`DEFAULT_TIMEOUT`]).
+    pub timeout: Duration,
+    /// The largest buffer the server registers (see [`DEFAULT_MAX_BUFFER`]).
+    pub max_buffer: u64,
 }
 
 impl Args {
@@ -169,30 +103,27 @@ impl Args {
     }
 }
 
-fn number(flag: &str, v: &str) -> Result<u64, String> {
-    v.parse::<u64>()
-        .map_err(|_| format!("{flag}: '{v}' is not a whole number"))
-}
-
-/// A byte count with an optional binary suffix: `4096`, `64K`, `1M`, `1G`.
-fn bytes(flag: &str, v: &str) -> Result<u64, String> {
-    let (digits, shift) = match v.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&v[..i], 10),
-        Some((i, 'm' | 'M')) => (&v[..i], 20),
-        Some((i, 'g' | 'G')) => (&v[..i], 30),
-        _ => (v, 0),
-    };
-    let n = number(flag, digits).map_err(|_| format!("{flag}: '{v}' is not a byte count"))?;
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("{flag}: '{v}' is too large"))
+/// Refuses a run whose server buffer is above `max`: the message names both and the
+/// flag that raises the bound.
+pub fn check_buffer(p: &Params, max: u64) -> Result<(), String> {
+    let need = p.server_buffer();
+    if need <= max {
+        return Ok(());
+    }
+    Err(format!(
+        "--size {}{}: the server would register {} ({} messages), above its --max-buffer of {}",
+        show_bytes(p.size),
+        if p.read() { " --opcode read" } else { "" },
+        show_bytes(need),
+        p.slots() + u64::from(p.read()),
+        show_bytes(max)
+    ))
 }
 
 /// Parses `argv` (without the program name). `Err` is the one-line message to print.
 pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut a = Args {
         params: Params::default(),
-        iters: 1000,
-        duration: None,
         reorder: None,
         poll_core: None,
         json: false,
@@ -201,8 +132,11 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
         port: DEFAULT_PORT,
         ib_port: 1,
         gid_index: None,
+        timeout: DEFAULT_TIMEOUT,
+        max_buffer: DEFAULT_MAX_BUFFER,
     };
-    let (mut iters_given, mut server, mut params_given) = (false, false, false);
+    let (mut iters_given, mut duration_given) = (false, false);
+    let (mut server, mut params_given, mut max_buffer_given) = (false, false, false);
     let mut connect = None;
     let mut it = argv.into_iter();
     while let Some(flag) = it.next() {
@@ -221,24 +155,13 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
                     "unexpected argument '{f}' (--help lists the flags)"
                 ))
             }
+            f if !VALUE_FLAGS.contains(&f) => {
+                return Err(format!("unknown flag {f} (--help lists them)"))
+            }
             _ => {}
         }
         let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
-            "--iters" => {
-                a.iters = number(&flag, &v)?;
-                iters_given = true;
-            }
-            "--duration" => {
-                let secs = v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e9)
-                    .ok_or_else(|| {
-                        format!("--duration: '{v}' is not a positive number of seconds")
-                    })?;
-                a.duration = Some(Duration::from_secs_f64(secs));
-            }
             "--reorder" => match v.as_str() {
                 "fifo" | "random" | "adversarial" => a.reorder = Some(v),
                 _ => {
@@ -272,25 +195,26 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
                         .map_err(|_| format!("--gid-index: '{v}' is not a GID index (0-255)"))?,
                 )
             }
+            "--timeout" => a.timeout = seconds(&flag, &v)?,
+            "--max-buffer" => {
+                a.max_buffer = bytes(&flag, &v)?;
+                if a.max_buffer == 0 {
+                    return Err("--max-buffer must be at least 1 byte".into());
+                }
+                max_buffer_given = true;
+            }
             f => {
                 params_given = true;
-                a.params.set(f, &v).map_err(|e| {
-                    if e.starts_with("unknown") {
-                        format!("unknown flag {f} (--help lists them)")
-                    } else {
-                        e
-                    }
-                })?
+                iters_given |= f == "--iters";
+                duration_given |= f == "--duration";
+                a.params.set(f, &v)?
             }
         }
     }
-    a.params.check()?;
-    if iters_given && a.duration.is_some() {
+    if iters_given && duration_given {
         return Err("--iters and --duration exclude each other".into());
     }
-    if a.iters == 0 {
-        return Err("--iters must be at least 1".into());
-    }
+    a.params.check()?;
     a.role = match (server, connect) {
         (true, Some(_)) => return Err("--server and --connect exclude each other".into()),
         (true, None) => Role::Server,
@@ -303,34 +227,29 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     if a.device.is_some() && a.reorder.is_some() {
         return Err("--reorder sets softverbs' cross-QP order; a real device has its own".into());
     }
-    if a.role == Role::Server && (iters_given || a.duration.is_some() || params_given) {
+    if a.role == Role::Server && params_given {
         // The client decides the run; a server given these would silently ignore them.
         return Err(
             "the client chooses the run (--size, --qps, --mode, --iters, ...); give them to it, not to --server"
                 .into(),
         );
     }
+    match a.role {
+        Role::Client(_) if max_buffer_given => return Err(
+            "--max-buffer bounds what a client may make the server allocate; give it to --server"
+                .into(),
+        ),
+        // Both sides are here: refuse now what the server would refuse.
+        Role::Both => check_buffer(&a.params, a.max_buffer)?,
+        _ => {}
+    }
     Ok(a)
-}
-
-pub fn mode_name(m: Mode) -> &'static str {
-    match m {
-        Mode::Spray => "spray",
-        Mode::Dqplb => "dqplb",
-    }
-}
-
-pub fn opcode_name(o: Opcode) -> &'static str {
-    match o {
-        Opcode::RDMA_WRITE => "write",
-        Opcode::RDMA_READ => "read",
-        _ => "write_imm",
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vqp_core::{Mode, Opcode};
 
     fn run(args: &str) -> Result<Args, String> {
         parse(args.split_whitespace().map(String::from))
@@ -339,9 +258,11 @@ mod tests {
     #[test]
     fn defaults_and_suffixes() {
         let a = run("").unwrap();
+        assert_eq!((a.params, a.role), (Params::default(), Role::Both));
+        assert_eq!(a.params.limit, Limit::Iters(1000));
         assert_eq!(
-            (a.params, a.iters, a.role),
-            (Params::default(), 1000, Role::Both)
+            (a.timeout, a.max_buffer),
+            (DEFAULT_TIMEOUT, DEFAULT_MAX_BUFFER)
         );
         let a = run("--size 64K --max-frag 1M --qps 16 --mode spray --opcode read").unwrap();
         assert_eq!(
@@ -355,6 +276,12 @@ mod tests {
         assert_eq!(
             run("--reorder random --seed 7").unwrap().soft_reorder(),
             "random:7"
+        );
+        let a = run("--duration 0.001 --timeout 0.25 --max-buffer 64M").unwrap();
+        assert_eq!(a.params.limit, Limit::Time(Duration::from_millis(1)));
+        assert_eq!(
+            (a.timeout, a.max_buffer),
+            (Duration::from_millis(250), 64 << 20)
         );
     }
 
@@ -370,7 +297,13 @@ mod tests {
             "--max-frag 4G",
             "--iters 0",
             "--iters 5 --duration 1",
+            "--duration 1 --iters 5",
             "--duration 0",
+            "--duration 1e-300",
+            "--duration 0.0009",
+            "--timeout 0",
+            "--timeout 1e-4",
+            "--max-buffer 0",
             "--mode x",
             "--opcode send",
             "--reorder none",
@@ -382,6 +315,7 @@ mod tests {
             "--server --connect h:1 --device d",
             "--device d --reorder fifo",
             "--device d --server --qps 2",
+            "--device d --connect h:1 --max-buffer 1G",
             "--port 0",
         ] {
             assert!(run(bad).is_err(), "{bad} was accepted");
@@ -389,12 +323,45 @@ mod tests {
     }
 
     #[test]
-    fn the_parameter_line_round_trips() {
-        let p = run("--size 12345 --qps 3 --max-frag 4096 --mode spray --opcode write --seed 9")
-            .unwrap()
-            .params;
-        assert_eq!(Params::from_line(p.to_line().trim_end()), Ok(p));
-        assert!(Params::from_line("write_bw/1 size=0").is_err());
-        assert!(Params::from_line("hello").is_err());
+    fn an_unknown_flag_is_named_as_such_even_without_a_value() {
+        for bad in ["--jsn", "--jsn 1", "--json --jsn"] {
+            assert_eq!(
+                run(bad).unwrap_err(),
+                "unknown flag --jsn (--help lists them)",
+                "{bad}"
+            );
+        }
+        assert_eq!(run("--size").unwrap_err(), "--size needs a value");
+    }
+
+    #[test]
+    fn durations_under_a_millisecond_are_refused_with_the_bound() {
+        let e = run("--duration 1e-300").unwrap_err();
+        assert!(e.contains("shortest allowed, 0.001 s"), "{e}");
+    }
+
+    #[test]
+    fn the_server_buffer_is_bounded_before_the_run_starts() {
+        // 2 slots of 1 GiB, plus a source slot for reads: above the 1 GiB default.
+        let e = run("--size 1G --opcode read").unwrap_err();
+        assert!(
+            e.contains("3 GiB") && e.contains("--max-buffer of 1 GiB"),
+            "{e}"
+        );
+        assert!(run("--size 1G --opcode read --max-buffer 3G").is_ok());
+        assert!(run("--size 512M").is_ok());
+        // A server takes the bound; a client cannot know the server's.
+        assert!(run("--device d --server --max-buffer 4G").is_ok());
+        assert!(run("--device d --connect h:1 --size 1G").is_ok());
+    }
+
+    #[test]
+    fn byte_counts_are_shown_in_their_largest_whole_unit() {
+        assert_eq!(show_bytes(3 << 30), "3 GiB");
+        assert_eq!(show_bytes(1 << 20), "1 MiB");
+        assert_eq!(show_bytes(1536), "1536 bytes");
+        assert_eq!(show_bytes(3 << 10), "3 KiB");
+        assert_eq!(show_bytes(4096 + 1), "4097 bytes");
+        assert_eq!(show_secs(Duration::from_millis(250)), "0.25 s");
     }
 }

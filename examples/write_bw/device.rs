@@ -60,9 +60,27 @@ pub struct Device {
     max_msg_sz: u32,
 }
 
+/// The error for a device list that could not be had: "no devices" is told as what it
+/// means here — this machine has no RDMA device — with the way to run without one.
+pub fn list_failed(name: &str, e: vqp_host::Error) -> Fail {
+    match e {
+        vqp_host::Error::NoDevices { source } => {
+            let why = source.map_or(String::new(), |s| format!(": {s}"));
+            Fail::bad(format!(
+                "--device {name}: this machine has no RDMA device (libibverbs lists none{why}); \
+                 leave out --device to run both sides in this process on softverbs, the \
+                 software RDMA provider built with this program"
+            ))
+        }
+        e => Fail::bad(format!(
+            "--device {name}: cannot list the RDMA devices: {e}"
+        )),
+    }
+}
+
 /// Opens `name`; an unknown name lists the devices there are.
 pub fn open(verbs: &Verbs, name: &str, ib_port: u8, gid_index: Option<u8>) -> Result<Device, Fail> {
-    let list = DeviceList::new(verbs).map_err(|e| Fail::bad(e.to_string()))?;
+    let list = DeviceList::new(verbs).map_err(|e| list_failed(name, e))?;
     let Ok(dev) = list.find(name) else {
         let names: Vec<String> = list.iter().map(|d| d.name()).collect();
         return Err(Fail::bad(format!(
@@ -126,5 +144,32 @@ impl Device {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_devices_says_so_and_how_to_run_without_one() {
+        for (source, why) in [
+            (
+                Some(std::io::Error::from_raw_os_error(libc::ENOSYS)),
+                "lists none: Function not implemented (os error 38))",
+            ),
+            (None, "lists none)"),
+        ] {
+            let f = list_failed("mlx5_0", vqp_host::Error::NoDevices { source });
+            assert!(
+                f.msg
+                    .starts_with("--device mlx5_0: this machine has no RDMA device"),
+                "{}",
+                f.msg
+            );
+            assert!(f.msg.contains(why), "{}", f.msg);
+            assert!(f.msg.contains("leave out --device"), "{}", f.msg);
+            assert_eq!(f.code, 2);
+        }
     }
 }

@@ -16,8 +16,9 @@
 //! - Two sides, the same code everywhere: a **server** (the target of writes, the
 //!   source of reads) and a **client** (which posts every message and measures). They
 //!   meet over TCP: the client sends the run's parameters, both build an
-//!   [`vqp_host::Endpoint`], swap endpoint cards with [`vqp_host::exchange`], connect
-//!   the QPs, swap buffer addresses and keys, and meet at a barrier. See `wire`.
+//!   [`vqp_host::Endpoint`], swap endpoint cards (framed as [`vqp_host::exchange`]
+//!   frames them, read with a deadline), connect the QPs, swap buffer addresses and
+//!   keys, and meet at a barrier. See `wire`; the run's frames are in `control`.
 //! - Default (no `--device`): both sides run in this process, as two threads that talk
 //!   over a loopback TCP connection exactly as two hosts would — the server on softverbs'
 //!   `soft1`, the client on `soft0`. softverbs is loaded through the host's `dlopen`
@@ -40,19 +41,38 @@
 //!   wire alone. On softverbs "the wire" is a memcpy on this machine's cores.
 //! - A progress line (rate so far) goes to stderr once a second. Ctrl-C stops posting,
 //!   lets what is in flight complete and be checked, and prints the partial table.
+//! - Neither side waits for the other without bound (`--timeout`, 10 s by default):
+//!   each message of the set-up must arrive whole within it (a deadline per message,
+//!   not per read, see `wire`), and during the run each side gives up on a peer that
+//!   makes no progress for that long.
+//! - The server does not trust its client: every parameter is checked before anything
+//!   is built, its buffer is bounded by `--max-buffer` (1 GiB by default), and every
+//!   count the client reports is held to what it can have done (see `server`).
+//! - When the virtual QP fails, the client still collects every completion of what it
+//!   posted, so "failed after N messages" counts the messages that completed; it tells
+//!   the server N, which checks as many and says so.
 //! - Every bad flag or bad circumstance (size 0, qps 0 or above what the type or the
-//!   device allows, max-frag above the port's `max_msg_sz`, unknown device, refused
-//!   port, peer gone mid-run, a QP failing) is one line on stderr and exit code 2; a
-//!   data check that fails is exit code 1.
+//!   device allows, max-frag above the port's `max_msg_sz`, unknown device, no RDMA
+//!   device at all, refused port, a silent or stalled peer, peer gone mid-run, a QP
+//!   failing, a count from the peer that cannot be) is one line on stderr and exit
+//!   code 2; a data check that fails, or a run in which no message completed, is exit
+//!   code 1.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod args;
+mod client;
+mod control;
 mod data;
 mod device;
+mod params;
 mod report;
 mod run;
+mod server;
 mod sigint;
+mod size;
+#[cfg(test)]
+mod tests;
 mod wire;
 
 use std::io::ErrorKind;
@@ -61,10 +81,12 @@ use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use args::{mode_name, opcode_name, Args, Params, Role};
+use args::{mode_name, opcode_name, Args, Limit, Params, Role};
 use device::Device;
 use report::Measured;
-use run::{Plan, Verified};
+use run::Plan;
+use server::Verified;
+use wire::Wire;
 
 /// A one-line error and the exit code it ends the program with.
 #[derive(Debug)]
@@ -223,14 +245,15 @@ fn both(args: &Args) -> Result<(), Fail> {
         .local_addr()
         .map_err(|e| Fail::bad(format!("cannot listen on loopback: {e}")))?
         .to_string();
+    let limits = Limits::of(args);
     let server = spawn("server", move || {
-        serve(server_dev, &listener, Some(wire::TIMEOUT))
+        serve(server_dev, &listener, Some(limits.timeout), &limits)
     })?;
     let plan = plan(args);
-    let core = args.poll_core;
+    let (core, timeout) = (args.poll_core, args.timeout);
     let client = spawn("client", move || {
         pin(core)?;
-        connect(client_dev, &addr, &p, &plan)
+        connect(client_dev, &addr, &p, &plan, timeout)
     })?;
     let (c, s) = (join(client), join(server));
     let (m, v) = match (c, s) {
@@ -243,16 +266,12 @@ fn both(args: &Args) -> Result<(), Fail> {
         (Err(e), _) | (Ok(_), Err(e)) => return Err(e),
     };
     let route = format!("{} -> {} in one process", names[1], names[0]);
-    let place = if p.opcode == vqp_core::Opcode::RDMA_READ {
+    let place = if p.read() {
         "on the client (reader)"
     } else {
         "on the server"
     };
-    let checked = if p.opcode == vqp_core::Opcode::RDMA_READ {
-        m.iters
-    } else {
-        v.messages
-    };
+    let checked = if p.read() { m.iters } else { v.messages };
     print(
         args,
         &p,
@@ -279,6 +298,7 @@ fn print(
             m.iters
         )));
     }
+    nothing_is_no_pass(m.iters)?;
     if args.json {
         let fields = [
             ("mode", report::Json::Str(mode_name(p.mode))),
@@ -299,14 +319,44 @@ fn print(
     Ok(())
 }
 
+/// A run in which no message completed verified nothing: it never passes.
+fn nothing_is_no_pass(messages: u64) -> Result<(), Fail> {
+    if messages == 0 {
+        return Err(Fail::data(
+            "data check: no message completed, so nothing was verified",
+        ));
+    }
+    Ok(())
+}
+
 fn plan(args: &Args) -> Plan {
-    let long = args.duration.map_or(true, |d| d > Duration::from_secs(1));
+    let (iters, duration) = match args.params.limit {
+        Limit::Iters(n) => (n, None),
+        Limit::Time(d) => (u64::MAX, Some(d)),
+    };
     Plan {
-        iters: args.iters,
-        duration: args.duration,
+        iters,
+        duration,
         // Only runs that can last longer than a second print progress; the line
         // itself first appears after one second.
-        progress: long,
+        progress: duration.map_or(true, |d| d > Duration::from_secs(1)),
+    }
+}
+
+/// What a server allows its client: how long it waits for each message and for
+/// progress, and how large a buffer it registers.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub timeout: Duration,
+    pub max_buffer: u64,
+}
+
+impl Limits {
+    fn of(args: &Args) -> Limits {
+        Limits {
+            timeout: args.timeout,
+            max_buffer: args.max_buffer,
+        }
     }
 }
 
@@ -322,12 +372,16 @@ fn server_only(args: &Args) -> Result<(), Fail> {
         "write_bw: {name}: waiting for a client on port {}",
         args.port
     );
-    let (p, v) = join(spawn("server", move || serve(dev, &listener, None))?)?;
+    let limits = Limits::of(args);
+    let (p, v) = join(spawn("server", move || {
+        serve(dev, &listener, None, &limits)
+    })?)?;
     println!(
         " {}",
         header(args, &p, &source, &format!("server on {name}"))
     );
-    if p.opcode == vqp_core::Opcode::RDMA_READ {
+    nothing_is_no_pass(v.messages)?;
+    if p.read() {
         println!(" the client read {} messages and checked them", v.messages);
     } else {
         if v.interrupted {
@@ -350,12 +404,13 @@ fn client_only(args: &Args, addr: &str) -> Result<(), Fail> {
     let p = args.params;
     dev.check(&p, run::DEPTH).map_err(Fail::bad)?;
     let (plan, core, a) = (plan(args), args.poll_core, addr.to_string());
+    let timeout = args.timeout;
     let m = join(spawn("client", move || {
         pin(core)?;
-        connect(dev, &a, &p, &plan)
+        connect(dev, &a, &p, &plan, timeout)
     })?)?;
     let route = format!("{name} -> {addr}");
-    let (checked, place) = if p.opcode == vqp_core::Opcode::RDMA_READ {
+    let (checked, place) = if p.read() {
         (m.iters, "on the client (reader)")
     } else {
         // The client's run ends only once the server confirmed every message.
@@ -374,25 +429,35 @@ fn client_only(args: &Args, addr: &str) -> Result<(), Fail> {
 
 /// Accepts one client (giving up after `wait`, or at Ctrl-C), agrees on its
 /// parameters and serves its run.
+///
+/// Every parameter is checked — against the flags' rules, the device and
+/// `limits.max_buffer` — before anything is built for the client; each message of
+/// the set-up has `limits.timeout` as a whole, and so has the run for any progress.
+/// Whatever was built is freed on every error (the values drop on return).
 fn serve(
     dev: Device,
     listener: &TcpListener,
     wait: Option<Duration>,
+    limits: &Limits,
 ) -> Result<(Params, Verified), Fail> {
-    let mut stream = accept(listener, wait)?;
-    let what = "waited for the client's parameters";
-    let line = wire::read_line(&mut stream, what)?;
-    let p = match Params::from_line(&line).and_then(|p| dev.check(&p, run::DEPTH).map(|()| p)) {
+    let stream = accept(listener, wait)?;
+    let mut wire = Wire::new(stream, "client", limits.timeout)?;
+    let line = wire.read_line("parameters")?;
+    let checked = Params::from_line(&line).and_then(|p| {
+        args::check_buffer(&p, limits.max_buffer)?;
+        dev.check(&p, run::DEPTH)?;
+        Ok(p)
+    });
+    let p = match checked {
         Ok(p) => p,
         Err(e) => {
-            let _ = wire::write_all(&mut stream, format!("error {e}\n").as_bytes(), "refused");
+            let _ = wire.write_all(format!("error {e}\n").as_bytes(), "refusal");
             return Err(Fail::bad(format!("refused the client's run: {e}")));
         }
     };
-    wire::write_all(&mut stream, b"ok\n", "accepted the client's parameters")?;
-    let slots = p.slots() + u64::from(p.opcode == vqp_core::Opcode::RDMA_READ);
-    let link = run::link(&dev, &p, stream, slots * p.size, 2)?;
-    let v = run::server(link, &p)?;
+    wire.write_all(b"ok\n", "acceptance of the run")?;
+    let link = run::link(&dev, &p, wire, p.server_buffer(), p.client_buffer(), 2)?;
+    let v = server::server(link, &p)?;
     Ok((p, v))
 }
 
@@ -404,7 +469,6 @@ fn accept(listener: &TcpListener, wait: Option<Duration>) -> Result<TcpStream, F
         match listener.accept() {
             Ok((s, _)) => {
                 s.set_nonblocking(false).map_err(fail)?;
-                timeouts(&s)?;
                 return Ok(s);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
@@ -420,45 +484,43 @@ fn accept(listener: &TcpListener, wait: Option<Duration>) -> Result<TcpStream, F
     }
 }
 
-fn timeouts(s: &TcpStream) -> Result<(), Fail> {
-    s.set_read_timeout(Some(wire::TIMEOUT))
-        .and_then(|()| s.set_write_timeout(Some(wire::TIMEOUT)))
-        .and_then(|()| s.set_nodelay(true))
-        .map_err(|e| Fail::bad(format!("cannot set up the TCP connection: {e}")))
-}
-
 /// Connects to the server (retrying a refused connection for 2 s, in case it is
 /// still starting), proposes the run and runs it.
-fn connect(dev: Device, addr: &str, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
+fn connect(
+    dev: Device,
+    addr: &str,
+    p: &Params,
+    plan: &Plan,
+    timeout: Duration,
+) -> Result<Measured, Fail> {
     let targets: Vec<_> = addr
         .to_socket_addrs()
         .map_err(|e| Fail::bad(format!("--connect {addr}: {e}")))?
         .collect();
-    let stream = tcp_connect(addr, &targets)?;
-    let mut stream = stream;
-    timeouts(&stream)?;
-    wire::write_all(
-        &mut stream,
-        p.to_line().as_bytes(),
-        "sent the run's parameters",
-    )?;
-    let reply = wire::read_line(&mut stream, "waited for the server to accept the run")?;
+    let stream = tcp_connect(addr, &targets, timeout)?;
+    let mut wire = Wire::new(stream, "server", timeout)?;
+    wire.write_all(p.to_line().as_bytes(), "parameters")?;
+    let reply = wire.read_line("answer to the run's parameters")?;
     if let Some(e) = reply.strip_prefix("error ") {
         return Err(Fail::bad(format!("the server refused the run: {e}")));
     }
     if reply != "ok" {
         return Err(Fail::bad(format!("{addr} is not a write_bw server")));
     }
-    let link = run::link(&dev, p, stream, p.slots() * p.size, 1)?;
-    run::client(link, p, plan)
+    let link = run::link(&dev, p, wire, p.client_buffer(), p.server_buffer(), 1)?;
+    client::client(link, p, plan)
 }
 
-fn tcp_connect(addr: &str, targets: &[std::net::SocketAddr]) -> Result<TcpStream, Fail> {
+fn tcp_connect(
+    addr: &str,
+    targets: &[std::net::SocketAddr],
+    timeout: Duration,
+) -> Result<TcpStream, Fail> {
     let start = Instant::now();
     loop {
         let mut last = None;
         for t in targets {
-            match TcpStream::connect_timeout(t, wire::TIMEOUT) {
+            match TcpStream::connect_timeout(t, timeout) {
                 Ok(s) => return Ok(s),
                 Err(e) => last = Some(e),
             }

@@ -1,62 +1,260 @@
-//! What the two sides say over their TCP connection besides the endpoint cards.
+//! What the two sides say over their TCP connection before the run, each message
+//! with a deadline for the whole of it.
 //!
-//! Before the run (blocking, with timeouts): the client's parameter line and the
-//! server's `ok` or `error MESSAGE` line; then the cards (`vqp_host::exchange`); then
-//! each side's buffer (address, length, rkey); then the barrier.
+//! In order: the client's parameter line and the server's `ok` or `error MESSAGE`
+//! line; the endpoint cards (a 4-byte big-endian length and the card, as
+//! `vqp_host::exchange` frames them); each side's buffer (address, length, rkey);
+//! the barrier (one `R` byte each way). The run's own frames are in `control`.
 //!
-//! During the run (non-blocking), frames of 9 bytes: a tag and a big-endian u64.
-//! - client → server `D n`: plain writes: messages below n completed at the sender.
-//! - client → server `E n`: the client stopped after n messages, all completed.
-//! - server → client `V n`: messages below n were verified (their slots are free again).
-//! - server → client `S 0`: Ctrl-C at the server; the client stops posting.
-//! - server → client `F n`: message n failed the data check.
+//! A socket's read timeout bounds one read, not a message: a peer that sends one byte
+//! every 9 s would pass a 10 s timeout for ever. So every message here is read
+//! against a deadline taken when it is awaited, and the peer has `timeout` for all of
+//! it. Errors say which message, from whom, and how much of it came ("no parameters
+//! from the client within 10 s", "the client closed the connection after 37 of 412
+//! bytes of its endpoint card"), never a bare OS error.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::Fail;
+use vqp_host::Card;
 
-pub const DONE: u8 = b'D';
-pub const END: u8 = b'E';
-pub const VERIFIED: u8 = b'V';
-pub const STOP: u8 = b'S';
-pub const FAILED: u8 = b'F';
+use crate::args::show_secs;
+use crate::control::Control;
+use crate::{sigint, Fail};
 
-/// How long a blocking step waits for the peer.
-pub const TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest card frame accepted: a card of a later format version may be longer
+/// than this build's largest (900 bytes), never this long (as `vqp_host::exchange`).
+const MAX_CARD: usize = 64 << 10;
+/// The longest text line (the parameters, the server's answer).
+const MAX_LINE: usize = 512;
+/// How often a blocked read looks at Ctrl-C.
+const TICK: Duration = Duration::from_millis(100);
 
-fn io_fail(what: &str, e: std::io::Error) -> Fail {
-    match e.kind() {
-        ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => {
-            Fail::peer(format!("the peer disconnected while we {what}"))
-        }
-        ErrorKind::WouldBlock | ErrorKind::TimedOut => Fail::peer(format!(
-            "the peer did not answer in {TIMEOUT:?} while we {what}"
-        )),
-        _ => Fail::bad(format!("TCP connection failed while we {what}: {e}")),
-    }
+/// The connection to the peer before the run.
+pub struct Wire {
+    s: TcpStream,
+    /// Who is at the other end (`client` or `server`), for messages.
+    peer: &'static str,
+    /// What the peer gets for each message as a whole.
+    timeout: Duration,
 }
 
-/// Reads one `\n`-terminated line (at most 512 bytes), byte by byte so that nothing
-/// after it is consumed.
-pub fn read_line(s: &mut TcpStream, what: &str) -> Result<String, Fail> {
-    let mut line = Vec::new();
-    let mut b = [0u8; 1];
-    while line.len() < 512 {
-        s.read_exact(&mut b).map_err(|e| io_fail(what, e))?;
-        if b[0] == b'\n' {
-            return Ok(String::from_utf8_lossy(&line).into_owned());
-        }
-        line.push(b[0]);
-    }
-    Err(Fail::bad(format!(
-        "the peer sent an over-long line while we {what}"
-    )))
+/// Why a read stopped short.
+enum Stop {
+    /// The peer closed (or reset) the connection.
+    Closed,
+    /// The message's deadline passed.
+    Late,
+    /// Any other failure, which is passed on.
+    Fail(Fail),
 }
 
-pub fn write_all(s: &mut TcpStream, bytes: &[u8], what: &str) -> Result<(), Fail> {
-    s.write_all(bytes).map_err(|e| io_fail(what, e))
+impl Wire {
+    /// Wraps a connected stream; `peer` names the other side in messages.
+    pub fn new(s: TcpStream, peer: &'static str, timeout: Duration) -> Result<Wire, Fail> {
+        s.set_nodelay(true)
+            .and_then(|()| s.set_write_timeout(Some(timeout)))
+            .map_err(|e| Fail::bad(format!("cannot set up the TCP connection: {e}")))?;
+        Ok(Wire { s, peer, timeout })
+    }
+
+    /// How long the peer gets for each message and for progress during the run.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The stream, for the run's non-blocking frames.
+    pub fn into_control(self) -> Result<Control, Fail> {
+        Control::new(self.s, self.peer)
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout
+    }
+
+    /// The error for the message `what` that stopped after `got` bytes of `len`
+    /// (`None`: a line, whose length is not known).
+    fn stopped(&self, why: Stop, what: &str, got: usize, len: Option<usize>) -> Fail {
+        let (peer, t) = (self.peer, show_secs(self.timeout));
+        Fail::peer(match (why, got, len) {
+            (Stop::Fail(f), ..) => return f,
+            (Stop::Closed, 0, _) => {
+                format!("the {peer} closed the connection before sending its {what}")
+            }
+            (Stop::Closed, n, Some(len)) => {
+                format!("the {peer} closed the connection after {n} of {len} bytes of its {what}")
+            }
+            (Stop::Closed, n, None) => format!(
+                "the {peer} closed the connection after {n} bytes of its {what}, before the end of the line"
+            ),
+            (Stop::Late, 0, _) => format!("no {what} from the {peer} within {t}"),
+            (Stop::Late, n, Some(len)) => format!(
+                "no complete {what} from the {peer} within {t} ({n} of {len} bytes arrived)"
+            ),
+            (Stop::Late, n, None) => format!(
+                "no complete {what} from the {peer} within {t} ({n} bytes arrived, no end of line)"
+            ),
+        })
+    }
+
+    /// Reads into `buf[*got..]` until it is full or `deadline` passes; `*got` counts
+    /// what arrived.
+    fn fill(
+        &mut self,
+        buf: &mut [u8],
+        got: &mut usize,
+        deadline: Instant,
+        what: &str,
+    ) -> Result<(), Stop> {
+        while *got < buf.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Stop::Late);
+            }
+            if sigint::interrupted() {
+                return Err(Stop::Fail(Fail::bad(format!(
+                    "interrupted while waiting for the {}'s {what}",
+                    self.peer
+                ))));
+            }
+            self.s.set_read_timeout(Some(left.min(TICK))).map_err(|e| {
+                Stop::Fail(Fail::bad(format!("cannot set up the TCP connection: {e}")))
+            })?;
+            match self.s.read(&mut buf[*got..]) {
+                Ok(0) => return Err(Stop::Closed),
+                Ok(n) => *got += n,
+                Err(e) => match e.kind() {
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted => {}
+                    ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
+                        return Err(Stop::Closed)
+                    }
+                    _ => {
+                        return Err(Stop::Fail(Fail::peer(format!(
+                        "the TCP connection to the {} failed while we waited for its {what}: {e}",
+                        self.peer
+                    ))))
+                    }
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes, all of the message (or message part) `what`, by
+    /// `deadline`.
+    fn part(&mut self, buf: &mut [u8], deadline: Instant, what: &str) -> Result<(), Fail> {
+        let mut got = 0;
+        self.fill(buf, &mut got, deadline, what)
+            .map_err(|why| self.stopped(why, what, got, Some(buf.len())))
+    }
+
+    /// Reads a message of exactly `buf.len()` bytes, all within the timeout.
+    pub fn read_exact(&mut self, buf: &mut [u8], what: &str) -> Result<(), Fail> {
+        let deadline = self.deadline();
+        self.part(buf, deadline, what)
+    }
+
+    /// Reads one `\n`-terminated line (at most 512 bytes), byte by byte so that nothing
+    /// after it is consumed, all within the timeout.
+    pub fn read_line(&mut self, what: &str) -> Result<String, Fail> {
+        let deadline = self.deadline();
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while line.len() < MAX_LINE {
+            self.fill(&mut b, &mut 0, deadline, what)
+                .map_err(|why| self.stopped(why, what, line.len(), None))?;
+            if b[0] == b'\n' {
+                return Ok(String::from_utf8_lossy(&line).into_owned());
+            }
+            line.push(b[0]);
+        }
+        Err(Fail::bad(format!(
+            "the {} sent an over-long line ({MAX_LINE} bytes, no end) as its {what}",
+            self.peer
+        )))
+    }
+
+    /// Sends `bytes` (our `what`); the peer must take it within the timeout.
+    pub fn write_all(&mut self, bytes: &[u8], what: &str) -> Result<(), Fail> {
+        let peer = self.peer;
+        self.s
+            .write_all(bytes)
+            .and_then(|()| self.s.flush())
+            .map_err(|e| match e.kind() {
+                ErrorKind::WouldBlock | ErrorKind::TimedOut => Fail::peer(format!(
+                    "the {peer} did not take our {what} within {}",
+                    show_secs(self.timeout)
+                )),
+                ErrorKind::BrokenPipe
+                | ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::UnexpectedEof => Fail::peer(format!(
+                    "the {peer} closed the connection before we sent our {what}"
+                )),
+                _ => Fail::peer(format!(
+                    "the TCP connection to the {peer} failed while we sent our {what}: {e}"
+                )),
+            })
+    }
+
+    /// Sends our endpoint card and reads the peer's, framed as `vqp_host::exchange`
+    /// frames them; the peer's frame (length and card) must come within the timeout.
+    pub fn swap_cards(&mut self, mine: &Card) -> Result<Card, Fail> {
+        let card = mine
+            .to_bytes()
+            .map_err(|e| Fail::bad(format!("cannot encode our endpoint card: {e}")))?;
+        let mut frame = Vec::with_capacity(4 + card.len());
+        frame.extend_from_slice(&(card.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&card);
+        self.write_all(&frame, "endpoint card")?;
+        let deadline = self.deadline();
+        let mut len = [0u8; 4];
+        self.part(&mut len, deadline, "endpoint card's length")?;
+        let len = u32::from_be_bytes(len) as usize;
+        if len > MAX_CARD {
+            return Err(Fail::bad(format!(
+                "the {} announced a {len}-byte endpoint card; a card is at most {MAX_CARD} bytes",
+                self.peer
+            )));
+        }
+        let mut peer = vec![0u8; len];
+        self.part(&mut peer, deadline, "endpoint card")?;
+        Card::decode(&peer)
+            .map_err(|e| Fail::bad(format!("the {}'s endpoint card: {e}", self.peer)))
+    }
+
+    /// Sends ours and receives the peer's buffer description.
+    pub fn swap_buffers(&mut self, mine: Remote) -> Result<Remote, Fail> {
+        let mut out = [0u8; 20];
+        out[..8].copy_from_slice(&mine.addr.to_be_bytes());
+        out[8..16].copy_from_slice(&mine.len.to_be_bytes());
+        out[16..].copy_from_slice(&mine.rkey.to_be_bytes());
+        self.write_all(&out, "buffer description")?;
+        let mut b = [0u8; 20];
+        self.read_exact(&mut b, "buffer description")?;
+        let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+        Ok(Remote {
+            addr: u64_at(0),
+            len: u64_at(8),
+            rkey: u32::from_be_bytes(b[16..].try_into().unwrap_or([0; 4])),
+        })
+    }
+
+    /// Waits until the peer is ready too (one `R` byte each way, as
+    /// `vqp_host::exchange::barrier`), within the timeout.
+    pub fn barrier(&mut self) -> Result<(), Fail> {
+        self.write_all(b"R", "ready byte")?;
+        let mut b = [0u8; 1];
+        self.read_exact(&mut b, "ready byte")?;
+        if b[0] != b'R' {
+            return Err(Fail::bad(format!(
+                "the {} sent {:#04x} where its ready byte belongs",
+                self.peer, b[0]
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A buffer the peer may read or write.
@@ -67,90 +265,168 @@ pub struct Remote {
     pub rkey: u32,
 }
 
-/// Sends ours and receives the peer's buffer description.
-pub fn swap_buffers(s: &mut TcpStream, mine: Remote) -> Result<Remote, Fail> {
-    let mut out = [0u8; 20];
-    out[..8].copy_from_slice(&mine.addr.to_be_bytes());
-    out[8..16].copy_from_slice(&mine.len.to_be_bytes());
-    out[16..].copy_from_slice(&mine.rkey.to_be_bytes());
-    write_all(s, &out, "sent our buffer's address")?;
-    let mut b = [0u8; 20];
-    s.read_exact(&mut b)
-        .map_err(|e| io_fail("waited for the peer's buffer address", e))?;
-    let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
-    Ok(Remote {
-        addr: u64_at(0),
-        len: u64_at(8),
-        rkey: u32::from_be_bytes(b[16..].try_into().unwrap_or([0; 4])),
-    })
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::thread;
 
-/// The run-time channel: non-blocking frames in and out.
-pub struct Control {
-    s: TcpStream,
-    input: Vec<u8>,
-    output: Vec<u8>,
-}
-
-impl Control {
-    pub fn new(s: TcpStream) -> Result<Self, Fail> {
-        s.set_nonblocking(true)
-            .map_err(|e| Fail::bad(format!("cannot make the TCP connection non-blocking: {e}")))?;
-        Ok(Control {
-            s,
-            input: Vec::with_capacity(64),
-            output: Vec::with_capacity(64),
-        })
+    /// A connected pair: ours (wrapped, with `timeout`) and the peer's raw stream.
+    fn pair(timeout: Duration) -> (Wire, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (ours, _) = l.accept().unwrap();
+        (Wire::new(ours, "client", timeout).unwrap(), peer)
     }
 
-    /// Queues a frame and sends what the socket takes.
-    pub fn send(&mut self, tag: u8, n: u64) -> Result<(), Fail> {
-        self.output.push(tag);
-        self.output.extend_from_slice(&n.to_be_bytes());
-        self.flush()
+    const SHORT: Duration = Duration::from_millis(300);
+
+    #[test]
+    fn silence_is_a_timeout_that_names_the_message() {
+        let (mut w, _peer) = pair(SHORT);
+        let f = w.read_line("parameters").unwrap_err();
+        assert_eq!(f.msg, "no parameters from the client within 0.3 s");
+        assert!(f.peer);
     }
 
-    /// Sends what is queued, as far as the socket takes it now.
-    pub fn flush(&mut self) -> Result<(), Fail> {
-        while !self.output.is_empty() {
-            match self.s.write(&self.output) {
-                Ok(0) => return Err(Fail::peer("the peer disconnected")),
-                Ok(n) => {
-                    self.output.drain(..n);
+    #[test]
+    fn a_trickling_peer_gets_one_deadline_for_the_whole_message() {
+        let (mut w, mut peer) = pair(SHORT);
+        // One byte every 50 ms: each read succeeds well within the timeout, but the
+        // line would take 2 s.
+        let t = thread::spawn(move || {
+            for b in b"write_bw/2 size=4096 qps=4 junk junk".iter() {
+                if peer.write_all(&[*b]).is_err() {
+                    return;
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_fail("sent a frame", e)),
+                thread::sleep(Duration::from_millis(50));
             }
-        }
-        Ok(())
+        });
+        let start = Instant::now();
+        let f = w.read_line("parameters").unwrap_err();
+        let took = start.elapsed();
+        assert!(took < Duration::from_millis(900), "took {took:?}");
+        assert!(
+            f.msg
+                .starts_with("no complete parameters from the client within 0.3 s ("),
+            "{}",
+            f.msg
+        );
+        assert!(
+            f.msg.ends_with(" bytes arrived, no end of line)"),
+            "{}",
+            f.msg
+        );
+        drop(w);
+        t.join().unwrap();
     }
 
-    /// The next frame, if one has arrived. The peer closing the connection is an
-    /// error (`Fail::peer`).
-    pub fn recv(&mut self) -> Result<Option<(u8, u64)>, Fail> {
-        if self.input.len() < 9 {
-            let mut b = [0u8; 256];
-            match self.s.read(&mut b) {
-                Ok(0) => return Err(Fail::peer("the peer disconnected")),
-                Ok(n) => self.input.extend_from_slice(&b[..n]),
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
-                Err(e) => return Err(io_fail("waited for a frame", e)),
-            }
-        }
-        if self.input.len() < 9 {
-            return Ok(None);
-        }
-        let tag = self.input[0];
-        let n = u64::from_be_bytes(self.input[1..9].try_into().unwrap_or([0; 8]));
-        self.input.drain(..9);
-        Ok(Some((tag, n)))
+    #[test]
+    fn a_close_mid_card_says_how_much_came() {
+        let (mut w, mut peer) = pair(Duration::from_secs(5));
+        let t = thread::spawn(move || {
+            // Read our card, announce 412 bytes, send 37, close.
+            let mut len = [0u8; 4];
+            peer.read_exact(&mut len).unwrap();
+            let mut card = vec![0u8; u32::from_be_bytes(len) as usize];
+            peer.read_exact(&mut card).unwrap();
+            peer.write_all(&412u32.to_be_bytes()).unwrap();
+            peer.write_all(&[0u8; 37]).unwrap();
+        });
+        let card = sample_card();
+        let f = w.swap_cards(&card).unwrap_err();
+        t.join().unwrap();
+        assert_eq!(
+            f.msg,
+            "the client closed the connection after 37 of 412 bytes of its endpoint card"
+        );
     }
-}
 
-impl Control {
-    /// Whether every queued frame was handed to the socket.
-    pub fn flushed(&self) -> bool {
-        self.output.is_empty()
+    #[test]
+    fn a_close_before_or_inside_a_line_is_told_apart() {
+        let (mut w, peer) = pair(Duration::from_secs(5));
+        drop(peer);
+        assert_eq!(
+            w.read_line("parameters").unwrap_err().msg,
+            "the client closed the connection before sending its parameters"
+        );
+        let (mut w, mut peer) = pair(Duration::from_secs(5));
+        peer.write_all(b"write_bw").unwrap();
+        drop(peer);
+        assert_eq!(
+            w.read_line("parameters").unwrap_err().msg,
+            "the client closed the connection after 8 bytes of its parameters, before the end of the line"
+        );
+    }
+
+    #[test]
+    fn an_implausible_card_length_is_refused_before_allocating() {
+        let (mut w, mut peer) = pair(Duration::from_secs(5));
+        peer.write_all(&u32::MAX.to_be_bytes()).unwrap();
+        let f = w.swap_cards(&sample_card()).unwrap_err();
+        assert!(f.msg.contains("4294967295-byte endpoint card"), "{}", f.msg);
+    }
+
+    #[test]
+    fn a_well_formed_exchange_passes() {
+        let (mut w, peer) = pair(Duration::from_secs(5));
+        let t = thread::spawn(move || {
+            let mut p = Wire::new(peer, "server", Duration::from_secs(5)).unwrap();
+            let card = p.swap_cards(&sample_card()).unwrap();
+            p.write_all(b"ok\n", "answer").unwrap();
+            let r = p
+                .swap_buffers(Remote {
+                    addr: 1,
+                    len: 2,
+                    rkey: 3,
+                })
+                .unwrap();
+            p.barrier().unwrap();
+            (card, r)
+        });
+        let card = w.swap_cards(&sample_card()).unwrap();
+        assert_eq!(w.read_line("answer").unwrap(), "ok");
+        let r = w
+            .swap_buffers(Remote {
+                addr: 4,
+                len: 5,
+                rkey: 6,
+            })
+            .unwrap();
+        w.barrier().unwrap();
+        let (theirs, r2) = t.join().unwrap();
+        assert_eq!(card, sample_card());
+        assert_eq!(theirs, sample_card());
+        assert_eq!((r.addr, r.len, r.rkey), (1, 2, 3));
+        assert_eq!((r2.addr, r2.len, r2.rkey), (4, 5, 6));
+    }
+
+    /// A valid card with two data QPs.
+    fn sample_card() -> Card {
+        use vqp_host::{Capabilities, PortAddr, QpAddr};
+        let mode = vqp_core::Mode::Dqplb;
+        Card {
+            mode,
+            caps: Capabilities::supported(),
+            required: Capabilities::required_for(mode),
+            max_frag: 4096,
+            max_outstanding: 64,
+            recv_depth: 64,
+            window: 2048,
+            init_seq: 7,
+            ports: vec![PortAddr {
+                mtu: 4096,
+                lid: 1,
+                ..PortAddr::default()
+            }],
+            data: (0..2)
+                .map(|i| QpAddr {
+                    qpn: 0x100 + i,
+                    psn: i,
+                    port: 0,
+                })
+                .collect(),
+            notify: None,
+        }
     }
 }

@@ -1,0 +1,286 @@
+//! The run's parameters: what the client asks and the server must agree to, sent by
+//! the client as one text line, and checked the same way as the flags they come from.
+
+use std::time::Duration;
+
+use vqp_core::{Mode, Opcode};
+
+use crate::size::{bytes, number};
+
+/// Data QPs the virtual QP type holds at most (its `N`).
+pub const MAX_QPS: usize = 16;
+/// Largest message: the buffers hold several, and 1 GiB keeps them allocatable.
+pub const MAX_SIZE: u64 = 1 << 30;
+/// The shortest `--duration` (and `--timeout`): a run shorter than this measures
+/// nothing but its own start.
+pub const MIN_DURATION: Duration = Duration::from_millis(1);
+/// The longest `--duration` and `--timeout` accepted, in seconds.
+const MAX_SECS: f64 = 1e9;
+
+/// How long the client runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// This many messages (`--iters`).
+    Iters(u64),
+    /// As many messages as fit in this time (`--duration`).
+    Time(Duration),
+}
+
+/// What the client asks of the server: everything both sides must agree on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    pub size: u64,
+    pub qps: usize,
+    pub max_frag: u32,
+    pub mode: Mode,
+    pub opcode: Opcode,
+    pub seed: u64,
+    /// Sent so that the server can hold the client's counts to it.
+    pub limit: Limit,
+}
+
+impl Params {
+    /// Messages that may be in flight (and buffer slots per side): about 16 MiB of
+    /// buffer, between 2 and 128 messages.
+    pub fn slots(&self) -> u64 {
+        ((16u64 << 20) / self.size).clamp(2, 128)
+    }
+
+    /// Whether the client reads (the server is the source) rather than writes.
+    pub fn read(&self) -> bool {
+        self.opcode == Opcode::RDMA_READ
+    }
+
+    /// The bytes the server registers: `slots` messages, one more for reads (the
+    /// source slots are one more than the client's, see `server`). Saturates rather
+    /// than wraps, so an absurd request is refused, not mis-sized.
+    pub fn server_buffer(&self) -> u64 {
+        let slots = self.slots() + u64::from(self.read());
+        slots.saturating_mul(self.size)
+    }
+
+    /// The bytes the client registers.
+    pub fn client_buffer(&self) -> u64 {
+        self.slots().saturating_mul(self.size)
+    }
+
+    /// The line the client sends.
+    pub fn to_line(self) -> String {
+        let limit = match self.limit {
+            Limit::Iters(n) => format!("iters={n}"),
+            Limit::Time(d) => format!("duration_ns={}", d.as_nanos()),
+        };
+        format!(
+            "{VERSION} size={} qps={} max_frag={} mode={} opcode={} seed={} {limit}\n",
+            self.size,
+            self.qps,
+            self.max_frag,
+            mode_name(self.mode),
+            opcode_name(self.opcode),
+            self.seed
+        )
+    }
+
+    /// Parses the client's line (and checks it as flags are checked): every key once,
+    /// `iters` or `duration_ns` but not both.
+    pub fn from_line(line: &str) -> Result<Params, String> {
+        let mut words = line.split_whitespace();
+        if words.next() != Some(VERSION) {
+            return Err("the peer is not a write_bw client of this version".into());
+        }
+        let mut p = Params::default();
+        let mut seen: Vec<&str> = Vec::new();
+        for w in words {
+            let (k, v) = w.split_once('=').ok_or("malformed parameter line")?;
+            if seen.contains(&k)
+                || (k == "iters" && seen.contains(&"duration_ns"))
+                || (k == "duration_ns" && seen.contains(&"iters"))
+            {
+                return Err(format!("parameter {k} given twice or with its alternative"));
+            }
+            seen.push(k);
+            match k {
+                "iters" => p.limit = Limit::Iters(number("iters", v)?),
+                "duration_ns" => {
+                    p.limit = Limit::Time(Duration::from_nanos(number("duration_ns", v)?))
+                }
+                _ => p.set(&format!("--{}", k.replace('_', "-")), v)?,
+            }
+        }
+        p.check()?;
+        Ok(p)
+    }
+
+    pub fn set(&mut self, flag: &str, v: &str) -> Result<(), String> {
+        match flag {
+            "--size" => self.size = bytes(flag, v)?,
+            "--qps" => self.qps = usize::try_from(number(flag, v)?).unwrap_or(usize::MAX),
+            "--max-frag" => {
+                let n = bytes(flag, v)?;
+                self.max_frag = u32::try_from(n).map_err(|_| {
+                    format!("{flag}: {n} is above the 4 GiB a work request can carry")
+                })?;
+            }
+            "--seed" => self.seed = number(flag, v)?,
+            "--mode" => {
+                self.mode = match v {
+                    "spray" => Mode::Spray,
+                    "dqplb" => Mode::Dqplb,
+                    _ => return Err(format!("--mode: '{v}' is not spray or dqplb")),
+                }
+            }
+            "--opcode" => {
+                self.opcode = match v {
+                    "write" => Opcode::RDMA_WRITE,
+                    "write_imm" => Opcode::RDMA_WRITE_WITH_IMM,
+                    "read" => Opcode::RDMA_READ,
+                    _ => return Err(format!("--opcode: '{v}' is not write, write_imm or read")),
+                }
+            }
+            "--iters" => self.limit = Limit::Iters(number(flag, v)?),
+            "--duration" => self.limit = Limit::Time(seconds(flag, v)?),
+            _ => return Err(format!("unknown parameter {flag}")),
+        }
+        Ok(())
+    }
+
+    /// Checks that need no device.
+    pub fn check(&self) -> Result<(), String> {
+        if self.size == 0 {
+            return Err("--size must be at least 1 byte".into());
+        }
+        if self.size > MAX_SIZE {
+            return Err(format!(
+                "--size {} is above the 1 GiB this program supports",
+                self.size
+            ));
+        }
+        if self.qps == 0 || self.qps > MAX_QPS {
+            return Err(format!("--qps must be between 1 and {MAX_QPS}"));
+        }
+        if self.max_frag == 0 {
+            return Err("--max-frag must be at least 1 byte".into());
+        }
+        match self.limit {
+            Limit::Iters(0) => return Err("--iters must be at least 1".into()),
+            Limit::Time(d) if d < MIN_DURATION => {
+                return Err(format!(
+                    "--duration must be at least {} s",
+                    MIN_DURATION.as_secs_f64()
+                ))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The parameter line's first word; `/2` added the run's limit, the client's `D`
+/// frames in read runs and its `S` and `X` frames (see `control`).
+const VERSION: &str = "write_bw/2";
+
+impl Default for Params {
+    /// 1 MiB WRITE_WITH_IMM messages over 4 data QPs in DQPLB, 64 KiB fragments,
+    /// 1000 of them.
+    fn default() -> Self {
+        Params {
+            size: 1 << 20,
+            qps: 4,
+            max_frag: 64 << 10,
+            mode: Mode::Dqplb,
+            opcode: Opcode::RDMA_WRITE_WITH_IMM,
+            seed: 1,
+            limit: Limit::Iters(1000),
+        }
+    }
+}
+
+/// A number of seconds, at least [`MIN_DURATION`] and at most 10^9.
+pub fn seconds(flag: &str, v: &str) -> Result<Duration, String> {
+    let secs = v
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s < MAX_SECS)
+        .ok_or_else(|| format!("{flag}: '{v}' is not a positive number of seconds"))?;
+    let d = Duration::from_secs_f64(secs);
+    if d < MIN_DURATION {
+        return Err(format!(
+            "{flag}: {v} s is under the shortest allowed, {} s",
+            MIN_DURATION.as_secs_f64()
+        ));
+    }
+    Ok(d)
+}
+
+pub fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Spray => "spray",
+        Mode::Dqplb => "dqplb",
+    }
+}
+
+pub fn opcode_name(o: Opcode) -> &'static str {
+    match o {
+        Opcode::RDMA_WRITE => "write",
+        Opcode::RDMA_READ => "read",
+        _ => "write_imm",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parameter_line_round_trips() {
+        let p = Params {
+            size: 12345,
+            qps: 3,
+            max_frag: 4096,
+            mode: Mode::Spray,
+            opcode: Opcode::RDMA_WRITE,
+            seed: 9,
+            limit: Limit::Iters(77),
+        };
+        for limit in [
+            Limit::Iters(77),
+            Limit::Time(Duration::from_millis(2500)),
+            Limit::Time(Duration::from_nanos(12_345_678)),
+        ] {
+            let p = Params { limit, ..p };
+            assert_eq!(
+                Params::from_line(p.to_line().trim_end()),
+                Ok(p),
+                "{limit:?}"
+            );
+        }
+        for bad in [
+            "write_bw/2 size=0",
+            "hello",
+            "write_bw/1 size=4096",
+            "write_bw/2 iters=5 duration_ns=1000000",
+            "write_bw/2 size=1 size=2",
+            "write_bw/2 iters=0",
+            "write_bw/2 duration_ns=999999",
+            "write_bw/2 timeout=1",
+        ] {
+            assert!(Params::from_line(bad).is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn buffers_are_slots_of_messages_and_one_more_for_reads() {
+        let p = Params {
+            size: 8 << 20,
+            opcode: Opcode::RDMA_READ,
+            ..Params::default()
+        };
+        assert_eq!((p.slots(), p.server_buffer()), (2, 3 * (8 << 20)));
+        assert_eq!(p.client_buffer(), 2 * (8 << 20));
+        let p = Params {
+            size: 4096,
+            ..Params::default()
+        };
+        assert_eq!((p.slots(), p.server_buffer()), (128, 128 * 4096));
+    }
+}

@@ -1,0 +1,320 @@
+//! The server's loop: posts notification receives (write_imm), checks every message
+//! it is told about, returns credits, until the client's `E` frame — and believes no
+//! count from the client that it could not have reached.
+//!
+//! The client is not trusted: every count it sends is held to what the server knows.
+//! A writer can have at most `slots` messages beyond the server's last credit, so a
+//! `D`, `E` or `X` count above that is refused. The server never sees a read, so a
+//! reader's counts are held to the run's `--iters` and to a rate no RDMA device
+//! reaches ([`MAX_MSG_RATE`], [`MAX_BYTE_RATE`]) over the time since the barrier.
+//! With `--iters`, `E` must equal it unless someone pressed Ctrl-C (an `S` frame).
+
+use std::time::{Duration, Instant};
+
+use vqp_core::{Opcode, PostRecvError, RecvWr, Wc, WcOpcode, WcStatus};
+
+use crate::args::{show_secs, Limit, Params};
+use crate::control::{Control, DONE, END, FAILED, QP_FAILED, STOP, VERIFIED};
+use crate::data::{check, fill, slot, slot_mut};
+use crate::run::{disconnected, poll, qp_failed, Link};
+use crate::{sigint, Fail};
+
+/// Messages per second no RDMA device reaches (today's fastest NICs send a few
+/// hundred million): a reader's count above this rate is a lie.
+pub const MAX_MSG_RATE: f64 = 1e9;
+/// Bytes per second no RDMA device reaches (8 Tb/s, ten times an 800 Gb/s port).
+pub const MAX_BYTE_RATE: f64 = 1e12;
+/// Added to the time a reader had: its clock starts when it leaves the barrier,
+/// which may be a little before the server's.
+const CLOCK_SLACK: Duration = Duration::from_millis(10);
+
+/// What the server checked.
+#[derive(Debug)]
+pub struct Verified {
+    pub messages: u64,
+    /// Ctrl-C here, or at the client.
+    pub interrupted: bool,
+}
+
+/// The most messages of `size` bytes a reader can have completed in `elapsed`.
+pub fn max_reads(size: u64, elapsed: Duration) -> u64 {
+    let rate = MAX_MSG_RATE.min(MAX_BYTE_RATE / size.max(1) as f64);
+    ((elapsed + CLOCK_SLACK).as_secs_f64() * rate).ceil() as u64
+}
+
+/// The server's state.
+struct Server<'a> {
+    p: &'a Params,
+    slots: u64,
+    start: Instant,
+    /// Messages below this were verified here.
+    verified: u64,
+    /// The last credit sent (`V`).
+    announced: u64,
+    /// The highest count the client sent in a `D` frame.
+    said: u64,
+    /// The client's `E` count.
+    end: Option<u64>,
+    /// The client's `X` count: its virtual QP failed.
+    client_failed: Option<u64>,
+    interrupted: bool,
+}
+
+impl Server<'_> {
+    /// Refuses a count `n` from the client's `tag` frame that it cannot have reached.
+    fn plausible(&self, tag: u8, n: u64) -> Result<(), Fail> {
+        let frame = tag as char;
+        let refuse = |why: String| {
+            Err(Fail::bad(format!(
+                "the client's {frame} frame claims {n} messages, {why}; refusing the run"
+            )))
+        };
+        if let Limit::Iters(k) = self.p.limit {
+            if n > k {
+                return refuse(format!("but the run is for {k}"));
+            }
+        }
+        if n < self.said {
+            return refuse(format!("fewer than the {} it reported before", self.said));
+        }
+        if self.p.read() {
+            let elapsed = self.start.elapsed();
+            let max = max_reads(self.p.size, elapsed);
+            if n > max {
+                return refuse(format!(
+                    "more than any RDMA device reads in {} (at most {max} of {} bytes)",
+                    show_secs(elapsed),
+                    self.p.size
+                ));
+            }
+        } else if n > self.announced + self.slots {
+            return refuse(format!(
+                "but with {} credited it can have sent at most {}",
+                self.announced,
+                self.announced + self.slots
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the client's `E` count against the run it asked for.
+    fn check_end(&self, n: u64) -> Result<(), Fail> {
+        match self.p.limit {
+            Limit::Iters(k) if n != k && !self.interrupted => Err(Fail::bad(format!(
+                "the client ended after {n} of its {k} messages without a Ctrl-C or a failure; refusing the run"
+            ))),
+            Limit::Time(_) if n == 0 && !self.interrupted => Err(Fail::bad(
+                "the client ended its timed run without a message; refusing the run",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes one frame from the client.
+    fn frame(&mut self, tag: u8, n: u64) -> Result<(), Fail> {
+        match tag {
+            DONE => {
+                self.plausible(tag, n)?;
+                self.said = n;
+            }
+            END => {
+                self.plausible(tag, n)?;
+                self.check_end(n)?;
+                self.said = n;
+                self.end = Some(n);
+            }
+            QP_FAILED => {
+                self.plausible(tag, n)?;
+                self.said = n;
+                self.client_failed = Some(n);
+            }
+            STOP => self.interrupted = true,
+            t => {
+                return Err(Fail::bad(format!(
+                    "the client sent an unknown frame {t:#x}"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// The error to end with once the client's virtual QP failed after `n` messages
+    /// and every one of them that the server can check was checked.
+    fn client_failure(&self, n: u64) -> Fail {
+        Fail::peer(if self.p.read() {
+            format!("the client's virtual QP failed after it read {n} messages")
+        } else {
+            format!(
+                "the client's virtual QP failed after {n} messages; {} verified on the server",
+                self.verified
+            )
+        })
+    }
+}
+
+/// The server: fills the source slots (reads), meets the client at the barrier,
+/// posts notification receives (write_imm), checks every message it is told about,
+/// returns credits, until the client's `E` frame (or `X`: its QP failed).
+pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
+    let Link {
+        mut conn,
+        mut mr,
+        peer: _,
+        mut wire,
+    } = link;
+    let timeout = wire.timeout();
+    let (size, slots) = (p.size, p.slots());
+    let read = p.read();
+    let imm = p.opcode == Opcode::RDMA_WRITE_WITH_IMM;
+    if read {
+        // After `link` checked the client's buffer: nothing is filled for a peer whose
+        // run does not fit.
+        for k in 0..=slots {
+            // SAFETY: no work request exists yet (the client posts after the barrier).
+            fill(unsafe { slot_mut(&mut mr, k, size) }, p.seed, k);
+        }
+    }
+    wire.barrier()?;
+    let mut ctl: Control = wire.into_control()?;
+    let mut s = Server {
+        p,
+        slots,
+        start: Instant::now(),
+        verified: 0,
+        announced: 0,
+        said: 0,
+        end: None,
+        client_failed: None,
+        interrupted: false,
+    };
+    let mut recvs = 0u64;
+    let mut stop_sent = false;
+    let mut out = [Wc::EMPTY; 32];
+    let mut last_move = s.start;
+    let lost = |f: Fail, verified: u64| disconnected(f, verified, " verified");
+    loop {
+        // After `E` or `X` the client may close the connection at any time: read no
+        // further.
+        while s.end.is_none() && s.client_failed.is_none() {
+            let Some((tag, n)) = ctl.recv().map_err(|f| lost(f, s.verified))? else {
+                break;
+            };
+            last_move = Instant::now();
+            s.frame(tag, n)?;
+        }
+        while imm && recvs < s.verified + slots {
+            match conn.vqp.post_recv(&RecvWr::notification(recvs)) {
+                Ok(()) => recvs += 1,
+                Err(PostRecvError::Full) => break,
+                Err(e) => {
+                    return Err(Fail::peer(format!(
+                        "receive refused after {} messages: {e}",
+                        s.verified
+                    )))
+                }
+            }
+        }
+        let n = poll(&mut conn, &mut out)?;
+        let before = s.verified;
+        // Messages below `landed` are in place: notified (write_imm), or completed at
+        // the client by its word (write).
+        let mut landed = if imm { s.verified } else { s.said };
+        let mut failure: Option<WcStatus> = None;
+        for wc in &out[..n] {
+            if !wc.status.is_ok() {
+                failure = Some(wc.status);
+                break;
+            }
+            // (byte_len is not checked: a SPRAY notify is a zero-byte write.)
+            if wc.opcode != WcOpcode::RECV_RDMA_WITH_IMM || wc.wr_id != landed {
+                return Err(Fail::bad(format!(
+                    "unexpected completion: receive {} when {landed} was due",
+                    wc.wr_id
+                )));
+            }
+            landed += 1;
+        }
+        while s.verified < landed && !read {
+            let v = s.verified;
+            // SAFETY: message `v` has landed and the client writes this slot again
+            // only after our credit for it (it keeps < slots unverified).
+            let got = unsafe { slot(&mr, v % slots, size) };
+            if let Some(at) = check(got, p.seed, v) {
+                let _ = ctl.send(FAILED, v);
+                return Err(Fail::data(format!(
+                    "data check FAILED on the server: message {v}, byte {at}"
+                )));
+            }
+            s.verified += 1;
+        }
+        if n > 0 || s.verified > before {
+            last_move = Instant::now();
+        }
+        if let Some(x) = s.client_failed {
+            // Once what the client completed is checked (or nothing more comes), say so;
+            // the client has gone, so no credit is sent.
+            if read || s.verified >= x || failure.is_some() {
+                return Err(s.client_failure(x));
+            }
+        }
+        if let Some(st) = failure.or(conn.vqp.failure()) {
+            return Err(qp_failed(st, s.verified, " verified"));
+        }
+        if s.client_failed.is_none() {
+            if s.verified > s.announced {
+                ctl.send(VERIFIED, s.verified)
+                    .map_err(|f| lost(f, s.verified))?;
+                s.announced = s.verified;
+            }
+            if sigint::interrupted() && !stop_sent {
+                s.interrupted = true;
+                ctl.send(STOP, 0).map_err(|f| lost(f, s.verified))?;
+                stop_sent = true;
+            }
+            ctl.flush().map_err(|f| lost(f, s.verified))?;
+        }
+        match s.end {
+            Some(e) if read => {
+                ctl.send(VERIFIED, e).map_err(|f| lost(f, s.verified))?;
+                s.verified = e;
+                break;
+            }
+            Some(e) if s.verified >= e => break,
+            _ => {}
+        }
+        let now = Instant::now();
+        if now.duration_since(last_move) > timeout {
+            let got = match (read, s.client_failed) {
+                (_, Some(x)) => format!(
+                    "the client's virtual QP failed after {x} messages, {} of them verified here",
+                    s.verified
+                ),
+                (true, None) => format!("the client reported {} messages read", s.said),
+                (false, None) => format!("{} messages verified", s.verified),
+            };
+            return Err(Fail::peer(format!(
+                "no progress from the client for {} ({got})",
+                show_secs(timeout)
+            )));
+        }
+        if n == 0 && s.verified == before {
+            std::thread::yield_now();
+        }
+    }
+    // Make sure the last credit left before this side closes the connection.
+    let until = Instant::now() + timeout;
+    while !ctl.flushed() {
+        ctl.flush().map_err(|f| lost(f, s.verified))?;
+        if Instant::now() > until {
+            return Err(Fail::peer(format!(
+                "the client took no frame for {}",
+                show_secs(timeout)
+            )));
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    Ok(Verified {
+        messages: s.verified,
+        interrupted: s.interrupted,
+    })
+}

@@ -1,0 +1,236 @@
+//! `write_bw` and `lat` as a user runs them: exit codes and the lines they print, for
+//! bad flags, a QP failing mid-run (injected with `VQP_SOFT_FAIL_QP`) and a machine
+//! without RDMA devices.
+//!
+//! The binaries are the examples next to this test (`target/<profile>/examples/`).
+//! `cargo test` does not build `write_bw`'s binary (only its unit tests), so the
+//! first test to need one runs `cargo build --example write_bw --example lat` with
+//! the same profile; when they are fresh that is a no-op.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// `target/<profile>`, where this test runs from (`deps/`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let deps = exe.parent().expect("the test lies in deps/");
+    deps.parent()
+        .expect("deps/ lies in the profile's directory")
+        .to_path_buf()
+}
+
+/// Builds the examples once per test process, in the profile this test was built in.
+fn build(dir: &Path) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "build",
+        "--quiet",
+        "--example",
+        "write_bw",
+        "--example",
+        "lat",
+    ]);
+    match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(other) => {
+            cmd.args(["--profile", other]);
+        }
+        None => panic!("cannot tell the profile from {}", dir.display()),
+    }
+    let status = cmd.status().expect("cargo runs");
+    assert!(status.success(), "building the examples failed: {status}");
+}
+
+/// The path of example `name`, built if needed.
+fn example(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let dir = profile_dir();
+    BUILT.get_or_init(|| build(&dir));
+    let path = dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing after the build",
+        path.display()
+    );
+    path
+}
+
+/// Runs `write_bw` with `args` and the environment `env`.
+fn write_bw(args: &str, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(example("write_bw"));
+    cmd.args(args.split_whitespace());
+    // The tests set what they inject; nothing from the caller's shell leaks in.
+    for var in ["VQP_SOFT_FAIL_QP", "VQP_SOFT_DELAY", "VQP_IBVERBS_PATH"] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("write_bw runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The number right after `prefix` in `s`.
+fn number_after(s: &str, prefix: &str) -> u64 {
+    let at = s
+        .find(prefix)
+        .unwrap_or_else(|| panic!("no '{prefix}' in: {s}"));
+    s[at + prefix.len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after '{prefix}' in: {s}"))
+}
+
+#[test]
+fn a_short_run_passes() {
+    let out = write_bw("--size 4096 --iters 50", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(
+        "data check: 50 messages x 4096 bytes, every byte verified on the server: passed"
+    ));
+}
+
+#[test]
+fn bad_flags_are_one_line_and_exit_code_2() {
+    for (args, line) in [
+        (
+            "--jsn",
+            "write_bw: unknown flag --jsn (--help lists them)\n",
+        ),
+        ("--size 0", "write_bw: --size must be at least 1 byte\n"),
+        (
+            "--duration 1e-300",
+            "write_bw: --duration: 1e-300 s is under the shortest allowed, 0.001 s\n",
+        ),
+    ] {
+        let out = write_bw(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args}");
+        assert_eq!(text(&out.stderr), line, "{args}");
+        assert!(out.stdout.is_empty(), "{args}");
+    }
+}
+
+#[test]
+fn the_shortest_duration_still_moves_and_checks_messages() {
+    let out = write_bw("--duration 0.001 --size 4096", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let n = number_after(&stdout, "data check: ");
+    assert!(n > 0, "{stdout}");
+}
+
+/// Every QP of the process fails when it starts its 151st WQE (the server's QPs
+/// post no send WQEs, so only the client's fail).
+fn fail_at_150() -> String {
+    (1..=10)
+        .map(|k| format!("nth={k}:150"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The client's failure line accounts for every message it posted: each completed
+/// (and is counted) or was flushed; none is left unreported.
+fn every_message_accounted_for(err: &str) {
+    let completed = number_after(err, "client: the virtual QP failed after ");
+    let posted = number_after(err, "messages (of ");
+    let flushed = number_after(err, "posted, ");
+    assert!(
+        err.contains(&format!("(of {posted} posted, {flushed} were flushed): ")),
+        "{err}"
+    );
+    assert_eq!(completed + flushed, posted, "{err}");
+}
+
+#[test]
+fn a_qp_failure_counts_every_message_that_completed() {
+    // One data QP, one WQE per message: exactly 150 messages complete, the 151st
+    // fails and the rest in flight are flushed.
+    let fail = fail_at_150();
+    for opcode in ["write", "write_imm", "read"] {
+        let out = write_bw(
+            &format!("--qps 1 --size 4096 --iters 1000 --opcode {opcode}"),
+            &[("VQP_SOFT_FAIL_QP", &fail)],
+        );
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opcode}: {err}");
+        assert_eq!(
+            number_after(&err, "client: the virtual QP failed after "),
+            150,
+            "{opcode}: {err}"
+        );
+        every_message_accounted_for(&err);
+        let server = match opcode {
+            "read" => "server: the client's virtual QP failed after it read 150 messages\n",
+            _ => "server: the client's virtual QP failed after 150 messages; 150 verified on the server\n",
+        };
+        assert!(err.ends_with(server), "{opcode}: {err}");
+    }
+}
+
+#[test]
+fn a_spray_failure_is_counted_alike_on_both_sides() {
+    // The issue's case: SPRAY write_imm over 4 data QPs and a notify QP.
+    let out = write_bw(
+        "--mode spray --opcode write_imm --size 65537 --iters 2000",
+        &[("VQP_SOFT_FAIL_QP", &fail_at_150())],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let client = number_after(&err, "client: the virtual QP failed after ");
+    let told = number_after(&err, "server: the client's virtual QP failed after ");
+    let verified = number_after(&err, "messages; ");
+    assert_eq!((told, verified), (client, client), "{err}");
+    every_message_accounted_for(&err);
+    // The notify QP carries one WQE per message and fails first.
+    assert_eq!(client, 150, "{err}");
+}
+
+#[test]
+fn no_rdma_device_says_so_and_points_to_softverbs() {
+    // softverbs as libibverbs, with no device: what a machine without RDMA looks like.
+    let lib = profile_dir().join("deps").join("libvqp_softverbs.so");
+    let _ = example("write_bw");
+    assert!(lib.exists(), "{} is missing", lib.display());
+    let out = write_bw(
+        "--device mlx5_0",
+        &[
+            ("VQP_IBVERBS_PATH", lib.to_str().expect("a UTF-8 path")),
+            ("VQP_SOFT_DEVICES", "0"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "write_bw: --device mlx5_0: this machine has no RDMA device (libibverbs lists none); \
+         leave out --device to run both sides in this process on softverbs, the software RDMA \
+         provider built with this program\n"
+    );
+}
+
+#[test]
+fn lat_takes_the_same_byte_counts() {
+    let out = Command::new(example("lat"))
+        .args(["--size", "4K", "--iters", "20", "--warmup", "2", "--json"])
+        .output()
+        .expect("lat runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("\"bytes\":4096,"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = Command::new(example("lat"))
+        .args(["--size", "4X"])
+        .output()
+        .expect("lat runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stderr), "lat: --size: '4X' is not a byte count\n");
+}
