@@ -31,7 +31,7 @@
 //! | object | what it is |
 //! |---|---|
 //! | [`host::Verbs`] | the verbs library: `libibverbs.so.1` ([`Verbs::load`](host::Verbs::load)) or [`softverbs::verbs`] |
-//! | [`host::Context`], [`host::Pd`], [`host::Mr`] | a device opened, a protection domain, registered memory |
+//! | [`host::Context`], [`host::ProtectionDomain`], [`host::MemoryRegion`] | a device opened, a protection domain, registered memory |
 //! | [`host::Endpoint`] | one side's physical QPs and CQ before connection; its [`card`](host::Endpoint::card) describes them to the peer |
 //! | [`core::VirtualQp`], [`core::VirtualCq`] | what [`Endpoint::connect`](host::Endpoint::connect) returns: post to the first, poll the second |
 //! | [`core::SendWr`], [`core::RecvWr`], [`core::Wc`] | a request, a receive, a completion (one per request) |
@@ -93,7 +93,18 @@
 //!   features off in a build that only ever runs on a NIC.
 //! - `linked`: link libibverbs at build time (through `rdma-sys`) instead of opening it
 //!   with `dlopen` when [`Verbs::load`](host::Verbs::load) is called; the API is the same.
+//!   It excludes `softverbs`: the provider defines the `ibv_*` C functions too (they
+//!   make its cdylib a libibverbs), and in a binary linked to libibverbs those would
+//!   answer the real library's calls. With `dlopen` the two never meet: the loaded
+//!   library resolves its names in itself.
 #![deny(missing_docs)]
+
+#[cfg(all(feature = "softverbs", feature = "linked"))]
+compile_error!(
+    "vqp: features `softverbs` and `linked` exclude each other (the provider's ibv_* \
+     functions would stand in for the linked libibverbs); use `default-features = false` \
+     with `linked`"
+);
 
 pub use vqp_core as core;
 pub use vqp_host as host;
