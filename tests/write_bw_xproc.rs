@@ -1,16 +1,28 @@
 //! The main job across processes: `write_bw --device soft1 --server` in one process and
 //! `write_bw --device soft0 --connect 127.0.0.1:PORT` in another, over the softverbs
-//! cdylib (`VQP_IBVERBS_PATH`), both modes and all three opcodes, every byte verified.
+//! cdylib loaded both ways write_bw can load a verbs library — named by
+//! `VQP_IBVERBS_PATH`, or found as `libibverbs.so.1` on `LD_LIBRARY_PATH` (its default
+//! `dlopen`) — in both modes, all three opcodes and 1, 2 and 8 data QPs, every byte
+//! verified; and the failures: the server or the client killed mid-transfer, a data QP
+//! failing mid-transfer. Every run is bounded in time (both processes are killed past
+//! it), uses its own TCP port and namespace directory (removed at the end). No system
+//! package is needed.
 //!
 //! Needs the example built (`cargo test` builds examples; alone:
 //! `cargo build --example write_bw`).
 
 #[path = "../softverbs/tests/procs/mod.rs"]
 mod procs;
+#[path = "../softverbs/tests/system/mod.rs"]
+mod system;
 
-use std::ffi::OsStr;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 fn write_bw() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -24,15 +36,63 @@ fn write_bw() -> PathBuf {
     p
 }
 
-fn run(mode: &str, opcode: &str, port: u16) {
-    let test = format!("write_bw_{mode}_{opcode}");
-    let dir = procs::namespace(&test);
-    let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
-    let prog = write_bw();
-    let s: Vec<String> = ["--device", "soft1", "--server", "--port", &port.to_string()]
+/// How write_bw finds the cdylib.
+#[derive(Clone, Copy, Debug)]
+enum Load {
+    /// `VQP_IBVERBS_PATH=<cdylib>`.
+    EnvPath,
+    /// `LD_LIBRARY_PATH=<dir>` with `<dir>/libibverbs.so.1` → the cdylib, and
+    /// `VQP_IBVERBS_PATH` empty: write_bw's default `dlopen("libibverbs.so.1")`.
+    LibraryPath,
+}
+
+/// One test's surroundings: its namespace directory and library directory, removed
+/// when dropped, and the environment both processes get.
+struct Setup {
+    ns: PathBuf,
+    _lib_dir: system::LibDir,
+    env: Vec<(&'static str, OsString)>,
+}
+
+impl Setup {
+    fn new(test: &str, load: Load) -> Setup {
+        let ns = procs::namespace(test);
+        let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
+        let lib_dir = system::LibDir::new(&lib, test);
+        let mut env = vec![("VQP_SOFT_DIR", ns.clone().into_os_string())];
+        match load {
+            Load::EnvPath => env.push(("VQP_IBVERBS_PATH", lib.into_os_string())),
+            Load::LibraryPath => {
+                env.push(("VQP_IBVERBS_PATH", OsString::new()));
+                env.push(("LD_LIBRARY_PATH", lib_dir.0.clone().into_os_string()));
+            }
+        }
+        Setup {
+            ns,
+            _lib_dir: lib_dir,
+            env,
+        }
+    }
+
+    fn env(&self) -> Vec<(&str, &OsStr)> {
+        self.env.iter().map(|(k, v)| (*k, v.as_os_str())).collect()
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.ns);
+    }
+}
+
+fn server_args(port: u16) -> Vec<String> {
+    ["--device", "soft1", "--server", "--port", &port.to_string()]
         .map(String::from)
-        .to_vec();
-    let c: Vec<String> = [
+        .to_vec()
+}
+
+fn client_args(port: u16, mode: &str, opcode: &str, qps: usize, run: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
         "--device",
         "soft0",
         "--connect",
@@ -43,62 +103,404 @@ fn run(mode: &str, opcode: &str, port: u16) {
         opcode,
         "--size",
         "256K",
-        "--iters",
-        "40",
         "--qps",
-        "2",
+        &qps.to_string(),
     ]
     .map(String::from)
     .to_vec();
-    let env: [(&str, &OsStr); 2] = [
-        ("VQP_IBVERBS_PATH", lib.as_os_str()),
-        ("VQP_SOFT_DIR", dir.as_os_str()),
-    ];
+    v.extend(run.iter().map(|s| s.to_string()));
+    v
+}
+
+/// A successful run: 40 messages of 256 KiB, checked on both sides' reports.
+fn run_ok(test: &str, load: Load, mode: &str, opcode: &str, qps: usize, port: u16) {
+    let setup = Setup::new(test, load);
+    let prog = write_bw();
     let (so, co) = procs::run_pair(
-        (&prog, &s),
-        (&prog, &c),
-        &env,
+        (&prog, &server_args(port)),
+        (
+            &prog,
+            &client_args(port, mode, opcode, qps, &["--iters", "40"]),
+        ),
+        &setup.env(),
         port,
         Duration::from_secs(120),
     );
-    let all = format!(
-        "{}{}",
+    let (s, c) = (
         String::from_utf8_lossy(&so.stdout),
-        String::from_utf8_lossy(&co.stdout)
+        String::from_utf8_lossy(&co.stdout),
     );
+    let ctx = format!("{load:?}\n--- server\n{s}--- client\n{c}");
+    let header = format!(" vqp write_bw: {qps} data QPs, {mode}, {opcode}, ");
     assert!(
-        all.contains("every byte verified") && all.contains("passed"),
-        "{all}"
+        s.contains(&header) && c.contains(&header),
+        "no header {header:?}:\n{ctx}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let source = match load {
+        Load::EnvPath => format!(
+            "libibverbs via dlopen {}",
+            vqp_softverbs::find_cdylib().unwrap().display()
+        ),
+        Load::LibraryPath => "libibverbs via dlopen libibverbs.so.1".into(),
+    };
+    assert!(c.contains(&source), "not loaded as {source:?}:\n{ctx}");
+    let row = c
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no result table:\n{ctx}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols.get(..2), Some(&["262144", "40"][..]), "{ctx}");
+    for i in 0..qps {
+        let wqes = c
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("data QP {i}: ")))
+            .and_then(|w| w.strip_suffix(" WQEs"))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no WQE count of data QP {i}:\n{ctx}"));
+        assert!(wqes > 0, "data QP {i} carried nothing:\n{ctx}");
+    }
+    let place = if opcode == "read" {
+        "on the client (reader)"
+    } else {
+        "on the server"
+    };
+    let check =
+        format!("data check: 40 messages x 262144 bytes, every byte verified {place}: passed");
+    assert!(c.contains(&check), "{check:?} missing:\n{ctx}");
+    if opcode == "read" {
+        assert!(
+            s.contains("the client read 40 messages and checked them"),
+            "{ctx}"
+        );
+    } else {
+        assert!(
+            s.contains(&check),
+            "{check:?} missing on the server:\n{ctx}"
+        );
+    }
+}
+
+/// One test per case.
+macro_rules! ok_runs {
+    ($($name:ident: $load:ident, $mode:literal, $opcode:literal, $qps:literal, $port:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            run_ok(stringify!($name), Load::$load, $mode, $opcode, $qps, $port);
+        }
+    )*};
+}
+
+ok_runs! {
+    spray_write: EnvPath, "spray", "write", 2, 18831;
+    spray_write_imm: EnvPath, "spray", "write_imm", 2, 18832;
+    spray_read: EnvPath, "spray", "read", 2, 18833;
+    dqplb_write: EnvPath, "dqplb", "write", 2, 18834;
+    dqplb_write_imm: EnvPath, "dqplb", "write_imm", 2, 18835;
+    dqplb_read: EnvPath, "dqplb", "read", 2, 18836;
+    spray_write_as_libibverbs_so_1: LibraryPath, "spray", "write", 2, 18841;
+    spray_write_imm_as_libibverbs_so_1: LibraryPath, "spray", "write_imm", 2, 18842;
+    spray_read_as_libibverbs_so_1: LibraryPath, "spray", "read", 2, 18843;
+    dqplb_write_as_libibverbs_so_1: LibraryPath, "dqplb", "write", 2, 18844;
+    dqplb_write_imm_as_libibverbs_so_1: LibraryPath, "dqplb", "write_imm", 2, 18845;
+    dqplb_read_as_libibverbs_so_1: LibraryPath, "dqplb", "read", 2, 18846;
+    spray_one_qp: EnvPath, "spray", "write_imm", 1, 18851;
+    dqplb_one_qp: EnvPath, "dqplb", "write_imm", 1, 18852;
+    spray_eight_qps: EnvPath, "spray", "write_imm", 8, 18853;
+    dqplb_eight_qps: EnvPath, "dqplb", "read", 8, 18854;
+}
+
+/// A write_bw process whose stderr is read line by line as it runs.
+struct Live {
+    child: Option<Child>,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+    stdout: Option<JoinHandle<String>>,
+}
+
+/// How a [`Live`] process ended.
+struct Ended {
+    /// `None`: it ran past its limit and was killed.
+    status: Option<std::process::ExitStatus>,
+    stdout: String,
+    stderr: Vec<String>,
+}
+
+impl Ended {
+    fn describe(&self, who: &str) -> String {
+        format!(
+            "{who}: status {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.status,
+            self.stdout,
+            self.stderr.join("\n")
+        )
+    }
+}
+
+impl Live {
+    fn spawn(prog: &Path, args: &[String], env: &[(&str, &OsStr)]) -> Live {
+        let mut c = Command::new(prog);
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().expect("spawn write_bw");
+        let (tx, lines) = channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut out = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        Live {
+            child: Some(child),
+            lines,
+            seen: Vec::new(),
+            stdout: Some(stdout),
+        }
+    }
+
+    /// Waits at most `limit` for a stderr line that satisfies `pred`.
+    fn wait_line(&mut self, limit: Duration, pred: impl Fn(&str) -> bool) -> bool {
+        let until = Instant::now() + limit;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    let hit = pred(&l);
+                    self.seen.push(l);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Kills the process with SIGKILL.
+    fn kill(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+        }
+    }
+
+    /// Waits at most `limit` for the process to exit, killing it past that.
+    fn finish(mut self, limit: Duration) -> Ended {
+        let mut child = self.child.take().unwrap();
+        let until = Instant::now() + limit;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+            }
+        };
+        let stdout = self.stdout.take().unwrap().join().unwrap_or_default();
+        // The pipe closed with the process: the reader thread ends on its own.
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.seen.push(l);
+        }
+        Ended {
+            status,
+            stdout,
+            stderr: std::mem::take(&mut self.seen),
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// How long a side may take to notice its peer's or its QP's failure and exit.
+const NOTICE: Duration = Duration::from_secs(30);
+
+/// Words of which a failure line names at least one.
+const FAILURE_WORDS: &[&str] = &[
+    "fail",
+    "peer",
+    "disconnect",
+    "went away",
+    "no progress",
+    "silent",
+    "error",
+];
+
+/// The checks of a side that failed cleanly, in one place: it exited by itself within
+/// [`NOTICE`] (no hang, no signal) with exit code 2, wrote exactly one error line
+/// (`write_bw: …`, other than the server's "waiting for a client") naming the failure,
+/// and claimed no passed data check.
+fn assert_failed_cleanly(e: &Ended, who: &str) {
+    let ctx = e.describe(who);
+    let status = e
+        .status
+        .unwrap_or_else(|| panic!("{who} did not exit within {NOTICE:?} of the failure:\n{ctx}"));
+    assert_eq!(status.code(), Some(2), "{who}: exit code:\n{ctx}");
+    let errors: Vec<&String> = e
+        .stderr
+        .iter()
+        .filter(|l| l.starts_with("write_bw: ") && !l.contains("waiting for a client"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{who}: one error line expected:\n{ctx}");
+    let line = errors[0].to_lowercase();
+    assert!(
+        FAILURE_WORDS.iter().any(|w| line.contains(w)),
+        "{who}: the error line does not name the failure:\n{ctx}"
+    );
+    assert!(!e.stdout.contains(": passed"), "{who}:\n{ctx}");
+}
+
+/// A progress line with at least one message done.
+fn progressed(l: &str) -> bool {
+    l.trim_start()
+        .strip_prefix("... ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .is_some_and(|n| n > 0)
+}
+
+/// Which side dies, or what fails.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    ServerKilled,
+    ClientKilled,
+    /// The client's `VQP_SOFT_FAIL_QP` rule.
+    QpFails(&'static str),
+}
+
+/// A 60-second run in `mode` that `fault` interrupts once data moves.
+fn run_faulty(test: &str, mode: &str, fault: Fault, port: u16) {
+    let setup = Setup::new(test, Load::EnvPath);
+    let prog = write_bw();
+    let env = setup.env();
+    let server = Live::spawn(&prog, &server_args(port), &env);
+    let until = Instant::now() + Duration::from_secs(30);
+    while !procs::listening(port) {
+        assert!(
+            Instant::now() < until,
+            "the server never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cenv = env.clone();
+    if let Fault::QpFails(rule) = fault {
+        cenv.push(("VQP_SOFT_FAIL_QP", OsStr::new(rule)));
+    }
+    let args = client_args(port, mode, "write_imm", 4, &["--duration", "60"]);
+    let client = Live::spawn(&prog, &args, &cenv);
+    let (mut server, mut client) = (server, client);
+    match fault {
+        Fault::ServerKilled | Fault::ClientKilled => {
+            assert!(
+                client.wait_line(Duration::from_secs(30), progressed),
+                "no data moved:\n{}",
+                client.finish(Duration::ZERO).describe("client")
+            );
+            let start = Instant::now();
+            if let Fault::ServerKilled = fault {
+                server.kill();
+                let c = client.finish(NOTICE);
+                assert_failed_cleanly(&c, "client");
+            } else {
+                client.kill();
+                let s = server.finish(NOTICE);
+                assert_failed_cleanly(&s, "server");
+            }
+            assert!(start.elapsed() < NOTICE);
+        }
+        Fault::QpFails(_) => {
+            let c = client.finish(NOTICE);
+            assert_failed_cleanly(&c, "client");
+            assert!(
+                c.stderr.iter().any(|l| progressed(l))
+                    || c.stderr.iter().any(|l| l.contains("after ")),
+                "the QP failed before any data moved:\n{}",
+                c.describe("client")
+            );
+            let s = server.finish(NOTICE);
+            assert_failed_cleanly(&s, "server");
+        }
+    }
 }
 
 #[test]
-fn spray_write() {
-    run("spray", "write", 18831);
+fn server_killed_mid_transfer_dqplb() {
+    run_faulty(
+        "server_killed_mid_transfer_dqplb",
+        "dqplb",
+        Fault::ServerKilled,
+        18861,
+    );
 }
 
 #[test]
-fn spray_write_imm() {
-    run("spray", "write_imm", 18832);
+fn server_killed_mid_transfer_spray() {
+    run_faulty(
+        "server_killed_mid_transfer_spray",
+        "spray",
+        Fault::ServerKilled,
+        18862,
+    );
 }
 
 #[test]
-fn spray_read() {
-    run("spray", "read", 18833);
+fn client_killed_mid_transfer_dqplb() {
+    run_faulty(
+        "client_killed_mid_transfer_dqplb",
+        "dqplb",
+        Fault::ClientKilled,
+        18863,
+    );
 }
 
 #[test]
-fn dqplb_write() {
-    run("dqplb", "write", 18834);
+fn client_killed_mid_transfer_spray() {
+    run_faulty(
+        "client_killed_mid_transfer_spray",
+        "spray",
+        Fault::ClientKilled,
+        18864,
+    );
 }
 
 #[test]
-fn dqplb_write_imm() {
-    run("dqplb", "write_imm", 18835);
+fn data_qp_failing_mid_transfer_dqplb() {
+    run_faulty(
+        "data_qp_failing_mid_transfer_dqplb",
+        "dqplb",
+        Fault::QpFails("nth=2:200"),
+        18865,
+    );
 }
 
 #[test]
-fn dqplb_read() {
-    run("dqplb", "read", 18836);
+fn data_qp_failing_mid_transfer_spray() {
+    run_faulty(
+        "data_qp_failing_mid_transfer_spray",
+        "spray",
+        Fault::QpFails("nth=2:200"),
+        18866,
+    );
 }

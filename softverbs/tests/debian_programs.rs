@@ -1,6 +1,11 @@
-//! Debian's own verbs programs (ibverbs-utils, perftest), run as two processes with
-//! `LD_PRELOAD` of the provider's cdylib: each side must exit 0. Each test uses its own
-//! TCP port and namespace directory, and is killed when it runs past its limit.
+//! Debian's own verbs programs (ibverbs-utils, perftest), unmodified, run as two
+//! processes over the provider's cdylib substituted for libibverbs both ways: preloaded
+//! (`LD_PRELOAD`, the system's libibverbs still loaded) and found first
+//! (`LD_LIBRARY_PATH` naming a directory whose `libibverbs.so.1` is the cdylib). Each
+//! side must exit 0 and print what the program prints on hardware: pingpong's
+//! "bytes in ... seconds" and "iters in" lines, perftest's result row. Each test uses
+//! its own TCP port and namespace directory (removed at the end), and both processes
+//! are killed when they run past the limit.
 
 mod procs;
 mod system;
@@ -18,19 +23,36 @@ fn cdylib() -> PathBuf {
     })
 }
 
-/// Runs `prog` as server (`server_args`) and client (`client_args` then
-/// `127.0.0.1`), on `port`; returns the client's stdout.
+/// How the cdylib stands in for libibverbs.
+#[derive(Clone, Copy, Debug)]
+enum Subst {
+    /// `LD_PRELOAD=<cdylib>`.
+    Preload,
+    /// `LD_LIBRARY_PATH=<dir>`, `<dir>/libibverbs.so.1` → the cdylib.
+    LibraryPath,
+}
+
+/// Both sides' standard output.
+struct Outputs {
+    server: String,
+    client: String,
+}
+
+/// Runs `prog` as server (`server_args`) and client (`client_args` then `127.0.0.1`),
+/// on `port`, with the cdylib substituted as `subst` says; `None` when the package is
+/// missing (the test is skipped).
 fn two_processes(
     test: &str,
     package: &str,
     prog: &str,
-    server_args: &[&str],
-    client_args: &[&str],
+    subst: Subst,
+    (server_args, client_args): (&[&str], &[&str]),
     port: u16,
-) -> Option<String> {
+) -> Option<Outputs> {
     let path = system::program(test, prog, package)?;
     let dir = procs::namespace(test);
     let lib = cdylib();
+    let lib_dir = system::LibDir::new(&lib, test);
     let p = port.to_string();
     let own = |a: &[&str], host: bool| {
         let mut v: Vec<String> = a.iter().map(|s| s.to_string()).collect();
@@ -41,11 +63,12 @@ fn two_processes(
         v
     };
     let (sa, ca) = (own(server_args, false), own(client_args, true));
-    let env: [(&str, &OsStr); 2] = [
-        ("LD_PRELOAD", lib.as_os_str()),
-        (vqp_softverbs::ENV_DIR, dir.as_os_str()),
-    ];
-    let (_, c) = procs::run_pair(
+    let load: (&str, &OsStr) = match subst {
+        Subst::Preload => ("LD_PRELOAD", lib.as_os_str()),
+        Subst::LibraryPath => ("LD_LIBRARY_PATH", lib_dir.0.as_os_str()),
+    };
+    let env = [load, (vqp_softverbs::ENV_DIR, dir.as_os_str())];
+    let (s, c) = procs::run_pair(
         (&path, &sa),
         (&path, &ca),
         &env,
@@ -53,88 +76,178 @@ fn two_processes(
         Duration::from_secs(60),
     );
     let _ = std::fs::remove_dir_all(&dir);
-    Some(String::from_utf8_lossy(&c.stdout).into_owned())
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    Some(Outputs {
+        server: text(&s),
+        client: text(&c),
+    })
+}
+
+/// ibv_rc_pingpong, `iters` round trips, server on `server_dev`, client on `client_dev`.
+fn pingpong(test: &str, subst: Subst, devs: (&str, &str), port: u16) {
+    let n = "200";
+    let Some(o) = two_processes(
+        test,
+        "ibverbs-utils",
+        "ibv_rc_pingpong",
+        subst,
+        (&["-d", devs.0, "-n", n], &["-d", devs.1, "-n", n]),
+        port,
+    ) else {
+        return;
+    };
+    let both = format!("--- server\n{}--- client\n{}", o.server, o.client);
+    for out in [&o.server, &o.client] {
+        // 200 iterations of 4096 bytes, each way: 2 · 200 · 4096 bytes.
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("1638400 bytes in ") && l.contains(" seconds = ")),
+            "no bytes line under {subst:?}:\n{both}"
+        );
+        assert!(
+            out.lines().any(|l| l.starts_with("200 iters in ")),
+            "no iters line under {subst:?}:\n{both}"
+        );
+    }
+    // Each side's remote QPN is the other's local one, and they differ (on one device
+    // the client no longer connects to itself).
+    let qpn = |out: &str, which: &str| -> String {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(which))
+            .and_then(|l| l.split("QPN ").nth(1))
+            .and_then(|s| s.split(',').next())
+            .unwrap_or_else(|| panic!("no {which} line:\n{both}"))
+            .to_string()
+    };
+    let (sl, sr) = (qpn(&o.server, "local"), qpn(&o.server, "remote"));
+    let (cl, cr) = (qpn(&o.client, "local"), qpn(&o.client, "remote"));
+    assert_eq!(
+        (sl.as_str(), sr.as_str()),
+        (cr.as_str(), cl.as_str()),
+        "{both}"
+    );
+    assert_ne!(sl, cl, "{both}");
 }
 
 #[test]
-fn rc_pingpong_between_two_devices() {
-    let out = two_processes(
-        "rc_pingpong_between_two_devices",
-        "ibverbs-utils",
-        "ibv_rc_pingpong",
-        &["-d", "soft1", "-n", "200"],
-        &["-d", "soft0", "-n", "200"],
+fn rc_pingpong_between_two_devices_under_ld_preload() {
+    pingpong(
+        "rc_pingpong_between_two_devices_under_ld_preload",
+        Subst::Preload,
+        ("soft1", "soft0"),
         18801,
     );
-    if let Some(out) = out {
-        assert!(out.contains("200 iters"), "{out}");
-    }
 }
 
 #[test]
-fn rc_pingpong_with_both_sides_on_one_device() {
-    let out = two_processes(
-        "rc_pingpong_with_both_sides_on_one_device",
-        "ibverbs-utils",
-        "ibv_rc_pingpong",
-        &["-d", "soft0", "-n", "200"],
-        &["-d", "soft0", "-n", "200"],
+fn rc_pingpong_with_both_sides_on_one_device_under_ld_preload() {
+    pingpong(
+        "rc_pingpong_with_both_sides_on_one_device_under_ld_preload",
+        Subst::Preload,
+        ("soft0", "soft0"),
         18802,
     );
-    if let Some(out) = out {
-        // Distinct QP numbers: the client no longer connects to itself.
-        let qpns: Vec<&str> = out
-            .lines()
-            .filter_map(|l| l.split("QPN ").nth(1))
-            .map(|s| s.split(',').next().unwrap_or(""))
-            .collect();
-        assert_eq!(qpns.len(), 2, "{out}");
-        assert_ne!(qpns[0], qpns[1], "{out}");
-        assert!(out.contains("200 iters"), "{out}");
+}
+
+#[test]
+fn rc_pingpong_between_two_devices_as_libibverbs_so_1() {
+    pingpong(
+        "rc_pingpong_between_two_devices_as_libibverbs_so_1",
+        Subst::LibraryPath,
+        ("soft1", "soft0"),
+        18803,
+    );
+}
+
+#[test]
+fn rc_pingpong_with_both_sides_on_one_device_as_libibverbs_so_1() {
+    pingpong(
+        "rc_pingpong_with_both_sides_on_one_device_as_libibverbs_so_1",
+        Subst::LibraryPath,
+        ("soft0", "soft0"),
+        18804,
+    );
+}
+
+/// What a perftest program reports.
+#[derive(Clone, Copy)]
+enum Table {
+    /// Bandwidth: `#bytes #iterations BW peak BW average MsgRate`, on both sides.
+    Bw,
+    /// Latency: `#bytes #iterations t_min t_max t_typical t_avg …`; `server` says
+    /// whether the server prints it too (ib_read_lat's does not).
+    Lat { server: bool },
+}
+
+/// The numbers of the result row that follows the `#bytes` header in `out`.
+fn result_row(out: &str) -> Option<Vec<f64>> {
+    let mut lines = out.lines();
+    lines.find(|l| l.trim_start().starts_with("#bytes"))?;
+    lines
+        .next()?
+        .split_whitespace()
+        .map(|w| w.parse::<f64>().ok().filter(|x| x.is_finite()))
+        .collect()
+}
+
+/// Checks the result row of one side: `bytes`-byte messages, 100 iterations, and a
+/// positive average bandwidth or a minimum latency no larger than the average.
+fn check_row(out: &str, table: Table, bytes: f64, ctx: &str) {
+    let row = result_row(out).unwrap_or_else(|| panic!("no result row:\n{ctx}"));
+    assert!(row.len() >= 5, "short result row {row:?}:\n{ctx}");
+    assert_eq!((row[0], row[1]), (bytes, 100.0), "{ctx}");
+    match table {
+        Table::Bw => assert!(row[3] > 0.0 && row[4] > 0.0, "no bandwidth:\n{ctx}"),
+        Table::Lat { .. } => assert!(row[2] > 0.0 && row[2] <= row[5], "latency:\n{ctx}"),
     }
 }
 
-fn perftest(test: &str, prog: &str, extra: &[&str], port: u16) {
-    let mut s = vec!["-d", "soft1", "-n", "100"];
-    let mut c = vec!["-d", "soft0", "-n", "100"];
-    s.extend_from_slice(extra);
-    c.extend_from_slice(extra);
-    if let Some(out) = two_processes(test, "perftest", prog, &s, &c, port) {
-        assert!(out.contains("#bytes"), "no result table: {out}");
+fn perftest(test: &str, prog: &str, subst: Subst, table: Table, port: u16) {
+    let s = ["-d", "soft1", "-n", "100"];
+    let c = ["-d", "soft0", "-n", "100"];
+    let Some(o) = two_processes(test, "perftest", prog, subst, (&s, &c), port) else {
+        return;
+    };
+    let ctx = format!(
+        "{prog} under {subst:?}\n--- server\n{}--- client\n{}",
+        o.server, o.client
+    );
+    // perftest's defaults: 64 KiB bandwidth messages, 8-byte atomics, 2-byte latency
+    // messages.
+    let bytes = match (table, prog) {
+        (Table::Bw, "ib_atomic_bw") => 8.0,
+        (Table::Bw, _) => 65536.0,
+        (Table::Lat { .. }, _) => 2.0,
+    };
+    check_row(&o.client, table, bytes, &ctx);
+    if matches!(table, Table::Bw | Table::Lat { server: true }) {
+        check_row(&o.server, table, bytes, &ctx);
     }
 }
 
-#[test]
-fn perftest_write_bw() {
-    perftest("perftest_write_bw", "ib_write_bw", &[], 18811);
+/// One test per program and substitution.
+macro_rules! perftests {
+    ($($name:ident: $prog:literal, $subst:ident, $table:expr, $port:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            perftest(stringify!($name), $prog, Subst::$subst, $table, $port);
+        }
+    )*};
 }
 
-#[test]
-fn perftest_read_bw() {
-    perftest("perftest_read_bw", "ib_read_bw", &[], 18812);
-}
-
-#[test]
-fn perftest_send_bw() {
-    perftest("perftest_send_bw", "ib_send_bw", &[], 18813);
-}
-
-#[test]
-fn perftest_atomic_bw() {
-    perftest("perftest_atomic_bw", "ib_atomic_bw", &[], 18814);
-}
-
-#[test]
-fn perftest_write_lat() {
-    perftest("perftest_write_lat", "ib_write_lat", &[], 18815);
-}
-
-#[test]
-fn perftest_read_lat() {
-    perftest("perftest_read_lat", "ib_read_lat", &[], 18816);
-}
-
-#[test]
-fn perftest_send_lat() {
-    perftest("perftest_send_lat", "ib_send_lat", &[], 18817);
+perftests! {
+    perftest_write_bw_under_ld_preload: "ib_write_bw", Preload, Table::Bw, 18811;
+    perftest_read_bw_under_ld_preload: "ib_read_bw", Preload, Table::Bw, 18812;
+    perftest_send_bw_under_ld_preload: "ib_send_bw", Preload, Table::Bw, 18813;
+    perftest_atomic_bw_under_ld_preload: "ib_atomic_bw", Preload, Table::Bw, 18814;
+    perftest_write_lat_under_ld_preload: "ib_write_lat", Preload, Table::Lat { server: true }, 18815;
+    perftest_read_lat_under_ld_preload: "ib_read_lat", Preload, Table::Lat { server: false }, 18816;
+    perftest_send_lat_under_ld_preload: "ib_send_lat", Preload, Table::Lat { server: true }, 18817;
+    perftest_write_bw_as_libibverbs_so_1: "ib_write_bw", LibraryPath, Table::Bw, 18821;
+    perftest_read_bw_as_libibverbs_so_1: "ib_read_bw", LibraryPath, Table::Bw, 18822;
+    perftest_send_bw_as_libibverbs_so_1: "ib_send_bw", LibraryPath, Table::Bw, 18823;
+    perftest_atomic_bw_as_libibverbs_so_1: "ib_atomic_bw", LibraryPath, Table::Bw, 18824;
+    perftest_write_lat_as_libibverbs_so_1: "ib_write_lat", LibraryPath, Table::Lat { server: true }, 18825;
+    perftest_read_lat_as_libibverbs_so_1: "ib_read_lat", LibraryPath, Table::Lat { server: false }, 18826;
+    perftest_send_lat_as_libibverbs_so_1: "ib_send_lat", LibraryPath, Table::Lat { server: true }, 18827;
 }

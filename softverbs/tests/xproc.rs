@@ -327,3 +327,41 @@ fn a_killed_peer_is_retry_exceeded_within_the_timeout() {
     // timeout 14, retry_cnt 7: about 0.54 s.
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
 }
+
+/// The namespace directory of a test process is gone once the process has exited: a
+/// second copy of this binary runs one test (with a child of its own) and its
+/// `vqp-xproc-<pid>` directory must not outlive it.
+#[test]
+fn the_namespace_directory_is_removed_at_exit() {
+    if std::env::var_os(ENV_CHILD).is_some() {
+        return;
+    }
+    let run = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "qp_numbers_are_machine_wide_and_resolve_to_their_process",
+            "--test-threads=1",
+        ])
+        .env_remove(vqp_softverbs::ENV_DIR)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn a copy of the test binary");
+    let mut run = run;
+    let pid = run.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while run.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = run.kill();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = run.wait_with_output().expect("its output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    let dir = namespace_dir(pid);
+    let left = dir.exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!left, "{} was left behind", dir.display());
+}

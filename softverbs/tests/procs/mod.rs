@@ -28,15 +28,34 @@ pub fn listening(port: u16) -> bool {
     })
 }
 
-/// Waits for `child` at most until `deadline`, killing it then.
-pub fn wait(mut child: Child, deadline: Instant, who: &str) -> Output {
+/// A child killed (and reaped) when dropped, so that a failing test leaves no process
+/// behind.
+pub struct Killed(pub Option<Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits for `child` at most until `deadline`; panics (after killing it) past that.
+pub fn wait(child: &mut Killed, deadline: Instant, who: &str) -> Output {
+    let slot = &mut child.0;
     loop {
-        match child.try_wait() {
-            Ok(Some(_)) => return child.wait_with_output().expect("collect output"),
+        let c = slot.as_mut().expect("a child not yet waited for");
+        match c.try_wait() {
+            Ok(Some(_)) => break,
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
             _ => {
-                let _ = child.kill();
-                let out = child.wait_with_output().expect("collect output");
+                let _ = c.kill();
+                let out = slot
+                    .take()
+                    .unwrap()
+                    .wait_with_output()
+                    .expect("collect output");
                 panic!(
                     "{who} ran past its time limit and was killed\nstdout:\n{}\nstderr:\n{}",
                     String::from_utf8_lossy(&out.stdout),
@@ -45,34 +64,42 @@ pub fn wait(mut child: Child, deadline: Instant, who: &str) -> Output {
             }
         }
     }
+    slot.take()
+        .unwrap()
+        .wait_with_output()
+        .expect("collect output")
 }
 
-/// Runs `server` then `client` (each a program and its arguments, with `env` set), the
-/// client once `port` listens; both must exit 0 within `limit`. Returns both outputs.
-pub fn run_pair(
+/// Starts `prog` with `args` and `env` set, its output captured.
+pub fn start(prog: &Path, args: &[String], env: &[(&str, &std::ffi::OsStr)]) -> Killed {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    Killed(Some(
+        c.spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", prog.display())),
+    ))
+}
+
+/// Starts `server`, waits (until `deadline`) for it to listen on `port`, then starts
+/// `client`.
+pub fn start_pair(
     server: (&Path, &[String]),
     client: (&Path, &[String]),
     env: &[(&str, &std::ffi::OsStr)],
     port: u16,
-    limit: Duration,
-) -> (Output, Output) {
-    let start = |(prog, args): (&Path, &[String])| {
-        let mut c = Command::new(prog);
-        c.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", prog.display()))
-    };
-    let deadline = Instant::now() + limit;
-    let mut srv = start(server);
+    deadline: Instant,
+) -> (Killed, Killed) {
+    let mut srv = start(server.0, server.1, env);
     while !listening(port) {
-        if let Ok(Some(_)) = srv.try_wait() {
-            let out = srv.wait_with_output().unwrap();
+        let c = srv.0.as_mut().unwrap();
+        if let Ok(Some(_)) = c.try_wait() {
+            let out = srv.0.take().unwrap().wait_with_output().unwrap();
             panic!(
                 "server exited before listening: {}",
                 String::from_utf8_lossy(&out.stderr)
@@ -81,9 +108,24 @@ pub fn run_pair(
         assert!(Instant::now() < deadline, "server never listened on {port}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let cli = start(client);
-    let c = wait(cli, deadline, "client");
-    let s = wait(srv, deadline + Duration::from_secs(5), "server");
+    let cli = start(client.0, client.1, env);
+    (srv, cli)
+}
+
+/// Runs `server` then `client` (each a program and its arguments, with `env` set), the
+/// client once `port` listens; both must exit 0 within `limit` (both are killed
+/// otherwise). Returns both outputs.
+pub fn run_pair(
+    server: (&Path, &[String]),
+    client: (&Path, &[String]),
+    env: &[(&str, &std::ffi::OsStr)],
+    port: u16,
+    limit: Duration,
+) -> (Output, Output) {
+    let deadline = Instant::now() + limit;
+    let (mut srv, mut cli) = start_pair(server, client, env, port, deadline);
+    let c = wait(&mut cli, deadline, "client");
+    let s = wait(&mut srv, deadline + Duration::from_secs(5), "server");
     for (who, o) in [("server", &s), ("client", &c)] {
         assert!(
             o.status.success(),

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
 use vqp_host::connect::{self, Address, Path};
@@ -22,16 +22,39 @@ pub const ENV_CHILD: &str = "VQP_XPROC_CHILD";
 pub const STEP: Duration = Duration::from_secs(20);
 
 static DIR: Once = Once::new();
+/// The namespace directory [`remove_namespace`] removes at exit.
+static MADE: OnceLock<PathBuf> = OnceLock::new();
+
+/// This test process's namespace directory (its children use their parent's).
+pub fn namespace_dir(pid: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("vqp-xproc-{pid}"))
+}
 
 /// Gives this test binary (and its children) a namespace of its own, before the
-/// provider starts.
+/// provider starts; the directory is removed when the process exits.
 pub fn isolate() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vqp-xproc-{}", std::process::id()));
+    let dir = namespace_dir(std::process::id());
     DIR.call_once(|| {
         let _ = std::fs::remove_dir_all(&dir);
         std::env::set_var(vqp_softverbs::ENV_DIR, &dir);
+        // Children run in their parent's directory: only the parent removes it.
+        if std::env::var_os(ENV_CHILD).is_none() && MADE.set(dir.clone()).is_ok() {
+            // Registered before the provider joins the namespace (on its first use,
+            // after this), so it runs after the provider's own exit handler has
+            // stopped its thread and removed its files.
+            // SAFETY: `remove_namespace` is an `extern "C" fn()` that neither unwinds
+            // nor calls `exit`.
+            unsafe { libc::atexit(remove_namespace) };
+        }
     });
     dir
+}
+
+/// At exit: removes the namespace directory [`isolate`] made.
+extern "C" fn remove_namespace() {
+    if let Some(dir) = MADE.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// A running child.
