@@ -342,6 +342,7 @@ const FAILURE_WORDS: &[&str] = &[
     "fail",
     "peer",
     "disconnect",
+    "closed the connection",
     "went away",
     "no progress",
     "silent",
