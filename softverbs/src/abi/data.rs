@@ -5,7 +5,7 @@ use core::ffi::c_int;
 
 use vqp_host::sys::*;
 
-use super::{obj, CqObj, QpObj};
+use super::object::{obj, CqObj, QpObj};
 use crate::provider;
 use crate::qp::{RecvWqe, SendWqe, Sges};
 
