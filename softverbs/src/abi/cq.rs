@@ -9,13 +9,14 @@ use std::sync::Arc;
 use vqp_host::sys::*;
 
 use super::device::ctx;
-use super::object::{free, into_raw, obj, ChannelObj, CqObj};
+use super::object::{live, live_or_closing, publish, retire, ChannelObj, CqObj};
 use super::set_errno;
 use crate::cq::{ChannelCore, CqCore};
 use crate::provider;
 
 /// Entries a CQ may have at most (`max_cqe`).
 pub const MAX_CQE: c_int = (1 << 22) - 1;
+
 /// `ibv_create_comp_channel`: its `fd` is an eventfd, readable while events wait.
 ///
 /// # Safety
@@ -24,7 +25,8 @@ pub const MAX_CQE: c_int = (1 << 22) - 1;
 pub unsafe extern "C" fn ibv_create_comp_channel(
     context: *mut ibv_context,
 ) -> *mut ibv_comp_channel {
-    if context.is_null() {
+    // SAFETY: per the contract.
+    if unsafe { ctx(context) }.is_none() {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
@@ -35,7 +37,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
             return core::ptr::null_mut();
         }
     };
-    into_raw::<_, ibv_comp_channel>(ChannelObj {
+    publish(ChannelObj {
         ibv: ibv_comp_channel {
             context,
             fd: core.fd.raw(),
@@ -45,28 +47,34 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     })
 }
 
-/// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it.
+/// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it; `EINVAL` for a channel that
+/// does not exist (destroyed already, or never created here).
 ///
 /// # Safety
-/// `channel` came from [`ibv_create_comp_channel`]; on success it is freed.
+/// No other thread uses the channel during the call or after it succeeds.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    // SAFETY: per the contract.
-    let Some(ch) = (unsafe { obj::<ChannelObj, _>(channel) }) else {
-        return libc::EINVAL;
+    let busy = |ch: &ChannelObj| {
+        if ch.core.users.load(Ordering::Acquire) != 0 {
+            Err(libc::EBUSY)
+        } else {
+            Ok(())
+        }
     };
-    if ch.core.users.load(Ordering::Acquire) != 0 {
-        return libc::EBUSY;
+    match retire::<ChannelObj>(channel, busy) {
+        Ok(ch) => {
+            ch.free();
+            0
+        }
+        Err(e) => e,
     }
-    // SAFETY: per the contract; `ch` is not used after this.
-    unsafe { free::<ChannelObj, _>(channel) };
-    0
 }
 
 /// `ibv_create_cq`: exactly `cqe` entries (1 ..= [`MAX_CQE`]); completion vector 0.
+/// `EINVAL` for a context or (non-null) channel that does not exist.
 ///
 /// # Safety
-/// `context` is a live context; `channel` is null or a live channel of this provider.
+/// No other thread destroys the context or the channel during the call.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_create_cq(
     context: *mut ibv_context,
@@ -84,8 +92,18 @@ pub unsafe extern "C" fn ibv_create_cq(
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
-    // SAFETY: per the contract.
-    let ch = unsafe { obj::<ChannelObj, _>(channel) }.map(|ch| Arc::clone(&ch.core));
+    let ch = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: per the contract.
+        match unsafe { live::<ChannelObj>(channel) } {
+            Some(ch) => Some(Arc::clone(&ch.core)),
+            None => {
+                set_errno(libc::EINVAL);
+                return core::ptr::null_mut();
+            }
+        }
+    };
     let core = Arc::new(CqCore::new(
         cqe as usize,
         c.core.dev,
@@ -101,7 +119,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         cqe,
         ..Default::default()
     };
-    let p = into_raw::<_, ibv_cq>(CqObj {
+    let p = publish(CqObj {
         ibv: UnsafeCell::new(ibv),
         core: Arc::clone(&core),
     });
@@ -110,23 +128,29 @@ pub unsafe extern "C" fn ibv_create_cq(
 }
 
 /// `ibv_destroy_cq`: `EBUSY` while QPs use it; waits until every completion event
-/// received for it was acknowledged.
+/// received for it was acknowledged (`ibv_ack_cq_events` still finds the CQ while it
+/// waits). `EINVAL` for a CQ that does not exist (destroyed already, or never created
+/// here).
 ///
 /// # Safety
-/// `cq` came from [`ibv_create_cq`]; on success it is freed.
+/// No other thread uses the CQ during the call (but for `ibv_ack_cq_events`) or after
+/// it succeeds.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    // SAFETY: per the contract.
-    let Some(q) = (unsafe { obj::<CqObj, _>(cq) }) else {
-        return libc::EINVAL;
+    let busy = |q: &CqObj| {
+        if q.core.users.load(Ordering::Acquire) != 0 {
+            Err(libc::EBUSY)
+        } else {
+            Ok(())
+        }
     };
-    if q.core.users.load(Ordering::Acquire) != 0 {
-        return libc::EBUSY;
-    }
-    q.core.wait_acked();
-    q.core.release_channel();
-    // SAFETY: per the contract; `q` is not used after this.
-    unsafe { free::<CqObj, _>(cq) };
+    let q = match retire::<CqObj>(cq, busy) {
+        Ok(q) => q,
+        Err(e) => return e,
+    };
+    q.get().core.wait_acked();
+    q.get().core.release_channel();
+    q.free();
     0
 }
 
@@ -142,7 +166,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     cq_context: *mut *mut c_void,
 ) -> c_int {
     // SAFETY: per the contract.
-    let Some(ch) = (unsafe { obj::<ChannelObj, _>(channel) }) else {
+    let Some(ch) = (unsafe { live::<ChannelObj>(channel) }) else {
         set_errno(libc::EINVAL);
         return -1;
     };
@@ -166,14 +190,14 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     0
 }
 
-/// `ibv_ack_cq_events`.
+/// `ibv_ack_cq_events`; ignored for a CQ that does not exist.
 ///
 /// # Safety
-/// `cq` is a live CQ.
+/// No other thread frees the CQ during the call.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     // SAFETY: per the contract.
-    if let Some(q) = unsafe { obj::<CqObj, _>(cq) } {
+    if let Some(q) = unsafe { live_or_closing::<CqObj>(cq) } {
         q.core.ack(nevents);
     }
 }

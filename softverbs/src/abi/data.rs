@@ -1,11 +1,14 @@
 //! The data path: the functions in every context's `ibv_context_ops`, which verbs.h's
 //! inline `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq` and `ibv_req_notify_cq` call.
+//!
+//! Objects here are not looked up in the registry of live handles (see `object`):
+//! the inline wrappers have already read the object's context to find these functions.
 
 use core::ffi::c_int;
 
 use vqp_host::sys::*;
 
-use super::object::{obj, CqObj, QpObj};
+use super::object::{unchecked, CqObj, QpObj};
 use crate::provider;
 use crate::qp::{RecvWqe, SendWqe, Sges};
 
@@ -161,7 +164,7 @@ pub(super) unsafe extern "C" fn post_send(
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
     // SAFETY: per the contract.
-    let Some(q) = (unsafe { obj::<QpObj, _>(qp) }) else {
+    let Some(q) = (unsafe { unchecked::<QpObj>(qp) }) else {
         return libc::EINVAL;
     };
     let mut chain = SendChain {
@@ -192,7 +195,7 @@ pub(super) unsafe extern "C" fn post_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     // SAFETY: per the contract.
-    let Some(q) = (unsafe { obj::<QpObj, _>(qp) }) else {
+    let Some(q) = (unsafe { unchecked::<QpObj>(qp) }) else {
         return libc::EINVAL;
     };
     let mut chain = RecvChain {
@@ -224,7 +227,7 @@ pub(super) unsafe extern "C" fn poll_cq(
     wc: *mut ibv_wc,
 ) -> c_int {
     // SAFETY: per the contract.
-    let Some(q) = (unsafe { obj::<CqObj, _>(cq) }) else {
+    let Some(q) = (unsafe { unchecked::<CqObj>(cq) }) else {
         return -1;
     };
     if num_entries < 0 || (num_entries > 0 && wc.is_null()) {
@@ -248,7 +251,7 @@ pub(super) unsafe extern "C" fn poll_cq(
 /// `cq` is a live CQ.
 pub(super) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     // SAFETY: per the contract.
-    let Some(q) = (unsafe { obj::<CqObj, _>(cq) }) else {
+    let Some(q) = (unsafe { unchecked::<CqObj>(cq) }) else {
         return libc::EINVAL;
     };
     match q.core.arm(solicited_only != 0) {

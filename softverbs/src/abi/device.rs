@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use vqp_host::sys::*;
 
 use super::cq::MAX_CQE;
-use super::object::{free, into_raw, obj, CtxObj};
+use super::object::{live, publish, retire, CtxObj};
 use super::{context_ops, set_errno};
 use crate::cq::CtxCore;
 use crate::provider;
@@ -104,17 +104,20 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     unsafe { libc::free(list.cast()) };
 }
 
-/// `ibv_get_device_name`: `soft<N>`; null for null.
+/// `ibv_get_device_name`: `soft<N>`; null (with `errno` `EINVAL`) for null or a
+/// pointer that is not one of this provider's devices.
 ///
 /// # Safety
-/// `device` is null or a device of this provider.
+/// None beyond the C prototype: the pointer is compared, never dereferenced unless it
+/// is one of the devices.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
-    if device.is_null() {
+    if device_index(device).is_none() {
         set_errno(libc::EINVAL);
         return core::ptr::null();
     }
-    // SAFETY: a live device struct (they are never freed); the name is NUL-terminated.
+    // SAFETY: one of the device structs, which are never freed; the name is
+    // NUL-terminated.
     unsafe { (*device).name.as_ptr() }
 }
 
@@ -154,32 +157,36 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         num_comp_vectors: 1,
         ..Default::default()
     };
-    into_raw::<_, ibv_context>(CtxObj {
+    publish(CtxObj {
         ibv: UnsafeCell::new(ibv),
         core,
     })
 }
 
 /// `ibv_close_device`. Objects still open on the context stay usable by the engine but
-/// must not be used through the closed context.
+/// must not be used through the closed context. `EINVAL` for a context that is not
+/// open (closed already, or never opened here).
 ///
 /// # Safety
-/// `context` came from [`ibv_open_device`] and is closed once.
+/// No other thread uses the context during the call or after it.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
-    if context.is_null() {
-        return libc::EINVAL;
+    match retire::<CtxObj>(context, |_| Ok(())) {
+        Ok(c) => {
+            c.free();
+            0
+        }
+        Err(e) => e,
     }
-    // SAFETY: per the contract.
-    unsafe { free::<CtxObj, _>(context) };
-    0
 }
 
+/// The open context behind `context`; `None` for null or one that is not open.
+///
 /// # Safety
-/// `context` is null or a live context of this provider.
+/// No other thread closes the context while the reference is used.
 pub(super) unsafe fn ctx<'a>(context: *mut ibv_context) -> Option<&'a CtxObj> {
     // SAFETY: forwarded.
-    unsafe { obj::<CtxObj, _>(context) }
+    unsafe { live::<CtxObj>(context) }
 }
 
 /// `ibv_query_device`.
@@ -324,7 +331,8 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    if context.is_null() || port_num != 1 || index != 0 || pkey.is_null() {
+    // SAFETY: per the contract.
+    if unsafe { ctx(context) }.is_none() || port_num != 1 || index != 0 || pkey.is_null() {
         return libc::EINVAL;
     }
     // SAFETY: a writable u16 (contract).

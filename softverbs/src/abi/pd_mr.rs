@@ -8,7 +8,7 @@ use std::sync::Arc;
 use vqp_host::sys::*;
 
 use super::device::ctx;
-use super::object::{free, into_raw, obj, MrObj, PdCore, PdObj};
+use super::object::{live, publish, retire, MrObj, PdCore, PdObj};
 use super::set_errno;
 use crate::mem::MrInfo;
 use crate::provider;
@@ -25,7 +25,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
         return core::ptr::null_mut();
     };
     let id = provider::get().next_id();
-    into_raw::<_, ibv_pd>(PdObj {
+    publish(PdObj {
         ibv: ibv_pd {
             context,
             handle: id,
@@ -38,22 +38,27 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     })
 }
 
-/// `ibv_dealloc_pd`: `EBUSY` while MRs or QPs use it.
+/// `ibv_dealloc_pd`: `EBUSY` while MRs or QPs use it; `EINVAL` for a PD that is not
+/// allocated (deallocated already, or never allocated here).
 ///
 /// # Safety
-/// `pd` came from [`ibv_alloc_pd`]; on success it is freed.
+/// No other thread uses the PD during the call or after it succeeds.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    // SAFETY: per the contract.
-    let Some(p) = (unsafe { obj::<PdObj, _>(pd) }) else {
-        return libc::EINVAL;
+    let busy = |p: &PdObj| {
+        if p.core.users.load(Ordering::Acquire) != 0 {
+            Err(libc::EBUSY)
+        } else {
+            Ok(())
+        }
     };
-    if p.core.users.load(Ordering::Acquire) != 0 {
-        return libc::EBUSY;
+    match retire::<PdObj>(pd, busy) {
+        Ok(p) => {
+            p.free();
+            0
+        }
+        Err(e) => e,
     }
-    // SAFETY: per the contract; `p` is not used after this.
-    unsafe { free::<PdObj, _>(pd) };
-    0
 }
 
 /// Access bits `ibv_reg_mr` accepts.
@@ -80,7 +85,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
     access: c_int,
 ) -> *mut ibv_mr {
     // SAFETY: per the contract.
-    let Some(p) = (unsafe { obj::<PdObj, _>(pd) }) else {
+    let Some(p) = (unsafe { live::<PdObj>(pd) }) else {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };
@@ -112,7 +117,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
         return core::ptr::null_mut();
     };
     p.core.users.fetch_add(1, Ordering::AcqRel);
-    into_raw::<_, ibv_mr>(MrObj {
+    publish(MrObj {
         ibv: ibv_mr {
             // SAFETY: a live PD (contract).
             context: unsafe { (*pd).context },
@@ -164,22 +169,23 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
 }
 
 /// `ibv_dereg_mr`. WQEs that reach the region afterwards fail with a protection error.
+/// `EINVAL` for a region that is not registered (deregistered already, or never
+/// registered here): the key table and the PD's count are left alone.
 ///
 /// # Safety
-/// `mr` came from [`ibv_reg_mr`] and is deregistered once.
+/// No other thread uses the MR during the call or after it.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    // SAFETY: per the contract.
-    let Some(m) = (unsafe { obj::<MrObj, _>(mr) }) else {
-        return libc::EINVAL;
+    let m = match retire::<MrObj>(mr, |_| Ok(())) {
+        Ok(m) => m,
+        Err(e) => return e,
     };
     provider::get()
         .mrs
         .write()
         .unwrap_or_else(|e| e.into_inner())
-        .deregister(m.ibv.lkey);
-    m.pd.users.fetch_sub(1, Ordering::AcqRel);
-    // SAFETY: per the contract; `m` is not used after this.
-    unsafe { free::<MrObj, _>(mr) };
+        .deregister(m.get().ibv.lkey);
+    m.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+    m.free();
     0
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use vqp_host::sys::*;
 
-use super::object::{free, into_raw, obj, CqObj, PdObj, QpObj};
+use super::object::{live, publish, retire, CqObj, PdObj, QpObj};
 use super::set_errno;
 use crate::provider;
 use crate::qp::{QpCore, MAX_INLINE};
@@ -16,16 +16,18 @@ use crate::qp::{QpCore, MAX_INLINE};
 /// `ibv_create_qp`: RC only (`EOPNOTSUPP` for other types, `EINVAL` for SRQs or sizes
 /// beyond the device's limits). Writes the granted sizes back into `qp_init_attr.cap`.
 ///
+/// `EINVAL` too for a PD or CQ that does not exist.
+///
 /// # Safety
-/// `pd` is a live PD; `qp_init_attr` points to a readable and writable
-/// `ibv_qp_init_attr` whose CQs are live CQs of this provider.
+/// `qp_init_attr` points to a readable and writable `ibv_qp_init_attr`; no other
+/// thread destroys the PD or the CQs during the call.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     // SAFETY: per the contract.
-    let (Some(p), Some(init)) = (unsafe { obj::<PdObj, _>(pd) }, unsafe {
+    let (Some(p), Some(init)) = (unsafe { live::<PdObj>(pd) }, unsafe {
         qp_init_attr.as_mut()
     }) else {
         set_errno(libc::EINVAL);
@@ -36,8 +38,8 @@ pub unsafe extern "C" fn ibv_create_qp(
         return core::ptr::null_mut();
     }
     // SAFETY: per the contract.
-    let (Some(scq), Some(rcq)) = (unsafe { obj::<CqObj, _>(init.send_cq) }, unsafe {
-        obj::<CqObj, _>(init.recv_cq)
+    let (Some(scq), Some(rcq)) = (unsafe { live::<CqObj>(init.send_cq) }, unsafe {
+        live::<CqObj>(init.recv_cq)
     }) else {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
@@ -95,7 +97,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         qp_type: IBV_QPT_RC,
         ..Default::default()
     };
-    let ptr = into_raw::<_, ibv_qp>(QpObj {
+    let ptr = publish(QpObj {
         ibv: UnsafeCell::new(ibv),
         core: Arc::clone(&core),
         pd: Arc::clone(&p.core),
@@ -104,28 +106,31 @@ pub unsafe extern "C" fn ibv_create_qp(
     ptr
 }
 
-/// # Safety
-/// `qp` is null or a live QP of this provider.
-unsafe fn qp_obj<'a>(qp: *mut ibv_qp) -> Option<&'a QpObj> {
-    // SAFETY: forwarded.
-    unsafe { obj::<QpObj, _>(qp) }
-}
-
-/// `ibv_destroy_qp`: outstanding WQEs are dropped without completions.
+/// The QP behind `qp`; `None` for null or a QP that does not exist.
 ///
 /// # Safety
-/// `qp` came from [`ibv_create_qp`] and is destroyed once.
+/// No other thread destroys the QP while the reference is used.
+unsafe fn qp_obj<'a>(qp: *mut ibv_qp) -> Option<&'a QpObj> {
+    // SAFETY: forwarded.
+    unsafe { live::<QpObj>(qp) }
+}
+
+/// `ibv_destroy_qp`: outstanding WQEs are dropped without completions. `EINVAL` for a
+/// QP that does not exist (destroyed already, or never created here): the QP registry,
+/// the CQs' and the PD's counts are left alone.
+///
+/// # Safety
+/// No other thread uses the QP during the call or after it succeeds.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    // SAFETY: per the contract.
-    let Some(q) = (unsafe { qp_obj(qp) }) else {
-        return libc::EINVAL;
+    let q = match retire::<QpObj>(qp, |_| Ok(())) {
+        Ok(q) => q,
+        Err(e) => return e,
     };
-    provider::get().unregister_qp(q.core.qpn);
-    q.core.destroy();
-    q.pd.users.fetch_sub(1, Ordering::AcqRel);
-    // SAFETY: per the contract; `q` is not used after this.
-    unsafe { free::<QpObj, _>(qp) };
+    provider::get().unregister_qp(q.get().core.qpn);
+    q.get().core.destroy();
+    q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+    q.free();
     0
 }
 
