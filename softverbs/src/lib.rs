@@ -125,6 +125,12 @@
 //! A send-queue slot of an unsignaled WQE is released when a later signaled WQE of the
 //! QP completes, as on hardware: a QP posting only unsignaled WQEs fills up (`ENOMEM`).
 //!
+//! A control verb given an object that does not exist — destroyed already (a second
+//! `ibv_destroy_qp`, `ibv_destroy_cq`, `ibv_dereg_mr`, …), never handed out here, or of
+//! another kind — returns `EINVAL` (or null with `errno` `EINVAL`) without touching
+//! memory: live objects are kept in a registry. An address freed and reused by a new
+//! object of the same kind is that new object, a limit of the C ABI.
+//!
 //! # Cost
 //! `cargo bench -p vqp-softverbs --bench provider` (inline progress, one core, on a
 //! 2-core VM): 64-byte RDMA WRITEs at about 7.4 M WQEs/s in chains of 32 with the last

@@ -488,29 +488,30 @@ impl QpCore {
         }
     }
 
-    /// Checks the shape of a send request before its data is read: opcode, SGE count,
-    /// inline size, atomic operand. An errno value on failure.
-    pub fn check_send(
-        &self,
-        opcode: u32,
-        flags: u32,
-        num_sge: i32,
-        inline_len: u64,
-    ) -> Result<(), i32> {
+    /// Checks the shape of a send request before its SGEs are read: opcode, SGE count
+    /// (`n`, see [`sge_count`]), inline opcode, atomic operand. An errno value on
+    /// failure, as rdma-core's mlx5 provider (`providers/mlx5/qp.c`,
+    /// `_mlx5_post_send`) answers where it checks the same thing:
+    /// - an opcode this QP does not execute: `EINVAL` (mlx5: `EINVAL` for one outside
+    ///   its opcode table);
+    /// - more SGEs than the QP's `max_send_sge`, inline or not: `ENOMEM` (mlx5:
+    ///   `num_sge > qp->sq.qp_state_max_gs` → `ENOMEM`);
+    /// - `IBV_SEND_INLINE` on a READ or an atomic, and an atomic without exactly one
+    ///   SGE: `EINVAL` (mlx5 does not check these and builds a WQE the device then
+    ///   fails; the verbs' "invalid request" is the clearer answer).
+    pub fn check_send(&self, opcode: u32, flags: u32, n: u32) -> Result<(), i32> {
         if !supported(opcode) {
             return Err(libc::EINVAL);
         }
-        let n = u32::try_from(num_sge).map_err(|_| libc::EINVAL)?;
-        if flags & IBV_SEND_INLINE != 0 {
-            if !matches!(
+        if n > self.cap.max_send_sge {
+            return Err(libc::ENOMEM);
+        }
+        if flags & IBV_SEND_INLINE != 0
+            && !matches!(
                 opcode,
                 IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
-            ) || inline_len > u64::from(self.cap.max_inline_data)
-                || n > MAX_SGE
-            {
-                return Err(libc::EINVAL);
-            }
-        } else if n > self.cap.max_send_sge {
+            )
+        {
             return Err(libc::EINVAL);
         }
         if matches!(
@@ -519,6 +520,15 @@ impl QpCore {
         ) && n != 1
         {
             return Err(libc::EINVAL);
+        }
+        Ok(())
+    }
+
+    /// Checks the length of inline data: more than the QP's `max_inline_data` is
+    /// `ENOMEM`, as in mlx5's `set_data_inl_seg` (`providers/mlx5/qp.c`).
+    pub fn check_inline(&self, len: u64) -> Result<(), i32> {
+        if len > u64::from(self.cap.max_inline_data) {
+            return Err(libc::ENOMEM);
         }
         Ok(())
     }
@@ -601,13 +611,26 @@ impl QpCore {
         (posted, Ok(()))
     }
 
-    /// Checks the shape of a receive request.
-    pub fn check_recv(&self, num_sge: i32) -> Result<(), i32> {
-        match u32::try_from(num_sge) {
-            Ok(n) if n <= self.cap.max_recv_sge => Ok(()),
-            _ => Err(libc::EINVAL),
+    /// Checks the shape of a receive request: more SGEs (`n`, see [`sge_count`]) than
+    /// the QP's `max_recv_sge` is `EINVAL`, as in mlx5's `mlx5_post_recv`
+    /// (`providers/mlx5/qp.c`: `num_sge > qp->rq.qp_state_max_gs` → `EINVAL`).
+    pub fn check_recv(&self, n: u32) -> Result<(), i32> {
+        if n > self.cap.max_recv_sge {
+            return Err(libc::EINVAL);
         }
+        Ok(())
     }
+}
+
+/// The number of SGEs a work request's `num_sge` names. A negative count is taken as
+/// none, as rdma-core's mlx5 provider does: `_mlx5_post_send` and `mlx5_post_recv`
+/// (`providers/mlx5/qp.c`) compare the signed `num_sge` with a signed limit, which a
+/// negative value passes, and their gather/scatter loops (`i < num_sge`) then copy no
+/// entry, so the request is posted without data. (The specification has no negative
+/// count; some providers refuse one with `EINVAL`, but this provider stands in for
+/// ConnectX and answers as it does.)
+pub(crate) fn sge_count(num_sge: i32) -> u32 {
+    u32::try_from(num_sge).unwrap_or(0)
 }
 
 /// Copies the attributes named in `mask` from `src` into `dst`.

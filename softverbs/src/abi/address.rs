@@ -7,7 +7,8 @@ use core::ffi::c_int;
 
 use vqp_host::sys::*;
 
-use super::{obj, set_errno, CtxObj};
+use super::object::{live, CtxObj};
+use super::set_errno;
 use crate::provider;
 
 /// `struct ibv_grh`: the global route header in front of a UD receive buffer.
@@ -53,7 +54,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
 ) -> c_int {
     // SAFETY: per the contract.
     let (Some(c), Some(wc), Some(out)) = (
-        unsafe { obj::<CtxObj, _>(context) },
+        unsafe { live::<CtxObj>(context) },
         unsafe { wc.as_ref() },
         unsafe { ah_attr.as_mut() },
     ) else {

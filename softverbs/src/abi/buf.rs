@@ -10,7 +10,8 @@ use core::ffi::{c_int, c_void};
 
 use vqp_host::sys::*;
 
-use super::{ibv_reg_mr_iova2, obj, set_errno, PdObj};
+use super::object::{live, PdObj};
+use super::{ibv_reg_mr_iova2, set_errno};
 
 /// `enum ibv_mr_init_attr_mask`: `iova` is set.
 pub const IBV_REG_MR_MASK_IOVA: u64 = 1;
@@ -72,7 +73,7 @@ pub unsafe extern "C" fn ibv_alloc_buf(
     buf: *mut *mut SoftBuf,
 ) -> *mut c_void {
     // SAFETY: per the contract.
-    if unsafe { obj::<PdObj, _>(pd) }.is_none() || buf.is_null() || size == 0 {
+    if unsafe { live::<PdObj>(pd) }.is_none() || buf.is_null() || size == 0 {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }

@@ -1,13 +1,16 @@
 //! The data path: the functions in every context's `ibv_context_ops`, which verbs.h's
 //! inline `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq` and `ibv_req_notify_cq` call.
+//!
+//! Objects here are not looked up in the registry of live handles (see `object`):
+//! the inline wrappers have already read the object's context to find these functions.
 
 use core::ffi::c_int;
 
 use vqp_host::sys::*;
 
-use super::{obj, CqObj, QpObj};
+use super::object::{unchecked, CqObj, QpObj};
 use crate::provider;
-use crate::qp::{RecvWqe, SendWqe, Sges};
+use crate::qp::{sge_count, RecvWqe, SendWqe, Sges};
 
 /// Walks a send chain, turning each request into a [`SendWqe`] (or the errno that
 /// refuses it), reading the application's structs as it goes.
@@ -30,22 +33,21 @@ impl Iterator for SendChain<'_> {
 
 impl SendChain<'_> {
     fn convert(&self, wr: &ibv_send_wr) -> Result<SendWqe, i32> {
-        let n = usize::try_from(wr.num_sge).map_err(|_| libc::EINVAL)?;
+        let n = sge_count(wr.num_sge);
+        self.qp.check_send(wr.opcode, wr.send_flags, n)?;
         let sges: &[ibv_sge] = if n == 0 {
             &[]
         } else if wr.sg_list.is_null() {
             return Err(libc::EINVAL);
         } else {
-            let sges_n = n.min(crate::qp::MAX_SGE as usize + 1);
-            // SAFETY: `sg_list` holds `num_sge` entries (contract); we read at most that
-            // many, and `check_send` below refuses counts above the limit before use.
-            unsafe { core::slice::from_raw_parts(wr.sg_list, sges_n) }
+            // SAFETY: `sg_list` holds `num_sge` entries (contract), `num_sge` checked
+            // against the QP's limit above.
+            unsafe { core::slice::from_raw_parts(wr.sg_list, n as usize) }
         };
         let inline_flag = wr.send_flags & IBV_SEND_INLINE != 0;
-        let inline_len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
-        self.qp
-            .check_send(wr.opcode, wr.send_flags, wr.num_sge, inline_len)?;
         let inline = if inline_flag {
+            let inline_len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+            self.qp.check_inline(inline_len)?;
             let mut data = Vec::with_capacity(inline_len as usize);
             for s in sges {
                 if s.length == 0 {
@@ -111,10 +113,11 @@ impl Iterator for RecvChain<'_> {
         // SAFETY: a valid null-terminated chain (the caller's contract in `post_recv`).
         let wr = unsafe { self.cur.as_ref() }?;
         self.cur = wr.next;
-        if let Err(e) = self.qp.check_recv(wr.num_sge) {
+        let n = sge_count(wr.num_sge);
+        if let Err(e) = self.qp.check_recv(n) {
             return Some(Err(e));
         }
-        let n = wr.num_sge as usize;
+        let n = n as usize;
         if n > 0 && wr.sg_list.is_null() {
             return Some(Err(libc::EINVAL));
         }
@@ -149,8 +152,11 @@ unsafe fn nth<T>(head: *mut T, index: u32, next: impl Fn(&T) -> *mut T) -> *mut 
 }
 
 /// `ops.post_send`: queues the chain; on failure `*bad_wr` is the first request not
-/// posted (those before it were), and the return value an errno: `EINVAL` (bad opcode,
-/// SGE count, inline size, QP not in RTS), `ENOMEM` (send queue full).
+/// posted (those before it were), and the return value an errno, as mlx5 answers (see
+/// `QpCore::check_send`): `EINVAL` (bad opcode, inline on a READ or atomic, an atomic
+/// without one SGE, QP not in RTS), `ENOMEM` (send queue full, more SGEs than
+/// `max_send_sge`, inline data over `max_inline_data`). A negative `num_sge` is taken
+/// as no SGEs (see `sge_count`).
 ///
 /// # Safety
 /// `qp` is a live QP of this provider; `wr` is a valid null-terminated chain whose SGE
@@ -161,7 +167,7 @@ pub(super) unsafe extern "C" fn post_send(
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
     // SAFETY: per the contract.
-    let Some(q) = (unsafe { obj::<QpObj, _>(qp) }) else {
+    let Some(q) = (unsafe { unchecked::<QpObj>(qp) }) else {
         return libc::EINVAL;
     };
     let mut chain = SendChain {
@@ -182,7 +188,8 @@ pub(super) unsafe extern "C" fn post_send(
     }
 }
 
-/// `ops.post_recv`: as [`post_send`], for the receive queue (`EINVAL` in RESET).
+/// `ops.post_recv`: as [`post_send`], for the receive queue: `EINVAL` in RESET or for
+/// more SGEs than `max_recv_sge`, `ENOMEM` when the receive queue is full.
 ///
 /// # Safety
 /// As [`post_send`].
@@ -192,7 +199,7 @@ pub(super) unsafe extern "C" fn post_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     // SAFETY: per the contract.
-    let Some(q) = (unsafe { obj::<QpObj, _>(qp) }) else {
+    let Some(q) = (unsafe { unchecked::<QpObj>(qp) }) else {
         return libc::EINVAL;
     };
     let mut chain = RecvChain {
@@ -214,7 +221,8 @@ pub(super) unsafe extern "C" fn post_recv(
 
 /// `ops.poll_cq`: runs the progress engine (if no other thread is), then moves up to
 /// `num_entries` completions into `wc`. Returns the count, or -1 once an overflowed CQ
-/// has nothing left.
+/// has nothing left. `num_entries` of 0 or less polls nothing and returns 0, as mlx5's
+/// `poll_cq` (`providers/mlx5/cq.c`: its loop `npolled < ne` never runs) does.
 ///
 /// # Safety
 /// `cq` is a live CQ; `wc` has room for `num_entries` entries.
@@ -224,10 +232,13 @@ pub(super) unsafe extern "C" fn poll_cq(
     wc: *mut ibv_wc,
 ) -> c_int {
     // SAFETY: per the contract.
-    let Some(q) = (unsafe { obj::<CqObj, _>(cq) }) else {
+    let Some(q) = (unsafe { unchecked::<CqObj>(cq) }) else {
         return -1;
     };
-    if num_entries < 0 || (num_entries > 0 && wc.is_null()) {
+    if num_entries <= 0 {
+        return 0;
+    }
+    if wc.is_null() {
         return -1;
     }
     provider::get().engine.poll_progress();
@@ -248,7 +259,7 @@ pub(super) unsafe extern "C" fn poll_cq(
 /// `cq` is a live CQ.
 pub(super) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     // SAFETY: per the contract.
-    let Some(q) = (unsafe { obj::<CqObj, _>(cq) }) else {
+    let Some(q) = (unsafe { unchecked::<CqObj>(cq) }) else {
         return libc::EINVAL;
     };
     match q.core.arm(solicited_only != 0) {

@@ -9,7 +9,8 @@ use core::ffi::{c_int, c_uint, c_void};
 
 use vqp_host::sys::*;
 
-use super::{obj, set_errno, CtxObj, QpObj};
+use super::object::{live, CtxObj, QpObj};
+use super::set_errno;
 use crate::provider;
 
 /// `enum ibv_gid_type`: an InfiniBand GID (softverbs' ports are InfiniBand).
@@ -51,7 +52,7 @@ pub struct ibv_gid_entry {
 /// `context` is null or a live context of this provider.
 unsafe fn ctx_dev(context: *mut ibv_context) -> Option<usize> {
     // SAFETY: forwarded.
-    unsafe { obj::<CtxObj, _>(context) }.map(|c| c.core.dev)
+    unsafe { live::<CtxObj>(context) }.map(|c| c.core.dev)
 }
 
 /// The GID table entry `(port, index)` of device `dev`: one GID, index 0 of port 1.
@@ -303,7 +304,7 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
     // SAFETY: per the contract.
-    let errno = match unsafe { obj::<QpObj, _>(qp) } {
+    let errno = match unsafe { live::<QpObj>(qp) } {
         Some(_) => libc::EOPNOTSUPP,
         None => libc::EINVAL,
     };

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use vqp_host::sys::*;
 
-use super::{obj, set_errno, CqObj, MrObj, PdObj, MAX_CQE};
+use super::object::{live, CqObj, MrObj, PdObj};
+use super::pd_mr::MR_ACCESS;
+use super::{set_errno, MAX_CQE};
 use crate::provider;
 
 /// `ibv_resize_cq`: the CQ holds exactly `cqe` entries from now on (1 ..= `MAX_CQE`),
@@ -19,7 +21,7 @@ use crate::provider;
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     // SAFETY: per the contract.
-    let Some(q) = (unsafe { obj::<CqObj, _>(cq) }) else {
+    let Some(q) = (unsafe { live::<CqObj>(cq) }) else {
         return libc::EINVAL;
     };
     if !(1..=MAX_CQE).contains(&cqe) {
@@ -44,16 +46,6 @@ pub const IBV_REREG_MR_CHANGE_ACCESS: c_int = 1 << 2;
 pub const IBV_REREG_MR_ERR_INPUT: c_int = -1;
 /// `enum ibv_rereg_mr_err_code`: the device refused the change; the MR is unchanged.
 pub const IBV_REREG_MR_ERR_CMD: c_int = -4;
-
-/// Access bits a registration accepts (those of `ibv_reg_mr`).
-const MR_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
-    | IBV_ACCESS_REMOTE_WRITE
-    | IBV_ACCESS_REMOTE_READ
-    | IBV_ACCESS_REMOTE_ATOMIC
-    | IBV_ACCESS_MW_BIND
-    | IBV_ACCESS_ON_DEMAND
-    | IBV_ACCESS_HUGETLB
-    | IBV_ACCESS_RELAXED_ORDERING;
 
 /// `ibv_rereg_mr`: changes the region's translation (`addr`, `length`), protection
 /// domain and/or access flags, as `flags` says; `lkey` and `rkey` stay the same, and
@@ -105,7 +97,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     let mut new_pd = None;
     if flags & IBV_REREG_MR_CHANGE_PD != 0 {
         // SAFETY: per the contract.
-        match unsafe { obj::<PdObj, _>(pd) } {
+        match unsafe { live::<PdObj>(pd) } {
             Some(q) if q.core.dev == info.dev => {
                 info.pd = q.core.id;
                 new_pd = Some(Arc::clone(&q.core));
@@ -200,7 +192,7 @@ mod tests {
         // SAFETY: a live context.
         let cq = unsafe { ibv_create_cq(ctx, 4, core::ptr::null_mut(), core::ptr::null_mut(), 0) };
         // SAFETY: a live CQ of this provider.
-        let q = unsafe { obj::<CqObj, _>(cq) }.unwrap();
+        let q = unsafe { live::<CqObj>(cq) }.unwrap();
         for i in 0..3 {
             let wc = ibv_wc {
                 wr_id: i,

@@ -1,64 +1,7 @@
-//! Pure helpers of libibverbs: the asynchronous event and work request names, the
-//! static rate conversions, and the fork-support questions.
+//! Pure helpers of libibverbs: the static rate conversions and the fork-support
+//! questions (the names of enumerations are in `strings`).
 
-use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
-
-/// `ibv_event_type_str`: libibverbs' text for an asynchronous event type (`"unknown"`
-/// past the last one).
-#[cfg_attr(feature = "c-symbols", no_mangle)]
-pub extern "C" fn ibv_event_type_str(event: c_uint) -> *const c_char {
-    const S: [&CStr; 21] = [
-        c"CQ error",
-        c"local work queue catastrophic error",
-        c"invalid request local work queue error",
-        c"local access violation work queue error",
-        c"communication established",
-        c"send queue drained",
-        c"path migrated",
-        c"path migration request error",
-        c"local catastrophic error",
-        c"port active",
-        c"port error",
-        c"LID change",
-        c"P_Key change",
-        c"SM change",
-        c"SRQ catastrophic error",
-        c"SRQ limit reached",
-        c"last WQE reached",
-        c"client reregistration",
-        c"GID table change",
-        c"WQ fatal",
-        c"Device link speed change",
-    ];
-    S.get(event as usize)
-        .copied()
-        .unwrap_or(c"unknown")
-        .as_ptr()
-}
-
-/// `ibv_wr_opcode_str` (rdma-core private ABI): libibverbs' text for a work request
-/// opcode (`"unknown"` for a value that names none).
-#[cfg_attr(feature = "c-symbols", no_mangle)]
-pub extern "C" fn ibv_wr_opcode_str(opcode: c_uint) -> *const c_char {
-    match opcode {
-        0 => c"rdma-write",
-        1 => c"rdma-write-with-imm",
-        2 => c"send",
-        3 => c"send-with-imm",
-        4 => c"rdma-read",
-        5 => c"atomic-cmp-and-swp",
-        6 => c"atomic-fetch-and-add",
-        7 => c"local-inv",
-        8 => c"bind-mw",
-        9 => c"send-with-inv",
-        10 => c"tso",
-        11 => c"driver1",
-        14 => c"flush",
-        15 => c"atomic-write",
-        _ => c"unknown",
-    }
-    .as_ptr()
-}
+use core::ffi::{c_int, c_void};
 
 /// `enum ibv_rate` value, its multiple of 2.5 Gb/s (where it is one) and its data rate
 /// in Mb/s, as the InfiniBand specification's rate table gives them.
@@ -160,25 +103,6 @@ pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn s(p: *const c_char) -> &'static str {
-        // SAFETY: the functions return static NUL-terminated strings.
-        unsafe { CStr::from_ptr(p) }.to_str().unwrap()
-    }
-
-    #[test]
-    fn event_names_follow_the_enum() {
-        assert_eq!(s(ibv_event_type_str(0)), "CQ error");
-        assert_eq!(s(ibv_event_type_str(9)), "port active");
-        assert_eq!(s(ibv_event_type_str(10)), "port error");
-        assert_eq!(s(ibv_event_type_str(20)), "Device link speed change");
-        assert_eq!(s(ibv_event_type_str(21)), "unknown");
-        assert_eq!(s(ibv_event_type_str(u32::MAX)), "unknown");
-        assert_eq!(s(ibv_wr_opcode_str(0)), "rdma-write");
-        assert_eq!(s(ibv_wr_opcode_str(4)), "rdma-read");
-        assert_eq!(s(ibv_wr_opcode_str(15)), "atomic-write");
-        assert_eq!(s(ibv_wr_opcode_str(12)), "unknown");
-    }
 
     #[test]
     fn rates_convert_both_ways() {

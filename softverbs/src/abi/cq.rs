@@ -1,0 +1,203 @@
+//! Completion channels and completion queues: creation, destruction, and the
+//! `ibv_get_cq_event` / `ibv_ack_cq_events` pair. Polling and arming are in `data`.
+
+use core::cell::UnsafeCell;
+use core::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use vqp_host::sys::*;
+
+use super::device::ctx;
+use super::object::{live, live_or_closing, publish, retire, ChannelObj, CqObj};
+use super::set_errno;
+use crate::cq::{ChannelCore, CqCore};
+use crate::provider;
+
+/// Entries a CQ may have at most (`max_cqe`).
+pub const MAX_CQE: c_int = (1 << 22) - 1;
+
+/// `ibv_create_comp_channel`: its `fd` is an eventfd, readable while events wait.
+///
+/// # Safety
+/// `context` is a live context.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    // SAFETY: per the contract.
+    if unsafe { ctx(context) }.is_none() {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    let core = match ChannelCore::new() {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+            return core::ptr::null_mut();
+        }
+    };
+    publish(ChannelObj {
+        ibv: ibv_comp_channel {
+            context,
+            fd: core.fd.raw(),
+            refcnt: 0,
+        },
+        core,
+    })
+}
+
+/// `ibv_destroy_comp_channel`: `EBUSY` while CQs use it; `EINVAL` for a channel that
+/// does not exist (destroyed already, or never created here).
+///
+/// # Safety
+/// No other thread uses the channel during the call or after it succeeds.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    let busy = |ch: &ChannelObj| {
+        if ch.core.users.load(Ordering::Acquire) != 0 {
+            Err(libc::EBUSY)
+        } else {
+            Ok(())
+        }
+    };
+    match retire::<ChannelObj>(channel, busy) {
+        Ok(ch) => {
+            ch.free();
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+/// `ibv_create_cq`: exactly `cqe` entries (1 ..= [`MAX_CQE`]); completion vector 0.
+/// `EINVAL` for a context or (non-null) channel that does not exist.
+///
+/// # Safety
+/// No other thread destroys the context or the channel during the call.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { ctx(context) }) else {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    };
+    if !(1..=MAX_CQE).contains(&cqe) || comp_vector != 0 {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    let ch = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: per the contract.
+        match unsafe { live::<ChannelObj>(channel) } {
+            Some(ch) => Some(Arc::clone(&ch.core)),
+            None => {
+                set_errno(libc::EINVAL);
+                return core::ptr::null_mut();
+            }
+        }
+    };
+    let core = Arc::new(CqCore::new(
+        cqe as usize,
+        c.core.dev,
+        Arc::clone(&c.core),
+        ch,
+        cq_context as usize,
+    ));
+    let ibv = ibv_cq {
+        context,
+        channel,
+        cq_context,
+        handle: provider::get().next_id(),
+        cqe,
+        ..Default::default()
+    };
+    let p = publish(CqObj {
+        ibv: UnsafeCell::new(ibv),
+        core: Arc::clone(&core),
+    });
+    core.handle.store(p as usize, Ordering::Relaxed);
+    p
+}
+
+/// `ibv_destroy_cq`: `EBUSY` while QPs use it; waits until every completion event
+/// received for it was acknowledged (`ibv_ack_cq_events` still finds the CQ while it
+/// waits). `EINVAL` for a CQ that does not exist (destroyed already, or never created
+/// here).
+///
+/// # Safety
+/// No other thread uses the CQ during the call (but for `ibv_ack_cq_events`) or after
+/// it succeeds.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    let busy = |q: &CqObj| {
+        if q.core.users.load(Ordering::Acquire) != 0 {
+            Err(libc::EBUSY)
+        } else {
+            Ok(())
+        }
+    };
+    let q = match retire::<CqObj>(cq, busy) {
+        Ok(q) => q,
+        Err(e) => return e,
+    };
+    q.get().core.wait_acked();
+    q.get().core.release_channel();
+    q.free();
+    0
+}
+
+/// `ibv_get_cq_event`: waits for the next event (honouring `O_NONBLOCK` on the
+/// channel's fd: then -1 with `EAGAIN`).
+///
+/// # Safety
+/// `channel` is a live channel; `cq` and `cq_context` point to writable pointers.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(ch) = (unsafe { live::<ChannelObj>(channel) }) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if cq.is_null() || cq_context.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    if let Err(e) = ch.core.fd.wait_one() {
+        set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+        return -1;
+    }
+    let Some((q, qctx)) = ch.core.take() else {
+        set_errno(libc::EIO);
+        return -1;
+    };
+    // SAFETY: writable out-pointers (contract).
+    unsafe {
+        *cq = q as *mut ibv_cq;
+        *cq_context = qctx as *mut c_void;
+    }
+    0
+}
+
+/// `ibv_ack_cq_events`; ignored for a CQ that does not exist.
+///
+/// # Safety
+/// No other thread frees the CQ during the call.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    // SAFETY: per the contract.
+    if let Some(q) = unsafe { live_or_closing::<CqObj>(cq) } {
+        q.core.ack(nevents);
+    }
+}

@@ -1,0 +1,112 @@
+//! Asynchronous events: `struct ibv_async_event` and `ibv_get_async_event` /
+//! `ibv_ack_async_event` over the context's `async_fd`.
+
+use core::ffi::{c_int, c_void};
+
+use vqp_host::sys::*;
+
+use super::device::ctx;
+use super::set_errno;
+
+/// `union { ibv_cq *cq; ibv_qp *qp; ibv_srq *srq; ibv_wq *wq; int port_num; }` of
+/// [`ibv_async_event`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_async_event_element {
+    /// The CQ of a CQ event.
+    pub cq: *mut ibv_cq,
+    /// The QP of a QP event.
+    pub qp: *mut ibv_qp,
+    /// The SRQ of an SRQ event (never raised here).
+    pub srq: *mut c_void,
+    /// The port of a port event.
+    pub port_num: c_int,
+}
+
+/// `struct ibv_async_event`, filled by [`ibv_get_async_event`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(non_camel_case_types)]
+pub struct ibv_async_event {
+    /// The object the event is about.
+    pub element: ibv_async_event_element,
+    /// `enum ibv_event_type` (`IBV_EVENT_*`).
+    pub event_type: u32,
+}
+
+impl Default for ibv_async_event {
+    fn default() -> Self {
+        ibv_async_event {
+            element: ibv_async_event_element {
+                cq: core::ptr::null_mut(),
+            },
+            event_type: 0,
+        }
+    }
+}
+
+impl core::fmt::Debug for ibv_async_event {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // SAFETY: every member is plain data over the same bytes; reading the pointer
+        // member only copies the address.
+        let element = unsafe { self.element.cq };
+        f.debug_struct("ibv_async_event")
+            .field("element", &element)
+            .field("event_type", &self.event_type)
+            .finish()
+    }
+}
+
+/// `ibv_get_async_event`: waits for the next asynchronous event of the context
+/// (`IBV_EVENT_CQ_ERR` on a CQ overrun, `IBV_EVENT_QP_FATAL` for an injected QP
+/// failure, `IBV_EVENT_QP_REQ_ERR` at a responder that received a bad request,
+/// `IBV_EVENT_PORT_ERR` / `IBV_EVENT_PORT_ACTIVE` on link changes). Honours `O_NONBLOCK`
+/// on `context->async_fd`.
+///
+/// # Safety
+/// `context` is a live context; `event` points to a writable [`ibv_async_event`].
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_get_async_event(
+    context: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { ctx(context) }) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    if let Err(e) = c.core.async_fd.wait_one() {
+        set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+        return -1;
+    }
+    let Some(ev) = c.core.take() else {
+        set_errno(libc::EIO);
+        return -1;
+    };
+    let mut out = ibv_async_event {
+        event_type: ev.kind,
+        ..Default::default()
+    };
+    if matches!(
+        ev.kind,
+        crate::cq::event::PORT_ACTIVE | crate::cq::event::PORT_ERR
+    ) {
+        out.element.port_num = ev.element as c_int;
+    } else {
+        out.element.cq = ev.element as *mut ibv_cq;
+    }
+    // SAFETY: writable (contract).
+    unsafe { event.write(out) };
+    0
+}
+
+/// `ibv_ack_async_event`: nothing to release here.
+///
+/// # Safety
+/// `event` came from [`ibv_get_async_event`].
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}

@@ -1,0 +1,191 @@
+//! Protection domains and memory regions: `ibv_alloc_pd` / `ibv_dealloc_pd` and the
+//! `ibv_reg_mr` family / `ibv_dereg_mr`.
+
+use core::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use vqp_host::sys::*;
+
+use super::device::ctx;
+use super::object::{live, publish, retire, MrObj, PdCore, PdObj};
+use super::set_errno;
+use crate::mem::MrInfo;
+use crate::provider;
+
+/// `ibv_alloc_pd`.
+///
+/// # Safety
+/// `context` is a live context of this provider.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { ctx(context) }) else {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    };
+    let id = provider::get().next_id();
+    publish(PdObj {
+        ibv: ibv_pd {
+            context,
+            handle: id,
+        },
+        core: Arc::new(PdCore {
+            id,
+            dev: c.core.dev,
+            users: Default::default(),
+        }),
+    })
+}
+
+/// `ibv_dealloc_pd`: `EBUSY` while MRs or QPs use it; `EINVAL` for a PD that is not
+/// allocated (deallocated already, or never allocated here).
+///
+/// # Safety
+/// No other thread uses the PD during the call or after it succeeds.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    let busy = |p: &PdObj| {
+        if p.core.users.load(Ordering::Acquire) != 0 {
+            Err(libc::EBUSY)
+        } else {
+            Ok(())
+        }
+    };
+    match retire::<PdObj>(pd, busy) {
+        Ok(p) => {
+            p.free();
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+/// Access bits `ibv_reg_mr` (and `ibv_rereg_mr`) accepts.
+pub(super) const MR_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
+    | IBV_ACCESS_REMOTE_WRITE
+    | IBV_ACCESS_REMOTE_READ
+    | IBV_ACCESS_REMOTE_ATOMIC
+    | IBV_ACCESS_MW_BIND
+    | IBV_ACCESS_ON_DEMAND
+    | IBV_ACCESS_HUGETLB
+    | IBV_ACCESS_RELAXED_ORDERING;
+
+/// `ibv_reg_mr`: registers `[addr, addr + length)`. Remote write or atomic access
+/// without local write is `EINVAL`, as the specification requires.
+///
+/// # Safety
+/// `pd` is a live PD; the memory stays valid (mapped, readable and writable as the
+/// access flags allow) until [`ibv_dereg_mr`].
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: per the contract.
+    let Some(p) = (unsafe { live::<PdObj>(pd) }) else {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    };
+    let access = access as u32;
+    let remote_needs_local = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    if length == 0
+        || addr.is_null()
+        || access & !MR_ACCESS != 0
+        || (access & remote_needs_local != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0)
+        || (addr as u64).checked_add(length as u64).is_none()
+    {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    let info = MrInfo {
+        addr: addr as u64,
+        len: length as u64,
+        access,
+        dev: p.core.dev,
+        pd: p.core.id,
+    };
+    let key = provider::get()
+        .mrs
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .register(info);
+    let Some(key) = key else {
+        set_errno(libc::ENOMEM);
+        return core::ptr::null_mut();
+    };
+    p.core.users.fetch_add(1, Ordering::AcqRel);
+    publish(MrObj {
+        ibv: ibv_mr {
+            // SAFETY: a live PD (contract).
+            context: unsafe { (*pd).context },
+            pd,
+            addr,
+            length,
+            handle: key,
+            lkey: key,
+            rkey: key,
+        },
+        pd: Arc::clone(&p.core),
+    })
+}
+
+/// `ibv_reg_mr_iova2`: only `iova == addr` is supported (`EOPNOTSUPP` otherwise).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    if iova != addr as u64 {
+        set_errno(libc::EOPNOTSUPP);
+        return core::ptr::null_mut();
+    }
+    // SAFETY: forwarded.
+    unsafe { ibv_reg_mr(pd, addr, length, access as c_int) }
+}
+
+/// `ibv_reg_mr_iova`: as [`ibv_reg_mr_iova2`].
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded.
+    unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as c_uint) }
+}
+
+/// `ibv_dereg_mr`. WQEs that reach the region afterwards fail with a protection error.
+/// `EINVAL` for a region that is not registered (deregistered already, or never
+/// registered here): the key table and the PD's count are left alone.
+///
+/// # Safety
+/// No other thread uses the MR during the call or after it.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    let m = match retire::<MrObj>(mr, |_| Ok(())) {
+        Ok(m) => m,
+        Err(e) => return e,
+    };
+    provider::get()
+        .mrs
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .deregister(m.get().ibv.lkey);
+    m.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+    m.free();
+    0
+}

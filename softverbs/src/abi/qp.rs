@@ -1,0 +1,207 @@
+//! Queue pairs: `ibv_create_qp`, `ibv_destroy_qp`, `ibv_modify_qp` and
+//! `ibv_query_qp`. Posting is in `data`.
+
+use core::cell::UnsafeCell;
+use core::ffi::c_int;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use vqp_host::sys::*;
+
+use super::object::{live, publish, retire, CqObj, PdObj, QpObj};
+use super::set_errno;
+use crate::provider;
+use crate::qp::{QpCore, MAX_INLINE};
+
+/// `ibv_create_qp`: RC only (`EOPNOTSUPP` for other types, `EINVAL` for SRQs or sizes
+/// beyond the device's limits). Writes the granted sizes back into `qp_init_attr.cap`.
+///
+/// `EINVAL` too for a PD or CQ that does not exist.
+///
+/// # Safety
+/// `qp_init_attr` points to a readable and writable `ibv_qp_init_attr`; no other
+/// thread destroys the PD or the CQs during the call.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: per the contract.
+    let (Some(p), Some(init)) = (unsafe { live::<PdObj>(pd) }, unsafe {
+        qp_init_attr.as_mut()
+    }) else {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    };
+    if init.qp_type != IBV_QPT_RC {
+        set_errno(libc::EOPNOTSUPP);
+        return core::ptr::null_mut();
+    }
+    // SAFETY: per the contract.
+    let (Some(scq), Some(rcq)) = (unsafe { live::<CqObj>(init.send_cq) }, unsafe {
+        live::<CqObj>(init.recv_cq)
+    }) else {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    };
+    if !init.srq.is_null() || scq.core.dev != p.core.dev || rcq.core.dev != p.core.dev {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    let cap = match QpCore::grant(&init.cap) {
+        Ok(c) => c,
+        Err(e) => {
+            set_errno(e);
+            return core::ptr::null_mut();
+        }
+    };
+    init.cap = cap;
+    let prov = provider::get();
+    let (qpn, nth) = prov.alloc_qpn();
+    let core = Arc::new(QpCore::new(
+        qpn,
+        nth,
+        p.core.dev,
+        p.core.id,
+        Arc::clone(&scq.core.ctx),
+        Arc::clone(&scq.core),
+        Arc::clone(&rcq.core),
+        init.sq_sig_all != 0,
+        cap,
+    ));
+    {
+        let faults = crate::cq::lock(&prov.faults);
+        if let Some(n) = faults.fail_after(qpn, nth) {
+            core.fail_after.store(n, Ordering::Relaxed);
+        }
+        if let Some(d) = faults.delay(qpn, nth) {
+            core.delay_ns.store(
+                d.as_nanos().min(u128::from(u64::MAX)) as u64,
+                Ordering::Relaxed,
+            );
+        }
+    }
+    prov.register_qp(&core);
+    p.core.users.fetch_add(1, Ordering::AcqRel);
+    let ibv = ibv_qp {
+        // SAFETY: a live PD (contract).
+        context: unsafe { (*pd).context },
+        qp_context: init.qp_context,
+        pd,
+        send_cq: init.send_cq,
+        recv_cq: init.recv_cq,
+        srq: core::ptr::null_mut(),
+        handle: qpn,
+        qp_num: qpn,
+        state: IBV_QPS_RESET,
+        qp_type: IBV_QPT_RC,
+        ..Default::default()
+    };
+    let ptr = publish(QpObj {
+        ibv: UnsafeCell::new(ibv),
+        core: Arc::clone(&core),
+        pd: Arc::clone(&p.core),
+    });
+    core.handle.store(ptr as usize, Ordering::Relaxed);
+    ptr
+}
+
+/// The QP behind `qp`; `None` for null or a QP that does not exist.
+///
+/// # Safety
+/// No other thread destroys the QP while the reference is used.
+unsafe fn qp_obj<'a>(qp: *mut ibv_qp) -> Option<&'a QpObj> {
+    // SAFETY: forwarded.
+    unsafe { live::<QpObj>(qp) }
+}
+
+/// `ibv_destroy_qp`: outstanding WQEs are dropped without completions. `EINVAL` for a
+/// QP that does not exist (destroyed already, or never created here): the QP registry,
+/// the CQs' and the PD's counts are left alone.
+///
+/// # Safety
+/// No other thread uses the QP during the call or after it succeeds.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    let q = match retire::<QpObj>(qp, |_| Ok(())) {
+        Ok(q) => q,
+        Err(e) => return e,
+    };
+    provider::get().unregister_qp(q.get().core.qpn);
+    q.get().core.destroy();
+    q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+    q.free();
+    0
+}
+
+/// `ibv_modify_qp`: the RC state machine, with the attribute mask each transition
+/// requires and allows (anything else is `EINVAL`).
+///
+/// # Safety
+/// `qp` is a live QP; `attr` points to a readable `ibv_qp_attr`.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    // SAFETY: per the contract.
+    let (Some(q), Some(a)) = (unsafe { qp_obj(qp) }, unsafe { attr.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    let mask = attr_mask as u32;
+    match q.core.modify(a, mask) {
+        Ok(()) => {
+            if mask & IBV_QP_STATE != 0 {
+                // SAFETY: the `ibv_qp` is live; `state` is the library's to write, as
+                // libibverbs' own `ibv_modify_qp` does.
+                unsafe { (*q.ibv.get()).state = a.qp_state };
+            }
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+/// `ibv_query_qp`: every attribute (the mask is not needed to choose).
+///
+/// # Safety
+/// `qp` is a live QP; `attr` and `init_attr` point to writable structs.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { qp_obj(qp) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: writable (contract).
+    unsafe { attr.write(q.core.query()) };
+    if !init_attr.is_null() {
+        // SAFETY: the `ibv_qp` is live; we read fields set at creation.
+        let ibv = unsafe { &*q.ibv.get() };
+        let init = ibv_qp_init_attr {
+            qp_context: ibv.qp_context,
+            send_cq: ibv.send_cq,
+            recv_cq: ibv.recv_cq,
+            srq: core::ptr::null_mut(),
+            cap: q.core.cap,
+            qp_type: IBV_QPT_RC,
+            sq_sig_all: c_int::from(q.core.sq_sig_all),
+        };
+        // SAFETY: writable (contract).
+        unsafe { init_attr.write(init) };
+    }
+    0
+}
+
+const _: () = {
+    // Sizes the cdylib advertises must fit the host's and the C header's types.
+    assert!(MAX_INLINE <= 1024);
+};
