@@ -32,7 +32,10 @@ use crate::config::{Progress, Reorder, ADVERSARIAL_BOUND};
 use crate::cq::lock;
 use crate::mem::{self, KeyError, MrTable, Span};
 use crate::provider::{self, Provider};
-use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe, MAX_MSG, MAX_SGE, QP_FATAL};
+use crate::qp::{
+    rnr_delay, wc_opcode, QpCore, QpInner, SendWqe, MAX_MSG, MAX_SGE, QP_ACCESS_ERR, QP_FATAL,
+    QP_REQ_ERR,
+};
 
 /// WQEs one `poll_cq` executes at most before reading its CQ.
 pub const POLL_BUDGET: usize = 256;
@@ -156,9 +159,46 @@ enum Step {
 
 /// What the responder side reported.
 enum Response {
+    /// Done; the requester's completion carries this byte count.
     Ok(u32),
+    /// No receive posted: an RNR NAK with the responder's `min_rnr_timer`.
     Rnr(u8),
-    Error(u32),
+    /// The request failed with this status at the requester. When `responder` names
+    /// an event, the responder detected the error itself and goes to the error state
+    /// raising it.
+    Error { status: u32, responder: Option<u32> },
+}
+
+impl Response {
+    /// The requester fails with `status`; the responder is not affected (nothing
+    /// answered, or the error is the requester's own).
+    fn requester(status: u32) -> Response {
+        Response::Error {
+            status,
+            responder: None,
+        }
+    }
+
+    /// A responder-class error: the requester completes with `status`, the responder
+    /// QP goes to the error state and raises `event`.
+    ///
+    /// This is what the specification prescribes for the errors a responder detects
+    /// (InfiniBand Architecture Specification Vol. 1, §9.9.3 "Responder error
+    /// behavior": an invalid request, a remote access error or a remote operational
+    /// error NAKs the request and, on a reliable connection, puts the responder's QP in
+    /// the error state; where no receive WQE can carry the error, it is reported as an
+    /// affiliated asynchronous error, §11.6.3: "Invalid Request Local Work Queue
+    /// Error", "Local Access Violation Work Queue Error"), and what ConnectX does: the
+    /// responder's QP moves to error, and mlx5 (drivers/infiniband/hw/mlx5/qp.c,
+    /// `mlx5_ib_qp_event`) delivers `MLX5_EVENT_TYPE_WQ_ACCESS_ERROR` as
+    /// `IBV_EVENT_QP_ACCESS_ERR` and `MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR` as
+    /// `IBV_EVENT_QP_REQ_ERR`. Its receives are flushed like any QP's in error.
+    fn responder(status: u32, event: u32) -> Response {
+        Response::Error {
+            status,
+            responder: Some(event),
+        }
+    }
 }
 
 impl Engine {
@@ -470,11 +510,20 @@ fn execute(p: &Provider, qp: &Arc<QpCore>, g: &mut QpInner, mrs: &MrTable, w: Se
         fail(qp, g, &w, IBV_WC_RETRY_EXC_ERR, None);
         return Step::Failed;
     };
-    let response = if Arc::ptr_eq(&b, qp) {
+    let own_responder = Arc::ptr_eq(&b, qp);
+    let response = if own_responder {
         respond(p, qp, &b, g, mrs, &w, local, len)
     } else {
         let mut gb = b.lock();
-        respond(p, qp, &b, &mut gb, mrs, &w, local, len)
+        let r = respond(p, qp, &b, &mut gb, mrs, &w, local, len);
+        if let Response::Error {
+            responder: Some(event),
+            ..
+        } = r
+        {
+            b.to_error(&mut gb, Some(event));
+        }
+        r
     };
     match response {
         Response::Ok(byte_len) => {
@@ -501,8 +550,10 @@ fn execute(p: &Provider, qp: &Arc<QpCore>, g: &mut QpInner, mrs: &MrTable, w: Se
             g.sq.push_front(w);
             Step::Rnr(rnr_delay(timer))
         }
-        Response::Error(status) => {
-            fail(qp, g, &w, status, None);
+        Response::Error { status, responder } => {
+            // A QP connected to itself is its own responder: its failed request
+            // completes first, then its queues are flushed and the event raised.
+            fail(qp, g, &w, status, responder.filter(|_| own_responder));
             Step::Failed
         }
     }
@@ -510,7 +561,8 @@ fn execute(p: &Provider, qp: &Arc<QpCore>, g: &mut QpInner, mrs: &MrTable, w: Se
 
 /// The responder's side of one WQE: checks, data movement, receive consumption and the
 /// receive completion. `gb` is the responder's state (the requester's own when a QP is
-/// connected to itself).
+/// connected to itself). A responder-class error leaves the state change to the
+/// caller (see [`Response::responder`]).
 #[allow(clippy::too_many_arguments)]
 fn respond(
     p: &Provider,
@@ -526,7 +578,8 @@ fn respond(
         && gb.attr.dest_qp_num == a.qpn
         && resolve_av(p, &gb.attr.ah_attr) == Some(a.dev);
     if !connected {
-        return Response::Error(IBV_WC_RETRY_EXC_ERR);
+        // Nobody answers: the requester's retries run out; the responder saw nothing.
+        return Response::requester(IBV_WC_RETRY_EXC_ERR);
     }
     let access = gb.attr.qp_access_flags;
     let remote = |need: u32, rlen: u64| -> Result<Span<'_>, KeyError> {
@@ -574,8 +627,7 @@ fn respond(
             if recv_status != IBV_WC_SUCCESS {
                 b.recv_cq
                     .push(b.wc(r.wr_id, recv_status, IBV_WC_RECV, 0), false, None);
-                b.to_error(gb, Some(crate::qp::QP_REQ_ERR));
-                return Response::Error(req_status);
+                return Response::responder(req_status, QP_REQ_ERR);
             }
             match &w.inline {
                 Some(d) => mem::copy_from_bytes(dst, d),
@@ -600,7 +652,7 @@ fn respond(
             }
             if len > 0 {
                 let Ok(dst) = remote(IBV_ACCESS_REMOTE_WRITE, len) else {
-                    return Response::Error(IBV_WC_REM_ACCESS_ERR);
+                    return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
                 };
                 match &w.inline {
                     Some(d) => mem::copy_from_bytes(&[dst], d),
@@ -622,7 +674,7 @@ fn respond(
         IBV_WR_RDMA_READ => {
             if len > 0 {
                 let Ok(src) = remote(IBV_ACCESS_REMOTE_READ, len) else {
-                    return Response::Error(IBV_WC_REM_ACCESS_ERR);
+                    return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
                 };
                 mem::copy_spans(local, &[src]);
             }
@@ -630,10 +682,10 @@ fn respond(
         }
         IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
             if w.remote_addr % 8 != 0 || len != 8 {
-                return Response::Error(IBV_WC_REM_INV_REQ_ERR);
+                return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
             }
             let Ok(target) = remote(IBV_ACCESS_REMOTE_ATOMIC, 8) else {
-                return Response::Error(IBV_WC_REM_ACCESS_ERR);
+                return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
             };
             let orig = if w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD {
                 mem::fetch_add(&target, w.compare_add)
@@ -641,11 +693,11 @@ fn respond(
                 mem::compare_swap(&target, w.compare_add, w.swap)
             };
             let Some(orig) = orig else {
-                return Response::Error(IBV_WC_REM_INV_REQ_ERR);
+                return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
             };
             mem::copy_from_bytes(local, &orig.to_ne_bytes());
             Response::Ok(8)
         }
-        _ => Response::Error(IBV_WC_REM_INV_REQ_ERR),
+        _ => Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR),
     }
 }
