@@ -11,7 +11,9 @@
 //! - in [`Progress::Thread`] mode (the default) a background thread also takes it when
 //!   work is pending and no poll has run the engine for about [`IDLE_GRACE`], and to
 //!   serve RNR back-offs and delays when they expire. Blocking on a completion channel
-//!   therefore works without a polling thread.
+//!   therefore works without a polling thread. The thread is stopped and joined when
+//!   the process exits (or the library is unloaded), so that it leaves nothing behind
+//!   for a leak checker; polls still run the engine afterwards.
 //!
 //! One thread executes at a time, so work is serialised: a WQE executes completely
 //! (data moved, responder and requester completions written) before the next one starts.
@@ -24,6 +26,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use vqp_host::sys::*;
@@ -145,6 +148,11 @@ pub(crate) struct Engine {
     activity: AtomicU64,
     thread_mode: AtomicBool,
     thread: Once,
+    /// The background thread, once started, until [`Engine::stop_thread`] joins it.
+    handle: Mutex<Option<JoinHandle<()>>>,
+    /// Tells the background thread to return. Set under the `sched` lock, which the
+    /// thread holds when it decides to wait, so that the wake-up cannot be missed.
+    stop: AtomicBool,
 }
 
 /// What one WQE's execution came to.
@@ -217,6 +225,8 @@ impl Engine {
             activity: AtomicU64::new(0),
             thread_mode: AtomicBool::new(progress == Progress::Thread),
             thread: Once::new(),
+            handle: Mutex::new(None),
+            stop: AtomicBool::new(false),
         }
     }
 
@@ -314,9 +324,30 @@ impl Engine {
         let spawned = std::thread::Builder::new()
             .name("softverbs-progress".into())
             .spawn(move || self.background());
-        if spawned.is_err() {
+        match spawned {
+            Ok(h) => {
+                *lock(&self.handle) = Some(h);
+                // A failed registration only leaves the thread unjoined at exit.
+                let _ = crate::abi::at_exit(stop_progress_thread);
+            }
             // Without the thread the engine still runs inline on every poll.
+            Err(_) => self.thread_mode.store(false, Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the background thread and waits for it to return (at process exit). Work
+    /// still queued runs on later polls, inline; the thread is not started again.
+    pub fn stop_thread(&self) {
+        {
+            let _s = lock(&self.sched);
+            self.stop.store(true, Ordering::Relaxed);
             self.thread_mode.store(false, Ordering::Relaxed);
+        }
+        self.wake.notify_all();
+        let handle = lock(&self.handle).take();
+        if let Some(h) = handle {
+            // A panic in the thread has already been reported; nothing is left to do.
+            let _ = h.join();
         }
     }
 
@@ -326,6 +357,9 @@ impl Engine {
             {
                 let mut s = lock(&self.sched);
                 loop {
+                    if self.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
                     let enabled = self.thread_mode.load(Ordering::Relaxed);
                     if enabled && !s.runq.is_empty() {
                         break;
@@ -361,6 +395,15 @@ impl Engine {
                 std::thread::yield_now();
             }
         }
+    }
+}
+
+/// Registered with `atexit` when the background thread starts: stops and joins it, so
+/// that a process exits with no thread of ours running (a leak checker then sees its
+/// stack and thread-local memory freed).
+extern "C" fn stop_progress_thread() {
+    if let Some(p) = provider::try_get() {
+        p.engine.stop_thread();
     }
 }
 
@@ -699,5 +742,24 @@ fn respond(
             Response::Ok(8)
         }
         _ => Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_background_thread_stops_when_asked_and_is_joined() {
+        let e: &'static Engine = Box::leak(Box::new(Engine::new(Reorder::Fifo, Progress::Thread)));
+        e.thread.call_once(|| e.start_thread());
+        assert!(lock(&e.handle).is_some(), "started");
+        // Let it reach its wait on the condition variable, then stop it: the join
+        // returns (a lost wake-up would hang here).
+        std::thread::sleep(Duration::from_millis(20));
+        e.stop_thread();
+        assert!(lock(&e.handle).is_none(), "joined");
+        assert!(!e.thread_mode.load(Ordering::Relaxed));
+        e.stop_thread();
     }
 }

@@ -57,8 +57,10 @@
 //! Posting only queues WQEs; a progress engine executes them (see the `engine` module):
 //! inline in every `poll_cq` (a bounded batch per call, on the polling thread) and, in
 //! the default [`Progress::Thread`] mode, on a background thread when work is pending
-//! and nobody polls (so blocking on a completion channel works). One thread executes at
-//! a time. Order within a QP is posting order; across QPs the [`Reorder`] policy
+//! and nobody polls (so blocking on a completion channel works); that thread is stopped
+//! and joined at process exit (or when the cdylib is unloaded), so that the provider
+//! leaves nothing for a leak checker (`.ci/valgrind.sh`). One thread executes at a
+//! time. Order within a QP is posting order; across QPs the [`Reorder`] policy
 //! decides, and never starves a QP beyond [`ADVERSARIAL_BOUND`] picks.
 //!
 //! # Errors as hardware reports them
