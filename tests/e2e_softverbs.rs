@@ -13,6 +13,7 @@ mod softverbs;
 
 use softverbs::*;
 use vqp_core::{Mode, Opcode, PostSendError, SendWr, WcStatus};
+use vqp_host::QpState;
 use vqp_softverbs::Reorder;
 
 const KIB: u64 = 1 << 10;
@@ -268,7 +269,8 @@ fn a_wrong_rkey_is_a_remote_access_error_for_that_request() {
             assert_eq!(o.sends[0].status, WcStatus::REM_ACCESS_ERR, "{what}");
             assert_eq!(p.a.conn.vqp.failure(), Some(WcStatus::REM_ACCESS_ERR));
             assert_eq!(p.a.conn.vqp.sends_in_flight(), 0, "{what}");
-            // Its notification never came: the receiver's shutdown reports it, once.
+            // Its notification never came; it is reported once, by the receiver's own
+            // failure or its shutdown (see the test below).
             assert_eq!(o.recv_for, [1], "{what}");
             assert_eq!(o.recvs.len(), 1, "{what}");
             assert_eq!(o.recvs[0].wr_id, 1, "{what}");
@@ -285,4 +287,84 @@ fn a_wrong_rkey_is_a_remote_access_error_for_that_request() {
             }
         }
     }
+}
+
+#[test]
+fn a_remote_access_error_fails_the_receivers_qp_and_reports_each_receive_once() {
+    let _serial = serial();
+    controls().set_order(Reorder::Random { seed: 13 });
+    for mode in [Mode::Dqplb, Mode::Spray] {
+        for (devices, qps, bad_device) in [(1, 1, 0), (1, 4, 0), (2, 4, 1)] {
+            let what = format!("{mode:?}, {qps} QPs over {devices} devices, bad on {bad_device}");
+            let ops = [(Opcode::RDMA_WRITE_WITH_IMM, MIB); 4];
+            let (mut reqs, w, r) = layout(&ops);
+            let mut p = pair(mode, qps, devices, w, r);
+            let first = run(&mut p, &reqs[..1], false);
+            check_all_ok(&p, &reqs[..1], &first);
+            // Requests 1.. name a wrong rkey for one device: each has fragments there.
+            let keys = p.keys();
+            let (l, rk) = keys.get(bad_device).expect("device keys");
+            for req in &mut reqs[1..] {
+                req.keys = Some(keys.with(bad_device, l, rk ^ 0x5a5a_0000));
+            }
+            let mut o = run_from(&mut p, &reqs, 1, true);
+            assert!(!o.sends.is_empty(), "{what}");
+            assert!(o.sends.iter().all(|wc| !wc.status.is_ok()), "{what}");
+            assert_eq!(
+                o.sends.len(),
+                o.posted - 1,
+                "{what}: one report per request"
+            );
+
+            // The receiver's physical side, as ConnectX leaves it: every data QP that
+            // met a bad fragment is in error and raised one access event; the others
+            // raised nothing.
+            let found = p.b.data_qp_events();
+            assert_eq!(found.others, [], "{what}: events for other objects");
+            let mut failed = 0;
+            for (i, (state, events)) in found.per_qp.iter().enumerate() {
+                if *state == QpState::Err && !events.is_empty() {
+                    assert_eq!(events, &[EVENT_QP_ACCESS_ERR], "{what}: data QP {i}");
+                    failed += 1;
+                } else if p.b.conn.vqp.failure().is_none() {
+                    assert_eq!(events, &[] as &[u32], "{what}: data QP {i} in {state:?}");
+                    assert_eq!(*state, QpState::Rts, "{what}: data QP {i}");
+                }
+            }
+            assert!(failed >= 1, "{what}: no receiver QP saw the access error");
+
+            // The virtual receiver: where its receives sit on a failed QP (DQPLB's
+            // kept-posted receives; the single data QP's notification receives) their
+            // flush fails it, and it reports every pending receive once, in order,
+            // without being shut down. SPRAY's notification receives sit on the notify
+            // QP, which no error touched: they wait for the shutdown.
+            let receives_on_data_qps = mode == Mode::Dqplb || qps == 1;
+            let pending = o.recv_for.len();
+            assert!(pending >= 1, "{what}");
+            if receives_on_data_qps {
+                assert!(p.b.conn.vqp.failure().is_some(), "{what}: receiver failed");
+                assert_eq!(o.recvs.len(), pending, "{what}: reported without shutdown");
+            } else {
+                assert_eq!(p.b.conn.vqp.failure(), None, "{what}");
+                assert_eq!(o.recvs.len(), 0, "{what}");
+                assert_eq!(p.b.conn.vqp.recvs_in_flight(), pending, "{what}");
+            }
+            shut_down_receiver(&mut p, &mut o);
+            assert_eq!(o.recvs.len(), pending, "{what}: once each");
+            for (wc, &i) in o.recvs.iter().zip(&o.recv_for) {
+                assert_eq!(wc.wr_id, i as u64, "{what}: receives out of order");
+                assert!(!wc.status.is_ok(), "{what}: receive {i}: {}", wc.status);
+            }
+            // A later poll reports nothing more.
+            let mut more = Vec::new();
+            for _ in 0..20 {
+                p.b.poll(&mut more);
+            }
+            assert_eq!(more, [], "{what}: reported twice");
+            assert_eq!(p.b.conn.vqp.recvs_in_flight(), 0, "{what}");
+            assert_eq!(p.a.conn.vcq.strays() + p.b.conn.vcq.strays(), 0, "{what}");
+            assert!(landed(&p, &reqs[0]), "{what}: first request's data");
+        }
+    }
+    controls().set_order(Reorder::Fifo);
 }

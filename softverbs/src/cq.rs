@@ -23,6 +23,8 @@ pub(crate) mod event {
     pub const QP_FATAL: u32 = 1;
     /// `IBV_EVENT_QP_REQ_ERR`.
     pub const QP_REQ_ERR: u32 = 2;
+    /// `IBV_EVENT_QP_ACCESS_ERR`.
+    pub const QP_ACCESS_ERR: u32 = 3;
     /// `IBV_EVENT_PORT_ACTIVE`.
     pub const PORT_ACTIVE: u32 = 9;
     /// `IBV_EVENT_PORT_ERR`.

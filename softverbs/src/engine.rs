@@ -11,7 +11,9 @@
 //! - in [`Progress::Thread`] mode (the default) a background thread also takes it when
 //!   work is pending and no poll has run the engine for about [`IDLE_GRACE`], and to
 //!   serve RNR back-offs and delays when they expire. Blocking on a completion channel
-//!   therefore works without a polling thread.
+//!   therefore works without a polling thread. The thread is stopped and joined when
+//!   the process exits (or the library is unloaded), so that it leaves nothing behind
+//!   for a leak checker; polls still run the engine afterwards.
 //!
 //! One thread executes at a time, so work is serialised: a WQE executes completely
 //! (data moved, responder and requester completions written) before the next one starts.
@@ -24,6 +26,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use vqp_host::sys::*;
@@ -32,7 +35,10 @@ use crate::config::{Progress, Reorder, ADVERSARIAL_BOUND};
 use crate::cq::lock;
 use crate::mem::{self, KeyError, MrTable, Span};
 use crate::provider::{self, Provider};
-use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe, MAX_MSG, MAX_SGE, QP_FATAL};
+use crate::qp::{
+    rnr_delay, wc_opcode, QpCore, QpInner, SendWqe, MAX_MSG, MAX_SGE, QP_ACCESS_ERR, QP_FATAL,
+    QP_REQ_ERR,
+};
 
 /// WQEs one `poll_cq` executes at most before reading its CQ.
 pub const POLL_BUDGET: usize = 256;
@@ -142,6 +148,11 @@ pub(crate) struct Engine {
     activity: AtomicU64,
     thread_mode: AtomicBool,
     thread: Once,
+    /// The background thread, once started, until [`Engine::stop_thread`] joins it.
+    handle: Mutex<Option<JoinHandle<()>>>,
+    /// Tells the background thread to return. Set under the `sched` lock, which the
+    /// thread holds when it decides to wait, so that the wake-up cannot be missed.
+    stop: AtomicBool,
 }
 
 /// What one WQE's execution came to.
@@ -156,15 +167,49 @@ pub(crate) enum Step {
 
 /// What the responder side reported.
 pub(crate) enum Response {
-    /// Executed; the byte count for the requester's completion.
+    /// Done; the requester's completion carries this byte count.
     Ok(u32),
-    /// No receive posted: the responder's RNR timer code.
+    /// No receive posted: an RNR NAK with the responder's `min_rnr_timer`.
     Rnr(u8),
-    /// The requester's completion status.
-    Error(u32),
+    /// The request failed with this status at the requester. When `responder` names
+    /// an event, the responder detected the error itself and goes to the error state
+    /// raising it.
+    Error { status: u32, responder: Option<u32> },
     /// The requester is gone (another process that exited): nothing was consumed and
     /// nobody is told.
     Dropped,
+}
+
+impl Response {
+    /// The requester fails with `status`; the responder is not affected (nothing
+    /// answered, or the error is the requester's own).
+    pub(crate) fn requester(status: u32) -> Response {
+        Response::Error {
+            status,
+            responder: None,
+        }
+    }
+
+    /// A responder-class error: the requester completes with `status`, the responder
+    /// QP goes to the error state and raises `event`.
+    ///
+    /// This is what the specification prescribes for the errors a responder detects
+    /// (InfiniBand Architecture Specification Vol. 1, §9.9.3 "Responder error
+    /// behavior": an invalid request, a remote access error or a remote operational
+    /// error NAKs the request and, on a reliable connection, puts the responder's QP in
+    /// the error state; where no receive WQE can carry the error, it is reported as an
+    /// affiliated asynchronous error, §11.6.3: "Invalid Request Local Work Queue
+    /// Error", "Local Access Violation Work Queue Error"), and what ConnectX does: the
+    /// responder's QP moves to error, and mlx5 (drivers/infiniband/hw/mlx5/qp.c,
+    /// `mlx5_ib_qp_event`) delivers `MLX5_EVENT_TYPE_WQ_ACCESS_ERROR` as
+    /// `IBV_EVENT_QP_ACCESS_ERR` and `MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR` as
+    /// `IBV_EVENT_QP_REQ_ERR`. Its receives are flushed like any QP's in error.
+    pub(crate) fn responder(status: u32, event: u32) -> Response {
+        Response::Error {
+            status,
+            responder: Some(event),
+        }
+    }
 }
 
 /// Moves a WQE's payload between the requester's buffers and the responder's checked
@@ -233,6 +278,8 @@ impl Engine {
             activity: AtomicU64::new(0),
             thread_mode: AtomicBool::new(progress == Progress::Thread),
             thread: Once::new(),
+            handle: Mutex::new(None),
+            stop: AtomicBool::new(false),
         }
     }
 
@@ -331,9 +378,30 @@ impl Engine {
         let spawned = std::thread::Builder::new()
             .name("softverbs-progress".into())
             .spawn(move || self.background());
-        if spawned.is_err() {
+        match spawned {
+            Ok(h) => {
+                *lock(&self.handle) = Some(h);
+                // A failed registration only leaves the thread unjoined at exit.
+                let _ = crate::abi::at_exit(stop_progress_thread);
+            }
             // Without the thread the engine still runs inline on every poll.
+            Err(_) => self.thread_mode.store(false, Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the background thread and waits for it to return (at process exit). Work
+    /// still queued runs on later polls, inline; the thread is not started again.
+    pub fn stop_thread(&self) {
+        {
+            let _s = lock(&self.sched);
+            self.stop.store(true, Ordering::Relaxed);
             self.thread_mode.store(false, Ordering::Relaxed);
+        }
+        self.wake.notify_all();
+        let handle = lock(&self.handle).take();
+        if let Some(h) = handle {
+            // A panic in the thread has already been reported; nothing is left to do.
+            let _ = h.join();
         }
     }
 
@@ -343,6 +411,9 @@ impl Engine {
             {
                 let mut s = lock(&self.sched);
                 loop {
+                    if self.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
                     let enabled = self.thread_mode.load(Ordering::Relaxed);
                     if enabled && !s.runq.is_empty() {
                         break;
@@ -378,6 +449,15 @@ impl Engine {
                 std::thread::yield_now();
             }
         }
+    }
+}
+
+/// Registered with `atexit` when the background thread starts: stops and joins it, so
+/// that a process exits with no thread of ours running (a leak checker then sees its
+/// stack and thread-local memory freed).
+extern "C" fn stop_progress_thread() {
+    if let Some(p) = provider::try_get() {
+        p.engine.stop_thread();
     }
 }
 
@@ -537,11 +617,20 @@ fn execute(
         local,
         inline: w.inline.as_deref(),
     };
-    let response = if Arc::ptr_eq(&b, qp) {
+    let own_responder = Arc::ptr_eq(&b, qp);
+    let response = if own_responder {
         respond(p, qp.qpn, qp.dev, &b, g, mrs, &w, len, &mut mover)
     } else {
         let mut gb = b.lock();
-        respond(p, qp.qpn, qp.dev, &b, &mut gb, mrs, &w, len, &mut mover)
+        let r = respond(p, qp.qpn, qp.dev, &b, &mut gb, mrs, &w, len, &mut mover);
+        if let Response::Error {
+            responder: Some(event),
+            ..
+        } = r
+        {
+            b.to_error(&mut gb, Some(event));
+        }
+        r
     };
     match response {
         Response::Ok(byte_len) => {
@@ -568,8 +657,10 @@ fn execute(
             g.sq.push_front(w);
             Step::Rnr(rnr_delay(timer))
         }
-        Response::Error(status) => {
-            fail(qp, g, &w, status, None);
+        Response::Error { status, responder } => {
+            // A QP connected to itself is its own responder: its failed request
+            // completes first, then its queues are flushed and the event raised.
+            fail(qp, g, &w, status, responder.filter(|_| own_responder));
             Step::Failed
         }
         Response::Dropped => {
@@ -583,7 +674,8 @@ fn execute(
 /// checks, data movement (by `mv`), receive consumption and the receive completion.
 /// `gb` is the responder's state (the requester's own when a QP is connected to
 /// itself). Data moves before a receive is consumed, so a request whose requester
-/// vanished consumes nothing.
+/// vanished consumes nothing. A responder-class error leaves the state change to the
+/// caller (see [`Response::responder`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn respond<M: Mover>(
     p: &Provider,
@@ -599,13 +691,14 @@ pub(crate) fn respond<M: Mover>(
     let moved = |r: Result<(), MoveError>| match r {
         Ok(()) => None,
         Err(MoveError::Gone) => Some(Response::Dropped),
-        Err(MoveError::Status(s)) => Some(Response::Error(s)),
+        Err(MoveError::Status(s)) => Some(Response::requester(s)),
     };
     let connected = matches!(gb.state, IBV_QPS_RTR | IBV_QPS_RTS)
         && gb.attr.dest_qp_num == a_qpn
         && resolve_av(p, &gb.attr.ah_attr) == Some(a_dev);
     if !connected {
-        return Response::Error(IBV_WC_RETRY_EXC_ERR);
+        // Nobody answers: the requester's retries run out; the responder saw nothing.
+        return Response::requester(IBV_WC_RETRY_EXC_ERR);
     }
     let access = gb.attr.qp_access_flags;
     let remote = |need: u32, rlen: u64| -> Result<Span<'_>, KeyError> {
@@ -658,8 +751,7 @@ pub(crate) fn respond<M: Mover>(
             if recv_status != IBV_WC_SUCCESS {
                 b.recv_cq
                     .push(b.wc(r.wr_id, recv_status, IBV_WC_RECV, 0), false, None);
-                b.to_error(gb, Some(crate::qp::QP_REQ_ERR));
-                return Response::Error(req_status);
+                return Response::responder(req_status, QP_REQ_ERR);
             }
             let mut wc = b.wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, byte_len);
             wc.src_qp = a_qpn;
@@ -680,7 +772,7 @@ pub(crate) fn respond<M: Mover>(
             }
             if len > 0 {
                 let Ok(dst) = remote(IBV_ACCESS_REMOTE_WRITE, len) else {
-                    return Response::Error(IBV_WC_REM_ACCESS_ERR);
+                    return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
                 };
                 if let Some(r) = moved(mv.pull(&[dst])) {
                     return r;
@@ -701,7 +793,7 @@ pub(crate) fn respond<M: Mover>(
         IBV_WR_RDMA_READ => {
             if len > 0 {
                 let Ok(src) = remote(IBV_ACCESS_REMOTE_READ, len) else {
-                    return Response::Error(IBV_WC_REM_ACCESS_ERR);
+                    return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
                 };
                 if let Some(r) = moved(mv.push(&[src])) {
                     return r;
@@ -711,10 +803,10 @@ pub(crate) fn respond<M: Mover>(
         }
         IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
             if w.remote_addr % 8 != 0 || len != 8 {
-                return Response::Error(IBV_WC_REM_INV_REQ_ERR);
+                return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
             }
             let Ok(target) = remote(IBV_ACCESS_REMOTE_ATOMIC, 8) else {
-                return Response::Error(IBV_WC_REM_ACCESS_ERR);
+                return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
             };
             let orig = if w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD {
                 mem::fetch_add(&target, w.compare_add)
@@ -722,13 +814,32 @@ pub(crate) fn respond<M: Mover>(
                 mem::compare_swap(&target, w.compare_add, w.swap)
             };
             let Some(orig) = orig else {
-                return Response::Error(IBV_WC_REM_INV_REQ_ERR);
+                return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
             };
             if let Some(r) = moved(mv.push_bytes(&orig.to_ne_bytes())) {
                 return r;
             }
             Response::Ok(8)
         }
-        _ => Response::Error(IBV_WC_REM_INV_REQ_ERR),
+        _ => Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_background_thread_stops_when_asked_and_is_joined() {
+        let e: &'static Engine = Box::leak(Box::new(Engine::new(Reorder::Fifo, Progress::Thread)));
+        e.thread.call_once(|| e.start_thread());
+        assert!(lock(&e.handle).is_some(), "started");
+        // Let it reach its wait on the condition variable, then stop it: the join
+        // returns (a lost wake-up would hang here).
+        std::thread::sleep(Duration::from_millis(20));
+        e.stop_thread();
+        assert!(lock(&e.handle).is_none(), "joined");
+        assert!(!e.thread_mode.load(Ordering::Relaxed));
+        e.stop_thread();
     }
 }

@@ -100,18 +100,23 @@
 //! Posting only queues WQEs; a progress engine executes them (see the `engine` module):
 //! inline in every `poll_cq` (a bounded batch per call, on the polling thread) and, in
 //! the default [`Progress::Thread`] mode, on a background thread when work is pending
-//! and nobody polls (so blocking on a completion channel works). One thread executes at
-//! a time. Order within a QP is posting order; across QPs the [`Reorder`] policy
+//! and nobody polls (so blocking on a completion channel works); that thread is stopped
+//! and joined at process exit (or when the cdylib is unloaded), so that the provider
+//! leaves nothing for a leak checker (`.ci/valgrind.sh`). One thread executes at a
+//! time. Order within a QP is posting order; across QPs the [`Reorder`] policy
 //! decides, and never starves a QP beyond [`ADVERSARIAL_BOUND`] picks.
 //!
 //! # Errors as hardware reports them
 //! - bad lkey, PD or bounds of a local SGE → `IBV_WC_LOC_PROT_ERR`;
-//! - bad rkey, bounds, or access (MR or responder QP flags) → `IBV_WC_REM_ACCESS_ERR`
-//!   at the requester (the responder QP is unaffected); a misaligned atomic →
-//!   `IBV_WC_REM_INV_REQ_ERR`;
+//! - bad rkey (unknown, of another PD or device), bounds, or access (MR or responder QP
+//!   flags) → `IBV_WC_REM_ACCESS_ERR` at the requester; a misaligned atomic →
+//!   `IBV_WC_REM_INV_REQ_ERR`. As on ConnectX, the responder detected the error, so
+//!   its QP goes to error too (its receives are flushed) and raises
+//!   `IBV_EVENT_QP_ACCESS_ERR` (`IBV_EVENT_QP_REQ_ERR` for the invalid request);
 //! - SEND into a receive too small → `IBV_WC_LOC_LEN_ERR` on the receive and
 //!   `IBV_WC_REM_INV_REQ_ERR` at the sender; a receive with a bad lkey →
-//!   `IBV_WC_LOC_PROT_ERR` / `IBV_WC_REM_OP_ERR`; both QPs go to error;
+//!   `IBV_WC_LOC_PROT_ERR` / `IBV_WC_REM_OP_ERR`; both QPs go to error (the
+//!   responder raising `IBV_EVENT_QP_REQ_ERR`);
 //! - no receive posted for a SEND or WRITE_WITH_IMM → RNR NAK: the QP's send queue
 //!   stalls for the responder's `min_rnr_timer` and retries, `rnr_retry` times (7 =
 //!   forever), then `IBV_WC_RNR_RETRY_EXC_ERR`;

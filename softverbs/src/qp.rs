@@ -690,7 +690,7 @@ fn apply(dst: &mut ibv_qp_attr, src: &ibv_qp_attr, mask: u32) {
 }
 
 /// Event kinds re-exported for the engine.
-pub(crate) use event::{QP_FATAL, QP_REQ_ERR};
+pub(crate) use event::{QP_ACCESS_ERR, QP_FATAL, QP_REQ_ERR};
 
 #[cfg(test)]
 mod tests {

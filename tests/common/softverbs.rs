@@ -15,8 +15,11 @@ use vqp_core::{
     Config, Keys, Mode, Opcode, PostRecvError, PostSendError, RecvWr, SendWr, Wc, WcOpcode,
     WcStatus,
 };
-use vqp_host::{AccessFlags, Card, Connected, Context, Endpoint, MemoryRegion, Settings, Verbs};
-use vqp_softverbs::Reorder;
+use vqp_host::sys::ibv_context;
+use vqp_host::{
+    AccessFlags, Card, Connected, Context, Endpoint, MemoryRegion, QpState, Settings, Verbs,
+};
+use vqp_softverbs::{ibv_async_event, Reorder};
 
 /// Up to 8 data QPs of 16 WQEs, 128 requests per direction, a window of 512, over up
 /// to two devices.
@@ -58,12 +61,20 @@ pub fn serial() -> MutexGuard<'static, ()> {
 type SetReorder = extern "C" fn(c_int, u64) -> c_int;
 type FailQpAfter = extern "C" fn(u32, u64);
 type ClearFaults = extern "C" fn();
+type GetAsyncEvent = unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event) -> c_int;
+type AckAsyncEvent = unsafe extern "C" fn(*mut ibv_async_event);
 
-/// The loaded provider's fault and order controls (`vqp_soft_*`, resolved by `dlsym`).
+/// `IBV_EVENT_QP_ACCESS_ERR`.
+pub const EVENT_QP_ACCESS_ERR: u32 = 3;
+
+/// The loaded provider's fault and order controls (`vqp_soft_*`, resolved by `dlsym`),
+/// and its asynchronous-event verbs.
 pub struct Controls {
     set_reorder: SetReorder,
     fail_qp_after: FailQpAfter,
     clear_faults: ClearFaults,
+    get_async_event: GetAsyncEvent,
+    ack_async_event: AckAsyncEvent,
 }
 
 impl Controls {
@@ -81,6 +92,37 @@ impl Controls {
     /// Removes every fault rule.
     pub fn clear_faults(&self) {
         (self.clear_faults)();
+    }
+
+    /// The asynchronous events waiting on `ctx`, taken without blocking (its
+    /// `async_fd` is made non-blocking): `(event_type, element)`, the element as an
+    /// address (QP or CQ events) or a port number.
+    pub fn async_events(&self, ctx: &Context) -> Vec<(u32, usize)> {
+        let raw = ctx.as_raw();
+        // SAFETY: an open context of the loaded provider; `async_fd` is its eventfd.
+        let fd = unsafe { (*raw).async_fd };
+        // SAFETY: fcntl on a descriptor the context owns; only its status flags change.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            assert!(flags >= 0, "F_GETFL on the async fd");
+            assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK), 0);
+        }
+        let mut out = Vec::new();
+        loop {
+            let mut ev = ibv_async_event::default();
+            // SAFETY: the library's `ibv_get_async_event` on its own open context, with
+            // a writable event of the C layout.
+            if unsafe { (self.get_async_event)(raw, &mut ev) } != 0 {
+                let err = std::io::Error::last_os_error().raw_os_error();
+                assert_eq!(err, Some(libc::EAGAIN), "ibv_get_async_event");
+                return out;
+            }
+            // SAFETY: every member of the element union is plain data over the same
+            // bytes.
+            out.push((ev.event_type, unsafe { ev.element.qp } as usize));
+            // SAFETY: an event `ibv_get_async_event` returned.
+            unsafe { (self.ack_async_event)(&mut ev) };
+        }
     }
 }
 
@@ -107,6 +149,15 @@ pub fn controls() -> &'static Controls {
             // SAFETY: as above, `vqp_soft_clear_faults(void)`.
             clear_faults: unsafe {
                 std::mem::transmute::<*mut c_void, ClearFaults>(sym("vqp_soft_clear_faults"))
+            },
+            // SAFETY: as above, libibverbs' `int ibv_get_async_event(struct ibv_context *,
+            // struct ibv_async_event *)`.
+            get_async_event: unsafe {
+                std::mem::transmute::<*mut c_void, GetAsyncEvent>(sym("ibv_get_async_event"))
+            },
+            // SAFETY: as above, `void ibv_ack_async_event(struct ibv_async_event *)`.
+            ack_async_event: unsafe {
+                std::mem::transmute::<*mut c_void, AckAsyncEvent>(sym("ibv_ack_async_event"))
             },
         }
     })
@@ -150,6 +201,40 @@ impl Side {
         unsafe { self.owner.as_mut_slice() }.expect("mapped")
     }
 
+    /// The data QPs' states and the asynchronous events their contexts hold, taken
+    /// now (see [`Controls::async_events`]).
+    pub fn data_qp_events(&self) -> DataQpEvents {
+        let vqp = &self.conn.vqp;
+        let qps: Vec<_> = (0..vqp.data_qps())
+            .map(|i| vqp.data_qp(i).expect("data QP").qp())
+            .collect();
+        let mut events = Vec::new();
+        let mut seen = Vec::new();
+        for qp in &qps {
+            let ctx = qp.context();
+            if !seen.contains(&ctx.as_raw()) {
+                seen.push(ctx.as_raw());
+                events.extend(controls().async_events(&ctx));
+            }
+        }
+        let per_qp = qps
+            .iter()
+            .map(|qp| {
+                let mine = events
+                    .iter()
+                    .filter(|&&(_, e)| e == qp.as_raw() as usize)
+                    .map(|&(t, _)| t)
+                    .collect();
+                (qp.state().expect("query QP"), mine)
+            })
+            .collect();
+        let others = events
+            .into_iter()
+            .filter(|&(_, e)| !qps.iter().any(|qp| qp.as_raw() as usize == e))
+            .collect();
+        DataQpEvents { per_qp, others }
+    }
+
     /// Polls once, appending completions to `into`.
     pub fn poll(&mut self, into: &mut Vec<Wc>) {
         let mut out = [Wc::EMPTY; 32];
@@ -157,6 +242,14 @@ impl Side {
         let n = c.vcq.poll(&mut [&mut c.vqp], &mut out).expect("poll");
         into.extend_from_slice(&out[..n]);
     }
+}
+
+/// What [`Side::data_qp_events`] found.
+pub struct DataQpEvents {
+    /// For each data QP: its state and the types of the events raised for it.
+    pub per_qp: Vec<(QpState, Vec<u32>)>,
+    /// Events about anything else: `(event_type, element)`.
+    pub others: Vec<(u32, usize)>,
 }
 
 /// Sender `a` and receiver `b`. Each buffer is a write area of `write_len` bytes (A's

@@ -59,7 +59,9 @@ impl core::fmt::Debug for ibv_async_event {
 
 /// `ibv_get_async_event`: waits for the next asynchronous event of the context
 /// (`IBV_EVENT_CQ_ERR` on a CQ overrun, `IBV_EVENT_QP_FATAL` for an injected QP
-/// failure, `IBV_EVENT_QP_REQ_ERR` at a responder that received a bad request,
+/// failure, `IBV_EVENT_QP_REQ_ERR` at a responder that received an invalid request,
+/// `IBV_EVENT_QP_ACCESS_ERR` at one that refused a remote access (bad rkey, bounds,
+/// access flags),
 /// `IBV_EVENT_PORT_ERR` / `IBV_EVENT_PORT_ACTIVE` on link changes). Honours `O_NONBLOCK`
 /// on `context->async_fd`.
 ///

@@ -73,6 +73,15 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// Registers `f` to run at process exit (`atexit`), or when this library is unloaded
+/// if it was loaded with `dlopen` (glibc's `atexit` records the calling object). False
+/// when it could not be registered.
+pub(crate) fn at_exit(f: extern "C" fn()) -> bool {
+    // SAFETY: `f` is a plain function with the C ABI, valid for the life of the code
+    // that registers it (the handler runs before that code is unloaded).
+    unsafe { libc::atexit(f) == 0 }
+}
+
 /// The in-process function table, for `vqp_host::Verbs::from_table`: the same functions
 /// the cdylib exports, called without `dlopen`.
 ///

@@ -16,6 +16,7 @@ use super::{Owner, Shared};
 use crate::engine::{fail, resolve_av, respond, MoveError, Mover, Response, Step};
 use crate::mem::{self, Span};
 use crate::provider::{self, Provider};
+use crate::qp::QP_REQ_ERR;
 use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe, Sges};
 
 /// Requests one QP keeps in flight at most; more wait in its send queue.
@@ -418,7 +419,7 @@ fn on_request(sh: &'static Shared, rec: &Record) {
             &mut mv,
         )
     } else {
-        Response::Error(IBV_WC_REM_INV_REQ_ERR)
+        Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR)
     };
     let (code, value) = match response {
         Response::Ok(n) => {
@@ -428,7 +429,14 @@ fn on_request(sh: &'static Shared, rec: &Record) {
             (RESP_OK, n)
         }
         Response::Rnr(t) => (RESP_RNR, u32::from(t)),
-        Response::Error(s) => (RESP_ERR, s),
+        Response::Error { status, responder } => {
+            // A responder-class error moves this process's QP to error and raises the
+            // event here, where its owner polls for it (as in one process: `execute`).
+            if let Some(event) = responder {
+                b.to_error(&mut gb, Some(event));
+            }
+            (RESP_ERR, status)
+        }
         Response::Dropped => return,
     };
     drop(gb);

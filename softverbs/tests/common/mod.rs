@@ -319,3 +319,35 @@ pub fn exercise_all_ops(verbs: &Verbs) {
     assert_eq!(&bytes(&a)[64..72], &0x1122_3344_5566_7788u64.to_ne_bytes());
     assert_eq!(&bytes(&b)[48..56], &0x1122_3344_5566_7788u64.to_ne_bytes());
 }
+
+/// The asynchronous events waiting on `ctx`, taken without blocking (its `async_fd` is
+/// made non-blocking): `(event_type, element)` with the element as an address (QP or
+/// CQ events) or a port number.
+pub fn async_events(ctx: &Context) -> Vec<(u32, usize)> {
+    let raw = ctx.as_raw();
+    // SAFETY: a live context; `async_fd` is the provider's eventfd for it.
+    let fd = unsafe { (*raw).async_fd };
+    // SAFETY: fcntl on a descriptor this context owns; only its status flags change.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        assert!(flags >= 0);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK), 0);
+    }
+    let mut out = Vec::new();
+    loop {
+        let mut ev = vqp_softverbs::ibv_async_event::default();
+        // SAFETY: a live context; a writable event.
+        if unsafe { vqp_softverbs::ibv_get_async_event(raw, &mut ev) } != 0 {
+            assert_eq!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EAGAIN)
+            );
+            return out;
+        }
+        // SAFETY: every member of the element union is plain data over the same bytes.
+        let element = unsafe { ev.element.qp } as usize;
+        out.push((ev.event_type, element));
+        // SAFETY: the event came from `ibv_get_async_event`.
+        unsafe { vqp_softverbs::ibv_ack_async_event(&mut ev) };
+    }
+}
