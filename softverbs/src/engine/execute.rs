@@ -1,0 +1,215 @@
+//! The requester's side: running a QP's send queue, one WQE at a time, and completing
+//! each (or failing the QP).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use vqp_host::sys::*;
+
+use super::respond::{respond, LocalMover, Response};
+use super::Step;
+use crate::mem::{self, MrTable, Span};
+use crate::provider::Provider;
+use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe, MAX_MSG, MAX_SGE, QP_FATAL};
+
+/// Executes up to `n` WQEs from the head of `qp`'s send queue. Returns how many ran
+/// and, when the QP stalled (RNR back-off, delay), the instant it may continue.
+pub(super) fn run(
+    p: &'static Provider,
+    qp: &Arc<QpCore>,
+    n: u32,
+    now: &mut Option<Instant>,
+) -> (u32, Option<Instant>) {
+    let mut g = qp.lock();
+    if g.state != IBV_QPS_RTS {
+        // ERR: already flushed; RESET: queues cleared. The entry was stale.
+        return (0, None);
+    }
+    if let Some(t) = g.not_before {
+        let cur = *now.get_or_insert_with(Instant::now);
+        if cur < t {
+            return (0, Some(t));
+        }
+        g.not_before = None;
+    }
+    let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
+    let mut done = 0;
+    while done < n {
+        let Some(head) = g.sq.front() else {
+            break;
+        };
+        if let Some(t) = head.ready_at {
+            let cur = *now.get_or_insert_with(Instant::now);
+            if cur < t {
+                return (done, Some(t));
+            }
+        }
+        let Some(w) = g.sq.pop_front() else {
+            break;
+        };
+        if g.executed >= qp.fail_after.load(Ordering::Relaxed) {
+            g.executed += 1;
+            fail(qp, &mut g, &w, IBV_WC_RETRY_EXC_ERR, Some(QP_FATAL));
+            done += 1;
+            break;
+        }
+        match execute(p, qp, &mut g, &mrs, w) {
+            Step::Done => {
+                g.executed += 1;
+                done += 1;
+            }
+            Step::Rnr(delay) => {
+                let at = *now.get_or_insert_with(Instant::now) + delay;
+                g.not_before = Some(at);
+                return (done, Some(at));
+            }
+            Step::Failed => {
+                g.executed += 1;
+                done += 1;
+                break;
+            }
+        }
+    }
+    (done, None)
+}
+
+/// Completes `w` in error and moves the requester to the error state.
+pub(crate) fn fail(qp: &QpCore, g: &mut QpInner, w: &SendWqe, status: u32, event: Option<u32>) {
+    let release = qp.release(&mut g.unsignaled);
+    qp.send_cq.push(
+        qp.wc(w.wr_id, status, wc_opcode(w.opcode), 0),
+        false,
+        release,
+    );
+    qp.to_error(g, event);
+}
+
+/// Resolves (and caches) the QP this one is connected to.
+fn peer(p: &Provider, g: &mut QpInner) -> Option<Arc<QpCore>> {
+    if let Some(b) = g.peer.upgrade() {
+        if b.qpn == g.attr.dest_qp_num {
+            return Some(b);
+        }
+    }
+    let dev = resolve_av(p, &g.attr.ah_attr)?;
+    let b = p.find_qp(dev, g.attr.dest_qp_num)?;
+    g.peer = Arc::downgrade(&b);
+    Some(b)
+}
+
+/// The device index an address vector points at.
+pub(crate) fn resolve_av(p: &Provider, ah: &ibv_ah_attr) -> Option<usize> {
+    let gid = (ah.is_global != 0).then(|| *vqp_host::Gid::from_sys(&ah.grh.dgid).as_bytes());
+    p.resolve(ah.dlid, gid.as_ref()).map(|d| d.index)
+}
+
+/// Executes one WQE popped from `qp`'s send queue.
+fn execute(
+    p: &'static Provider,
+    qp: &Arc<QpCore>,
+    g: &mut QpInner,
+    mrs: &MrTable,
+    w: SendWqe,
+) -> Step {
+    // Local buffers first: a bad lkey never leaves the requester.
+    let need_local = match w.opcode {
+        IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            IBV_ACCESS_LOCAL_WRITE
+        }
+        _ => 0,
+    };
+    let mut local_buf: [Span<'_>; MAX_SGE as usize] = [Span::empty(); MAX_SGE as usize];
+    let mut n_local = 0;
+    if w.inline.is_none() {
+        for s in w.sges.as_slice() {
+            match mrs.span(
+                s.lkey,
+                qp.dev,
+                qp.pd,
+                s.addr,
+                u64::from(s.length),
+                need_local,
+            ) {
+                Ok(span) if n_local < local_buf.len() => {
+                    local_buf[n_local] = span;
+                    n_local += 1;
+                }
+                _ => {
+                    fail(qp, g, &w, IBV_WC_LOC_PROT_ERR, None);
+                    return Step::Failed;
+                }
+            }
+        }
+    }
+    let local = &local_buf[..n_local];
+    let len = match &w.inline {
+        Some(d) => d.len() as u64,
+        None => mem::total(local),
+    };
+    if len > MAX_MSG {
+        fail(qp, g, &w, IBV_WC_LOC_LEN_ERR, None);
+        return Step::Failed;
+    }
+    let local_up = p.devices[qp.dev].is_up();
+    let Some(b) = peer(p, g).filter(|b| local_up && p.devices[b.dev].is_up()) else {
+        // Not in this process: another process's QP, or nothing answers (the
+        // transport retries run out).
+        return crate::shared::remote::send(p, qp, g, w, local, len);
+    };
+    let mut mover = LocalMover {
+        local,
+        inline: w.inline.as_deref(),
+    };
+    let own_responder = Arc::ptr_eq(&b, qp);
+    let response = if own_responder {
+        respond(p, qp.qpn, qp.dev, &b, g, mrs, &w, len, &mut mover)
+    } else {
+        let mut gb = b.lock();
+        let r = respond(p, qp.qpn, qp.dev, &b, &mut gb, mrs, &w, len, &mut mover);
+        if let Response::Error {
+            responder: Some(event),
+            ..
+        } = r
+        {
+            b.to_error(&mut gb, Some(event));
+        }
+        r
+    };
+    match response {
+        Response::Ok(byte_len) => {
+            g.rnr_tries = 0;
+            if w.signaled {
+                let wc = qp.wc(w.wr_id, IBV_WC_SUCCESS, wc_opcode(w.opcode), byte_len);
+                let release = qp.release(&mut g.unsignaled);
+                if !qp.send_cq.push(wc, false, release) {
+                    qp.to_error(g, None);
+                    return Step::Failed;
+                }
+            } else {
+                g.unsignaled += 1;
+            }
+            Step::Done
+        }
+        Response::Rnr(timer) => {
+            let retry = g.attr.rnr_retry;
+            if retry != 7 && g.rnr_tries >= retry {
+                fail(qp, g, &w, IBV_WC_RNR_RETRY_EXC_ERR, None);
+                return Step::Failed;
+            }
+            g.rnr_tries = g.rnr_tries.saturating_add(1);
+            g.sq.push_front(w);
+            Step::Rnr(rnr_delay(timer))
+        }
+        Response::Error { status, responder } => {
+            // A QP connected to itself is its own responder: its failed request
+            // completes first, then its queues are flushed and the event raised.
+            fail(qp, g, &w, status, responder.filter(|_| own_responder));
+            Step::Failed
+        }
+        Response::Dropped => {
+            fail(qp, g, &w, IBV_WC_RETRY_EXC_ERR, None);
+            Step::Failed
+        }
+    }
+}

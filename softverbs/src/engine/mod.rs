@@ -1,0 +1,398 @@
+//! The progress engine: a run queue of posted work, a reorder policy that picks what
+//! runs next, and the execution of WQEs (data movement, completions, errors).
+//!
+//! # Model
+//! Posting only queues: `post_send` appends WQEs to the QP's send queue and a
+//! `(QP, count)` entry to the engine's run queue (consecutive posts to one QP merge).
+//! Work runs when someone holds the engine's *execution token*:
+//! - every `poll_cq` tries to take it (never waits for it) and executes up to
+//!   [`POLL_BUDGET`] WQEs before it reads its CQ — progress is inline, on the polling
+//!   thread, with no hand-off between threads;
+//! - in [`Progress::Thread`] mode (the default) a background thread also takes it when
+//!   work is pending and no poll has run the engine for about [`IDLE_GRACE`], and to
+//!   serve RNR back-offs and delays when they expire. Blocking on a completion channel
+//!   therefore works without a polling thread. The thread is stopped and joined when
+//!   the process exits (or the library is unloaded), so that it leaves nothing behind
+//!   for a leak checker; polls still run the engine afterwards.
+//!
+//! One thread executes at a time, so work is serialised: a WQE executes completely
+//! (data moved, responder and requester completions written) before the next one starts.
+//! Order within a QP is posting order. Across QPs the [`Reorder`] policy decides.
+//!
+//! Files: this one holds the scheduler (run queue, reorder policy, execution token,
+//! background thread); `execute` runs a QP's WQEs as the requester; `respond` is the
+//! responder's side, over a [`Mover`] that moves the payload in one process or between
+//! two.
+//!
+//! Locks, always taken in this order: execution token → run queue → requester QP →
+//! responder QP → memory key table (read) → CQ → completion channel. Posting takes a QP
+//! lock, then the run queue; polling takes only a CQ lock (and the token, by `try_lock`).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Once};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::config::{Progress, Reorder, ADVERSARIAL_BOUND};
+use crate::cq::lock;
+use crate::provider;
+use crate::qp::QpCore;
+
+mod execute;
+mod respond;
+
+use execute::run;
+pub(crate) use execute::{fail, resolve_av};
+pub(crate) use respond::{respond, MoveError, Mover, Response};
+
+/// WQEs one `poll_cq` executes at most before reading its CQ.
+pub const POLL_BUDGET: usize = 256;
+/// WQEs of one QP executed per pick at most (FIFO); bounds how long one QP holds the
+/// engine.
+const BATCH: u32 = 64;
+/// How long the background thread leaves pending work to polling threads before it
+/// runs the engine itself.
+pub const IDLE_GRACE: Duration = Duration::from_micros(200);
+
+struct Entry {
+    qp: Arc<QpCore>,
+    count: u32,
+    /// Pick number when the entry was queued.
+    enq: u64,
+}
+
+struct Parked {
+    at: Instant,
+    qp: Arc<QpCore>,
+    count: u32,
+}
+
+struct Sched {
+    runq: VecDeque<Entry>,
+    parked: Vec<Parked>,
+    picks: u64,
+    policy: Reorder,
+    rng: u64,
+    bg_sleeping: bool,
+}
+
+impl Sched {
+    fn next_rand(&mut self) -> u64 {
+        // xorshift64*: small, fast, and deterministic per seed.
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn release_parked(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.parked.len() {
+            if self.parked[i].at <= now {
+                let p = self.parked.swap_remove(i);
+                self.runq.push_back(Entry {
+                    qp: p.qp,
+                    count: p.count,
+                    enq: self.picks,
+                });
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Chooses the next `(QP, WQE count)` to execute.
+    fn pick(&mut self, now: &mut Option<Instant>) -> Option<(Arc<QpCore>, u32)> {
+        if !self.parked.is_empty() {
+            let t = *now.get_or_insert_with(Instant::now);
+            self.release_parked(t);
+        }
+        let len = self.runq.len();
+        if len == 0 {
+            return None;
+        }
+        self.picks += 1;
+        let front_age = self.picks - self.runq[0].enq;
+        let (idx, n) = if front_age > ADVERSARIAL_BOUND {
+            (0, self.runq[0].count.min(BATCH))
+        } else {
+            match self.policy {
+                Reorder::Fifo => (0, self.runq[0].count.min(BATCH)),
+                Reorder::Random { .. } => {
+                    let idx = (self.next_rand() % len as u64) as usize;
+                    let max = self.runq[idx].count.min(BATCH);
+                    let n = 1 + (self.next_rand() % u64::from(max)) as u32;
+                    (idx, n)
+                }
+                Reorder::Adversarial => (len - 1, 1),
+            }
+        };
+        let e = &mut self.runq[idx];
+        e.count -= n;
+        let qp = Arc::clone(&e.qp);
+        if e.count == 0 {
+            self.runq.remove(idx);
+        }
+        Some((qp, n))
+    }
+
+    fn earliest_parked(&self) -> Option<Instant> {
+        self.parked.iter().map(|p| p.at).min()
+    }
+}
+
+/// The engine: run queue, policy, execution token and background thread.
+pub(crate) struct Engine {
+    token: Mutex<()>,
+    sched: Mutex<Sched>,
+    wake: Condvar,
+    /// Bumped by every inline progress attempt; the background thread stays away while
+    /// it moves.
+    activity: AtomicU64,
+    thread_mode: AtomicBool,
+    thread: Once,
+    /// The background thread, once started, until [`Engine::stop_thread`] joins it.
+    handle: Mutex<Option<JoinHandle<()>>>,
+    /// Tells the background thread to return. Set under the `sched` lock, which the
+    /// thread holds when it decides to wait, so that the wake-up cannot be missed.
+    stop: AtomicBool,
+}
+
+/// What one WQE's execution came to.
+pub(crate) enum Step {
+    /// Executed; the requester's QP is still usable.
+    Done,
+    /// The responder had no receive: retry after the delay.
+    Rnr(Duration),
+    /// The WQE completed in error and the requester is in the error state.
+    Failed,
+}
+
+impl Engine {
+    pub fn new(policy: Reorder, progress: Progress) -> Engine {
+        Engine {
+            token: Mutex::new(()),
+            sched: Mutex::new(Sched {
+                runq: VecDeque::new(),
+                parked: Vec::new(),
+                picks: 0,
+                policy,
+                rng: seed_of(policy),
+                bg_sleeping: false,
+            }),
+            wake: Condvar::new(),
+            activity: AtomicU64::new(0),
+            thread_mode: AtomicBool::new(progress == Progress::Thread),
+            thread: Once::new(),
+            handle: Mutex::new(None),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Sets the reorder policy (and restarts the random generator from its seed).
+    pub fn set_policy(&self, policy: Reorder) {
+        let mut s = lock(&self.sched);
+        s.policy = policy;
+        s.rng = seed_of(policy);
+    }
+
+    /// The reorder policy in force.
+    pub fn policy(&self) -> Reorder {
+        lock(&self.sched).policy
+    }
+
+    /// Sets the progress model. Switching to [`Progress::Inline`] leaves an already
+    /// started background thread idle.
+    pub fn set_progress(&self, progress: Progress) {
+        self.thread_mode
+            .store(progress == Progress::Thread, Ordering::Relaxed);
+        self.wake.notify_all();
+    }
+
+    /// Queues `count` newly posted WQEs of `qp` for execution.
+    pub fn enqueue(&'static self, qp: &Arc<QpCore>, count: u32) {
+        if count == 0 {
+            return;
+        }
+        let mut s = lock(&self.sched);
+        let picks = s.picks;
+        match s.runq.back_mut() {
+            Some(e) if Arc::ptr_eq(&e.qp, qp) => e.count += count,
+            _ => s.runq.push_back(Entry {
+                qp: Arc::clone(qp),
+                count,
+                enq: picks,
+            }),
+        }
+        let sleeping = s.bg_sleeping;
+        drop(s);
+        if self.thread_mode.load(Ordering::Relaxed) {
+            self.thread.call_once(|| self.start_thread());
+            if sleeping {
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    /// Runs the engine from a polling thread (see the module docs).
+    #[inline]
+    pub fn poll_progress(&'static self) {
+        self.activity.fetch_add(1, Ordering::Relaxed);
+        self.progress(POLL_BUDGET);
+        crate::shared::poll();
+    }
+
+    /// Executes up to `budget` WQEs if no other thread is executing; returns how many
+    /// ran.
+    pub fn progress(&'static self, budget: usize) -> usize {
+        let Ok(_token) = self.token.try_lock() else {
+            return 0;
+        };
+        let p = provider::get();
+        let mut now = None;
+        let mut done = 0usize;
+        while done < budget {
+            let picked = lock(&self.sched).pick(&mut now);
+            let Some((qp, n)) = picked else {
+                break;
+            };
+            let (ran, stalled) = run(p, &qp, n, &mut now);
+            done += ran as usize;
+            if let Some(at) = stalled {
+                let rest = n - ran;
+                if rest > 0 {
+                    lock(&self.sched).parked.push(Parked {
+                        at,
+                        qp,
+                        count: rest,
+                    });
+                }
+            }
+        }
+        done
+    }
+
+    /// WQEs waiting in the run queue or parked (counts from the run queue's entries,
+    /// which may include WQEs already flushed).
+    pub fn pending(&self) -> usize {
+        let s = lock(&self.sched);
+        s.runq.iter().map(|e| e.count as usize).sum::<usize>()
+            + s.parked.iter().map(|p| p.count as usize).sum::<usize>()
+    }
+
+    fn start_thread(&'static self) {
+        let spawned = std::thread::Builder::new()
+            .name("softverbs-progress".into())
+            .spawn(move || self.background());
+        match spawned {
+            Ok(h) => {
+                *lock(&self.handle) = Some(h);
+                // A failed registration only leaves the thread unjoined at exit.
+                let _ = crate::abi::at_exit(stop_progress_thread);
+            }
+            // Without the thread the engine still runs inline on every poll.
+            Err(_) => self.thread_mode.store(false, Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the background thread and waits for it to return (at process exit). Work
+    /// still queued runs on later polls, inline; the thread is not started again.
+    pub fn stop_thread(&self) {
+        {
+            let _s = lock(&self.sched);
+            self.stop.store(true, Ordering::Relaxed);
+            self.thread_mode.store(false, Ordering::Relaxed);
+        }
+        self.wake.notify_all();
+        let handle = lock(&self.handle).take();
+        if let Some(h) = handle {
+            // A panic in the thread has already been reported; nothing is left to do.
+            let _ = h.join();
+        }
+    }
+
+    fn background(&'static self) {
+        let mut last_seen = u64::MAX;
+        loop {
+            {
+                let mut s = lock(&self.sched);
+                loop {
+                    if self.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let enabled = self.thread_mode.load(Ordering::Relaxed);
+                    if enabled && !s.runq.is_empty() {
+                        break;
+                    }
+                    let deadline = if enabled { s.earliest_parked() } else { None };
+                    s.bg_sleeping = true;
+                    s = match deadline {
+                        Some(at) => {
+                            let now = Instant::now();
+                            if at <= now {
+                                s.bg_sleeping = false;
+                                s.release_parked(now);
+                                continue;
+                            }
+                            self.wake
+                                .wait_timeout(s, at - now)
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0
+                        }
+                        None => self.wake.wait(s).unwrap_or_else(|e| e.into_inner()),
+                    };
+                    s.bg_sleeping = false;
+                }
+            }
+            let seen = self.activity.load(Ordering::Relaxed);
+            if seen != last_seen {
+                // Someone polled since we last looked: leave the work to them a while.
+                last_seen = seen;
+                std::thread::sleep(IDLE_GRACE);
+                continue;
+            }
+            if self.progress(4 * POLL_BUDGET) == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Registered with `atexit` when the background thread starts: stops and joins it, so
+/// that a process exits with no thread of ours running (a leak checker then sees its
+/// stack and thread-local memory freed).
+extern "C" fn stop_progress_thread() {
+    if let Some(p) = provider::try_get() {
+        p.engine.stop_thread();
+    }
+}
+
+fn seed_of(policy: Reorder) -> u64 {
+    match policy {
+        // xorshift must not start from zero.
+        Reorder::Random { seed } => seed ^ 0x9e37_79b9_7f4a_7c15 | 1,
+        _ => 0x9e37_79b9_7f4a_7c15,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_background_thread_stops_when_asked_and_is_joined() {
+        let e: &'static Engine = Box::leak(Box::new(Engine::new(Reorder::Fifo, Progress::Thread)));
+        e.thread.call_once(|| e.start_thread());
+        assert!(lock(&e.handle).is_some(), "started");
+        // Let it reach its wait on the condition variable, then stop it: the join
+        // returns (a lost wake-up would hang here).
+        std::thread::sleep(Duration::from_millis(20));
+        e.stop_thread();
+        assert!(lock(&e.handle).is_none(), "joined");
+        assert!(!e.thread_mode.load(Ordering::Relaxed));
+        e.stop_thread();
+    }
+}

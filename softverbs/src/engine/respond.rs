@@ -1,0 +1,261 @@
+//! The responder's side of a WQE: the checks a responder makes, receive consumption,
+//! the receive completion, and the payload's movement through a [`Mover`].
+
+use vqp_host::sys::*;
+
+use super::resolve_av;
+use crate::mem::{self, KeyError, MrTable, Span};
+use crate::provider::Provider;
+use crate::qp::{QpCore, QpInner, SendWqe, MAX_SGE, QP_ACCESS_ERR, QP_REQ_ERR};
+
+/// What the responder side reported.
+pub(crate) enum Response {
+    /// Done; the requester's completion carries this byte count.
+    Ok(u32),
+    /// No receive posted: an RNR NAK with the responder's `min_rnr_timer`.
+    Rnr(u8),
+    /// The request failed with this status at the requester. When `responder` names
+    /// an event, the responder detected the error itself and goes to the error state
+    /// raising it.
+    Error { status: u32, responder: Option<u32> },
+    /// The requester is gone (another process that exited): nothing was consumed and
+    /// nobody is told.
+    Dropped,
+}
+
+impl Response {
+    /// The requester fails with `status`; the responder is not affected (nothing
+    /// answered, or the error is the requester's own).
+    pub(crate) fn requester(status: u32) -> Response {
+        Response::Error {
+            status,
+            responder: None,
+        }
+    }
+
+    /// A responder-class error: the requester completes with `status`, the responder
+    /// QP goes to the error state and raises `event`.
+    ///
+    /// This is what the specification prescribes for the errors a responder detects
+    /// (InfiniBand Architecture Specification Vol. 1, §9.9.3 "Responder error
+    /// behavior": an invalid request, a remote access error or a remote operational
+    /// error NAKs the request and, on a reliable connection, puts the responder's QP in
+    /// the error state; where no receive WQE can carry the error, it is reported as an
+    /// affiliated asynchronous error, §11.6.3: "Invalid Request Local Work Queue
+    /// Error", "Local Access Violation Work Queue Error"), and what ConnectX does: the
+    /// responder's QP moves to error, and mlx5 (drivers/infiniband/hw/mlx5/qp.c,
+    /// `mlx5_ib_qp_event`) delivers `MLX5_EVENT_TYPE_WQ_ACCESS_ERROR` as
+    /// `IBV_EVENT_QP_ACCESS_ERR` and `MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR` as
+    /// `IBV_EVENT_QP_REQ_ERR`. Its receives are flushed like any QP's in error.
+    pub(crate) fn responder(status: u32, event: u32) -> Response {
+        Response::Error {
+            status,
+            responder: Some(event),
+        }
+    }
+}
+
+/// Moves a WQE's payload between the requester's buffers and the responder's checked
+/// spans: [`LocalMover`] in one process, `shared::remote`'s process-to-process copy
+/// across processes. The responder logic in [`respond`] is the same for both.
+pub(crate) trait Mover {
+    /// Copies the requester's payload into `dst` (SEND, WRITE).
+    fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError>;
+    /// Copies `src` into the requester's buffers (READ).
+    fn push(&mut self, src: &[Span<'_>]) -> Result<(), MoveError>;
+    /// Copies `bytes` into the requester's buffers (an atomic's original value).
+    fn push_bytes(&mut self, bytes: &[u8]) -> Result<(), MoveError>;
+}
+
+/// Why a [`Mover`] could not move the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MoveError {
+    /// The requester is gone: drop the request.
+    Gone,
+    /// The requester's memory could not be accessed: complete with this status.
+    Status(u32),
+}
+
+/// The in-process mover: plain copies between spans of this process.
+pub(super) struct LocalMover<'a, 't> {
+    pub(super) local: &'a [Span<'t>],
+    pub(super) inline: Option<&'a [u8]>,
+}
+
+impl Mover for LocalMover<'_, '_> {
+    #[inline]
+    fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError> {
+        match self.inline {
+            Some(d) => mem::copy_from_bytes(dst, d),
+            None => mem::copy_spans(dst, self.local),
+        };
+        Ok(())
+    }
+
+    #[inline]
+    fn push(&mut self, src: &[Span<'_>]) -> Result<(), MoveError> {
+        mem::copy_spans(self.local, src);
+        Ok(())
+    }
+
+    #[inline]
+    fn push_bytes(&mut self, bytes: &[u8]) -> Result<(), MoveError> {
+        mem::copy_from_bytes(self.local, bytes);
+        Ok(())
+    }
+}
+
+/// The responder's side of one WQE from requester QP `a_qpn` of device `a_dev`:
+/// checks, data movement (by `mv`), receive consumption and the receive completion.
+/// `gb` is the responder's state (the requester's own when a QP is connected to
+/// itself). Data moves before a receive is consumed, so a request whose requester
+/// vanished consumes nothing. A responder-class error leaves the state change to the
+/// caller (see [`Response::responder`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn respond<M: Mover>(
+    p: &Provider,
+    a_qpn: u32,
+    a_dev: usize,
+    b: &QpCore,
+    gb: &mut QpInner,
+    mrs: &MrTable,
+    w: &SendWqe,
+    len: u64,
+    mv: &mut M,
+) -> Response {
+    let moved = |r: Result<(), MoveError>| match r {
+        Ok(()) => None,
+        Err(MoveError::Gone) => Some(Response::Dropped),
+        Err(MoveError::Status(s)) => Some(Response::requester(s)),
+    };
+    let connected = matches!(gb.state, IBV_QPS_RTR | IBV_QPS_RTS)
+        && gb.attr.dest_qp_num == a_qpn
+        && resolve_av(p, &gb.attr.ah_attr) == Some(a_dev);
+    if !connected {
+        // Nobody answers: the requester's retries run out; the responder saw nothing.
+        return Response::requester(IBV_WC_RETRY_EXC_ERR);
+    }
+    let access = gb.attr.qp_access_flags;
+    let remote = |need: u32, rlen: u64| -> Result<Span<'_>, KeyError> {
+        if access & need == 0 {
+            return Err(KeyError::Access);
+        }
+        mrs.span(w.rkey, b.dev, b.pd, w.remote_addr, rlen, need)
+    };
+    let byte_len = len as u32;
+    match w.opcode {
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => {
+            let Some(r) = gb.rq.front() else {
+                return Response::Rnr(gb.attr.min_rnr_timer);
+            };
+            let mut dst_buf: [Span<'_>; MAX_SGE as usize] = [Span::empty(); MAX_SGE as usize];
+            let mut n_dst = 0;
+            let mut bad = false;
+            for s in r.sges.as_slice() {
+                match mrs.span(
+                    s.lkey,
+                    b.dev,
+                    b.pd,
+                    s.addr,
+                    u64::from(s.length),
+                    IBV_ACCESS_LOCAL_WRITE,
+                ) {
+                    Ok(span) if n_dst < dst_buf.len() => {
+                        dst_buf[n_dst] = span;
+                        n_dst += 1;
+                    }
+                    _ => bad = true,
+                }
+            }
+            let dst = &dst_buf[..n_dst];
+            let (recv_status, req_status) = if bad {
+                (IBV_WC_LOC_PROT_ERR, IBV_WC_REM_OP_ERR)
+            } else if mem::total(dst) < len {
+                (IBV_WC_LOC_LEN_ERR, IBV_WC_REM_INV_REQ_ERR)
+            } else {
+                (IBV_WC_SUCCESS, IBV_WC_SUCCESS)
+            };
+            if recv_status == IBV_WC_SUCCESS {
+                if let Some(r) = moved(mv.pull(dst)) {
+                    return r;
+                }
+            }
+            let Some(r) = gb.rq.pop_front() else {
+                return Response::Rnr(gb.attr.min_rnr_timer);
+            };
+            if recv_status != IBV_WC_SUCCESS {
+                b.recv_cq
+                    .push(b.wc(r.wr_id, recv_status, IBV_WC_RECV, 0), false, None);
+                return Response::responder(req_status, QP_REQ_ERR);
+            }
+            let mut wc = b.wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, byte_len);
+            wc.src_qp = a_qpn;
+            wc.slid = p.devices[a_dev].lid;
+            if w.opcode == IBV_WR_SEND_WITH_IMM {
+                wc.wc_flags = IBV_WC_WITH_IMM;
+                wc.imm = ibv_wc_imm { imm_data: w.imm };
+            }
+            if !b.recv_cq.push(wc, w.solicited, None) {
+                b.to_error(gb, None);
+            }
+            Response::Ok(0)
+        }
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => {
+            let with_imm = w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+            if with_imm && gb.rq.is_empty() {
+                return Response::Rnr(gb.attr.min_rnr_timer);
+            }
+            if len > 0 {
+                let Ok(dst) = remote(IBV_ACCESS_REMOTE_WRITE, len) else {
+                    return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
+                };
+                if let Some(r) = moved(mv.pull(&[dst])) {
+                    return r;
+                }
+            }
+            if let Some(r) = with_imm.then(|| gb.rq.pop_front()).flatten() {
+                let mut wc = b.wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, byte_len);
+                wc.src_qp = a_qpn;
+                wc.slid = p.devices[a_dev].lid;
+                wc.wc_flags = IBV_WC_WITH_IMM;
+                wc.imm = ibv_wc_imm { imm_data: w.imm };
+                if !b.recv_cq.push(wc, w.solicited, None) {
+                    b.to_error(gb, None);
+                }
+            }
+            Response::Ok(0)
+        }
+        IBV_WR_RDMA_READ => {
+            if len > 0 {
+                let Ok(src) = remote(IBV_ACCESS_REMOTE_READ, len) else {
+                    return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
+                };
+                if let Some(r) = moved(mv.push(&[src])) {
+                    return r;
+                }
+            }
+            Response::Ok(byte_len)
+        }
+        IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            if w.remote_addr % 8 != 0 || len != 8 {
+                return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
+            }
+            let Ok(target) = remote(IBV_ACCESS_REMOTE_ATOMIC, 8) else {
+                return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
+            };
+            let orig = if w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD {
+                mem::fetch_add(&target, w.compare_add)
+            } else {
+                mem::compare_swap(&target, w.compare_add, w.swap)
+            };
+            let Some(orig) = orig else {
+                return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
+            };
+            if let Some(r) = moved(mv.push_bytes(&orig.to_ne_bytes())) {
+                return r;
+            }
+            Response::Ok(8)
+        }
+        _ => Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR),
+    }
+}

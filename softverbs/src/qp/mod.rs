@@ -1,0 +1,374 @@
+//! Queue pairs: the RC state machine with the specification's attribute-mask rules, the
+//! send and receive queues, posting and flushing.
+//!
+//! Files: this one holds the QP's types, its life (creation, locking, error, flush) and
+//! its completions; `state` the state machine (`ibv_modify_qp`, `ibv_query_qp`);
+//! `post` the checks and queueing of `ibv_post_send` / `ibv_post_recv`.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use vqp_host::sys::*;
+
+use crate::cq::{event, lock, CqCore, CtxCore};
+
+/// Pending WQEs a QP's send queue holds at most (`max_qp_wr`).
+pub(crate) const MAX_QP_WR: u32 = 16384;
+/// Scatter/gather entries per WQE at most (`max_sge`).
+pub(crate) const MAX_SGE: u32 = 32;
+/// Inline payload per WQE at most.
+pub(crate) const MAX_INLINE: u32 = 1024;
+/// Outstanding RDMA READ/atomic per QP, each direction.
+pub(crate) const MAX_RD_ATOMIC: u8 = 16;
+/// Largest message (`max_msg_sz`).
+pub(crate) const MAX_MSG: u64 = 1 << 31;
+
+/// A WQE's scatter/gather list; two entries stay inline, more spill to the heap.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Sges {
+    arr: [ibv_sge; 2],
+    n: u8,
+    spill: Vec<ibv_sge>,
+}
+
+impl Sges {
+    /// Copies a list.
+    pub fn from_slice(s: &[ibv_sge]) -> Sges {
+        let mut out = Sges::default();
+        if s.len() <= out.arr.len() {
+            out.arr[..s.len()].copy_from_slice(s);
+            out.n = s.len() as u8;
+        } else {
+            out.spill = s.to_vec();
+        }
+        out
+    }
+
+    /// The entries.
+    pub fn as_slice(&self) -> &[ibv_sge] {
+        if self.spill.is_empty() {
+            &self.arr[..usize::from(self.n)]
+        } else {
+            &self.spill
+        }
+    }
+
+    /// Sum of the entries' lengths.
+    #[cfg(test)]
+    pub fn total(&self) -> u64 {
+        self.as_slice().iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+/// A posted send WQE, as the engine executes it.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub wr_id: u64,
+    /// `IBV_WR_*`.
+    pub opcode: u32,
+    /// Generates a completion on success.
+    pub signaled: bool,
+    /// The solicited-event bit.
+    pub solicited: bool,
+    /// Immediate data as posted (network order).
+    pub imm: u32,
+    /// The local buffers (unused when `inline` is set).
+    pub sges: Sges,
+    /// Data copied at post time for `IBV_SEND_INLINE`.
+    pub inline: Option<Box<[u8]>>,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub compare_add: u64,
+    pub swap: u64,
+    /// Not executed before this instant (delay fault).
+    pub ready_at: Option<Instant>,
+}
+
+/// A posted receive WQE.
+#[derive(Debug)]
+pub(crate) struct RecvWqe {
+    pub wr_id: u64,
+    pub sges: Sges,
+}
+
+/// Mutable QP state, under the QP's lock.
+pub(crate) struct QpInner {
+    /// `IBV_QPS_*`.
+    pub state: u32,
+    /// Attributes as last set (fields outside the masks applied so far are zero).
+    pub attr: ibv_qp_attr,
+    pub sq: VecDeque<SendWqe>,
+    pub rq: VecDeque<RecvWqe>,
+    /// Executed unsignaled WQEs holding a slot until the next send completion.
+    pub unsignaled: u32,
+    /// RNR retries made for the WQE at the head of the send queue.
+    pub rnr_tries: u8,
+    /// The send queue is stalled (RNR back-off) until then.
+    pub not_before: Option<Instant>,
+    /// WQEs executed since creation (for "fail after n").
+    pub executed: u64,
+    /// The connected peer, cached after the first resolution.
+    pub peer: Weak<QpCore>,
+    /// Requests in flight to, and sequence state from, a QP of another process.
+    pub remote: crate::shared::RemoteState,
+}
+
+/// The Rust side of a QP.
+pub(crate) struct QpCore {
+    pub qpn: u32,
+    /// Creation rank in the process, from 1.
+    pub nth: u64,
+    pub dev: usize,
+    /// Protection domain id.
+    pub pd: u32,
+    pub ctx: Arc<CtxCore>,
+    pub send_cq: Arc<CqCore>,
+    pub recv_cq: Arc<CqCore>,
+    pub sq_sig_all: bool,
+    /// Granted sizes.
+    pub cap: ibv_qp_cap,
+    /// Address of the `ibv_qp` handed out (for asynchronous events).
+    pub handle: AtomicUsize,
+    /// `IBV_QPS_*`, readable without the lock.
+    pub state: AtomicU32,
+    /// Goes to error when it starts WQE number `fail_after` (counting from 0);
+    /// `u64::MAX` for never.
+    pub fail_after: AtomicU64,
+    /// Minimum time from post to execution, in ns (0: none).
+    pub delay_ns: AtomicU64,
+    /// Send-queue slots in use: every posted WQE holds one until the completion that
+    /// covers it (its own, or for an unsignaled WQE the next one of the QP) is polled.
+    pub slots: Arc<AtomicU32>,
+    inner: Mutex<QpInner>,
+}
+
+mod post;
+mod state;
+
+pub(crate) use post::sge_count;
+
+/// The RNR NAK timer of an encoded `min_rnr_timer` (IBA table 45).
+pub(crate) fn rnr_delay(code: u8) -> Duration {
+    const MICROS: [u32; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+        5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122_880, 163_840, 245_760,
+        327_680, 491_520,
+    ];
+    Duration::from_micros(u64::from(MICROS[usize::from(code & 31)]))
+}
+
+/// The completion opcode of a send opcode.
+pub(crate) fn wc_opcode(wr_opcode: u32) -> u32 {
+    match wr_opcode {
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
+        IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
+        IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
+        IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+        _ => IBV_WC_SEND,
+    }
+}
+
+impl QpCore {
+    /// A QP in the RESET state.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        qpn: u32,
+        nth: u64,
+        dev: usize,
+        pd: u32,
+        ctx: Arc<CtxCore>,
+        send_cq: Arc<CqCore>,
+        recv_cq: Arc<CqCore>,
+        sq_sig_all: bool,
+        cap: ibv_qp_cap,
+    ) -> QpCore {
+        send_cq.users.fetch_add(1, Ordering::Relaxed);
+        recv_cq.users.fetch_add(1, Ordering::Relaxed);
+        QpCore {
+            qpn,
+            nth,
+            dev,
+            pd,
+            ctx,
+            send_cq,
+            recv_cq,
+            sq_sig_all,
+            cap,
+            handle: AtomicUsize::new(0),
+            state: AtomicU32::new(IBV_QPS_RESET),
+            fail_after: AtomicU64::new(u64::MAX),
+            delay_ns: AtomicU64::new(0),
+            slots: Arc::new(AtomicU32::new(0)),
+            inner: Mutex::new(QpInner {
+                state: IBV_QPS_RESET,
+                attr: ibv_qp_attr::default(),
+                sq: VecDeque::new(),
+                rq: VecDeque::new(),
+                unsignaled: 0,
+                rnr_tries: 0,
+                not_before: None,
+                executed: 0,
+                peer: Weak::new(),
+                remote: Default::default(),
+            }),
+        }
+    }
+
+    /// Grants sizes for a request: zero is raised to one, anything above the device's
+    /// limits is `EINVAL`.
+    pub fn grant(req: &ibv_qp_cap) -> Result<ibv_qp_cap, i32> {
+        if req.max_send_wr > MAX_QP_WR
+            || req.max_recv_wr > MAX_QP_WR
+            || req.max_send_sge > MAX_SGE
+            || req.max_recv_sge > MAX_SGE
+            || req.max_inline_data > MAX_INLINE
+        {
+            return Err(libc::EINVAL);
+        }
+        Ok(ibv_qp_cap {
+            max_send_wr: req.max_send_wr.max(1),
+            max_recv_wr: req.max_recv_wr.max(1),
+            max_send_sge: req.max_send_sge.max(1),
+            max_recv_sge: req.max_recv_sge.max(1),
+            max_inline_data: req.max_inline_data.max(64),
+        })
+    }
+
+    /// Locks the QP's mutable state.
+    pub fn lock(&self) -> MutexGuard<'_, QpInner> {
+        lock(&self.inner)
+    }
+
+    /// Locks the QP's mutable state unless another thread holds it.
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, QpInner>> {
+        match self.inner.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Called when the QP is destroyed: drops its queues without completions and
+    /// detaches it from its CQs.
+    pub fn destroy(&self) {
+        let mut g = self.lock();
+        g.state = IBV_QPS_RESET;
+        self.state.store(IBV_QPS_RESET, Ordering::Release);
+        g.sq.clear();
+        g.rq.clear();
+        g.remote = Default::default();
+        drop(g);
+        self.send_cq.users.fetch_sub(1, Ordering::Relaxed);
+        self.recv_cq.users.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Moves the QP to the error state (from the engine), flushing everything
+    /// outstanding, and raises `kind` on the context's asynchronous queue.
+    pub fn to_error(&self, g: &mut QpInner, kind: Option<u32>) {
+        if g.state == IBV_QPS_ERR {
+            return;
+        }
+        g.state = IBV_QPS_ERR;
+        self.state.store(IBV_QPS_ERR, Ordering::Release);
+        self.flush(g);
+        if let Some(kind) = kind {
+            self.ctx.raise(kind, self.handle.load(Ordering::Relaxed));
+        }
+    }
+
+    /// Completes every queued WQE with `IBV_WC_WR_FLUSH_ERR`.
+    pub fn flush(&self, g: &mut QpInner) {
+        // Requests in flight to another process are older than anything queued.
+        while let Some(w) = g.remote.take_in_flight() {
+            let release = self.release(&mut g.unsignaled);
+            self.send_cq.push(
+                self.wc(w.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(w.opcode), 0),
+                false,
+                release,
+            );
+        }
+        while let Some(w) = g.sq.pop_front() {
+            let release = self.release(&mut g.unsignaled);
+            self.send_cq.push(
+                self.wc(w.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(w.opcode), 0),
+                false,
+                release,
+            );
+        }
+        for r in g.rq.drain(..) {
+            self.recv_cq.push(
+                self.wc(r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0),
+                false,
+                None,
+            );
+        }
+        g.not_before = None;
+    }
+
+    /// The slots a send completion releases: its own and those of the unsignaled WQEs
+    /// before it.
+    pub fn release(&self, unsignaled: &mut u32) -> crate::cq::Release {
+        let k = 1 + core::mem::take(unsignaled);
+        Some((Arc::clone(&self.slots), k))
+    }
+
+    /// A completion of this QP.
+    pub fn wc(&self, wr_id: u64, status: u32, opcode: u32, byte_len: u32) -> ibv_wc {
+        ibv_wc {
+            wr_id,
+            status,
+            opcode,
+            byte_len,
+            qp_num: self.qpn,
+            ..Default::default()
+        }
+    }
+}
+
+/// Event kinds re-exported for the engine.
+pub(crate) use event::{QP_ACCESS_ERR, QP_FATAL, QP_REQ_ERR};
+
+#[cfg(test)]
+mod tests {
+    use super::state::transition;
+    use super::*;
+
+    #[test]
+    fn transitions_follow_the_spec_table() {
+        assert_eq!(
+            transition(IBV_QPS_RESET, IBV_QPS_INIT),
+            Some((IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0))
+        );
+        assert!(transition(IBV_QPS_RESET, IBV_QPS_RTR).is_none());
+        assert!(transition(IBV_QPS_INIT, IBV_QPS_RTS).is_none());
+        assert!(transition(IBV_QPS_RTR, IBV_QPS_RTR).is_none());
+        assert!(transition(IBV_QPS_ERR, IBV_QPS_RTS).is_none());
+        assert_eq!(transition(IBV_QPS_RTS, IBV_QPS_ERR), Some((0, 0)));
+        assert_eq!(transition(IBV_QPS_ERR, IBV_QPS_RESET), Some((0, 0)));
+    }
+
+    #[test]
+    fn rnr_timer_table() {
+        assert_eq!(rnr_delay(12), Duration::from_micros(640));
+        assert_eq!(
+            rnr_delay(0),
+            Duration::from_millis(655) + Duration::from_micros(360)
+        );
+        assert_eq!(rnr_delay(1), Duration::from_micros(10));
+    }
+
+    #[test]
+    fn sges_spill_past_two() {
+        let s = [ibv_sge {
+            addr: 1,
+            length: 2,
+            lkey: 3,
+        }; 3];
+        assert_eq!(Sges::from_slice(&s[..2]).as_slice(), &s[..2]);
+        assert_eq!(Sges::from_slice(&s).as_slice(), &s);
+        assert_eq!(Sges::from_slice(&s).total(), 6);
+        assert!(Sges::from_slice(&[]).as_slice().is_empty());
+    }
+}

@@ -1,0 +1,224 @@
+//! The RC state machine: the transitions the specification allows, the attributes each
+//! one requires or accepts, their values, and `ibv_modify_qp` / `ibv_query_qp`.
+
+use vqp_host::sys::*;
+
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+
+use super::{QpCore, MAX_RD_ATOMIC};
+
+/// `IBV_QP_*` masks of each RC transition: (required, optional), `IBV_QP_STATE` aside.
+pub(super) fn transition(cur: u32, next: u32) -> Option<(u32, u32)> {
+    const INIT_OPT: u32 = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    const RTS_OPT: u32 = IBV_QP_CUR_STATE
+        | IBV_QP_ACCESS_FLAGS
+        | IBV_QP_ALT_PATH
+        | IBV_QP_PATH_MIG_STATE
+        | IBV_QP_MIN_RNR_TIMER;
+    match (cur, next) {
+        (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => Some((0, 0)),
+        (IBV_QPS_RESET, IBV_QPS_INIT) => Some((INIT_OPT, 0)),
+        (IBV_QPS_INIT, IBV_QPS_INIT) => Some((0, INIT_OPT)),
+        (IBV_QPS_INIT, IBV_QPS_RTR) => Some((
+            IBV_QP_AV
+                | IBV_QP_PATH_MTU
+                | IBV_QP_DEST_QPN
+                | IBV_QP_RQ_PSN
+                | IBV_QP_MAX_DEST_RD_ATOMIC
+                | IBV_QP_MIN_RNR_TIMER,
+            IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
+        )),
+        (IBV_QPS_RTR, IBV_QPS_RTS) => Some((
+            IBV_QP_TIMEOUT
+                | IBV_QP_RETRY_CNT
+                | IBV_QP_RNR_RETRY
+                | IBV_QP_SQ_PSN
+                | IBV_QP_MAX_QP_RD_ATOMIC,
+            RTS_OPT,
+        )),
+        (IBV_QPS_RTS, IBV_QPS_RTS) => Some((0, RTS_OPT)),
+        _ => None,
+    }
+}
+
+/// Access bits a QP may grant to its peer.
+const QP_ACCESS_BITS: u32 = IBV_ACCESS_LOCAL_WRITE
+    | IBV_ACCESS_REMOTE_WRITE
+    | IBV_ACCESS_REMOTE_READ
+    | IBV_ACCESS_REMOTE_ATOMIC
+    | IBV_ACCESS_MW_BIND;
+
+/// Checks the values of the attributes named in `mask`.
+fn check_values(a: &ibv_qp_attr, mask: u32) -> Result<(), i32> {
+    let bad = |cond: bool| if cond { Err(libc::EINVAL) } else { Ok(()) };
+    let psn_ok = |v: u32| v <= 0x00ff_ffff;
+    if mask & IBV_QP_PORT != 0 {
+        bad(a.port_num != 1)?;
+    }
+    if mask & IBV_QP_PKEY_INDEX != 0 {
+        bad(a.pkey_index != 0)?;
+    }
+    if mask & IBV_QP_ACCESS_FLAGS != 0 {
+        bad(a.qp_access_flags & !QP_ACCESS_BITS != 0)?;
+    }
+    if mask & IBV_QP_PATH_MTU != 0 {
+        bad(!(IBV_MTU_256..=IBV_MTU_4096).contains(&a.path_mtu))?;
+    }
+    if mask & IBV_QP_DEST_QPN != 0 {
+        bad(!psn_ok(a.dest_qp_num))?;
+    }
+    if mask & IBV_QP_RQ_PSN != 0 {
+        bad(!psn_ok(a.rq_psn))?;
+    }
+    if mask & IBV_QP_SQ_PSN != 0 {
+        bad(!psn_ok(a.sq_psn))?;
+    }
+    if mask & IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
+        bad(a.max_dest_rd_atomic > MAX_RD_ATOMIC)?;
+    }
+    if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 {
+        bad(a.max_rd_atomic > MAX_RD_ATOMIC)?;
+    }
+    if mask & IBV_QP_MIN_RNR_TIMER != 0 {
+        bad(a.min_rnr_timer > 31)?;
+    }
+    if mask & IBV_QP_TIMEOUT != 0 {
+        bad(a.timeout > 31)?;
+    }
+    if mask & IBV_QP_RETRY_CNT != 0 {
+        bad(a.retry_cnt > 7)?;
+    }
+    if mask & IBV_QP_RNR_RETRY != 0 {
+        bad(a.rnr_retry > 7)?;
+    }
+    if mask & IBV_QP_AV != 0 {
+        let ah = &a.ah_attr;
+        bad(ah.port_num > 1)?;
+        bad(ah.is_global != 0 && ah.grh.sgid_index != 0)?;
+        bad(ah.is_global == 0 && ah.dlid == 0)?;
+    }
+    Ok(())
+}
+
+impl QpCore {
+    /// `ibv_modify_qp`: validates the transition and the mask, then applies it.
+    pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<(), i32> {
+        let mut g = self.lock();
+        let cur = if mask & IBV_QP_CUR_STATE != 0 {
+            if attr.cur_qp_state != g.state {
+                return Err(libc::EINVAL);
+            }
+            attr.cur_qp_state
+        } else {
+            g.state
+        };
+        let next = if mask & IBV_QP_STATE != 0 {
+            attr.qp_state
+        } else {
+            cur
+        };
+        let (required, optional) = transition(cur, next).ok_or(libc::EINVAL)?;
+        let given = mask & !IBV_QP_STATE;
+        if given & required != required || given & !(required | optional) != 0 {
+            return Err(libc::EINVAL);
+        }
+        check_values(attr, given)?;
+        apply(&mut g.attr, attr, given);
+        match next {
+            IBV_QPS_RESET => {
+                g.sq.clear();
+                g.rq.clear();
+                self.slots.store(0, Ordering::Release);
+                g.unsignaled = 0;
+                g.attr = ibv_qp_attr::default();
+                g.peer = Weak::new();
+                g.remote = Default::default();
+                g.rnr_tries = 0;
+                g.not_before = None;
+            }
+            IBV_QPS_ERR => {
+                g.state = IBV_QPS_ERR;
+                self.state.store(IBV_QPS_ERR, Ordering::Release);
+                self.flush(&mut g);
+            }
+            IBV_QPS_RTR => {
+                g.peer = Weak::new();
+                g.remote = Default::default();
+            }
+            _ => {}
+        }
+        g.state = next;
+        self.state.store(next, Ordering::Release);
+        Ok(())
+    }
+
+    /// `ibv_query_qp`: the attributes with the current state and the granted sizes.
+    pub fn query(&self) -> ibv_qp_attr {
+        let g = self.lock();
+        let mut a = g.attr;
+        a.qp_state = g.state;
+        a.cur_qp_state = g.state;
+        a.cap = self.cap;
+        if a.port_num == 0 {
+            a.port_num = 1;
+        }
+        a
+    }
+}
+
+/// Copies the attributes named in `mask` from `src` into `dst`.
+fn apply(dst: &mut ibv_qp_attr, src: &ibv_qp_attr, mask: u32) {
+    let has = |bit: u32| mask & bit != 0;
+    if has(IBV_QP_ACCESS_FLAGS) {
+        dst.qp_access_flags = src.qp_access_flags;
+    }
+    if has(IBV_QP_PKEY_INDEX) {
+        dst.pkey_index = src.pkey_index;
+    }
+    if has(IBV_QP_PORT) {
+        dst.port_num = src.port_num;
+    }
+    if has(IBV_QP_AV) {
+        dst.ah_attr = src.ah_attr;
+    }
+    if has(IBV_QP_PATH_MTU) {
+        dst.path_mtu = src.path_mtu;
+    }
+    if has(IBV_QP_DEST_QPN) {
+        dst.dest_qp_num = src.dest_qp_num;
+    }
+    if has(IBV_QP_RQ_PSN) {
+        dst.rq_psn = src.rq_psn;
+    }
+    if has(IBV_QP_SQ_PSN) {
+        dst.sq_psn = src.sq_psn;
+    }
+    if has(IBV_QP_MAX_DEST_RD_ATOMIC) {
+        dst.max_dest_rd_atomic = src.max_dest_rd_atomic;
+    }
+    if has(IBV_QP_MAX_QP_RD_ATOMIC) {
+        dst.max_rd_atomic = src.max_rd_atomic;
+    }
+    if has(IBV_QP_MIN_RNR_TIMER) {
+        dst.min_rnr_timer = src.min_rnr_timer;
+    }
+    if has(IBV_QP_TIMEOUT) {
+        dst.timeout = src.timeout;
+    }
+    if has(IBV_QP_RETRY_CNT) {
+        dst.retry_cnt = src.retry_cnt;
+    }
+    if has(IBV_QP_RNR_RETRY) {
+        dst.rnr_retry = src.rnr_retry;
+    }
+    if has(IBV_QP_ALT_PATH) {
+        dst.alt_ah_attr = src.alt_ah_attr;
+        dst.alt_pkey_index = src.alt_pkey_index;
+        dst.alt_port_num = src.alt_port_num;
+        dst.alt_timeout = src.alt_timeout;
+    }
+    if has(IBV_QP_PATH_MIG_STATE) {
+        dst.path_mig_state = src.path_mig_state;
+    }
+}
