@@ -19,7 +19,9 @@
 //! run (a run per WQE when every WQE is signaled). On the completion side, a success
 //! naming the oldest run of a healthy QP is credited without the general path.
 
+mod complete;
 mod config;
+mod dispatch;
 mod error;
 mod lane;
 mod recv;

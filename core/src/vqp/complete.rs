@@ -1,0 +1,141 @@
+//! Send completions: crediting each physical completion to its request, and
+//! reporting finished requests in posting order.
+
+use super::slots::{Notify, Ring, SendSlot};
+use super::{Stray, VirtualQp};
+use crate::phys::PhysQp;
+use crate::wr::{SendFlags, Wc, WcStatus};
+use crate::wrid::NOTIFY_LANE;
+
+/// Credit `count` data WQEs of request `id` with `status`.
+#[inline]
+pub(super) fn credit_data<const S: usize>(
+    send: &mut Ring<SendSlot, S>,
+    id: u64,
+    count: u32,
+    st: WcStatus,
+) {
+    let slot = send.get_mut(id);
+    slot.done += u64::from(count);
+    if !st.is_ok() {
+        slot.fail(st);
+    }
+}
+
+/// Credit request `id`'s notify with `status`.
+#[inline]
+pub(super) fn credit_notify<const S: usize>(
+    send: &mut Ring<SendSlot, S>,
+    id: u64,
+    _: u32,
+    st: WcStatus,
+) {
+    let slot = send.get_mut(id);
+    slot.notify = Notify::Settled;
+    if !st.is_ok() {
+        slot.fail(st);
+    }
+}
+
+impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
+    VirtualQp<Q, N, D, S, W>
+{
+    /// A send completion on data QP `lane` for the request whose id is `short`
+    /// (mod 2^45).
+    #[inline]
+    pub(super) fn data_completion(
+        &mut self,
+        lane: usize,
+        short: u64,
+        status: WcStatus,
+    ) -> Result<(), Stray> {
+        let l = &mut self.lanes[lane];
+        if let Some((id, count)) = l.complete_oldest(short, status) {
+            credit_data(&mut self.send, id, count, WcStatus::SUCCESS);
+            // The QP is healthy, or the completion would not have been the usual one.
+            if l.outstanding < self.cfg.max_outstanding {
+                self.room |= 1 << lane;
+            }
+            return Ok(());
+        }
+        self.data_completion_rest(lane, short, status)
+    }
+
+    /// [`Self::data_completion`] for anything but a success naming the oldest run
+    /// on a healthy QP. Out of line, like [`Lane::complete`]'s own rest.
+    #[cold]
+    #[inline(never)]
+    fn data_completion_rest(
+        &mut self,
+        lane: usize,
+        short: u64,
+        status: WcStatus,
+    ) -> Result<(), Stray> {
+        let send = &mut self.send;
+        let l = &mut self.lanes[lane];
+        let matched = l.complete_rest(short, status, &mut |id, n, st| credit_data(send, id, n, st));
+        if l.has_room(self.cfg.max_outstanding) {
+            self.room |= 1 << lane;
+        }
+        if status.is_ok() {
+            return if matched { Ok(()) } else { Err(Stray) };
+        }
+        self.fail(status);
+        // An error for a run already credited is a flush of an unsignaled WQE.
+        Ok(())
+    }
+
+    /// A send completion on `lane` (a data QP or [`NOTIFY_LANE`]) for the request
+    /// whose id is `short` (mod 2^45).
+    pub(super) fn send_completion(
+        &mut self,
+        lane: u8,
+        short: u64,
+        status: WcStatus,
+    ) -> Result<(), Stray> {
+        if lane != NOTIFY_LANE {
+            return self.data_completion(lane as usize, short, status);
+        }
+        let send = &mut self.send;
+        let Some(l) = self.notify.as_mut() else {
+            return Err(Stray);
+        };
+        let matched = l.complete(short, status, &mut |id, n, st| {
+            credit_notify(send, id, n, st)
+        });
+        if !status.is_ok() {
+            self.fail(status);
+        }
+        // An error for a run already credited is a flush of an unsignaled WQE.
+        if matched || !status.is_ok() {
+            Ok(())
+        } else {
+            Err(Stray)
+        }
+    }
+
+    /// Report completed send requests in posting order.
+    #[inline]
+    pub(super) fn drain_sends(&mut self, out: &mut [Wc]) -> usize {
+        let mut n = 0;
+        while self.send.head != self.send.tail && n < out.len() {
+            let slot = self.send.get(self.send.head);
+            if !slot.complete() {
+                break;
+            }
+            if slot.wr.flags.contains(SendFlags::SIGNALED) || !slot.status.is_ok() {
+                out[n] = Wc {
+                    wr_id: slot.wr.wr_id,
+                    status: slot.status,
+                    opcode: slot.wr.opcode.completion(),
+                    qp_num: self.cfg.qp_num,
+                    imm_data: None,
+                    byte_len: slot.wr.len,
+                };
+                n += 1;
+            }
+            self.send.head += 1;
+        }
+        n
+    }
+}

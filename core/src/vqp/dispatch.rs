@@ -1,0 +1,465 @@
+//! Dispatching accepted requests: fragments spread over the data QPs with room,
+//! chained per QP and posted once per round; SPRAY notifies in order.
+
+use super::complete::{credit_data, credit_notify};
+use super::lane::Lane;
+use super::send::{numbered, passthrough_wqe, send_id};
+use super::slots::Notify;
+use super::{Mode, Signaling, VirtualQp};
+use crate::imm::Imm;
+use crate::phys::{PhysQp, SendWqe};
+use crate::seq::Seq;
+use crate::wr::{Opcode, SendFlags, SendWr, WcStatus};
+use crate::wrid::{Kind, WrId, NOTIFY_LANE};
+
+/// The data QP round-robin picks: the first with room at or after `from`.
+#[inline]
+fn pick(room: u64, from: u32) -> usize {
+    debug_assert!(room != 0);
+    let k = room.rotate_right(from).trailing_zeros();
+    ((from + k) & 63) as usize
+}
+
+/// The data QP after `l` of `n`, round robin.
+#[inline]
+fn after(l: usize, n: usize) -> u32 {
+    if l + 1 == n {
+        0
+    } else {
+        l as u32 + 1
+    }
+}
+
+/// What every fragment of one request shares.
+struct Spread {
+    id: u64,
+    /// The request's physical wr_id with lane 0.
+    base_id: u64,
+    opcode: Opcode,
+    fence: SendFlags,
+    /// Flags of the last fragment (DQPLB adds `SOLICITED` when asked).
+    last_flags: SendFlags,
+    dqplb_imm: bool,
+    local: u64,
+    remote: u64,
+}
+
+impl Spread {
+    /// What the fragments of request `id` (`wr`, on the virtual QP tagged `tag`) share.
+    #[inline]
+    fn of(wr: &SendWr, id: u64, tag: u8, mode: Mode) -> Self {
+        let dqplb_imm = numbered(wr, mode);
+        let fence = SendFlags(wr.flags.0 & SendFlags::FENCE.0);
+        Self {
+            id,
+            base_id: send_id(tag, id),
+            opcode: match wr.opcode {
+                Opcode::RDMA_READ => Opcode::RDMA_READ,
+                _ if dqplb_imm => Opcode::RDMA_WRITE_WITH_IMM,
+                _ => Opcode::RDMA_WRITE,
+            },
+            fence,
+            last_flags: if dqplb_imm {
+                fence.with(SendFlags(wr.flags.0 & SendFlags::SOLICITED.0))
+            } else {
+                fence
+            },
+            dqplb_imm,
+            local: wr.local_addr,
+            remote: wr.remote_addr,
+        }
+    }
+
+    /// Fragment `[off, off + len)` of the request for data QP `lane`, whose device's
+    /// keys are `(lkey, rkey)`; `seq` is its DQPLB sequence number and `last` whether
+    /// it ends the request. (The keys stay in the slot: copying all devices' keys
+    /// here would cost more than looking up one pair per QP.)
+    #[inline]
+    fn wqe(
+        &self,
+        lane: u64,
+        (lkey, rkey): (u32, u32),
+        off: u64,
+        len: u32,
+        seq: Seq,
+        last: bool,
+    ) -> SendWqe {
+        let (imm_data, flags) = if self.dqplb_imm {
+            let flags = if last { self.last_flags } else { self.fence };
+            (Imm::new(seq, last).to_wire(), flags)
+        } else {
+            (0, self.fence)
+        };
+        SendWqe {
+            wr_id: self.base_id | lane << 48,
+            opcode: self.opcode,
+            flags,
+            addr: self.local + off,
+            len,
+            lkey,
+            remote_addr: self.remote + off,
+            rkey,
+            imm_data,
+            compare_add: 0,
+            swap: 0,
+        }
+    }
+}
+
+impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
+    VirtualQp<Q, N, D, S, W>
+{
+    /// Post the request just taken straight to a data QP when it is the only one
+    /// waiting, goes as one WQE (a single fragment or a pass-through) and a QP has
+    /// room: what a dispatch round would do for it, without the round. False, having
+    /// done nothing, when a round is needed.
+    #[inline]
+    pub(super) fn post_alone(&mut self) -> bool {
+        let id = self.dispatch;
+        if id + 1 != self.send.tail {
+            return false;
+        }
+        let max = self.cfg.max_outstanding;
+        let slot = self.send.get_mut(id);
+        if slot.notify != Notify::None {
+            return false;
+        }
+        let (l, mut wqe, run_seq) = if slot.passthrough {
+            let lane = &self.lanes[0];
+            if !lane.has_room(max) {
+                return false;
+            }
+            (
+                0,
+                passthrough_wqe(&slot.wr, send_id(self.tag, id), lane.device),
+                self.send_seq,
+            )
+        } else {
+            if slot.plan.count() != 1 || self.room == 0 {
+                return false;
+            }
+            let seq = self.send_seq;
+            if numbered(&slot.wr, self.cfg.mode) {
+                if Self::seq_budget(&self.lanes, seq, self.seq_credit) == 0 {
+                    return false;
+                }
+                self.send_seq = seq.add(1);
+            }
+            let l = pick(self.room, self.next_lane);
+            self.next_lane = after(l, self.lanes.len());
+            // Built only now, so that little of it lives across the checks above.
+            let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
+            let keys = slot.wr.keys.pair(self.lanes[l].device);
+            let len = slot.wr.len as u32;
+            (l, req.wqe(l as u64, keys, 0, len, seq, true), seq)
+        };
+        slot.posted = 1;
+        slot.offset = slot.wr.len;
+        self.dispatch += 1;
+        // A request that needs no notify is passed over by the notify cursor.
+        if self.notify_next == id {
+            self.notify_next += 1;
+        }
+        let lane = &mut self.lanes[l];
+        let send = &mut self.send;
+        let posted = lane.post_one(id, run_seq, &mut wqe, &mut |id, n, st| {
+            credit_data(send, id, n, st)
+        });
+        if !lane.has_room(max) {
+            self.room &= !(1 << l);
+        }
+        if posted.is_err() {
+            self.fail(WcStatus::POST_ERR);
+        }
+        true
+    }
+
+    /// One dispatch round: stage every fragment that fits, in posting order, then the
+    /// notifies that became due, then post one chain per QP.
+    pub(super) fn dispatch(&mut self) {
+        let max = self.cfg.max_outstanding;
+        let merge = self.cfg.signaling == Signaling::LastOfChain;
+        let n = self.lanes.len() as u32;
+        let all_lanes = u64::MAX >> (64 - n);
+        // DQPLB sequence numbers this round may still use; computed when first needed.
+        let mut seq_budget = None;
+        'requests: while self.dispatch != self.send.tail {
+            let id = self.dispatch;
+            let slot = self.send.get_mut(id);
+            let wr = &slot.wr;
+            if slot.passthrough {
+                let lane = &mut self.lanes[0];
+                if !lane.has_room(max) {
+                    break;
+                }
+                let wqe = passthrough_wqe(wr, send_id(self.tag, id), lane.device);
+                *lane.stage(id, self.send_seq, false) = wqe;
+                self.staged |= 1;
+                slot.posted = 1;
+                if !lane.has_room(max) {
+                    self.room &= !1;
+                }
+                self.dispatch += 1;
+                continue;
+            }
+            let count = slot.plan.count();
+            // Every data QP takes its share of what is left at once when all have
+            // room for it: no per-fragment pick.
+            if count - slot.posted >= 2
+                && self.room == all_lanes
+                && self.may_spread()
+                && self.try_spread(id, max, &mut seq_budget)
+            {
+                self.dispatch += 1;
+                continue;
+            }
+            let slot = self.send.get_mut(id);
+            let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
+            let dqplb_imm = req.dqplb_imm;
+            while slot.posted < count {
+                if self.room == 0 {
+                    break 'requests;
+                }
+                if dqplb_imm {
+                    let budget = seq_budget.get_or_insert_with(|| {
+                        Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
+                    });
+                    if *budget == 0 {
+                        break 'requests;
+                    }
+                    *budget -= 1;
+                }
+                let l = pick(self.room, self.next_lane);
+                let lane = &mut self.lanes[l];
+                let off = slot.offset;
+                let len = slot.plan.next_len(slot.posted, off);
+                slot.offset += u64::from(len);
+                slot.posted += 1;
+                let seq = self.send_seq;
+                if dqplb_imm {
+                    self.send_seq = seq.add(1);
+                }
+                let keys = slot.wr.keys.pair(lane.device);
+                let wqe = req.wqe(l as u64, keys, off, len, seq, slot.posted == count);
+                *lane.stage(id, seq, merge) = wqe;
+                self.staged |= 1 << l;
+                if !lane.has_room(max) {
+                    self.room &= !(1 << l);
+                }
+                self.next_lane = after(l, n as usize);
+            }
+            self.dispatch += 1;
+        }
+        self.dispatch_notifies();
+        self.flush();
+    }
+
+    /// DQPLB sequence numbers that may be sent now: the peer's window credit less
+    /// how far `next` is past the oldest number still outstanding on any data QP.
+    fn seq_budget(lanes: &[Lane<Q, D>], next: Seq, credit: u32) -> u32 {
+        let span = lanes
+            .iter()
+            .filter_map(|l| l.oldest_seq())
+            .map(|s| next.since(s))
+            .max()
+            .unwrap_or(0);
+        credit.saturating_sub(span)
+    }
+
+    /// Stage what request `id` has left across all data QPs at once if each has
+    /// room for its share and the DQPLB budget covers it; false (nothing staged)
+    /// otherwise. Kept out of line: inlined, its state would crowd the
+    /// one-fragment path of [`Self::dispatch`].
+    #[inline(never)]
+    fn try_spread(&mut self, id: u64, max: u32, seq_budget: &mut Option<u32>) -> bool {
+        let slot = self.send.get(id);
+        let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
+        let left = slot.plan.count() - slot.posted;
+        let share = left.div_ceil(self.lanes.len() as u64) as u32;
+        if !self.lanes.iter().all(|l| l.has_room_for(share, max)) {
+            return false;
+        }
+        if req.dqplb_imm {
+            let budget = seq_budget.get_or_insert_with(|| {
+                Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
+            });
+            if u64::from(*budget) < left {
+                return false;
+            }
+            *budget -= left as u32;
+        }
+        // One copy of the staging loop per signaling, each with its runs known.
+        if self.cfg.signaling == Signaling::LastOfChain {
+            self.stage_spread::<true>(&req, max);
+        } else {
+            self.stage_spread::<false>(&req, max);
+        }
+        true
+    }
+
+    /// Whether a round may spread a request in one go: always, but for the tests
+    /// that compare the spread with the fragment-by-fragment round.
+    #[inline]
+    fn may_spread(&self) -> bool {
+        #[cfg(test)]
+        return !self.one_by_one;
+        #[cfg(not(test))]
+        true
+    }
+
+    /// Stage every fragment request `s.id` has left, fragment `posted + k` on data
+    /// QP `(next_lane + k) mod n` exactly as one-by-one round-robin would place
+    /// them, each QP's share as one run with `MERGE` (last-of-chain signaling), a
+    /// run per WQE without. The caller checked that every QP has room for its share
+    /// and that the DQPLB budget covers them.
+    fn stage_spread<const MERGE: bool>(&mut self, s: &Spread, max: u32) {
+        let n = self.lanes.len() as u64;
+        let slot = self.send.get_mut(s.id);
+        let plan = slot.plan;
+        let count = plan.count();
+        let first = slot.posted;
+        let left = count - first;
+        let start = u64::from(self.next_lane);
+        let base_seq = self.send_seq;
+        // QP k of the round takes fragments first + k, first + k + n, ...: `whole`
+        // each, one more for the first `extra` QPs. The last fragment is on QP
+        // `last_k`.
+        let (whole, extra) = (left / n, left % n);
+        let last_k = if extra == 0 { n - 1 } else { extra - 1 };
+        // Fragments but the first and the last are `step` long, `step` apart.
+        let (origin, step) = plan.grid();
+        let stride = n * step;
+        for k in 0..left.min(n) {
+            let mut l = start + k;
+            if l >= n {
+                l -= n;
+            }
+            let lane = &mut self.lanes[l as usize];
+            let share = (whole + u64::from(k < extra)) as u32;
+            let keys = self.send.get(s.id).wr.keys.pair(lane.device);
+            let run_seq = if s.dqplb_imm {
+                base_seq.add(k as u32)
+            } else {
+                base_seq
+            };
+            // This QP's fragments are numbered n apart.
+            let seq_step = if s.dqplb_imm { n as u32 } else { 0 };
+            let i = first + k;
+            let shared = s.wqe(l, keys, 0, step as u32, run_seq, false);
+            let run = lane.stage_run(s.id, run_seq, seq_step, share, MERGE);
+            let (mut off, mut seq) = (origin.wrapping_add(i * step), run_seq);
+            for wqe in run.iter_mut() {
+                *wqe = SendWqe {
+                    addr: s.local.wrapping_add(off),
+                    remote_addr: s.remote.wrapping_add(off),
+                    imm_data: if s.dqplb_imm {
+                        Imm::new(seq, false).to_wire()
+                    } else {
+                        0
+                    },
+                    ..shared
+                };
+                off = off.wrapping_add(stride);
+                seq = seq.add(seq_step);
+            }
+            // A first fragment shortened by the alignment starts at the request's
+            // start; the last one may be shorter and ends the request.
+            if i == 0 && origin != 0 {
+                let w = &mut run[0];
+                (w.addr, w.remote_addr, w.len) = (s.local, s.remote, plan.fragment(0).1);
+            }
+            if k == last_k {
+                let w = &mut run[share as usize - 1];
+                w.len = plan.fragment(count - 1).1;
+                if s.dqplb_imm {
+                    // What `Spread::wqe` gives a last fragment, mended in place.
+                    let seq = base_seq.add((left - 1) as u32);
+                    (w.flags, w.imm_data) = (s.last_flags, Imm::new(seq, true).to_wire());
+                }
+            }
+            self.staged |= 1 << l;
+            if !lane.has_room(max) {
+                self.room &= !(1 << l);
+            }
+        }
+        let next = (start + left) % n;
+        self.next_lane = next as u32;
+        if s.dqplb_imm {
+            self.send_seq = base_seq.add(left as u32);
+        }
+        let slot = self.send.get_mut(s.id);
+        slot.posted = count;
+        slot.offset = slot.wr.len;
+    }
+
+    /// Stage SPRAY notifies: in posting order, each once its data completed.
+    fn dispatch_notifies(&mut self) {
+        let Some(lane) = self.notify.as_mut() else {
+            return;
+        };
+        let max = self.cfg.max_outstanding;
+        // Requests already reported needed no notify or have settled it.
+        self.notify_next = self.notify_next.max(self.send.head);
+        while self.notify_next != self.send.tail {
+            let id = self.notify_next;
+            let slot = self.send.get_mut(id);
+            if slot.notify == Notify::Waiting {
+                if !slot.data_settled() {
+                    break;
+                }
+                if !slot.status.is_ok() || self.failed.is_some() {
+                    // The receiver must not be told of data that did not all land.
+                    slot.fail(WcStatus::WR_FLUSH_ERR);
+                    slot.notify = Notify::Settled;
+                } else {
+                    if !lane.has_room(max) {
+                        break;
+                    }
+                    let (_, rkey) = slot.wr.keys.pair(lane.device);
+                    *lane.stage(id, self.send_seq, false) = SendWqe {
+                        wr_id: WrId {
+                            tag: self.tag,
+                            lane: NOTIFY_LANE,
+                            kind: Kind::Send,
+                            id,
+                        }
+                        .encode(),
+                        opcode: Opcode::RDMA_WRITE_WITH_IMM,
+                        flags: SendFlags(slot.wr.flags.0 & SendFlags::SOLICITED.0),
+                        addr: 0,
+                        len: 0,
+                        lkey: 0,
+                        remote_addr: slot.wr.remote_addr,
+                        rkey,
+                        imm_data: slot.wr.imm_data,
+                        compare_add: 0,
+                        swap: 0,
+                    };
+                    slot.notify = Notify::InFlight;
+                }
+            }
+            self.notify_next += 1;
+        }
+    }
+
+    /// Post every staged chain; a refused post fails the virtual QP.
+    fn flush(&mut self) {
+        let signaling = self.cfg.signaling;
+        let send = &mut self.send;
+        let mut refused = false;
+        while self.staged != 0 {
+            let l = self.staged.trailing_zeros() as usize;
+            self.staged &= self.staged - 1;
+            let lane = &mut self.lanes[l];
+            let posted = lane.flush(signaling, &mut |id, n, st| credit_data(send, id, n, st));
+            refused |= posted.is_err();
+        }
+        if let Some(lane) = self.notify.as_mut().filter(|l| l.has_staged()) {
+            let posted = lane.flush(signaling, &mut |id, n, st| credit_notify(send, id, n, st));
+            refused |= posted.is_err();
+        }
+        if refused {
+            self.fail(WcStatus::POST_ERR);
+        }
+    }
+}
