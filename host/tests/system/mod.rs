@@ -2,7 +2,7 @@
 //!
 //! On a machine with only the Rust toolchain such a test is skipped: it passes after
 //! writing one line to the terminal that names the Debian package it needs. CI installs
-//! the packages and sets [`REQUIRE`], which turns every skip into a failure, so a gated
+//! the packages and sets `VQP_REQUIRE_SYSTEM_PACKAGES=1`, which turns every skip into a failure, so a gated
 //! test can never pass silently there.
 //!
 //! Each test binary that includes it uses only some of its gates.
@@ -14,23 +14,9 @@ use std::process::{Command, Stdio};
 
 use vqp_host::{Error, Verbs};
 
-/// Set to `1` (as `.ci/run` does) to make a missing package fail the test instead of
-/// skipping it.
-pub const REQUIRE: &str = "VQP_REQUIRE_SYSTEM_PACKAGES";
-
-/// Skips `test` for want of `package`, or fails it when [`REQUIRE`] is set.
-///
-/// The line goes straight to the process's stderr, past the test harness's capture,
-/// so that `cargo test` shows it.
-pub fn skip(test: &str, package: &str, why: &str) {
-    let line = format!(
-        "skipped {test}: {why}; it needs the Debian package {package} (apt-get install {package})"
-    );
-    if std::env::var(REQUIRE).is_ok_and(|v| v == "1") {
-        panic!("{line}; {REQUIRE}=1 says it must run, so this is a failure");
-    }
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
+#[path = "gate.rs"]
+mod gate;
+pub use gate::skip;
 
 /// The system's libibverbs, loaded by its soname as the default build does, or `None`
 /// after [`skip`] when no such library is installed. A library that is there but does

@@ -3,32 +3,17 @@
 //!
 //! On a machine without the package such a test is skipped: it passes after writing one
 //! line to the terminal that names the Debian package it needs. CI installs the packages
-//! and sets [`REQUIRE`], which turns every skip into a failure, so a gated test can never
+//! and sets `VQP_REQUIRE_SYSTEM_PACKAGES=1`, which turns every skip into a failure, so a gated test can never
 //! pass silently there. (The same rules as vqp-host's `tests/system`.)
 #![allow(dead_code)]
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// Set to `1` (as `.ci/run` does) to make a missing package fail the test instead of
-/// skipping it.
-pub const REQUIRE: &str = "VQP_REQUIRE_SYSTEM_PACKAGES";
-
-/// Skips `test` for want of `package`, or fails it when [`REQUIRE`] is set.
-///
-/// The line goes straight to the process's stderr, past the test harness's capture,
-/// so that `cargo test` shows it.
-pub fn skip(test: &str, package: &str, why: &str) {
-    let line = format!(
-        "skipped {test}: {why}; it needs the Debian package {package} (apt-get install {package})"
-    );
-    if std::env::var(REQUIRE).is_ok_and(|v| v == "1") {
-        panic!("{line}; {REQUIRE}=1 says it must run, so this is a failure");
-    }
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
+#[path = "../../../host/tests/system/gate.rs"]
+mod gate;
+pub use gate::skip;
 
 /// The program `name` on `PATH`, or `None` after [`skip`] naming `package`.
 pub fn program(test: &str, name: &str, package: &str) -> Option<PathBuf> {
