@@ -159,6 +159,10 @@ pub(crate) struct Shared {
 
 static SHARED: OnceLock<Option<Shared>> = OnceLock::new();
 
+/// How long the service thread leaves the inbox to a polling thread of its process
+/// before it looks again (the engine's background thread does the same).
+const POLL_GRACE: Duration = crate::engine::IDLE_GRACE;
+
 /// The namespace, joined on first use (`devices`: this process's device count). `None`
 /// when it cannot be used; the reason was printed once.
 pub(crate) fn init(devices: usize) -> Option<&'static Shared> {
@@ -326,6 +330,8 @@ impl Shared {
     }
 
     fn serve(&'static self) {
+        let engine = &crate::provider::get().engine;
+        let mut last_poll = engine.activity();
         let mut idle_spins = 0u32;
         let mut next_check = std::time::Instant::now();
         let mut watching = false;
@@ -348,6 +354,15 @@ impl Shared {
                 continue;
             }
             idle_spins = 0;
+            let polls = engine.activity();
+            if polls != last_poll {
+                // A thread of ours polls, and drains the inbox as it does: keep out of
+                // its way, unannounced (senders then skip the futex wake), and look
+                // again after a grace.
+                last_poll = polls;
+                std::thread::sleep(POLL_GRACE);
+                continue;
+            }
             let timeout = if watching || backlog {
                 Duration::from_millis(1)
             } else {
