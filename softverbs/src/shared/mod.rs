@@ -146,8 +146,9 @@ pub(crate) struct Shared {
     _lock_file: File,
     /// Inboxes of other processes we have sent to.
     peers: Mutex<HashMap<Owner, Arc<Inbox>>>,
-    /// Serialises consumers of our inbox (the service thread, polling threads).
-    consuming: Mutex<()>,
+    /// Serialises consumers of our inbox (the service thread, polling threads), and
+    /// holds what a consumer works with.
+    consuming: Mutex<Consumer>,
     /// QPs with requests in flight (the service thread watches their deadlines).
     pub(crate) watch: Mutex<Vec<Weak<crate::qp::QpCore>>>,
     /// Responses waiting for room in their requester's inbox.
@@ -249,7 +250,10 @@ impl Shared {
             inbox,
             _lock_file: file,
             peers: Mutex::new(HashMap::new()),
-            consuming: Mutex::new(()),
+            consuming: Mutex::new(Consumer {
+                payload: Box::new([0; inbox::PAYLOAD]),
+                ack: None,
+            }),
             watch: Mutex::new(Vec::new()),
             outbox: Mutex::new(std::collections::VecDeque::new()),
             service: OnceLock::new(),
@@ -376,20 +380,30 @@ impl Shared {
     /// Handles up to `budget` records of our inbox unless another thread is; returns
     /// how many.
     pub(crate) fn drain(&'static self, budget: usize) -> usize {
-        let Ok(_g) = self.consuming.try_lock() else {
+        let Ok(mut g) = self.consuming.try_lock() else {
             return 0;
         };
+        let c = &mut *g;
         self.flush_outbox();
         let mut n = 0;
         while n < budget {
-            let Some(rec) = self.inbox.pop() else {
+            let Some(rec) = self.inbox.pop(&mut c.payload) else {
                 break;
             };
-            remote::handle(self, rec);
+            let len = rec.payload_len.min(inbox::PAYLOAD);
+            remote::handle(self, rec, &c.payload[..len], &mut c.ack);
             n += 1;
         }
+        remote::flush_ack(self, &mut c.ack);
         n
     }
+}
+
+/// A consumer's working state: the payload of the record in hand, and the answer
+/// being coalesced.
+struct Consumer {
+    payload: Box<[u8; inbox::PAYLOAD]>,
+    ack: Option<remote::Ack>,
 }
 
 fn proc_path(dir: &std::path::Path, o: Owner) -> PathBuf {
