@@ -340,13 +340,23 @@ impl Shared {
         let mut next_check = std::time::Instant::now();
         let mut watching = false;
         while !self.stop.load(Ordering::Acquire) {
-            let n = self.drain(1024);
+            let polls = engine.activity();
+            let napping = polls != last_poll;
+            last_poll = polls;
+            // While a thread of ours polls, it drains the inbox: we stay out of its way
+            // (not even taking the consumer lock, which a preempted holder would keep
+            // from it) and unannounced, so senders skip the futex wake.
+            let n = if napping { 0 } else { self.drain(1024) };
             let now = std::time::Instant::now();
             if now >= next_check {
                 watching = remote::check_deadlines(self);
                 next_check = now + Duration::from_millis(1);
             }
             let backlog = self.flush_outbox();
+            if napping {
+                std::thread::sleep(POLL_GRACE);
+                continue;
+            }
             if n > 0 {
                 idle_spins = 0;
                 continue;
@@ -358,13 +368,7 @@ impl Shared {
                 continue;
             }
             idle_spins = 0;
-            let polls = engine.activity();
-            if polls != last_poll {
-                // A thread of ours polls, and drains the inbox as it does: keep out of
-                // its way, unannounced (senders then skip the futex wake), and look
-                // again after a grace.
-                last_poll = polls;
-                std::thread::sleep(POLL_GRACE);
+            if engine.activity() != last_poll {
                 continue;
             }
             let timeout = if watching || backlog {
