@@ -247,6 +247,27 @@ pub(crate) fn copy_from_bytes(dst: &[Span<'_>], src: &[u8]) -> u64 {
     off as u64
 }
 
+/// Copies from the spans `src`, in order, into `dst` until either ends; returns the
+/// bytes copied.
+pub(crate) fn copy_to_bytes(dst: &mut [u8], src: &[Span<'_>]) -> u64 {
+    let mut off = 0usize;
+    for s in src {
+        if off == dst.len() {
+            break;
+        }
+        let n = (dst.len() - off).min(s.len as usize);
+        if n == 0 {
+            continue;
+        }
+        // SAFETY: `s` is a live registered range at least `n` bytes long (the `Span`
+        // invariant); `dst[off..off + n]` is in bounds; a buffer of the provider's own
+        // cannot overlap registered application memory.
+        unsafe { core::ptr::copy_nonoverlapping(s.ptr(), dst.as_mut_ptr().add(off), n) };
+        off += n;
+    }
+    off as u64
+}
+
 /// Views an 8-byte, 8-aligned span as an atomic; `None` when it is not one.
 fn atomic<'t>(span: &Span<'t>) -> Option<&'t AtomicU64> {
     if span.len != 8 || span.addr % 8 != 0 {

@@ -237,6 +237,13 @@ impl Engine {
         }
     }
 
+    /// A counter that moves whenever a thread polls (the shared inbox's service thread
+    /// stays out of a polling process's way too).
+    #[inline]
+    pub(crate) fn activity(&self) -> u64 {
+        self.activity.load(Ordering::Relaxed)
+    }
+
     /// Runs the engine from a polling thread (see the module docs).
     #[inline]
     pub fn poll_progress(&'static self) {
@@ -316,6 +323,7 @@ impl Engine {
 
     fn background(&'static self) {
         let mut last_seen = u64::MAX;
+        let mut last_nap = u64::MAX;
         loop {
             {
                 let mut s = lock(&self.sched);
@@ -328,6 +336,24 @@ impl Engine {
                         break;
                     }
                     let deadline = if enabled { s.earliest_parked() } else { None };
+                    let seen = self.activity.load(Ordering::Relaxed);
+                    if enabled && seen != last_nap {
+                        // A thread polls, and runs what gets posted: nap unannounced
+                        // (posting then costs no wake-up) and look again after a grace.
+                        last_nap = seen;
+                        let nap = deadline.map_or(IDLE_GRACE, |at| {
+                            at.saturating_duration_since(Instant::now()).min(IDLE_GRACE)
+                        });
+                        s = self
+                            .wake
+                            .wait_timeout(s, nap)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                        if deadline.is_some_and(|at| at <= Instant::now()) {
+                            s.release_parked(Instant::now());
+                        }
+                        continue;
+                    }
                     s.bg_sleeping = true;
                     s = match deadline {
                         Some(at) => {

@@ -54,10 +54,11 @@ pub(crate) enum Kind {
     Response = 2,
 }
 
-/// One message between processes. A request names the requester's QP (`src_*`), the
-/// responder's (`dst_*`), the operation and where the requester's data lives; a
-/// response echoes the QP numbers, `conn` and `psn`, and carries `code` and `value`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One message between processes (its fixed part; the payload travels beside it). A
+/// request names the requester's QP (`src_*`), the responder's (`dst_*`), the
+/// operation and where the requester's data lives; a response echoes the QP numbers,
+/// `conn` and `psn`, and carries `code` and `value`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Record {
     pub kind: Kind,
     /// Request: `IBV_WR_*`. Response: a response code (see `remote`).
@@ -84,10 +85,9 @@ pub(crate) struct Record {
     pub remote_addr: u64,
     pub compare_add: u64,
     pub swap: u64,
-    /// Address ranges: `n_iov` of them, 16 bytes each.
+    /// Address ranges in the payload: `n_iov` of them, 16 bytes each.
     pub n_iov: u32,
-    /// Inline data or ranges; only the first `payload_len` bytes are meaningful.
-    pub payload: [u8; PAYLOAD],
+    /// Bytes of payload (inline data or ranges) that came with the record.
     pub payload_len: usize,
 }
 
@@ -119,34 +119,38 @@ impl Record {
             compare_add: 0,
             swap: 0,
             n_iov: 0,
-            payload: [0; PAYLOAD],
             payload_len: 0,
         }
     }
 
-    /// The `i`-th address range of the payload.
-    pub(crate) fn iov(&self, i: usize) -> (u64, u64) {
-        let b = &self.payload[i * 16..i * 16 + 16];
-        (
-            u64::from_le_bytes(b[..8].try_into().unwrap_or_default()),
-            u64::from_le_bytes(b[8..].try_into().unwrap_or_default()),
-        )
-    }
-
-    /// Appends an address range to the payload; false when it is full.
-    pub(crate) fn push_iov(&mut self, addr: u64, len: u64) -> bool {
+    /// Appends an address range to `payload` (the record's payload under construction,
+    /// its first `payload_len` bytes used); false when it is full.
+    pub(crate) fn push_iov(&mut self, payload: &mut [u8; PAYLOAD], addr: u64, len: u64) -> bool {
         let at = self.n_iov as usize * 16;
         if at + 16 > PAYLOAD {
             return false;
         }
-        self.payload[at..at + 8].copy_from_slice(&addr.to_le_bytes());
-        self.payload[at + 8..at + 16].copy_from_slice(&len.to_le_bytes());
+        payload[at..at + 8].copy_from_slice(&addr.to_le_bytes());
+        payload[at + 8..at + 16].copy_from_slice(&len.to_le_bytes());
         self.n_iov += 1;
         self.payload_len = at + 16;
         true
     }
+}
 
-    fn encode_fixed(&self) -> [u8; FIXED] {
+/// The `i`-th address range of a payload of ranges (zeros past its end).
+pub(crate) fn iov(payload: &[u8], i: usize) -> (u64, u64) {
+    let word = |at: usize| {
+        payload
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes)
+    };
+    (word(i * 16), word(i * 16 + 8))
+}
+
+impl Record {
+    fn encode_fixed(&self, payload_len: usize) -> [u8; FIXED] {
         let mut b = [0u8; FIXED];
         let words32 = [
             self.kind as u32,
@@ -164,7 +168,7 @@ impl Record {
             self.imm,
             self.value,
             self.n_iov,
-            self.payload_len as u32,
+            payload_len as u32,
         ];
         for (i, w) in words32.iter().enumerate() {
             b[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
@@ -267,8 +271,10 @@ impl Inbox {
         self.map.u64_at(Self::slot_off(pos))
     }
 
-    /// Appends a record and wakes the owner if it sleeps.
-    pub(crate) fn push(&self, r: &Record) -> Result<(), PushError> {
+    /// Appends a record with its payload (at most [`PAYLOAD`] bytes; the record's
+    /// `payload_len` is ignored) and wakes the owner if it sleeps.
+    pub(crate) fn push(&self, r: &Record, payload: &[u8]) -> Result<(), PushError> {
+        let payload = &payload[..payload.len().min(PAYLOAD)];
         let tail = self.map.u64_at(OFF_TAIL);
         let mut pos = tail.load(Ordering::Relaxed);
         loop {
@@ -288,9 +294,8 @@ impl Inbox {
             }
         }
         let off = Self::slot_off(pos) + 8;
-        self.map.write_bytes(off, &r.encode_fixed());
-        self.map
-            .write_bytes(off + FIXED, &r.payload[..r.payload_len]);
+        self.map.write_bytes(off, &r.encode_fixed(payload.len()));
+        self.map.write_bytes(off + FIXED, payload);
         // Release pairs with the consumer's Acquire load of the sequence.
         if self
             .seq(pos)
@@ -314,9 +319,10 @@ impl Inbox {
             != self.map.u64_at(OFF_HEAD).load(Ordering::Relaxed)
     }
 
-    /// Takes the next record; the caller is the only consumer while it runs. Malformed
-    /// records are skipped.
-    pub(crate) fn pop(&self) -> Option<Record> {
+    /// Takes the next record, its payload copied into the first `payload_len` bytes of
+    /// `payload`; the caller is the only consumer while it runs. Malformed records are
+    /// skipped.
+    pub(crate) fn pop(&self, payload: &mut [u8; PAYLOAD]) -> Option<Record> {
         let head = self.map.u64_at(OFF_HEAD);
         loop {
             let pos = head.load(Ordering::Relaxed);
@@ -342,10 +348,9 @@ impl Inbox {
             let off = Self::slot_off(pos) + 8;
             let mut fixed = [0u8; FIXED];
             self.map.read_bytes(off, &mut fixed);
-            let rec = Record::decode(&fixed).map(|mut r| {
-                let n = r.payload_len;
-                self.map.read_bytes(off + FIXED, &mut r.payload[..n]);
-                r
+            let rec = Record::decode(&fixed).inspect(|r| {
+                self.map
+                    .read_bytes(off + FIXED, &mut payload[..r.payload_len]);
             });
             head.store(pos + 1, Ordering::Relaxed);
             // Release pairs with the producers' Acquire load: the slot is free again.
@@ -414,27 +419,31 @@ mod tests {
         let mut r = Record::new(Kind::Request);
         r.code = 4;
         r.len = 1 << 40;
-        assert!(r.push_iov(0x1000, 64));
-        assert!(r.push_iov(0x2000, 32));
+        let mut pl = [0u8; PAYLOAD];
+        assert!(r.push_iov(&mut pl, 0x1000, 64));
+        assert!(r.push_iov(&mut pl, 0x2000, 32));
+        let n = r.payload_len;
         for i in 0..SLOTS {
             r.psn = i as u32;
-            peer.push(&r).unwrap();
+            peer.push(&r, &pl[..n]).unwrap();
         }
-        assert_eq!(peer.push(&r), Err(PushError::Full));
+        assert_eq!(peer.push(&r, &pl[..n]), Err(PushError::Full));
+        let mut got_pl = [0u8; PAYLOAD];
         for i in 0..SLOTS {
-            let got = own.pop().unwrap();
+            let got = own.pop(&mut got_pl).unwrap();
             assert_eq!(got.psn, i as u32);
             assert_eq!(got.len, 1 << 40);
-            assert_eq!(got.iov(1), (0x2000, 32));
+            assert_eq!(got.payload_len, 32);
+            assert_eq!(iov(&got_pl[..got.payload_len], 1), (0x2000, 32));
+            assert_eq!(iov(&got_pl[..got.payload_len], 2), (0, 0));
         }
-        assert!(own.pop().is_none());
+        assert!(own.pop(&mut got_pl).is_none());
         r.flags = F_INLINE;
         r.n_iov = 0;
-        r.payload[..3].copy_from_slice(b"abc");
-        r.payload_len = 3;
-        peer.push(&r).unwrap();
-        let got = own.pop().unwrap();
-        assert_eq!(&got.payload[..3], b"abc");
+        peer.push(&r, b"abc").unwrap();
+        let got = own.pop(&mut got_pl).unwrap();
+        assert_eq!(got.payload_len, 3);
+        assert_eq!(&got_pl[..3], b"abc");
         std::fs::remove_file(p).unwrap();
     }
 
@@ -452,15 +461,16 @@ mod tests {
                     r.src_qpn = t as u32;
                     for i in 0..N {
                         r.psn = i;
-                        while ib.push(&r).is_err() {
+                        while ib.push(&r, &[]).is_err() {
                             std::thread::yield_now();
                         }
                     }
                 });
             }
             let mut got = 0;
+            let mut pl = [0u8; PAYLOAD];
             while got < 3 * N {
-                match own.pop() {
+                match own.pop(&mut pl) {
                     Some(r) => {
                         let t = r.src_qpn as usize;
                         assert_eq!(r.psn, seen[t], "per-producer order");

@@ -146,8 +146,9 @@ pub(crate) struct Shared {
     _lock_file: File,
     /// Inboxes of other processes we have sent to.
     peers: Mutex<HashMap<Owner, Arc<Inbox>>>,
-    /// Serialises consumers of our inbox (the service thread, polling threads).
-    consuming: Mutex<()>,
+    /// Serialises consumers of our inbox (the service thread, polling threads), and
+    /// holds what a consumer works with.
+    consuming: Mutex<Consumer>,
     /// QPs with requests in flight (the service thread watches their deadlines).
     pub(crate) watch: Mutex<Vec<Weak<crate::qp::QpCore>>>,
     /// Responses waiting for room in their requester's inbox.
@@ -158,6 +159,10 @@ pub(crate) struct Shared {
 }
 
 static SHARED: OnceLock<Option<Shared>> = OnceLock::new();
+
+/// How long the service thread leaves the inbox to a polling thread of its process
+/// before it looks again (the engine's background thread does the same).
+const POLL_GRACE: Duration = crate::engine::IDLE_GRACE;
 
 /// The namespace, joined on first use (`devices`: this process's device count). `None`
 /// when it cannot be used; the reason was printed once.
@@ -245,7 +250,10 @@ impl Shared {
             inbox,
             _lock_file: file,
             peers: Mutex::new(HashMap::new()),
-            consuming: Mutex::new(()),
+            consuming: Mutex::new(Consumer {
+                payload: Box::new([0; inbox::PAYLOAD]),
+                ack: None,
+            }),
             watch: Mutex::new(Vec::new()),
             outbox: Mutex::new(std::collections::VecDeque::new()),
             service: OnceLock::new(),
@@ -326,17 +334,29 @@ impl Shared {
     }
 
     fn serve(&'static self) {
+        let engine = &crate::provider::get().engine;
+        let mut last_poll = engine.activity();
         let mut idle_spins = 0u32;
         let mut next_check = std::time::Instant::now();
         let mut watching = false;
         while !self.stop.load(Ordering::Acquire) {
-            let n = self.drain(1024);
+            let polls = engine.activity();
+            let napping = polls != last_poll;
+            last_poll = polls;
+            // While a thread of ours polls, it drains the inbox: we stay out of its way
+            // (not even taking the consumer lock, which a preempted holder would keep
+            // from it) and unannounced, so senders skip the futex wake.
+            let n = if napping { 0 } else { self.drain(1024) };
             let now = std::time::Instant::now();
             if now >= next_check {
                 watching = remote::check_deadlines(self);
                 next_check = now + Duration::from_millis(1);
             }
             let backlog = self.flush_outbox();
+            if napping {
+                std::thread::sleep(POLL_GRACE);
+                continue;
+            }
             if n > 0 {
                 idle_spins = 0;
                 continue;
@@ -348,6 +368,9 @@ impl Shared {
                 continue;
             }
             idle_spins = 0;
+            if engine.activity() != last_poll {
+                continue;
+            }
             let timeout = if watching || backlog {
                 Duration::from_millis(1)
             } else {
@@ -361,20 +384,30 @@ impl Shared {
     /// Handles up to `budget` records of our inbox unless another thread is; returns
     /// how many.
     pub(crate) fn drain(&'static self, budget: usize) -> usize {
-        let Ok(_g) = self.consuming.try_lock() else {
+        let Ok(mut g) = self.consuming.try_lock() else {
             return 0;
         };
+        let c = &mut *g;
         self.flush_outbox();
         let mut n = 0;
         while n < budget {
-            let Some(rec) = self.inbox.pop() else {
+            let Some(rec) = self.inbox.pop(&mut c.payload) else {
                 break;
             };
-            remote::handle(self, rec);
+            let len = rec.payload_len.min(inbox::PAYLOAD);
+            remote::handle(self, rec, &c.payload[..len], &mut c.ack);
             n += 1;
         }
+        remote::flush_ack(self, &mut c.ack);
         n
     }
+}
+
+/// A consumer's working state: the payload of the record in hand, and the answer
+/// being coalesced.
+struct Consumer {
+    payload: Box<[u8; inbox::PAYLOAD]>,
+    ack: Option<remote::Ack>,
 }
 
 fn proc_path(dir: &std::path::Path, o: Owner) -> PathBuf {

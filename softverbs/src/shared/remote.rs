@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use vqp_host::sys::*;
 
-use super::inbox::{Inbox, Kind, PushError, Record, F_INLINE, F_SOLICITED};
+use super::inbox::{iov, Inbox, Kind, PushError, Record, F_INLINE, F_SOLICITED, PAYLOAD};
 use super::sys::{process_copy, CopyError, Range};
 use super::{Owner, Shared};
 use crate::engine::{fail, resolve_av, respond, MoveError, Mover, Response, Step};
@@ -24,6 +24,9 @@ pub(crate) const MAX_IN_FLIGHT: usize = 64;
 /// How long a QP waits before trying again when the peer's inbox is full or its
 /// pipeline is.
 const BACKOFF: Duration = Duration::from_micros(20);
+/// Acknowledgements coalesced into one response carry at most this many bytes of
+/// WRITE/SEND data (so a large transfer's completions are not held back).
+const ACK_BYTES: u64 = 256 << 10;
 /// Response codes.
 const RESP_OK: u32 = 0;
 const RESP_RNR: u32 = 1;
@@ -46,6 +49,8 @@ struct Link {
     qpn: u32,
     owner: Owner,
     inbox: Arc<Inbox>,
+    /// Where a request's payload is put together.
+    scratch: Box<[u8; PAYLOAD]>,
 }
 
 /// A responder QP's view of the requester feeding it: who, and the next sequence
@@ -69,6 +74,8 @@ pub(crate) struct RemoteState {
     resp: Option<RespSeq>,
     /// The QP is on the service thread's deadline list.
     watched: bool,
+    /// The QP waits for room in its pipeline (an answer makes it runnable again).
+    full: bool,
 }
 
 impl RemoteState {
@@ -136,10 +143,12 @@ pub(crate) fn send(
             qpn: dest,
             owner,
             inbox,
+            scratch: Box::new([0; PAYLOAD]),
         });
     }
     if g.remote.in_flight.len() >= MAX_IN_FLIGHT {
         g.sq.push_front(w);
+        g.remote.full = true;
         return Step::Rnr(BACKOFF);
     }
     if g.remote.conn == 0 {
@@ -163,23 +172,37 @@ pub(crate) fn send(
     rec.remote_addr = w.remote_addr;
     rec.compare_add = w.compare_add;
     rec.swap = w.swap;
-    match &w.inline {
-        Some(d) => {
-            rec.flags |= F_INLINE;
-            rec.payload[..d.len()].copy_from_slice(d);
-            rec.payload_len = d.len();
-        }
-        None => {
-            for s in local {
-                let (a, l) = s.range();
-                if l > 0 {
-                    rec.push_iov(a, l);
+    // Data that a WRITE or SEND carries and that fits a record travels in it: the
+    // responder then copies it from the ring instead of calling `process_vm_readv`.
+    let carried = matches!(
+        w.opcode,
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+    ) && len <= PAYLOAD as u64;
+    let pushed = match g.remote.link.as_mut() {
+        Some(l) => {
+            let payload: &[u8] = match &w.inline {
+                Some(d) => {
+                    rec.flags |= F_INLINE;
+                    d
                 }
-            }
+                None if carried => {
+                    rec.flags |= F_INLINE;
+                    let n = len as usize;
+                    mem::copy_to_bytes(&mut l.scratch[..n], local);
+                    &l.scratch[..n]
+                }
+                None => {
+                    for s in local {
+                        let (a, n) = s.range();
+                        if n > 0 {
+                            rec.push_iov(&mut l.scratch, a, n);
+                        }
+                    }
+                    &l.scratch[..rec.payload_len]
+                }
+            };
+            l.inbox.push(&rec, payload)
         }
-    }
-    let pushed = match &g.remote.link {
-        Some(l) => l.inbox.push(&rec),
         None => Err(PushError::Full),
     };
     if pushed.is_err() {
@@ -243,11 +266,30 @@ pub(crate) fn check_deadlines(sh: &Shared) -> bool {
     !watch.is_empty()
 }
 
-/// Handles one record of our inbox.
-pub(crate) fn handle(sh: &'static Shared, rec: Record) {
+/// Successful answers not sent yet: consecutive sequence numbers of one requester QP
+/// with the same byte count, acknowledged by one response (its `len` is the count), as
+/// an RC responder coalesces its ACKs. Sent when a different answer comes, when
+/// [`ACK_BYTES`] of data were acknowledged, and at the end of each pass over the inbox.
+pub(crate) struct Ack {
+    to: Owner,
+    inbox: Arc<Inbox>,
+    rec: Record,
+    bytes: u64,
+}
+
+/// Handles one record of our inbox (`payload`: its payload bytes); an answer may be
+/// left in `ack` (see [`Ack`]; [`flush_ack`] sends it).
+pub(crate) fn handle(sh: &'static Shared, rec: Record, payload: &[u8], ack: &mut Option<Ack>) {
     match rec.kind {
-        Kind::Request => on_request(sh, &rec),
+        Kind::Request => on_request(sh, &rec, payload, ack),
         Kind::Response => on_response(&rec),
+    }
+}
+
+/// Sends the pending acknowledgement, if any.
+pub(crate) fn flush_ack(sh: &Shared, ack: &mut Option<Ack>) {
+    if let Some(a) = ack.take() {
+        sh.send_response(a.to, a.inbox, a.rec);
     }
 }
 
@@ -255,6 +297,7 @@ pub(crate) fn handle(sh: &'static Shared, rec: Record) {
 struct RemoteMover<'r> {
     pid: u32,
     rec: &'r Record,
+    payload: &'r [u8],
 }
 
 /// `EPERM` from `process_vm_*` is reported once.
@@ -281,7 +324,7 @@ impl RemoteMover<'_> {
     fn remote_ranges(&self, out: &mut [Range; 64]) -> usize {
         let n = (self.rec.n_iov as usize).min(out.len());
         for (i, r) in out.iter_mut().enumerate().take(n) {
-            *r = self.rec.iov(i);
+            *r = iov(self.payload, i);
         }
         n
     }
@@ -305,7 +348,7 @@ impl RemoteMover<'_> {
 impl Mover for RemoteMover<'_> {
     fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError> {
         if self.rec.flags & F_INLINE != 0 {
-            mem::copy_from_bytes(dst, &self.rec.payload[..self.rec.payload_len]);
+            mem::copy_from_bytes(dst, self.payload);
             return Ok(());
         }
         self.copy(dst, true)
@@ -324,23 +367,46 @@ impl Mover for RemoteMover<'_> {
 }
 
 /// Whether a request's sizes agree with themselves (a peer's record is not trusted).
-fn well_formed(rec: &Record) -> bool {
+fn well_formed(rec: &Record, payload: &[u8]) -> bool {
+    if payload.len() != rec.payload_len {
+        return false;
+    }
     if rec.flags & F_INLINE != 0 {
         return rec.payload_len as u64 == rec.len;
     }
     let total: Option<u64> =
-        (0..rec.n_iov as usize).try_fold(0u64, |t, i| t.checked_add(rec.iov(i).1));
+        (0..rec.n_iov as usize).try_fold(0u64, |t, i| t.checked_add(iov(payload, i).1));
     total == Some(rec.len)
 }
 
-fn on_request(sh: &'static Shared, rec: &Record) {
+fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack: &mut Option<Ack>) {
     let p = provider::get();
     let from = Owner {
         pid: rec.from_pid,
         token: rec.from_token,
     };
     let (dst_dev, src_dev) = (rec.dst_dev as usize, rec.src_dev as usize);
-    let answer = |inbox: Option<Arc<Inbox>>, code: u32, value: u32| {
+    let mut answer = |inbox: Option<Arc<Inbox>>, code: u32, value: u32| {
+        if code == RESP_OK {
+            if let Some(a) = ack.as_mut() {
+                let r = &mut a.rec;
+                if a.to == from
+                    && r.src_qpn == rec.src_qpn
+                    && r.src_dev == rec.src_dev
+                    && r.dst_qpn == rec.dst_qpn
+                    && r.dst_dev == rec.dst_dev
+                    && r.conn == rec.conn
+                    && r.value == value
+                    && r.psn.wrapping_add(r.len as u32) == rec.psn
+                    && a.bytes < ACK_BYTES
+                {
+                    r.len += 1;
+                    a.bytes += rec.len;
+                    return;
+                }
+            }
+        }
+        flush_ack(sh, ack);
         let mut r = Record::new(Kind::Response);
         r.code = code;
         r.value = value;
@@ -352,8 +418,18 @@ fn on_request(sh: &'static Shared, rec: &Record) {
         r.dst_dev = rec.dst_dev;
         r.conn = rec.conn;
         r.psn = rec.psn;
+        r.len = 1;
         if let Some(ib) = inbox.or_else(|| sh.peer_inbox(from)) {
-            sh.send_response(from, ib, r);
+            if code == RESP_OK {
+                *ack = Some(Ack {
+                    to: from,
+                    inbox: ib,
+                    rec: r,
+                    bytes: rec.len,
+                });
+            } else {
+                sh.send_response(from, ib, r);
+            }
         }
     };
     if dst_dev >= p.devices.len() || src_dev >= p.devices.len() {
@@ -388,7 +464,7 @@ fn on_request(sh: &'static Shared, rec: &Record) {
         // Out of sequence (after an RNR NAK or an error): the requester re-sends.
         return;
     }
-    let response = if well_formed(rec) {
+    let response = if well_formed(rec, payload) {
         let w = SendWqe {
             wr_id: 0,
             opcode: rec.code,
@@ -406,6 +482,7 @@ fn on_request(sh: &'static Shared, rec: &Record) {
         let mut mv = RemoteMover {
             pid: rec.from_pid,
             rec,
+            payload,
         };
         respond(
             p,
@@ -457,22 +534,43 @@ fn on_response(rec: &Record) {
         Some(f) if f.psn == rec.psn => {}
         _ => return,
     }
-    let Some(f) = g.remote.in_flight.pop_front() else {
-        return;
-    };
-    match rec.code {
-        RESP_OK => {
-            g.rnr_tries = 0;
+    if rec.code == RESP_OK {
+        // `len` requests from `psn` on, all successful.
+        g.rnr_tries = 0;
+        for k in 0..rec.len.max(1) {
+            match g.remote.in_flight.front() {
+                Some(f) if f.psn == rec.psn.wrapping_add(k as u32) => {}
+                _ => break,
+            }
+            let Some(f) = g.remote.in_flight.pop_front() else {
+                break;
+            };
             if f.w.signaled {
                 let wc = qp.wc(f.w.wr_id, IBV_WC_SUCCESS, wc_opcode(f.w.opcode), rec.value);
                 let release = qp.release(&mut g.unsignaled);
                 if !qp.send_cq.push(wc, false, release) {
                     qp.to_error(&mut g, None);
+                    return;
                 }
             } else {
                 g.unsignaled += 1;
             }
         }
+        if g.remote.full && g.state == IBV_QPS_RTS {
+            // Room in the pipeline again: run the waiting WQEs now rather than after
+            // the back-off.
+            g.remote.full = false;
+            g.not_before = None;
+            let n = g.sq.len() as u32;
+            drop(g);
+            p.engine.enqueue(&qp, n);
+        }
+        return;
+    }
+    let Some(f) = g.remote.in_flight.pop_front() else {
+        return;
+    };
+    match rec.code {
         RESP_RNR => {
             let retry = g.attr.rnr_retry;
             if retry != 7 && g.rnr_tries >= retry {
@@ -480,6 +578,7 @@ fn on_response(rec: &Record) {
                 return;
             }
             g.rnr_tries = g.rnr_tries.saturating_add(1);
+            g.remote.full = false;
             // Back into the send queue, in order, to be sent again from this one.
             let mut n = 1u32;
             while let Some(x) = g.remote.in_flight.pop_back() {
@@ -511,7 +610,7 @@ impl Shared {
         let mut out = lock(&self.outbox);
         if out.is_empty() {
             loop {
-                match inbox.push(&rec) {
+                match inbox.push(&rec, &[]) {
                     Ok(()) => return,
                     Err(PushError::Lost) => continue,
                     Err(PushError::Full) => break,
@@ -531,7 +630,7 @@ impl Shared {
     pub(crate) fn flush_outbox(&self) -> bool {
         let mut out = lock(&self.outbox);
         while let Some(front) = out.front() {
-            match front.inbox.push(&front.rec) {
+            match front.inbox.push(&front.rec, &[]) {
                 Ok(()) => {
                     out.pop_front();
                 }
