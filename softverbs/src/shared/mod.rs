@@ -153,7 +153,9 @@ pub(crate) struct Shared {
     pub(crate) watch: Mutex<Vec<Weak<crate::qp::QpCore>>>,
     /// Responses waiting for room in their requester's inbox.
     outbox: Mutex<std::collections::VecDeque<remote::Pending>>,
-    service: OnceLock<()>,
+    /// The service thread, once started; joined at exit (a thread left running or
+    /// unjoined is memory a leak checker reports).
+    service: OnceLock<Mutex<Option<std::thread::JoinHandle<()>>>>,
     stop: AtomicBool,
     running: AtomicBool,
 }
@@ -330,6 +332,7 @@ impl Shared {
                      are served only while this one polls"
                 );
             }
+            Mutex::new(spawned.ok())
         });
     }
 
@@ -438,6 +441,16 @@ extern "C" fn on_exit() {
             break;
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+    // Join a thread that has returned (never one still running: exit must not hang).
+    if !s.running.load(Ordering::Acquire) {
+        let handle = s
+            .service
+            .get()
+            .and_then(|h| h.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
     }
     s.registry.release_all(s.me);
     let _ = std::fs::remove_file(proc_path(&s.dir, s.me));
