@@ -1,0 +1,89 @@
+//! The data path between processes. The requester's side ([`requester`]) sends a
+//! request, keeps the WQE in flight, completes it when the answer comes and gives up
+//! when the owner died; the responder's ([`responder`]) runs a request through the
+//! engine's `respond` with a process-to-process data mover and answers.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::inbox::{Inbox, Kind, Record, PAYLOAD};
+use super::{Owner, Shared};
+use crate::qp::SendWqe;
+
+mod requester;
+mod responder;
+
+use requester::on_response;
+pub(crate) use requester::{check_deadlines, send};
+use responder::on_request;
+pub(crate) use responder::{flush_ack, Ack, Pending};
+
+/// Requests one QP keeps in flight at most; more wait in its send queue.
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
+/// Response codes.
+const RESP_OK: u32 = 0;
+const RESP_RNR: u32 = 1;
+const RESP_ERR: u32 = 2;
+
+/// A WQE sent to another process, waiting for its answer.
+struct InFlight {
+    w: SendWqe,
+    psn: u32,
+    sent: Instant,
+}
+
+/// The resolved peer of a requester QP.
+struct Link {
+    dev: usize,
+    qpn: u32,
+    owner: Owner,
+    inbox: Arc<Inbox>,
+    /// Where a request's payload is put together.
+    scratch: Box<[u8; PAYLOAD]>,
+}
+
+/// A responder QP's view of the requester feeding it: who, and the next sequence
+/// number it executes.
+struct RespSeq {
+    from: Owner,
+    qpn: u32,
+    conn: u32,
+    expect: u32,
+    inbox: Option<Arc<Inbox>>,
+}
+
+/// A QP's cross-process state, kept under the QP's lock. Empty (and allocation-free)
+/// for a QP that only talks within its process.
+#[derive(Default)]
+pub(crate) struct RemoteState {
+    in_flight: VecDeque<InFlight>,
+    conn: u32,
+    next_psn: u32,
+    link: Option<Link>,
+    resp: Option<RespSeq>,
+    /// The QP is on the service thread's deadline list.
+    watched: bool,
+    /// The QP waits for room in its pipeline (an answer makes it runnable again).
+    full: bool,
+}
+
+impl RemoteState {
+    /// Takes the oldest WQE in flight (to flush it).
+    pub(crate) fn take_in_flight(&mut self) -> Option<SendWqe> {
+        self.in_flight.pop_front().map(|f| f.w)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Handles one record of our inbox (`payload`: its payload bytes); an answer may be
+/// left in `ack` (see [`Ack`]; [`flush_ack`] sends it).
+pub(crate) fn handle(sh: &'static Shared, rec: Record, payload: &[u8], ack: &mut Option<Ack>) {
+    match rec.kind {
+        Kind::Request => on_request(sh, &rec, payload, ack),
+        Kind::Response => on_response(&rec),
+    }
+}

@@ -1,0 +1,294 @@
+//! The requester's side of a WQE whose responder QP lives in another process.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vqp_host::sys::*;
+
+use super::{lock, InFlight, Link, MAX_IN_FLIGHT, RESP_OK, RESP_RNR};
+use crate::engine::{fail, resolve_av, Step};
+use crate::mem::{self, Span};
+use crate::provider::{self, Provider};
+use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe};
+use crate::shared::inbox::{Kind, PushError, Record, F_INLINE, F_SOLICITED, PAYLOAD};
+use crate::shared::Shared;
+
+/// How long a QP waits before trying again when the peer's inbox is full or its
+/// pipeline is.
+const BACKOFF: Duration = Duration::from_micros(20);
+
+/// Connection ids: a fresh one each time a QP starts sending to another process after
+/// a reset or a reconnection, so the responder restarts its sequence.
+static NEXT_CONN: AtomicU32 = AtomicU32::new(1);
+
+/// The transport timeout of a QP: `4.096 µs · 2^timeout · (retry_cnt + 1)` (0 means
+/// "infinite" in the specification), clamped to 5 ms … 4 s.
+fn transport_timeout(attr: &ibv_qp_attr) -> Duration {
+    const MIN: Duration = Duration::from_millis(5);
+    const MAX: Duration = Duration::from_secs(4);
+    if attr.timeout == 0 {
+        return MAX;
+    }
+    let ns = 4096u128 << attr.timeout.min(31);
+    let total = ns * (u128::from(attr.retry_cnt.min(7)) + 1);
+    Duration::from_nanos(total.min(u128::from(u64::MAX)) as u64).clamp(MIN, MAX)
+}
+
+/// Executes WQE `w` of `qp` whose peer is not in this process: sends it to the owning
+/// process and leaves it in flight, or completes it with `IBV_WC_RETRY_EXC_ERR` when
+/// nothing owns the peer QP (or a link is down).
+pub(crate) fn send(
+    p: &'static Provider,
+    qp: &Arc<QpCore>,
+    g: &mut QpInner,
+    w: SendWqe,
+    local: &[Span<'_>],
+    len: u64,
+) -> Step {
+    let retry_exc = |g: &mut QpInner, w: &SendWqe| {
+        fail(qp, g, w, IBV_WC_RETRY_EXC_ERR, None);
+        Step::Failed
+    };
+    let dev = match resolve_av(p, &g.attr.ah_attr) {
+        Some(d) if p.devices[qp.dev].is_up() && p.devices[d].is_up() => d,
+        _ => return retry_exc(g, &w),
+    };
+    let Some(sh) = crate::shared::current() else {
+        return retry_exc(g, &w);
+    };
+    let dest = g.attr.dest_qp_num;
+    if !matches!(&g.remote.link, Some(l) if l.dev == dev && l.qpn == dest) {
+        g.remote.link = None;
+        let Some((owner, word)) = sh.registry.lookup(dest, dev) else {
+            return retry_exc(g, &w);
+        };
+        if owner == sh.me {
+            // Ours but not a live QP of ours: nothing answers.
+            return retry_exc(g, &w);
+        }
+        if !sh.is_alive(owner) {
+            sh.registry.reclaim(dest, word);
+            sh.forget_peer(owner);
+            return retry_exc(g, &w);
+        }
+        let Some(inbox) = sh.peer_inbox(owner) else {
+            return retry_exc(g, &w);
+        };
+        g.remote.link = Some(Link {
+            dev,
+            qpn: dest,
+            owner,
+            inbox,
+            scratch: Box::new([0; PAYLOAD]),
+        });
+    }
+    if g.remote.in_flight.len() >= MAX_IN_FLIGHT {
+        g.sq.push_front(w);
+        g.remote.full = true;
+        return Step::Rnr(BACKOFF);
+    }
+    if g.remote.conn == 0 {
+        g.remote.conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed).max(1);
+        g.remote.next_psn = 0;
+    }
+    let mut rec = Record::new(Kind::Request);
+    rec.code = w.opcode;
+    rec.flags = if w.solicited { F_SOLICITED } else { 0 };
+    rec.from_pid = sh.me.pid;
+    rec.from_token = sh.me.token;
+    rec.src_qpn = qp.qpn;
+    rec.src_dev = qp.dev as u32;
+    rec.dst_qpn = dest;
+    rec.dst_dev = dev as u32;
+    rec.conn = g.remote.conn;
+    rec.psn = g.remote.next_psn;
+    rec.rkey = w.rkey;
+    rec.imm = w.imm;
+    rec.len = len;
+    rec.remote_addr = w.remote_addr;
+    rec.compare_add = w.compare_add;
+    rec.swap = w.swap;
+    // Data that a WRITE or SEND carries and that fits a record travels in it: the
+    // responder then copies it from the ring instead of calling `process_vm_readv`.
+    let carried = matches!(
+        w.opcode,
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+    ) && len <= PAYLOAD as u64;
+    let pushed = match g.remote.link.as_mut() {
+        Some(l) => {
+            let payload: &[u8] = match &w.inline {
+                Some(d) => {
+                    rec.flags |= F_INLINE;
+                    d
+                }
+                None if carried => {
+                    rec.flags |= F_INLINE;
+                    let n = len as usize;
+                    mem::copy_to_bytes(&mut l.scratch[..n], local);
+                    &l.scratch[..n]
+                }
+                None => {
+                    for s in local {
+                        let (a, n) = s.range();
+                        if n > 0 {
+                            rec.push_iov(&mut l.scratch, a, n);
+                        }
+                    }
+                    &l.scratch[..rec.payload_len]
+                }
+            };
+            l.inbox.push(&rec, payload)
+        }
+        None => Err(PushError::Full),
+    };
+    if pushed.is_err() {
+        g.sq.push_front(w);
+        return Step::Rnr(BACKOFF);
+    }
+    let psn = g.remote.next_psn;
+    g.remote.next_psn = psn.wrapping_add(1);
+    g.remote.in_flight.push_back(InFlight {
+        w,
+        psn,
+        sent: Instant::now(),
+    });
+    if !g.remote.watched {
+        g.remote.watched = true;
+        lock(&sh.watch).push(Arc::downgrade(qp));
+    }
+    Step::Done
+}
+
+/// Fails the oldest request of every watched QP whose answer is later than its
+/// transport timeout while the owner is dead. Returns whether any QP is still watched.
+pub(crate) fn check_deadlines(sh: &Shared) -> bool {
+    let mut watch = lock(&sh.watch);
+    watch.retain(|weak| {
+        let Some(qp) = weak.upgrade() else {
+            return false;
+        };
+        // `try_lock`: senders hold the QP's lock while they add to this list.
+        let Some(mut g) = qp.try_lock() else {
+            return true;
+        };
+        if g.remote.in_flight.is_empty() {
+            g.remote.watched = false;
+            return false;
+        }
+        let limit = transport_timeout(&g.attr);
+        if g.remote.in_flight[0].sent.elapsed() < limit {
+            return true;
+        }
+        let owner = g.remote.link.as_ref().map(|l| l.owner);
+        if let Some(o) = owner {
+            if sh.is_alive(o) {
+                // Late but alive (slow, or stopped): wait another round.
+                g.remote.in_flight[0].sent = Instant::now();
+                return true;
+            }
+            sh.forget_peer(o);
+        }
+        g.remote.link = None;
+        if let Some(f) = g.remote.in_flight.pop_front() {
+            fail(&qp, &mut g, &f.w, IBV_WC_RETRY_EXC_ERR, None);
+        }
+        g.remote.watched = false;
+        false
+    });
+    !watch.is_empty()
+}
+
+pub(super) fn on_response(rec: &Record) {
+    let p = provider::get();
+    let Some(qp) = p.find_qp(rec.src_dev as usize, rec.src_qpn) else {
+        return;
+    };
+    let mut g = qp.lock();
+    if g.remote.conn != rec.conn {
+        return;
+    }
+    match g.remote.in_flight.front() {
+        Some(f) if f.psn == rec.psn => {}
+        _ => return,
+    }
+    if rec.code == RESP_OK {
+        // `len` requests from `psn` on, all successful.
+        g.rnr_tries = 0;
+        for k in 0..rec.len.max(1) {
+            match g.remote.in_flight.front() {
+                Some(f) if f.psn == rec.psn.wrapping_add(k as u32) => {}
+                _ => break,
+            }
+            let Some(f) = g.remote.in_flight.pop_front() else {
+                break;
+            };
+            if f.w.signaled {
+                let wc = qp.wc(f.w.wr_id, IBV_WC_SUCCESS, wc_opcode(f.w.opcode), rec.value);
+                let release = qp.release(&mut g.unsignaled);
+                if !qp.send_cq.push(wc, false, release) {
+                    qp.to_error(&mut g, None);
+                    return;
+                }
+            } else {
+                g.unsignaled += 1;
+            }
+        }
+        if g.remote.full && g.state == IBV_QPS_RTS {
+            // Room in the pipeline again: run the waiting WQEs now rather than after
+            // the back-off.
+            g.remote.full = false;
+            g.not_before = None;
+            let n = g.sq.len() as u32;
+            drop(g);
+            p.engine.enqueue(&qp, n);
+        }
+        return;
+    }
+    let Some(f) = g.remote.in_flight.pop_front() else {
+        return;
+    };
+    match rec.code {
+        RESP_RNR => {
+            let retry = g.attr.rnr_retry;
+            if retry != 7 && g.rnr_tries >= retry {
+                fail(&qp, &mut g, &f.w, IBV_WC_RNR_RETRY_EXC_ERR, None);
+                return;
+            }
+            g.rnr_tries = g.rnr_tries.saturating_add(1);
+            g.remote.full = false;
+            // Back into the send queue, in order, to be sent again from this one.
+            let mut n = 1u32;
+            while let Some(x) = g.remote.in_flight.pop_back() {
+                g.sq.push_front(x.w);
+                n += 1;
+            }
+            g.sq.push_front(f.w);
+            g.remote.next_psn = f.psn;
+            g.not_before = Some(Instant::now() + rnr_delay(rec.value as u8));
+            drop(g);
+            p.engine.enqueue(&qp, n);
+        }
+        _ => fail(&qp, &mut g, &f.w, rec.value, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transport_timeout_follows_the_attributes_within_bounds() {
+        let mut a = ibv_qp_attr::default();
+        assert_eq!(transport_timeout(&a), Duration::from_secs(4));
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        // 4.096 µs · 2^14 · 8 ≈ 537 ms.
+        let t = transport_timeout(&a);
+        assert!(t > Duration::from_millis(530) && t < Duration::from_millis(540));
+        a.timeout = 1;
+        assert_eq!(transport_timeout(&a), Duration::from_millis(5));
+        a.timeout = 31;
+        assert_eq!(transport_timeout(&a), Duration::from_secs(4));
+    }
+}

@@ -1,0 +1,323 @@
+//! The responder's side: a request from another process run through the engine's
+//! `respond`, the answer coalesced or queued until the requester's inbox has room.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vqp_host::sys::*;
+
+use super::{lock, RespSeq, RESP_ERR, RESP_OK, RESP_RNR};
+use crate::engine::{respond, MoveError, Mover, Response};
+use crate::mem::{self, Span};
+use crate::provider;
+use crate::qp::{SendWqe, Sges, QP_REQ_ERR};
+use crate::shared::inbox::{iov, Inbox, Kind, PushError, Record, F_INLINE, F_SOLICITED};
+use crate::shared::sys::{process_copy, CopyError, Range};
+use crate::shared::{Owner, Shared};
+
+/// Acknowledgements coalesced into one response carry at most this many bytes of
+/// WRITE/SEND data (so a large transfer's completions are not held back).
+const ACK_BYTES: u64 = 256 << 10;
+
+/// Successful answers not sent yet: consecutive sequence numbers of one requester QP
+/// with the same byte count, acknowledged by one response (its `len` is the count), as
+/// an RC responder coalesces its ACKs. Sent when a different answer comes, when
+/// [`ACK_BYTES`] of data were acknowledged, and at the end of each pass over the inbox.
+pub(crate) struct Ack {
+    to: Owner,
+    inbox: Arc<Inbox>,
+    rec: Record,
+    bytes: u64,
+}
+
+/// Sends the pending acknowledgement, if any.
+pub(crate) fn flush_ack(sh: &Shared, ack: &mut Option<Ack>) {
+    if let Some(a) = ack.take() {
+        sh.send_response(a.to, a.inbox, a.rec);
+    }
+}
+
+/// Moves a request's payload between the requester process and our checked spans.
+struct RemoteMover<'r> {
+    pid: u32,
+    rec: &'r Record,
+    payload: &'r [u8],
+}
+
+/// `EPERM` from `process_vm_*` is reported once.
+static DENIED_REPORTED: AtomicBool = AtomicBool::new(false);
+
+fn copy_status(e: CopyError) -> MoveError {
+    match e {
+        CopyError::Gone => MoveError::Gone,
+        CopyError::Denied => {
+            if !DENIED_REPORTED.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "vqp-softverbs: process_vm_readv/writev to another process was refused \
+                     (EPERM): Yama's kernel.yama.ptrace_scope or a seccomp filter forbids it; \
+                     cross-process WQEs complete with IBV_WC_REM_OP_ERR"
+                );
+            }
+            MoveError::Status(IBV_WC_REM_OP_ERR)
+        }
+        CopyError::Fault => MoveError::Status(IBV_WC_LOC_PROT_ERR),
+    }
+}
+
+impl RemoteMover<'_> {
+    fn remote_ranges(&self, out: &mut [Range; 64]) -> usize {
+        let n = (self.rec.n_iov as usize).min(out.len());
+        for (i, r) in out.iter_mut().enumerate().take(n) {
+            *r = iov(self.payload, i);
+        }
+        n
+    }
+
+    fn copy(&self, local: &[Span<'_>], pull: bool) -> Result<(), MoveError> {
+        let mut l = [(0u64, 0u64); 64];
+        let mut nl = 0;
+        for s in local {
+            if nl == l.len() {
+                return Err(MoveError::Status(IBV_WC_LOC_PROT_ERR));
+            }
+            l[nl] = s.range();
+            nl += 1;
+        }
+        let mut r = [(0u64, 0u64); 64];
+        let nr = self.remote_ranges(&mut r);
+        process_copy(self.pid, &l[..nl], &r[..nr], pull).map_err(copy_status)
+    }
+}
+
+impl Mover for RemoteMover<'_> {
+    fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError> {
+        if self.rec.flags & F_INLINE != 0 {
+            mem::copy_from_bytes(dst, self.payload);
+            return Ok(());
+        }
+        self.copy(dst, true)
+    }
+
+    fn push(&mut self, src: &[Span<'_>]) -> Result<(), MoveError> {
+        self.copy(src, false)
+    }
+
+    fn push_bytes(&mut self, bytes: &[u8]) -> Result<(), MoveError> {
+        let local = [(bytes.as_ptr() as u64, bytes.len() as u64)];
+        let mut r = [(0u64, 0u64); 64];
+        let nr = self.remote_ranges(&mut r);
+        process_copy(self.pid, &local, &r[..nr], false).map_err(copy_status)
+    }
+}
+
+/// Whether a request's sizes agree with themselves (a peer's record is not trusted).
+fn well_formed(rec: &Record, payload: &[u8]) -> bool {
+    if payload.len() != rec.payload_len {
+        return false;
+    }
+    if rec.flags & F_INLINE != 0 {
+        return rec.payload_len as u64 == rec.len;
+    }
+    let total: Option<u64> =
+        (0..rec.n_iov as usize).try_fold(0u64, |t, i| t.checked_add(iov(payload, i).1));
+    total == Some(rec.len)
+}
+
+pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack: &mut Option<Ack>) {
+    let p = provider::get();
+    let from = Owner {
+        pid: rec.from_pid,
+        token: rec.from_token,
+    };
+    let (dst_dev, src_dev) = (rec.dst_dev as usize, rec.src_dev as usize);
+    let mut answer = |inbox: Option<Arc<Inbox>>, code: u32, value: u32| {
+        if code == RESP_OK {
+            if let Some(a) = ack.as_mut() {
+                let r = &mut a.rec;
+                if a.to == from
+                    && r.src_qpn == rec.src_qpn
+                    && r.src_dev == rec.src_dev
+                    && r.dst_qpn == rec.dst_qpn
+                    && r.dst_dev == rec.dst_dev
+                    && r.conn == rec.conn
+                    && r.value == value
+                    && r.psn.wrapping_add(r.len as u32) == rec.psn
+                    && a.bytes < ACK_BYTES
+                {
+                    r.len += 1;
+                    a.bytes += rec.len;
+                    return;
+                }
+            }
+        }
+        flush_ack(sh, ack);
+        let mut r = Record::new(Kind::Response);
+        r.code = code;
+        r.value = value;
+        r.from_pid = sh.me.pid;
+        r.from_token = sh.me.token;
+        r.src_qpn = rec.src_qpn;
+        r.src_dev = rec.src_dev;
+        r.dst_qpn = rec.dst_qpn;
+        r.dst_dev = rec.dst_dev;
+        r.conn = rec.conn;
+        r.psn = rec.psn;
+        r.len = 1;
+        if let Some(ib) = inbox.or_else(|| sh.peer_inbox(from)) {
+            if code == RESP_OK {
+                *ack = Some(Ack {
+                    to: from,
+                    inbox: ib,
+                    rec: r,
+                    bytes: rec.len,
+                });
+            } else {
+                sh.send_response(from, ib, r);
+            }
+        }
+    };
+    if dst_dev >= p.devices.len() || src_dev >= p.devices.len() {
+        return answer(None, RESP_ERR, IBV_WC_RETRY_EXC_ERR);
+    }
+    let Some(b) = p
+        .find_qp(dst_dev, rec.dst_qpn)
+        .filter(|_| p.devices[dst_dev].is_up())
+    else {
+        return answer(None, RESP_ERR, IBV_WC_RETRY_EXC_ERR);
+    };
+    // The key table before the QP: the engine takes them in that order too (its
+    // requester lock aside), so a waiting deregistration cannot wedge us.
+    let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
+    let mut gb = b.lock();
+    let same = matches!(&gb.remote.resp,
+        Some(s) if s.from == from && s.qpn == rec.src_qpn && s.conn == rec.conn);
+    if !same {
+        gb.remote.resp = Some(RespSeq {
+            from,
+            qpn: rec.src_qpn,
+            conn: rec.conn,
+            expect: rec.psn,
+            inbox: sh.peer_inbox(from),
+        });
+    }
+    let (expect, inbox) = match &gb.remote.resp {
+        Some(s) => (s.expect, s.inbox.clone()),
+        None => return,
+    };
+    if rec.psn != expect {
+        // Out of sequence (after an RNR NAK or an error): the requester re-sends.
+        return;
+    }
+    let response = if well_formed(rec, payload) {
+        let w = SendWqe {
+            wr_id: 0,
+            opcode: rec.code,
+            signaled: false,
+            solicited: rec.flags & F_SOLICITED != 0,
+            imm: rec.imm,
+            sges: Sges::default(),
+            inline: None,
+            remote_addr: rec.remote_addr,
+            rkey: rec.rkey,
+            compare_add: rec.compare_add,
+            swap: rec.swap,
+            ready_at: None,
+        };
+        let mut mv = RemoteMover {
+            pid: rec.from_pid,
+            rec,
+            payload,
+        };
+        respond(
+            p,
+            rec.src_qpn,
+            src_dev,
+            &b,
+            &mut gb,
+            &mrs,
+            &w,
+            rec.len,
+            &mut mv,
+        )
+    } else {
+        Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR)
+    };
+    let (code, value) = match response {
+        Response::Ok(n) => {
+            if let Some(s) = gb.remote.resp.as_mut() {
+                s.expect = s.expect.wrapping_add(1);
+            }
+            (RESP_OK, n)
+        }
+        Response::Rnr(t) => (RESP_RNR, u32::from(t)),
+        Response::Error { status, responder } => {
+            // A responder-class error moves this process's QP to error and raises the
+            // event here, where its owner polls for it (as in one process: `execute`).
+            if let Some(event) = responder {
+                b.to_error(&mut gb, Some(event));
+            }
+            (RESP_ERR, status)
+        }
+        Response::Dropped => return,
+    };
+    drop(gb);
+    drop(mrs);
+    answer(inbox, code, value);
+}
+
+/// A response that could not be delivered yet (the requester's inbox was full).
+pub(crate) struct Pending {
+    to: Owner,
+    inbox: Arc<Inbox>,
+    rec: Record,
+    since: Instant,
+}
+
+impl Shared {
+    /// Sends a response, or queues it behind earlier undelivered ones (responses to
+    /// one requester stay in order; the consumer never blocks on a full peer).
+    fn send_response(&self, to: Owner, inbox: Arc<Inbox>, rec: Record) {
+        let mut out = lock(&self.outbox);
+        if out.is_empty() {
+            loop {
+                match inbox.push(&rec, &[]) {
+                    Ok(()) => return,
+                    Err(PushError::Lost) => continue,
+                    Err(PushError::Full) => break,
+                }
+            }
+        }
+        out.push_back(Pending {
+            to,
+            inbox,
+            rec,
+            since: Instant::now(),
+        });
+    }
+
+    /// Retries undelivered responses; drops those whose requester died. Returns
+    /// whether some remain.
+    pub(crate) fn flush_outbox(&self) -> bool {
+        let mut out = lock(&self.outbox);
+        while let Some(front) = out.front() {
+            match front.inbox.push(&front.rec, &[]) {
+                Ok(()) => {
+                    out.pop_front();
+                }
+                Err(PushError::Lost) => {}
+                Err(PushError::Full) => {
+                    if front.since.elapsed() > Duration::from_millis(100)
+                        && !self.is_alive(front.to)
+                    {
+                        let dead = front.to;
+                        out.retain(|x| x.to != dead);
+                        continue;
+                    }
+                    break;
+                }
+            }
+        }
+        !out.is_empty()
+    }
+}
