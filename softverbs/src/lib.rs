@@ -313,6 +313,7 @@ pub fn set_link(index: usize, up: bool) -> Result<(), ConfigError> {
         .get(index)
         .ok_or(ConfigError::NoSuchDevice(index))?;
     let was = dev.link_up.swap(up, Ordering::AcqRel);
+    crate::shared::export_links();
     if was != up {
         let kind = if up {
             cq::event::PORT_ACTIVE

@@ -17,7 +17,7 @@ use core::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A registered memory region as the table keeps it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct MrInfo {
     /// Start address.
     pub addr: u64,
@@ -110,6 +110,14 @@ impl MrTable {
     /// The live region of `key`.
     pub(crate) fn get(&self, key: u32) -> Option<&MrInfo> {
         self.index(key).and_then(|i| self.slots[i].info.as_ref())
+    }
+
+    /// Every live region with its key.
+    pub(crate) fn live(&self) -> impl Iterator<Item = (u32, &MrInfo)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            let info = s.info.as_ref()?;
+            Some(((((i + 1) as u32) << 8) | u32::from(s.gen), info))
+        })
     }
 
     /// Number of live regions.

@@ -328,6 +328,85 @@ fn a_killed_peer_is_retry_exceeded_within_the_timeout() {
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
 }
 
+/// A NIC serves RDMA WRITE and READ without the responder's CPU: both complete, with
+/// the data in place, while the responder process is stopped (`SIGSTOP`). The
+/// responder's region was registered before its QP existed (as perftest does).
+#[test]
+fn one_sided_operations_complete_while_the_responder_process_is_stopped() {
+    isolate();
+    let v = verbs();
+    let o = Opts::default();
+    let mut a = side(&v, "soft0", &o);
+    let mut peer = Peer::spawn();
+    let l = peer.cmd("side soft1 mr-first");
+    let r: Vec<u64> = l[0].split(' ').map(|x| x.parse().unwrap()).collect();
+    let (rqpn, rlid, raddr, rkey) = (r[0] as u32, r[1] as u16, r[2], r[3] as u32);
+    let lid = a.ctx.query_port(1).unwrap().lid();
+    peer.cmd(&format!("connect {lid} {}", a.qp.qp_num()));
+    peer.cmd("fill 9");
+    connect_to(&a.qp, rlid, rqpn, &o, 14);
+    fill(&mut a, 3);
+    peer.signal_stop(true);
+    let mut sge = a.mr.sge(0, 300).unwrap();
+    let mut wr = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        raddr + 100,
+        rkey,
+    );
+    post(&a, &mut wr);
+    let wc = poll_n(&a.cq, 1);
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    let mut sge = a.mr.sge(8192, 500).unwrap();
+    let mut wr = wr_rdma(
+        2,
+        IBV_WR_RDMA_READ,
+        std::slice::from_mut(&mut sge),
+        raddr + 4000,
+        rkey,
+    );
+    post(&a, &mut wr);
+    let wc = poll_n(&a.cq, 1);
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    assert_eq!(wc[0].raw().byte_len, 500);
+    peer.signal_stop(false);
+    let theirs = unhex(&peer.cmd("read 100 300")[0]);
+    assert_eq!(theirs, bytes(&a)[..300], "the WRITE landed");
+    let theirs = unhex(&peer.cmd("read 4000 500")[0]);
+    assert_eq!(
+        bytes(&a)[8192..8692],
+        theirs[..],
+        "the READ brought their bytes"
+    );
+}
+
+/// Once `ibv_dereg_mr` returned in the owner, a WRITE to the region fails with a remote
+/// access error, though the same WRITE succeeded just before.
+#[test]
+fn a_deregistered_region_is_refused_to_other_processes_at_once() {
+    let o = Opts::default();
+    let (a, mut peer, _) = connected("soft0", "soft1", &o);
+    let l = peer.cmd("reg");
+    let r: Vec<u64> = l[0].split(' ').map(|x| x.parse().unwrap()).collect();
+    let (addr, rkey) = (r[0], r[1] as u32);
+    let mut sge = a.mr.sge(0, 64).unwrap();
+    let mut wr = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        addr,
+        rkey,
+    );
+    post(&a, &mut wr);
+    assert!(poll_n(&a.cq, 1)[0].is_ok());
+    peer.cmd("dereg");
+    wr.wr_id = 2;
+    post(&a, &mut wr);
+    let wc = poll_n(&a.cq, 1);
+    assert_eq!(wc[0].raw().status, IBV_WC_REM_ACCESS_ERR, "{:?}", wc[0]);
+}
+
 /// The namespace directory of a test process is gone once the process has exited: a
 /// second copy of this binary runs one test (with a child of its own) and its
 /// `vqp-xproc-<pid>` directory must not outlive it.

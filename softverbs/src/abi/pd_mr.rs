@@ -116,6 +116,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
         set_errno(libc::ENOMEM);
         return core::ptr::null_mut();
     };
+    crate::shared::export_mr(key, &info);
     p.core.users.fetch_add(1, Ordering::AcqRel);
     publish(MrObj {
         ibv: ibv_mr {
@@ -180,11 +181,14 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         Ok(m) => m,
         Err(e) => return e,
     };
-    provider::get()
+    let mut mrs = provider::get()
         .mrs
         .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .deregister(m.get().ibv.lkey);
+        .unwrap_or_else(|e| e.into_inner());
+    // Under the table's lock, so the slot is not reused before other processes let go.
+    crate::shared::revoke_mr(m.get().ibv.lkey);
+    mrs.deregister(m.get().ibv.lkey);
+    drop(mrs);
     m.get().pd.users.fetch_sub(1, Ordering::AcqRel);
     m.free();
     0

@@ -120,9 +120,12 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         }
         info.access = a;
     }
+    // Other processes let go of the old region before it changes (see `ibv_dereg_mr`).
+    crate::shared::revoke_mr(m.ibv.lkey);
     if !mrs.update(m.ibv.lkey, info) {
         return refuse(libc::EINVAL);
     }
+    crate::shared::export_mr(m.ibv.lkey, &info);
     drop(mrs);
     if let Some(core) = new_pd {
         core.users.fetch_add(1, Ordering::AcqRel);

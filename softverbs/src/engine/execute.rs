@@ -85,6 +85,23 @@ pub(crate) fn fail(qp: &QpCore, g: &mut QpInner, w: &SendWqe, status: u32, event
     qp.to_error(g, event);
 }
 
+/// Completes `w` successfully (a completion if it is signaled, else a slot held until
+/// the next one); the QP fails when its CQ overflows.
+pub(crate) fn complete(qp: &QpCore, g: &mut QpInner, w: &SendWqe, byte_len: u32) -> Step {
+    g.rnr_tries = 0;
+    if w.signaled {
+        let wc = qp.wc(w.wr_id, IBV_WC_SUCCESS, wc_opcode(w.opcode), byte_len);
+        let release = qp.release(&mut g.unsignaled);
+        if !qp.send_cq.push(wc, false, release) {
+            qp.to_error(g, None);
+            return Step::Failed;
+        }
+    } else {
+        g.unsignaled += 1;
+    }
+    Step::Done
+}
+
 /// Resolves (and caches) the QP this one is connected to.
 fn peer(p: &Provider, g: &mut QpInner) -> Option<Arc<QpCore>> {
     if let Some(b) = g.peer.upgrade() {
@@ -177,20 +194,7 @@ fn execute(
         r
     };
     match response {
-        Response::Ok(byte_len) => {
-            g.rnr_tries = 0;
-            if w.signaled {
-                let wc = qp.wc(w.wr_id, IBV_WC_SUCCESS, wc_opcode(w.opcode), byte_len);
-                let release = qp.release(&mut g.unsignaled);
-                if !qp.send_cq.push(wc, false, release) {
-                    qp.to_error(g, None);
-                    return Step::Failed;
-                }
-            } else {
-                g.unsignaled += 1;
-            }
-            Step::Done
-        }
+        Response::Ok(byte_len) => complete(qp, g, &w, byte_len),
         Response::Rnr(timer) => {
             let retry = g.attr.rnr_retry;
             if retry != 7 && g.rnr_tries >= retry {

@@ -259,6 +259,7 @@ impl QpCore {
         g.sq.clear();
         g.rq.clear();
         g.remote = Default::default();
+        self.export(&g);
         drop(g);
         self.send_cq.users.fetch_sub(1, Ordering::Relaxed);
         self.recv_cq.users.fetch_sub(1, Ordering::Relaxed);
@@ -272,10 +273,26 @@ impl QpCore {
         }
         g.state = IBV_QPS_ERR;
         self.state.store(IBV_QPS_ERR, Ordering::Release);
+        self.export(g);
         self.flush(g);
         if let Some(kind) = kind {
             self.ctx.raise(kind, self.handle.load(Ordering::Relaxed));
         }
+    }
+
+    /// Publishes to other processes whether this QP accepts one-sided requests now
+    /// (RTR or RTS), from whom, and with which rights (`shared::exports`).
+    pub fn export(&self, g: &QpInner) {
+        let view = matches!(g.state, IBV_QPS_RTR | IBV_QPS_RTS)
+            .then(|| crate::engine::resolve_av(crate::provider::get(), &g.attr.ah_attr))
+            .flatten()
+            .map(|dest_dev| crate::shared::exports::QpView {
+                access: g.attr.qp_access_flags,
+                dest_dev,
+                dest_qpn: g.attr.dest_qp_num,
+                pd: self.pd,
+            });
+        crate::shared::export_qp(self.qpn, view);
     }
 
     /// Completes every queued WQE with `IBV_WC_WR_FLUSH_ERR`.

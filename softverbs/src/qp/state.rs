@@ -150,6 +150,7 @@ impl QpCore {
         }
         g.state = next;
         self.state.store(next, Ordering::Release);
+        self.export(&g);
         Ok(())
     }
 

@@ -32,7 +32,7 @@ const SLOT_SIZE: usize = 1152;
 pub(crate) const PAYLOAD: usize = 1024;
 /// A slot claimed but not published for this long is skipped.
 const STUCK: Duration = Duration::from_secs(1);
-const MAGIC: u64 = u64::from_le_bytes(*b"vqpsibx\x01");
+const MAGIC: u64 = u64::from_le_bytes(*b"vqpsibx\x02");
 // Header offsets (producers' and consumer's words on separate cache lines).
 const OFF_MAGIC: usize = 0;
 const OFF_FUTEX: usize = 8;
@@ -239,11 +239,10 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
-    /// Maps an inbox file; `init` for a fresh file of its creator.
+    /// Maps the inbox at the head of a process's file (at least [`FILE_SIZE`] long);
+    /// `init` for a fresh file of its creator.
     pub(crate) fn map(file: &File, init: bool) -> std::io::Result<Inbox> {
-        if init {
-            file.set_len(FILE_SIZE as u64)?;
-        } else if file.metadata()?.len() != FILE_SIZE as u64 {
+        if file.metadata()?.len() < FILE_SIZE as u64 {
             return Err(std::io::ErrorKind::InvalidData.into());
         }
         let map = Mapping::new(file, FILE_SIZE)?;
@@ -407,6 +406,7 @@ mod tests {
             .truncate(true)
             .open(&p)
             .unwrap();
+        f.set_len(FILE_SIZE as u64).unwrap();
         (p, f)
     }
 

@@ -66,6 +66,7 @@
 mod sys;
 
 pub(crate) mod dir;
+pub(crate) mod exports;
 pub(crate) mod inbox;
 pub(crate) mod registry;
 pub(crate) mod remote;
@@ -81,6 +82,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 pub use dir::ENV_DIR;
+use exports::{Exports, QpView};
 use inbox::Inbox;
 use registry::Registry;
 
@@ -142,10 +144,14 @@ pub(crate) struct Shared {
     pub registry: Registry,
     /// Our own inbox (we consume it).
     pub inbox: Inbox,
+    /// What we publish for requesters that execute one-sided operations themselves.
+    exports: Exports,
+    /// The regions registered before we joined have been exported.
+    mrs_exported: std::sync::Once,
     /// Holds our liveness lock for the process's lifetime.
     _lock_file: File,
-    /// Inboxes of other processes we have sent to.
-    peers: Mutex<HashMap<Owner, Arc<Inbox>>>,
+    /// Other processes we have sent to.
+    peers: Mutex<HashMap<Owner, Arc<Peer>>>,
     /// Serialises consumers of our inbox (the service thread, polling threads), and
     /// holds what a consumer works with.
     consuming: Mutex<Consumer>,
@@ -169,7 +175,7 @@ const POLL_GRACE: Duration = crate::engine::IDLE_GRACE;
 /// The namespace, joined on first use (`devices`: this process's device count). `None`
 /// when it cannot be used; the reason was printed once.
 pub(crate) fn init(devices: usize) -> Option<&'static Shared> {
-    SHARED
+    let s = SHARED
         .get_or_init(|| match Shared::join(devices) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -180,7 +186,20 @@ pub(crate) fn init(devices: usize) -> Option<&'static Shared> {
                 None
             }
         })
-        .as_ref()
+        .as_ref()?;
+    // Regions registered before the process joined (a program registers its buffers
+    // before it creates its QPs). Under the table's read lock, once the namespace is
+    // visible: a region registered meanwhile is exported by its own `export_mr`.
+    s.mrs_exported.call_once(|| {
+        let mrs = crate::provider::get()
+            .mrs
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        for (key, info) in mrs.live() {
+            s.exports.export_mr(key, info);
+        }
+    });
+    Some(s)
 }
 
 /// The namespace if this process has joined it.
@@ -215,7 +234,7 @@ impl Shared {
             );
         }
         let pid = std::process::id();
-        let (me, file, inbox) = loop {
+        let (me, file, inbox, exports) = loop {
             let me = Owner {
                 pid,
                 token: random_token(),
@@ -234,10 +253,11 @@ impl Shared {
             };
             let made = sys::flock(&file, libc::LOCK_EX | libc::LOCK_NB)
                 .and_then(|ok| ok.then_some(()).ok_or(io::ErrorKind::WouldBlock.into()))
-                .and_then(|()| Inbox::map(&file, true))
+                .and_then(|()| file.set_len(exports::FILE_SIZE as u64))
+                .and_then(|()| Ok((Inbox::map(&file, true)?, Exports::map(&file, true)?)))
                 .and_then(|ib| std::fs::rename(&tmp, proc_path(&dir, me)).map(|()| ib));
             match made {
-                Ok(ib) => break (me, file, ib),
+                Ok((ib, ex)) => break (me, file, ib, ex),
                 Err(e) => {
                     let _ = std::fs::remove_file(&tmp);
                     return Err(SharedError::Inbox(tmp, e.kind()));
@@ -250,6 +270,8 @@ impl Shared {
             me,
             registry,
             inbox,
+            exports,
+            mrs_exported: std::sync::Once::new(),
             _lock_file: file,
             peers: Mutex::new(HashMap::new()),
             consuming: Mutex::new(Consumer {
@@ -286,23 +308,37 @@ impl Shared {
         }
     }
 
-    /// The inbox of process `o`, mapped on first use; `None` when it is gone.
-    pub(crate) fn peer_inbox(&self, o: Owner) -> Option<Arc<Inbox>> {
+    /// Process `o` as we send to it, its file mapped on first use; `None` when it is
+    /// gone (or its file is of another format).
+    pub(crate) fn peer(&self, o: Owner) -> Option<Arc<Peer>> {
         if o == self.me {
             return None;
         }
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(ib) = peers.get(&o) {
-            return Some(Arc::clone(ib));
+        if let Some(p) = peers.get(&o) {
+            return Some(Arc::clone(p));
         }
         let f = OpenOptions::new()
             .read(true)
             .write(true)
             .open(proc_path(&self.dir, o))
             .ok()?;
-        let ib = Arc::new(Inbox::map(&f, false).ok()?);
-        peers.insert(o, Arc::clone(&ib));
-        Some(ib)
+        if f.metadata().ok()?.len() != exports::FILE_SIZE as u64 {
+            return None;
+        }
+        let p = Arc::new(Peer {
+            owner: o,
+            inbox: Arc::new(Inbox::map(&f, false).ok()?),
+            exports: Exports::map(&f, false).ok()?,
+            accessor: OnceLock::new(),
+        });
+        peers.insert(o, Arc::clone(&p));
+        Some(p)
+    }
+
+    /// The inbox of process `o` (see [`Shared::peer`]).
+    pub(crate) fn peer_inbox(&self, o: Owner) -> Option<Arc<Inbox>> {
+        self.peer(o).map(|p| Arc::clone(&p.inbox))
     }
 
     /// Forgets a dead peer's mapping.
@@ -406,6 +442,24 @@ impl Shared {
     }
 }
 
+/// Another process as a requester of ours sees it.
+pub(crate) struct Peer {
+    pub owner: Owner,
+    pub inbox: Arc<Inbox>,
+    pub exports: Exports,
+    /// Our accessor entry in its exports (`None`: none was free).
+    accessor: OnceLock<Option<usize>>,
+}
+
+impl Peer {
+    /// Our accessor entry in this peer's exports, claimed on first use.
+    pub(crate) fn accessor(&self, sh: &Shared) -> Option<usize> {
+        *self
+            .accessor
+            .get_or_init(|| self.exports.claim(sh.me, &|o| sh.is_alive(o)))
+    }
+}
+
 /// A consumer's working state: the payload of the record in hand, and the answer
 /// being coalesced.
 struct Consumer {
@@ -465,8 +519,55 @@ pub(crate) fn alloc_qpn(devices: usize) -> Option<u32> {
 /// Makes QP `qpn` of device `dev` findable by other processes, and starts serving them.
 pub(crate) fn publish(qpn: u32, dev: usize) {
     if let Some(s) = current() {
+        export_links();
         s.registry.publish(qpn, s.me, dev);
         s.start_service();
+    }
+}
+
+/// Publishes whether our QP `qpn` accepts one-sided requests now, and from whom
+/// (see [`exports`]).
+pub(crate) fn export_qp(qpn: u32, view: Option<QpView>) {
+    if let Some(s) = current() {
+        s.exports.set_qp(qpn, view);
+    }
+}
+
+/// Publishes which of our devices' links are down.
+pub(crate) fn export_links() {
+    if let Some(s) = current() {
+        let p = crate::provider::get();
+        let mask = p
+            .devices
+            .iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, d)| !d.is_up())
+            .fold(0u64, |m, (i, _)| m | 1 << i);
+        s.exports.set_down(mask);
+    }
+}
+
+/// Publishes a region just registered under `key`.
+pub(crate) fn export_mr(key: u32, info: &crate::mem::MrInfo) {
+    if let Some(s) = current() {
+        s.exports.export_mr(key, info);
+    }
+}
+
+/// Withdraws the region of `key`, returning once no other process copies to or from it
+/// (the caller then deregisters it).
+pub(crate) fn revoke_mr(key: u32) {
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    if let Some(s) = current() {
+        if !s.exports.revoke_mr(key, &|o| s.is_alive(o)) && !REPORTED.swap(true, Ordering::Relaxed)
+        {
+            eprintln!(
+                "vqp-softverbs: a deregistration waited {:?} for another process's copy to \
+                 the region and went on (that process is stopped)",
+                exports::REVOKE_LIMIT
+            );
+        }
     }
 }
 

@@ -29,6 +29,12 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps the first `len` bytes of `file` (which must be at least that long).
     pub(crate) fn new(file: &File, len: usize) -> io::Result<Mapping> {
+        Mapping::new_at(file, 0, len)
+    }
+
+    /// Maps `len` bytes of `file` from byte `off` (a multiple of the page size; the file
+    /// must reach `off + len`).
+    pub(crate) fn new_at(file: &File, off: usize, len: usize) -> io::Result<Mapping> {
         // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
         let p = unsafe {
             libc::mmap(
@@ -37,7 +43,7 @@ impl Mapping {
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 file.as_raw_fd(),
-                0,
+                off as libc::off_t,
             )
         };
         if p == libc::MAP_FAILED {

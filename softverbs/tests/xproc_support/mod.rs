@@ -146,6 +146,16 @@ impl Peer {
         (v[0] as u32, v[1] as u16, v[2], v[3] as u32)
     }
 
+    /// Stops (`SIGSTOP`) or continues (`SIGCONT`) the child.
+    pub fn signal_stop(&mut self, stop: bool) {
+        let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: a plain kill(2) on our own child.
+        assert_eq!(
+            unsafe { libc::kill(self.child.id() as libc::pid_t, sig) },
+            0
+        );
+    }
+
     /// Kills the child now.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -184,11 +194,30 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// A side whose region is registered before its QP is created (so before the process
+/// joins the shared namespace, which happens with its first QP), as perftest does.
+fn side_mr_first(verbs: &vqp_host::Verbs, dev: &str, o: &Opts) -> Side {
+    let ctx = vqp_host::Context::open(verbs, Some(dev)).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd.register_buffer(o.buf, o.access).unwrap();
+    let cq = ctx.create_cq(o.cqe, None, 0).unwrap();
+    let qp = pd.create_qp(&vqp_host::QpInit::rc(&cq, o.cap)).unwrap();
+    Side {
+        ctx,
+        pd,
+        channel: None,
+        cq,
+        qp,
+        mr,
+    }
+}
+
 /// The child's command loop.
 pub fn child_main() {
     let verbs = common::verbs();
     let o = Opts::default();
     let mut side: Option<Side> = None;
+    let mut extra: Vec<vqp_host::MemoryRegion> = Vec::new();
     let stdin = std::io::stdin();
     let out = |s: String| println!("@{s}");
     for line in stdin.lock().lines() {
@@ -197,7 +226,11 @@ pub fn child_main() {
         let num = |i: usize| -> u64 { w[i].parse().unwrap() };
         match w.first().copied() {
             Some("side") => {
-                let s = common::side(&verbs, w[1], &o);
+                let s = if w.get(2) == Some(&"mr-first") {
+                    side_mr_first(&verbs, w[1], &o)
+                } else {
+                    common::side(&verbs, w[1], &o)
+                };
                 let lid = s.ctx.query_port(1).unwrap().lid();
                 out(format!(
                     "{} {} {} {}",
@@ -273,6 +306,14 @@ pub fn child_main() {
                     }
                 }
             }
+            Some("reg") => {
+                // One more region of 4 KiB in the side's PD.
+                let s = side.as_ref().unwrap();
+                let mr = s.pd.register_buffer(4096, o.access).unwrap();
+                out(format!("{} {}", mr.addr(), mr.rkey()));
+                extra.push(mr);
+            }
+            Some("dereg") => drop(extra.pop()),
             Some("pid") => out(std::process::id().to_string()),
             Some("exit") => {
                 out("end".into());

@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::inbox::{Inbox, Kind, Record, PAYLOAD};
-use super::{Owner, Shared};
+use super::{Owner, Peer, Shared};
 use crate::qp::SendWqe;
 
+mod direct;
 mod requester;
 mod responder;
 
@@ -37,8 +38,8 @@ struct InFlight {
 struct Link {
     dev: usize,
     qpn: u32,
-    owner: Owner,
-    inbox: Arc<Inbox>,
+    /// The owning process: its inbox and exports.
+    peer: Arc<Peer>,
     /// Where a request's payload is put together.
     scratch: Box<[u8; PAYLOAD]>,
 }

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use vqp_host::sys::*;
 
-use super::{lock, InFlight, Link, MAX_IN_FLIGHT, RESP_OK, RESP_RNR};
-use crate::engine::{fail, resolve_av, Step};
+use super::{direct, lock, InFlight, Link, MAX_IN_FLIGHT, RESP_OK, RESP_RNR};
+use crate::engine::{complete, fail, resolve_av, Step};
 use crate::mem::{self, Span};
 use crate::provider::{self, Provider};
 use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe};
@@ -72,16 +72,24 @@ pub(crate) fn send(
             sh.forget_peer(owner);
             return retry_exc(g, &w);
         }
-        let Some(inbox) = sh.peer_inbox(owner) else {
+        let Some(peer) = sh.peer(owner) else {
             return retry_exc(g, &w);
         };
         g.remote.link = Some(Link {
             dev,
             qpn: dest,
-            owner,
-            inbox,
+            peer,
             scratch: Box::new([0; PAYLOAD]),
         });
+    }
+    if direct::eligible(g, &w) {
+        let done = match &g.remote.link {
+            Some(l) => direct::execute(sh, qp, l, &w, local, len),
+            None => None,
+        };
+        if let Some(byte_len) = done {
+            return complete(qp, g, &w, byte_len);
+        }
     }
     if g.remote.in_flight.len() >= MAX_IN_FLIGHT {
         g.sq.push_front(w);
@@ -138,7 +146,7 @@ pub(crate) fn send(
                     &l.scratch[..rec.payload_len]
                 }
             };
-            l.inbox.push(&rec, payload)
+            l.peer.inbox.push(&rec, payload)
         }
         None => Err(PushError::Full),
     };
@@ -180,7 +188,7 @@ pub(crate) fn check_deadlines(sh: &Shared) -> bool {
         if g.remote.in_flight[0].sent.elapsed() < limit {
             return true;
         }
-        let owner = g.remote.link.as_ref().map(|l| l.owner);
+        let owner = g.remote.link.as_ref().map(|l| l.peer.owner);
         if let Some(o) = owner {
             if sh.is_alive(o) {
                 // Late but alive (slow, or stopped): wait another round.

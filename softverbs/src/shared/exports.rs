@@ -1,0 +1,461 @@
+//! What a process publishes about its responder side so that a requester in another
+//! process can execute an RDMA WRITE or READ itself, with the responder's checks, and
+//! without waiting for the responder to be scheduled.
+//!
+//! A NIC serves one-sided operations with no help from the responder's CPU: a peer that
+//! spins on its buffer (`ib_write_lat`, a trading loop) sees the data as soon as it
+//! lands. Through the inbox the data lands only when the owner's service thread or a
+//! polling thread picks the request up, which a process busy elsewhere delays. So each
+//! process exports, in the tail of its file in the namespace, what a responder checks:
+//! - per QP number: whether the QP accepts requests now (RTR or RTS), whom it is
+//!   connected to, its remote access flags and its protection domain ([`QpView`]);
+//! - per key slot: the registered region (address, length, access, device, PD) under a
+//!   version word (a key's generation, a valid bit and a change counter): a reader that
+//!   sees the same valid version before and after reading the fields read a consistent
+//!   region;
+//! - the mask of its devices whose link is down.
+//!
+//! A requester that passes every check copies with `process_vm_writev`/`readv` and
+//! completes the WQE itself. Anything else (an unknown key, a bound, an access right, a
+//! QP not ready, a copy that fails) goes through the inbox, where the responder makes
+//! the same checks and reports the error as before: the direct path only ever executes
+//! what would succeed.
+//!
+//! # Deregistration
+//! `ibv_dereg_mr` promises that the region is no longer accessed once it returns. A
+//! requester announces the key slot it is about to use in one of its *lanes* (an
+//! accessor entry per requester process, claimed once, with four lanes) before it
+//! reads the region's version; the owner invalidates the version before it reads the
+//! lanes, and waits for any lane that names the slot. Both sides order their store
+//! before their load (`SeqCst`), so either the requester sees the region invalid, or
+//! the owner sees the lane and waits for the copy to end. A requester that dies holding
+//! a lane is not waited for (its liveness lock is free), nor one stopped for longer
+//! than [`REVOKE_LIMIT`] (reported once).
+
+use std::fs::File;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::sys::Mapping;
+use super::Owner;
+use crate::mem::MrInfo;
+
+/// Where the exports start in a process's file (after the inbox, page-aligned).
+pub(crate) const OFFSET: usize = super::inbox::FILE_SIZE.div_ceil(4096) * 4096;
+/// Requester processes that can hold lanes at once.
+const ACCESSORS: usize = 64;
+/// Copies one requester process can have in progress to one owner at once.
+const LANES: usize = 4;
+/// Key slots exported (a key of a higher slot always goes through the inbox).
+const MR_SLOTS: usize = 1 << 14;
+const QP_SLOTS: usize = super::registry::SLOTS;
+const MAGIC: u64 = u64::from_le_bytes(*b"vqpsexp\x01");
+const OFF_MAGIC: usize = 0;
+const OFF_DOWN: usize = 8;
+const OFF_ACC: usize = 64;
+const ACC_SIZE: usize = 32;
+const OFF_QP: usize = 4096;
+const OFF_MR: usize = OFF_QP + QP_SLOTS * 8;
+const MR_SIZE: usize = 32;
+/// Bytes of the exports.
+const SIZE: usize = OFF_MR + MR_SLOTS * MR_SIZE;
+/// Size of a process's file: the inbox, then the exports.
+pub(crate) const FILE_SIZE: usize = OFFSET + SIZE;
+/// How long a deregistration waits for a live requester's copy.
+pub(crate) const REVOKE_LIMIT: Duration = Duration::from_secs(4);
+
+const VALID: u32 = 1 << 8;
+const COUNTER: u32 = 1 << 9;
+
+/// A responder QP as requesters in other processes see it while it accepts requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QpView {
+    /// `IBV_ACCESS_REMOTE_{WRITE,READ,ATOMIC}` bits of `qp_access_flags`.
+    pub access: u32,
+    /// The device and QP number it is connected to.
+    pub dest_dev: usize,
+    pub dest_qpn: u32,
+    /// Its protection domain.
+    pub pd: u32,
+}
+
+const REMOTE_BITS: u32 = 0b1110;
+
+impl QpView {
+    /// Packs into one word; `None` when a field does not fit (the QP is then not
+    /// exported and requesters use the inbox).
+    fn pack(&self) -> Option<u64> {
+        if self.dest_dev > 0xff || self.dest_qpn > 0x00ff_ffff || self.pd >= 1 << 28 {
+            return None;
+        }
+        Some(
+            1 << 63
+                | u64::from((self.access & REMOTE_BITS) >> 1) << 60
+                | (self.dest_dev as u64) << 52
+                | u64::from(self.dest_qpn) << 28
+                | u64::from(self.pd),
+        )
+    }
+
+    fn unpack(w: u64) -> Option<QpView> {
+        (w >> 63 == 1).then_some(QpView {
+            access: ((w >> 60) as u32 & 0b111) << 1,
+            dest_dev: (w >> 52) as usize & 0xff,
+            dest_qpn: (w >> 28) as u32 & 0x00ff_ffff,
+            pd: w as u32 & 0x0fff_ffff,
+        })
+    }
+}
+
+fn pack_owner(o: Owner) -> u64 {
+    u64::from(o.pid) << 32 | u64::from(o.token)
+}
+
+fn unpack_owner(w: u64) -> Owner {
+    Owner {
+        pid: (w >> 32) as u32,
+        token: w as u32,
+    }
+}
+
+/// The key slot of `key` (see `mem::MrTable`), if it is exported.
+fn mr_slot(key: u32) -> Option<usize> {
+    let s = (key >> 8).checked_sub(1)? as usize;
+    (s < MR_SLOTS).then_some(s)
+}
+
+/// One process's exports, mapped by the owner (which writes them) or by a requester.
+pub(crate) struct Exports {
+    map: Mapping,
+}
+
+/// A lane held while a copy is in progress; released on drop.
+pub(crate) struct Entered<'a> {
+    lane: &'a AtomicU32,
+    /// The region the key names (checked consistent).
+    pub info: MrInfo,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.lane.store(0, Ordering::Release);
+    }
+}
+
+impl Exports {
+    /// Maps the exports of a process's file (`init`: a fresh file of its creator, which
+    /// is already [`FILE_SIZE`] long).
+    pub(crate) fn map(file: &File, init: bool) -> std::io::Result<Exports> {
+        let ex = Exports {
+            map: Mapping::new_at(file, OFFSET, SIZE)?,
+        };
+        if init {
+            ex.map.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
+        } else if ex.map.u64_at(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
+            return Err(std::io::ErrorKind::InvalidData.into());
+        }
+        Ok(ex)
+    }
+
+    fn qp_word(&self, qpn: u32) -> Option<&AtomicU64> {
+        let i = qpn.checked_sub(super::registry::FIRST_QPN)? as usize;
+        (i < QP_SLOTS).then(|| self.map.u64_at(OFF_QP + i * 8))
+    }
+
+    fn mr_ver(&self, slot: usize) -> &AtomicU32 {
+        self.map.u32_at(OFF_MR + slot * MR_SIZE)
+    }
+
+    fn lane(&self, acc: usize, lane: usize) -> &AtomicU32 {
+        self.map.u32_at(OFF_ACC + acc * ACC_SIZE + 8 + lane * 4)
+    }
+
+    fn accessor(&self, acc: usize) -> &AtomicU64 {
+        self.map.u64_at(OFF_ACC + acc * ACC_SIZE)
+    }
+
+    // ---- the owner's side ----
+
+    /// Publishes whether QP `qpn` accepts requests (`Some`) or not.
+    pub(crate) fn set_qp(&self, qpn: u32, view: Option<QpView>) {
+        if let Some(w) = self.qp_word(qpn) {
+            w.store(view.and_then(|v| v.pack()).unwrap_or(0), Ordering::Release);
+        }
+    }
+
+    /// Publishes the mask of devices whose link is down.
+    pub(crate) fn set_down(&self, mask: u64) {
+        self.map.u64_at(OFF_DOWN).store(mask, Ordering::Release);
+    }
+
+    /// Publishes the region of a key just registered (or re-registered).
+    pub(crate) fn export_mr(&self, key: u32, info: &MrInfo) {
+        let Some(s) = mr_slot(key) else {
+            return;
+        };
+        let ver = self.mr_ver(s);
+        let cur = ver.load(Ordering::Relaxed);
+        // Invalid while the fields change (a reader that raced sees the counter move).
+        ver.store(
+            (cur & !(VALID | 0xff)).wrapping_add(COUNTER),
+            Ordering::Relaxed,
+        );
+        fence(Ordering::Release);
+        let base = OFF_MR + s * MR_SIZE;
+        self.map
+            .u32_at(base + 4)
+            .store(info.access, Ordering::Relaxed);
+        self.map
+            .u64_at(base + 8)
+            .store(info.addr, Ordering::Relaxed);
+        self.map
+            .u64_at(base + 16)
+            .store(info.len, Ordering::Relaxed);
+        self.map
+            .u32_at(base + 24)
+            .store(info.dev as u32, Ordering::Relaxed);
+        self.map.u32_at(base + 28).store(info.pd, Ordering::Relaxed);
+        let now = ver.load(Ordering::Relaxed);
+        ver.store(
+            now.wrapping_add(COUNTER) | VALID | (key & 0xff),
+            Ordering::Release,
+        );
+    }
+
+    /// Withdraws the region of `key` and returns once no requester copies to or from
+    /// it (see the module docs); `alive` tells whether a requester process lives.
+    /// Returns false when it gave up waiting for a live requester (after
+    /// [`REVOKE_LIMIT`]).
+    pub(crate) fn revoke_mr(&self, key: u32, alive: &dyn Fn(Owner) -> bool) -> bool {
+        let Some(s) = mr_slot(key) else {
+            return true;
+        };
+        let ver = self.mr_ver(s);
+        let cur = ver.load(Ordering::Relaxed);
+        ver.store(
+            (cur & !(VALID | 0xff)).wrapping_add(COUNTER),
+            Ordering::SeqCst,
+        );
+        let tag = s as u32 + 1;
+        let start = Instant::now();
+        for acc in 0..ACCESSORS {
+            for l in 0..LANES {
+                let lane = self.lane(acc, l);
+                let mut spins = 0u32;
+                while lane.load(Ordering::SeqCst) == tag {
+                    spins += 1;
+                    if spins < 1000 {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    let holder = unpack_owner(self.accessor(acc).load(Ordering::Acquire));
+                    if !alive(holder) {
+                        break;
+                    }
+                    if start.elapsed() > REVOKE_LIMIT {
+                        return false;
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        }
+        true
+    }
+
+    // ---- a requester's side ----
+
+    /// The accessor entry of requester `me` (claimed on first use; an entry of a dead
+    /// requester is taken over). `None` when every entry belongs to a live process.
+    pub(crate) fn claim(&self, me: Owner, alive: &dyn Fn(Owner) -> bool) -> Option<usize> {
+        let mine = pack_owner(me);
+        let mut free = None;
+        for acc in 0..ACCESSORS {
+            match self.accessor(acc).load(Ordering::Acquire) {
+                w if w == mine => return Some(acc),
+                0 if free.is_none() => free = Some(acc),
+                _ => {}
+            }
+        }
+        let take = |acc: usize, old: u64| {
+            let ok = self
+                .accessor(acc)
+                .compare_exchange(old, mine, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok();
+            if ok {
+                for l in 0..LANES {
+                    self.lane(acc, l).store(0, Ordering::Release);
+                }
+            }
+            ok
+        };
+        if let Some(acc) = free {
+            if take(acc, 0) {
+                return Some(acc);
+            }
+        }
+        (0..ACCESSORS).find(|&acc| {
+            let w = self.accessor(acc).load(Ordering::Acquire);
+            (w == 0 || !alive(unpack_owner(w))) && take(acc, w)
+        })
+    }
+
+    /// Whether the owner's link on device `dev` is down.
+    pub(crate) fn link_down(&self, dev: usize) -> bool {
+        dev >= 64 || self.map.u64_at(OFF_DOWN).load(Ordering::Acquire) >> dev & 1 != 0
+    }
+
+    /// The owner's QP `qpn` if it accepts requests now.
+    pub(crate) fn qp(&self, qpn: u32) -> Option<QpView> {
+        QpView::unpack(self.qp_word(qpn)?.load(Ordering::Acquire))
+    }
+
+    /// Takes a free lane of accessor entry `acc` for `key` and reads its region; `None`
+    /// when the key is not a live exported region or no lane is free. The region stays
+    /// registered until the returned guard is dropped.
+    pub(crate) fn enter(&self, acc: usize, key: u32) -> Option<Entered<'_>> {
+        let s = mr_slot(key)?;
+        let tag = s as u32 + 1;
+        let lane = (0..LANES).map(|l| self.lane(acc, l)).find(|lane| {
+            lane.compare_exchange(0, tag, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+        })?;
+        let entered = |info| Entered { lane, info };
+        let ver = self.mr_ver(s);
+        let v1 = ver.load(Ordering::SeqCst);
+        if v1 & VALID == 0 || v1 & 0xff != key & 0xff {
+            drop(entered(MrInfo::default()));
+            return None;
+        }
+        let base = OFF_MR + s * MR_SIZE;
+        let info = MrInfo {
+            access: self.map.u32_at(base + 4).load(Ordering::Relaxed),
+            addr: self.map.u64_at(base + 8).load(Ordering::Relaxed),
+            len: self.map.u64_at(base + 16).load(Ordering::Relaxed),
+            dev: self.map.u32_at(base + 24).load(Ordering::Relaxed) as usize,
+            pd: self.map.u32_at(base + 28).load(Ordering::Relaxed),
+        };
+        fence(Ordering::Acquire);
+        if ver.load(Ordering::Relaxed) != v1 {
+            drop(entered(info));
+            return None;
+        }
+        Some(entered(info))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> File {
+        let dir = std::env::temp_dir().join(format!("vqp-exports-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("f-{}", super::super::random_token()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        f.set_len(FILE_SIZE as u64).unwrap();
+        let _ = std::fs::remove_file(&path);
+        f
+    }
+
+    fn region(addr: u64) -> MrInfo {
+        MrInfo {
+            addr,
+            len: 4096,
+            access: 0b1111,
+            dev: 1,
+            pd: 7,
+        }
+    }
+
+    const ME: Owner = Owner { pid: 42, token: 9 };
+
+    #[test]
+    fn a_qp_view_round_trips_and_an_oversized_one_is_not_exported() {
+        let v = QpView {
+            access: 0b1110,
+            dest_dev: 3,
+            dest_qpn: 0x00ab_cdef,
+            pd: (1 << 28) - 1,
+        };
+        assert_eq!(QpView::unpack(v.pack().unwrap()), Some(v));
+        assert_eq!(QpView { pd: 1 << 28, ..v }.pack(), None);
+        assert_eq!(QpView::unpack(0), None);
+        let f = file();
+        let owner = Exports::map(&f, true).unwrap();
+        let peer = Exports::map(&f, false).unwrap();
+        owner.set_qp(0x11, Some(v));
+        assert_eq!(peer.qp(0x11), Some(v));
+        owner.set_qp(0x11, None);
+        assert_eq!(peer.qp(0x11), None);
+    }
+
+    #[test]
+    fn a_region_is_seen_by_its_key_and_generation_until_revoked() {
+        let f = file();
+        let owner = Exports::map(&f, true).unwrap();
+        let peer = Exports::map(&f, false).unwrap();
+        let acc = peer.claim(ME, &|_| true).unwrap();
+        assert_eq!(peer.claim(ME, &|_| true), Some(acc), "claimed once");
+        let key = (5 << 8) | 3;
+        assert!(peer.enter(acc, key).is_none(), "nothing exported yet");
+        owner.export_mr(key, &region(0x1000));
+        let e = peer.enter(acc, key).unwrap();
+        assert_eq!(e.info, region(0x1000));
+        drop(e);
+        assert!(
+            peer.enter(acc, (5 << 8) | 4).is_none(),
+            "another generation"
+        );
+        assert!(owner.revoke_mr(key, &|_| true));
+        assert!(peer.enter(acc, key).is_none(), "revoked");
+        owner.export_mr((5 << 8) | 4, &region(0x2000));
+        assert_eq!(peer.enter(acc, (5 << 8) | 4).unwrap().info, region(0x2000));
+    }
+
+    #[test]
+    fn revocation_waits_for_a_live_copy_and_not_for_a_dead_one() {
+        let f = file();
+        let owner = Exports::map(&f, true).unwrap();
+        let peer = Exports::map(&f, false).unwrap();
+        let acc = peer.claim(ME, &|_| true).unwrap();
+        let key = (9 << 8) | 1;
+        owner.export_mr(key, &region(0x1000));
+        let held = peer.enter(acc, key).unwrap();
+        std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                let t0 = Instant::now();
+                assert!(owner.revoke_mr(key, &|_| true));
+                t0.elapsed()
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            drop(held);
+            let waited = t.join().unwrap();
+            assert!(waited >= Duration::from_millis(45), "waited {waited:?}");
+        });
+        // A requester that died holding a lane is not waited for.
+        owner.export_mr(key, &region(0x1000));
+        let held = peer.enter(acc, key).unwrap();
+        core::mem::forget(held);
+        assert!(owner.revoke_mr(key, &|o| o != ME));
+        // Its entry is taken over by another process, lanes cleared.
+        let other = Owner { pid: 43, token: 1 };
+        let full = (0..ACCESSORS)
+            .filter_map(|i| {
+                let o = Owner {
+                    pid: 1000 + i as u32,
+                    token: 1,
+                };
+                peer.claim(o, &|_| true)
+            })
+            .count();
+        assert_eq!(full, ACCESSORS - 1, "one entry was ours");
+        assert_eq!(peer.claim(other, &|o| o != ME), Some(acc));
+        assert_eq!(peer.lane(acc, 0).load(Ordering::Relaxed), 0);
+    }
+}

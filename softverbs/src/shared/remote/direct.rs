@@ -1,0 +1,90 @@
+//! One-sided operations the requester executes itself: an RDMA WRITE or READ to a QP
+//! of another process, checked against what that process exports
+//! ([`crate::shared::exports`]) and copied with `process_vm_writev`/`readv`, with no
+//! record through the inbox and no wait for the responder to be scheduled — as a NIC
+//! serves a one-sided operation without the responder's CPU.
+//!
+//! Taken only for the WQE that completes a QP's work: nothing of the QP is in flight
+//! through the inbox (so order within the QP holds: everything before it has been
+//! executed by the responder) and nothing is queued behind it (a stream of WQEs keeps
+//! the inbox's pipeline, where the responder's copies overlap the requester's posts).
+//! Only what passes every check the responder would make is executed here; anything
+//! else, including a copy that fails, goes through the inbox, where the responder
+//! reports it as before.
+
+use vqp_host::sys::*;
+
+use super::Link;
+use crate::mem::Span;
+use crate::qp::{QpCore, QpInner, SendWqe, MAX_SGE};
+use crate::shared::sys::{process_copy, Range};
+use crate::shared::Shared;
+
+/// Whether `w` of `qp` may be executed directly now (see the module docs).
+pub(super) fn eligible(g: &QpInner, w: &SendWqe) -> bool {
+    matches!(w.opcode, IBV_WR_RDMA_WRITE | IBV_WR_RDMA_READ)
+        && g.remote.in_flight.is_empty()
+        && g.sq.is_empty()
+}
+
+/// Executes RDMA WRITE or READ `w` of `qp` (local buffers `local`, or its inline data;
+/// `len` bytes) on the responder of `link` when every responder check passes. Returns
+/// the completion's byte count, or `None` when the inbox must carry it.
+pub(super) fn execute(
+    sh: &Shared,
+    qp: &QpCore,
+    link: &Link,
+    w: &SendWqe,
+    local: &[Span<'_>],
+    len: u64,
+) -> Option<u32> {
+    let (need, pull) = match w.opcode {
+        IBV_WR_RDMA_WRITE => (IBV_ACCESS_REMOTE_WRITE, false),
+        IBV_WR_RDMA_READ => (IBV_ACCESS_REMOTE_READ, true),
+        _ => return None,
+    };
+    let peer = &link.peer;
+    let ex = &peer.exports;
+    let acc = peer.accessor(sh)?;
+    if ex.link_down(link.dev) {
+        return None;
+    }
+    // The responder's QP: ready, connected back to us, granting the right.
+    let view = ex.qp(link.qpn)?;
+    if view.dest_qpn != qp.qpn || view.dest_dev != qp.dev || view.access & need == 0 {
+        return None;
+    }
+    let byte_len = if pull { len as u32 } else { 0 };
+    if len == 0 {
+        // No key is checked for a zero-length transfer (as in `respond`).
+        return Some(byte_len);
+    }
+    // The region: key, device, PD, bounds, access — as `MrTable::span` checks them.
+    let entered = ex.enter(acc, w.rkey)?;
+    let mr = &entered.info;
+    let end = w.remote_addr.checked_add(len)?;
+    if mr.dev != link.dev
+        || mr.pd != view.pd
+        || mr.access & need == 0
+        || w.remote_addr < mr.addr
+        || end > mr.addr.checked_add(mr.len)?
+    {
+        return None;
+    }
+    let mut ranges: [Range; MAX_SGE as usize] = [(0, 0); MAX_SGE as usize];
+    let n = match &w.inline {
+        Some(d) => {
+            ranges[0] = (d.as_ptr() as u64, d.len() as u64);
+            1
+        }
+        None => {
+            for (r, s) in ranges.iter_mut().zip(local) {
+                *r = s.range();
+            }
+            local.len().min(ranges.len())
+        }
+    };
+    process_copy(peer.owner.pid, &ranges[..n], &[(w.remote_addr, len)], pull).ok()?;
+    drop(entered);
+    Some(byte_len)
+}
