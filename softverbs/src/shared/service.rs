@@ -1,0 +1,147 @@
+//! The service thread that serves a process's inbox while none of its threads polls,
+//! and the hooks that let a polling thread serve it instead; the process's exit.
+
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{current, inbox, proc_path, remote, Shared};
+
+/// How long the service thread leaves the inbox to a polling thread of its process
+/// before it looks again (the engine's background thread does the same).
+const POLL_GRACE: Duration = crate::engine::IDLE_GRACE;
+
+impl Shared {
+    /// Starts the service thread (once): it serves our inbox while nobody polls.
+    pub(crate) fn start_service(&'static self) {
+        self.service.get_or_init(|| {
+            self.running.store(true, Ordering::Release);
+            let spawned = std::thread::Builder::new()
+                .name("softverbs-shared".into())
+                .spawn(move || self.serve());
+            if spawned.is_err() {
+                self.running.store(false, Ordering::Release);
+                eprintln!(
+                    "vqp-softverbs: cannot start the shared-inbox thread; other processes \
+                     are served only while this one polls"
+                );
+            }
+            Mutex::new(spawned.ok())
+        });
+    }
+
+    fn serve(&'static self) {
+        let engine = &crate::provider::get().engine;
+        let mut last_poll = engine.activity();
+        let mut idle_spins = 0u32;
+        let mut next_check = std::time::Instant::now();
+        let mut watching = false;
+        while !self.stop.load(Ordering::Acquire) {
+            let polls = engine.activity();
+            let napping = polls != last_poll;
+            last_poll = polls;
+            // While a thread of ours polls, it drains the inbox: we stay out of its way
+            // (not even taking the consumer lock, which a preempted holder would keep
+            // from it) and unannounced, so senders skip the futex wake.
+            let n = if napping { 0 } else { self.drain(1024) };
+            let now = std::time::Instant::now();
+            if now >= next_check {
+                watching = remote::check_deadlines(self);
+                next_check = now + Duration::from_millis(1);
+            }
+            let backlog = self.flush_outbox();
+            if napping {
+                std::thread::sleep(POLL_GRACE);
+                continue;
+            }
+            if n > 0 {
+                idle_spins = 0;
+                continue;
+            }
+            // A short spin catches streams of requests without a futex round trip.
+            if idle_spins < 64 {
+                idle_spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            idle_spins = 0;
+            if engine.activity() != last_poll {
+                continue;
+            }
+            let timeout = if watching || backlog {
+                Duration::from_millis(1)
+            } else {
+                Duration::from_millis(500)
+            };
+            self.inbox.wait(Some(timeout));
+        }
+        self.running.store(false, Ordering::Release);
+    }
+
+    /// Handles up to `budget` records of our inbox unless another thread is; returns
+    /// how many.
+    pub(crate) fn drain(&'static self, budget: usize) -> usize {
+        let Ok(mut g) = self.consuming.try_lock() else {
+            return 0;
+        };
+        let c = &mut *g;
+        self.flush_outbox();
+        let mut n = 0;
+        while n < budget {
+            let Some(rec) = self.inbox.pop(&mut c.payload) else {
+                break;
+            };
+            let len = rec.payload_len.min(inbox::PAYLOAD);
+            remote::handle(self, rec, &c.payload[..len], &mut c.ack);
+            n += 1;
+        }
+        remote::flush_ack(self, &mut c.ack);
+        n
+    }
+}
+
+/// A consumer's working state: the payload of the record in hand, and the answer
+/// being coalesced.
+pub(super) struct Consumer {
+    pub(super) payload: Box<[u8; inbox::PAYLOAD]>,
+    pub(super) ack: Option<remote::Ack>,
+}
+
+/// The polling path's hook: serves waiting records of our inbox. One relaxed load when
+/// there is nothing, and nothing at all in a process that never joined.
+#[inline]
+pub(crate) fn poll() {
+    if let Some(s) = current() {
+        if s.inbox.maybe_ready() {
+            s.drain(crate::engine::POLL_BUDGET);
+        }
+    }
+}
+
+/// At exit: stops the service thread (waiting briefly), frees our QP numbers and
+/// removes our file.
+pub(super) extern "C" fn on_exit() {
+    let Some(s) = current() else {
+        return;
+    };
+    s.stop.store(true, Ordering::Release);
+    s.inbox.wake();
+    for _ in 0..200 {
+        if !s.running.load(Ordering::Acquire) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Join a thread that has returned (never one still running: exit must not hang).
+    if !s.running.load(Ordering::Acquire) {
+        let handle = s
+            .service
+            .get()
+            .and_then(|h| h.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+    s.registry.release_all(s.me);
+    let _ = std::fs::remove_file(proc_path(&s.dir, s.me));
+}
