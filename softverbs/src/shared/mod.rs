@@ -89,8 +89,9 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 pub use dir::ENV_DIR;
 use exports::{Exports, QpView};
@@ -338,6 +339,8 @@ impl Shared {
             inbox: Arc::new(Inbox::map(&f, false).ok()?),
             exports: Exports::map(&f, false).ok()?,
             accessor: OnceLock::new(),
+            seen_alive_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         peers.insert(o, Arc::clone(&p));
         Some(p)
@@ -369,6 +372,9 @@ pub(crate) struct Peer {
     pub exports: Exports,
     /// Our accessor entry in its exports (`None`: none was free).
     accessor: OnceLock<Option<usize>>,
+    /// When its liveness was last confirmed (ms since `epoch`), for [`Peer::alive`].
+    seen_alive_ms: AtomicU64,
+    epoch: Instant,
 }
 
 impl Peer {
@@ -378,7 +384,27 @@ impl Peer {
             .accessor
             .get_or_init(|| self.exports.claim(sh.me, &|o| sh.is_alive(o)))
     }
+
+    /// Whether the process still lives, confirmed by its liveness lock at most
+    /// [`ALIVE_RECHECK`] ago. A copy by process id to a process that died answers `ESRCH`
+    /// — unless the id was given to a new process meanwhile; the recheck bounds the time
+    /// in which that could happen unnoticed.
+    pub(crate) fn alive(&self, sh: &Shared) -> bool {
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        let seen = self.seen_alive_ms.load(Ordering::Relaxed);
+        if seen != 0 && now - seen.min(now) < ALIVE_RECHECK.as_millis() as u64 {
+            return true;
+        }
+        let alive = sh.is_alive(self.owner);
+        if alive {
+            self.seen_alive_ms.store(now, Ordering::Relaxed);
+        }
+        alive
+    }
 }
+
+/// How long a peer's liveness, once confirmed, is trusted by the direct path.
+const ALIVE_RECHECK: Duration = Duration::from_millis(100);
 
 fn proc_path(dir: &std::path::Path, o: Owner) -> PathBuf {
     dir.join(format!("proc-{}-{}", o.pid, o.token))

@@ -46,7 +46,7 @@ pub(super) fn execute(
     let peer = &link.peer;
     let ex = &peer.exports;
     let acc = peer.accessor(sh)?;
-    if ex.link_down(link.dev) {
+    if ex.link_down(link.dev) || !peer.alive(sh) {
         return None;
     }
     // The responder's QP: ready, connected back to us, granting the right.
