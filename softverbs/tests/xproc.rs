@@ -284,10 +284,13 @@ fn rnr_then_success_when_the_receive_comes_late() {
     );
 }
 
+/// `IBV_EVENT_QP_ACCESS_ERR`.
+const QP_ACCESS_ERR: u32 = 3;
+
 #[test]
 fn a_bad_rkey_is_a_remote_access_error() {
     let o = Opts::default();
-    let (a, _peer, (_, _, raddr, rkey)) = connected("soft0", "soft1", &o);
+    let (a, mut peer, (_, _, raddr, rkey)) = connected("soft0", "soft1", &o);
     let mut sge = a.mr.sge(0, 64).unwrap();
     let mut wr = wr_rdma(
         1,
@@ -296,9 +299,26 @@ fn a_bad_rkey_is_a_remote_access_error() {
         raddr,
         rkey ^ 0x100,
     );
+    peer.cmd("recv 2 0 64");
     post(&a, &mut wr);
     let wc = poll_n(&a.cq, 1);
     assert_eq!(wc[0].raw().status, IBV_WC_REM_ACCESS_ERR);
+    // The responder, in the other process, went to the error state as ConnectX's does:
+    // its QP raised IBV_EVENT_QP_ACCESS_ERR on its context there, and its posted
+    // receives were flushed.
+    assert_eq!(
+        peer.cmd("events"),
+        [format!("event {QP_ACCESS_ERR} our-qp")]
+    );
+    assert_eq!(peer.cmd("state"), ["state Err"]);
+    let flushed = peer.cmd("poll 2");
+    assert_eq!(
+        flushed,
+        [
+            format!("wc 1000 {IBV_WC_WR_FLUSH_ERR} {IBV_WC_RECV} 0 0"),
+            format!("wc 1001 {IBV_WC_WR_FLUSH_ERR} {IBV_WC_RECV} 0 0"),
+        ]
+    );
 }
 
 #[test]

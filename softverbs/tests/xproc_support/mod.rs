@@ -314,6 +314,21 @@ pub fn child_main() {
                 extra.push(mr);
             }
             Some("dereg") => drop(extra.pop()),
+            Some("events") => {
+                // The asynchronous events waiting: type, and whether they name our QP.
+                let s = side.as_ref().unwrap();
+                for (kind, element) in common::async_events(&s.ctx) {
+                    let ours = element == s.qp.as_raw() as usize;
+                    out(format!(
+                        "event {kind} {}",
+                        if ours { "our-qp" } else { "other" }
+                    ));
+                }
+            }
+            Some("state") => {
+                let s = side.as_ref().unwrap();
+                out(format!("state {:?}", s.qp.state().unwrap()));
+            }
             Some("pid") => out(std::process::id().to_string()),
             Some("exit") => {
                 out("end".into());
