@@ -101,5 +101,5 @@ pub use poller::{Event, Handle, Idle, PollThread, PollerConfig, Refusal, Request
 pub use provider::{VerbsCq, VerbsQp};
 pub use verbs::{
     CompletionChannel, CompletionQueue, Context, CqEvent, Device, DeviceAttr, DeviceList, Gid,
-    MemoryRegion, PortAttr, ProtectionDomain, QpCap, QpInit, QueuePair, Wc,
+    MemoryRegion, PortAttr, ProtectionDomain, QpCap, QpInit, QueuePair, SharedReceiveQueue, Wc,
 };

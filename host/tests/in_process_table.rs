@@ -4,6 +4,9 @@
 //! larger `ibv_port_attr`), object creation and release order, connection transitions,
 //! and the data path through the context's ops table.
 
+#[path = "fake/no_srq.rs"]
+mod no_srq;
+
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::ptr::{self, null_mut};
@@ -423,6 +426,10 @@ fn fake_table() -> VerbsTable {
         destroy_qp,
         modify_qp,
         query_qp,
+        create_srq: no_srq::create_srq,
+        modify_srq: no_srq::modify_srq,
+        query_srq: no_srq::query_srq,
+        destroy_srq: no_srq::destroy_srq,
         wc_status_str,
     }
 }

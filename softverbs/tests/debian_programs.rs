@@ -169,6 +169,64 @@ fn rc_pingpong_with_both_sides_on_one_device_as_libibverbs_so_1() {
     );
 }
 
+/// ibv_srq_pingpong: 16 RC QPs per side, each side's receives on one shared receive
+/// queue, 200 round trips of 4096 bytes.
+fn srq_pingpong(test: &str, subst: Subst, port: u16) {
+    let args: &[&str] = &["-n", "200"];
+    let Some(o) = two_processes(
+        test,
+        "ibverbs-utils",
+        "ibv_srq_pingpong",
+        subst,
+        (
+            &[&["-d", "soft1"], args].concat(),
+            &[&["-d", "soft0"], args].concat(),
+        ),
+        port,
+    ) else {
+        return;
+    };
+    let both = format!("--- server\n{}--- client\n{}", o.server, o.client);
+    for out in [&o.server, &o.client] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("1638400 bytes in ") && l.contains(" seconds = ")),
+            "no bytes line under {subst:?}:\n{both}"
+        );
+        assert!(
+            out.lines().any(|l| l.starts_with("200 iters in ")),
+            "no iters line under {subst:?}:\n{both}"
+        );
+    }
+    // The 16 QPNs each side announces are the ones the other side connected to.
+    let qpns = |out: &str, which: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.trim_start().starts_with(which))
+            .filter_map(|l| l.split("QPN ").nth(1))
+            .filter_map(|s| s.split(',').next())
+            .map(str::to_string)
+            .collect()
+    };
+    let server_local = qpns(&o.server, "local");
+    assert_eq!(server_local.len(), 16, "{both}");
+    assert_eq!(server_local, qpns(&o.client, "remote"), "{both}");
+    assert_eq!(
+        qpns(&o.client, "local"),
+        qpns(&o.server, "remote"),
+        "{both}"
+    );
+}
+
+#[test]
+fn srq_pingpong_under_ld_preload() {
+    srq_pingpong("srq_pingpong_under_ld_preload", Subst::Preload, 18805);
+}
+
+#[test]
+fn srq_pingpong_as_libibverbs_so_1() {
+    srq_pingpong("srq_pingpong_as_libibverbs_so_1", Subst::LibraryPath, 18806);
+}
+
 /// What a perftest program reports.
 #[derive(Clone, Copy)]
 enum Table {

@@ -29,6 +29,8 @@ same_layout!(
     ibv_comp_channel,
     ibv_qp,
     ibv_srq,
+    ibv_srq_attr,
+    ibv_srq_init_attr,
     ibv_ah,
     ibv_mw,
     ibv_mw_bind,

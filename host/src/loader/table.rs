@@ -24,7 +24,8 @@ use super::dl::Library;
 use crate::error::Result;
 use crate::sys::{
     __be64, ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_device_attr, ibv_gid, ibv_mr,
-    ibv_pd, ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
+    ibv_pd, ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_srq, ibv_srq_attr,
+    ibv_srq_init_attr,
 };
 
 macro_rules! verbs_table {
@@ -197,6 +198,19 @@ verbs_table! {
     /// `ibv_query_qp`: 0 or an errno value.
     query_qp = ibv_query_qp @ "IBVERBS_1.1":
         fn(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, init_attr: *mut ibv_qp_init_attr) -> c_int;
+    /// `ibv_create_srq`: null with `errno` set on failure; writes the granted sizes back
+    /// into `srq_init_attr.attr`.
+    create_srq = ibv_create_srq @ "IBVERBS_1.1":
+        fn(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
+    /// `ibv_modify_srq`: 0 or an errno value.
+    modify_srq = ibv_modify_srq @ "IBVERBS_1.1":
+        fn(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, srq_attr_mask: c_int) -> c_int;
+    /// `ibv_query_srq`: 0 or an errno value.
+    query_srq = ibv_query_srq @ "IBVERBS_1.1":
+        fn(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int;
+    /// `ibv_destroy_srq`: 0 or an errno value.
+    destroy_srq = ibv_destroy_srq @ "IBVERBS_1.1":
+        fn(srq: *mut ibv_srq) -> c_int;
     /// `ibv_wc_status_str`: a static string for an `enum ibv_wc_status`.
     wc_status_str = ibv_wc_status_str @ "IBVERBS_1.1":
         fn(status: c_uint) -> *const c_char;

@@ -117,7 +117,43 @@ pub struct ibv_cq {
     pub async_events_completed: u32,
 }
 
-/// `struct ibv_srq`: a shared receive queue (referenced by `ibv_qp`; not created here).
+/// `struct ibv_srq_attr`: an SRQ's sizes and limit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ibv_srq_attr {
+    /// Receive requests it holds at most.
+    pub max_wr: u32,
+    /// Scatter entries per receive request at most.
+    pub max_sge: u32,
+    /// The limit: `IBV_EVENT_SRQ_LIMIT_REACHED` when fewer receives remain (0: off).
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr`: what `ibv_create_srq` takes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_srq_init_attr {
+    /// User context, returned in `ibv_srq.srq_context` and in events.
+    pub srq_context: *mut c_void,
+    /// Requested sizes (`srq_limit` is ignored at creation).
+    pub attr: ibv_srq_attr,
+}
+
+impl Default for ibv_srq_init_attr {
+    fn default() -> Self {
+        ibv_srq_init_attr {
+            srq_context: core::ptr::null_mut(),
+            attr: ibv_srq_attr::default(),
+        }
+    }
+}
+
+/// `ibv_modify_srq` mask: change `max_wr` (resize).
+pub const IBV_SRQ_MAX_WR: c_int = 1 << 0;
+/// `ibv_modify_srq` mask: arm the limit.
+pub const IBV_SRQ_LIMIT: c_int = 1 << 1;
+
+/// `struct ibv_srq`: a shared receive queue.
 #[repr(C)]
 pub struct ibv_srq {
     /// Owning context.

@@ -25,6 +25,7 @@ mod device_list;
 mod mr;
 mod pd;
 mod qp;
+mod srq;
 mod wc;
 
 pub use attr::{DeviceAttr, Gid, PortAttr};
@@ -35,6 +36,7 @@ pub use device_list::{Device, DeviceList};
 pub use mr::MemoryRegion;
 pub use pd::ProtectionDomain;
 pub use qp::{QpCap, QpInit, QueuePair};
+pub use srq::SharedReceiveQueue;
 pub use wc::Wc;
 
 // Every owner may move to, and be shared with, other threads: libibverbs is thread-safe

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::context::{Context, ContextInner};
 use super::mr::MemoryRegion;
 use super::qp::{QpInit, QueuePair};
+use super::srq::SharedReceiveQueue;
 use crate::error::{Error, Result};
 use crate::flags::AccessFlags;
 use crate::sys;
@@ -99,6 +100,13 @@ impl ProtectionDomain {
     /// [`Error::Verbs`] when `ibv_create_qp` fails.
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<QueuePair> {
         QueuePair::new(self, init)
+    }
+
+    /// Creates a shared receive queue of `max_wr` receives of up to `max_sge` scatter
+    /// entries each (`ibv_create_srq`); [`SharedReceiveQueue::granted`] tells what was
+    /// granted.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue> {
+        SharedReceiveQueue::new(self, max_wr, max_sge)
     }
 }
 

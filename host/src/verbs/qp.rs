@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::context::Context;
 use super::cq::{CompletionQueue, CqInner};
 use super::pd::{PdInner, ProtectionDomain};
+use super::srq::{SharedReceiveQueue, SrqInner};
 use crate::enums::{QpState, QpType};
 use crate::error::{errno_error, Error, Result};
 use crate::flags::QpAttrMask;
@@ -28,6 +29,9 @@ pub struct QpInit<'a> {
     pub qp_type: QpType,
     /// Every send request generates a completion, whatever its flags.
     pub sq_sig_all: bool,
+    /// Receives come from this shared receive queue (the QP then has no receive queue
+    /// of its own).
+    pub srq: Option<&'a SharedReceiveQueue>,
 }
 
 impl<'a> QpInit<'a> {
@@ -39,6 +43,7 @@ impl<'a> QpInit<'a> {
             cap,
             qp_type: QpType::Rc,
             sq_sig_all: false,
+            srq: None,
         }
     }
 }
@@ -49,6 +54,7 @@ pub struct QueuePair {
     pd: Arc<PdInner>,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
+    _srq: Option<Arc<SrqInner>>,
     qp: NonNull<sys::ibv_qp>,
     /// `ops.post_send`, read once at creation.
     post_send: sys::ibv_post_send_fn,
@@ -95,6 +101,7 @@ impl QueuePair {
             cap: init.cap,
             qp_type: init.qp_type.as_raw(),
             sq_sig_all: c_int::from(init.sq_sig_all),
+            srq: init.srq.map_or(core::ptr::null_mut(), |s| s.as_raw()),
             ..Default::default()
         };
         // SAFETY: live PD; `attr` names live CQs of the same context.
@@ -106,6 +113,7 @@ impl QueuePair {
             pd: Arc::clone(&pd.inner),
             _send_cq: Arc::clone(&init.send_cq.inner),
             _recv_cq: Arc::clone(&init.recv_cq.inner),
+            _srq: init.srq.map(|s| Arc::clone(&s.inner)),
             qp,
             post_send,
             post_recv,
@@ -269,7 +277,11 @@ impl core::fmt::Debug for QueuePair {
 ///
 /// # Safety
 /// `head` starts a valid null-terminated chain linked by `next`.
-unsafe fn chain_index<T>(head: *mut T, bad: *mut T, next: impl Fn(*mut T) -> *mut T) -> usize {
+pub(super) unsafe fn chain_index<T>(
+    head: *mut T,
+    bad: *mut T,
+    next: impl Fn(*mut T) -> *mut T,
+) -> usize {
     if bad.is_null() {
         return 0;
     }

@@ -14,6 +14,8 @@
 //! the sender to ERR.
 #![allow(dead_code)]
 
+mod no_srq;
+
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::ptr::{self, null_mut};
@@ -792,6 +794,10 @@ fn table() -> VerbsTable {
         destroy_qp,
         modify_qp,
         query_qp,
+        create_srq: no_srq::create_srq,
+        modify_srq: no_srq::modify_srq,
+        query_srq: no_srq::query_srq,
+        destroy_srq: no_srq::destroy_srq,
         wc_status_str,
     }
 }

@@ -8,7 +8,7 @@ use core::ffi::c_int;
 
 use vqp_host::sys::*;
 
-use super::object::{unchecked, CqObj, QpObj};
+use super::object::{unchecked, CqObj, QpObj, SrqObj};
 use crate::provider;
 use crate::qp::{sge_count, RecvWqe, SendWqe, Sges};
 
@@ -103,7 +103,8 @@ impl SendChain<'_> {
 /// Walks a receive chain.
 struct RecvChain<'q> {
     cur: *mut ibv_recv_wr,
-    qp: &'q crate::qp::QpCore,
+    /// The queue's check of a request's scatter count.
+    check: &'q dyn Fn(u32) -> Result<(), i32>,
 }
 
 impl Iterator for RecvChain<'_> {
@@ -114,7 +115,7 @@ impl Iterator for RecvChain<'_> {
         let wr = unsafe { self.cur.as_ref() }?;
         self.cur = wr.next;
         let n = sge_count(wr.num_sge);
-        if let Err(e) = self.qp.check_recv(n) {
+        if let Err(e) = (self.check)(n) {
             return Some(Err(e));
         }
         let n = n as usize;
@@ -202,11 +203,44 @@ pub(super) unsafe extern "C" fn post_recv(
     let Some(q) = (unsafe { unchecked::<QpObj>(qp) }) else {
         return libc::EINVAL;
     };
+    let check = |n| q.core.check_recv(n);
     let mut chain = RecvChain {
         cur: wr,
-        qp: &q.core,
+        check: &check,
     };
     let (posted, result) = q.core.post_recv(&mut chain);
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            if !bad_wr.is_null() {
+                // SAFETY: valid chain (contract); writable out-pointer.
+                unsafe { *bad_wr = nth(wr, posted, |w| w.next) };
+            }
+            e
+        }
+    }
+}
+
+/// `ops.post_srq_recv`: as [`post_recv`], for a shared receive queue: `EINVAL` for
+/// more SGEs than its `max_sge`, `ENOMEM` when it is full.
+///
+/// # Safety
+/// `srq` is a live SRQ of this provider; `wr` a valid chain; `bad_wr` null or writable.
+pub(super) unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { unchecked::<SrqObj>(srq) }) else {
+        return libc::EINVAL;
+    };
+    let check = |n| s.core.check_recv(n);
+    let mut chain = RecvChain {
+        cur: wr,
+        check: &check,
+    };
+    let (posted, result) = s.core.post(&mut chain);
     match result {
         Ok(()) => 0,
         Err(e) => {

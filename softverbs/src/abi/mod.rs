@@ -40,6 +40,7 @@ mod pd_mr;
 mod qp;
 mod query;
 mod resize;
+mod srq;
 mod strings;
 mod sysfs;
 mod text;
@@ -62,6 +63,7 @@ pub use pd_mr::*;
 pub use qp::*;
 pub use query::*;
 pub use resize::*;
+pub use srq::*;
 pub use strings::*;
 pub use sysfs::*;
 pub use text::*;
@@ -115,6 +117,10 @@ pub fn verbs_table() -> VerbsTable {
         destroy_qp: ibv_destroy_qp,
         modify_qp: ibv_modify_qp,
         query_qp: ibv_query_qp,
+        create_srq: ibv_create_srq,
+        modify_srq: ibv_modify_srq,
+        query_srq: ibv_query_srq,
+        destroy_srq: ibv_destroy_srq,
         wc_status_str: ibv_wc_status_str,
     }
 }
@@ -126,6 +132,7 @@ fn context_ops() -> ibv_context_ops {
         req_notify_cq: Some(data::req_notify_cq),
         post_send: Some(data::post_send),
         post_recv: Some(data::post_recv),
+        post_srq_recv: Some(data::post_srq_recv),
         ..Default::default()
     }
 }

@@ -77,6 +77,14 @@ pub(crate) struct CqObj {
     pub(super) core: Arc<CqCore>,
 }
 
+/// `ibv_srq` and the SRQ's state.
+#[repr(C)]
+pub(crate) struct SrqObj {
+    pub(super) ibv: UnsafeCell<ibv_srq>,
+    pub(super) core: Arc<crate::srq::SrqCore>,
+    pub(super) pd: Arc<PdCore>,
+}
+
 /// `ibv_qp` and the QP's state.
 #[repr(C)]
 pub(crate) struct QpObj {
@@ -93,6 +101,7 @@ const _: () = {
     assert!(core::mem::offset_of!(ChannelObj, ibv) == 0);
     assert!(core::mem::offset_of!(CqObj, ibv) == 0);
     assert!(core::mem::offset_of!(QpObj, ibv) == 0);
+    assert!(core::mem::offset_of!(SrqObj, ibv) == 0);
 };
 
 /// The kinds of object handed out; a pointer registered as one kind is never taken for
@@ -105,6 +114,7 @@ pub(super) enum Kind {
     Channel,
     Cq,
     Qp,
+    Srq,
 }
 
 /// A wrapper and the C struct at its offset 0.
@@ -129,6 +139,7 @@ object!(MrObj, ibv_mr, Mr);
 object!(ChannelObj, ibv_comp_channel, Channel);
 object!(CqObj, ibv_cq, Cq);
 object!(QpObj, ibv_qp, Qp);
+object!(SrqObj, ibv_srq, Srq);
 
 /// Where a registered object is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,11 +10,13 @@ use vqp_host::sys::*;
 
 use super::object::{live, publish, retire, CqObj, PdObj, QpObj};
 use super::set_errno;
+use super::srq::srq_core;
 use crate::provider;
 use crate::qp::{QpCore, MAX_INLINE};
 
-/// `ibv_create_qp`: RC only (`EOPNOTSUPP` for other types, `EINVAL` for SRQs or sizes
-/// beyond the device's limits). Writes the granted sizes back into `qp_init_attr.cap`.
+/// `ibv_create_qp`: RC only (`EOPNOTSUPP` for other types, `EINVAL` for sizes beyond
+/// the device's limits, or an SRQ of another device). A QP given an SRQ takes its
+/// receives from it and has no receive queue of its own (granted receive sizes 0). Writes the granted sizes back into `qp_init_attr.cap`.
 ///
 /// `EINVAL` too for a PD or CQ that does not exist.
 ///
@@ -44,17 +46,27 @@ pub unsafe extern "C" fn ibv_create_qp(
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };
-    if !init.srq.is_null() || scq.core.dev != p.core.dev || rcq.core.dev != p.core.dev {
+    // SAFETY: per the contract (the SRQ, like the CQs, is not destroyed meanwhile).
+    let srq = (!init.srq.is_null()).then(|| unsafe { srq_core(init.srq) });
+    let bad_srq = matches!(&srq, Some(s) if !s.as_ref().is_some_and(|s| s.dev == p.core.dev));
+    if bad_srq || scq.core.dev != p.core.dev || rcq.core.dev != p.core.dev {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
-    let cap = match QpCore::grant(&init.cap) {
+    let srq = srq.flatten();
+    let mut cap = match QpCore::grant(&init.cap) {
         Ok(c) => c,
         Err(e) => {
             set_errno(e);
             return core::ptr::null_mut();
         }
     };
+    if srq.is_some() {
+        // Receives come from the SRQ; the QP has no receive queue of its own (mlx5
+        // reports zero sizes).
+        cap.max_recv_wr = 0;
+        cap.max_recv_sge = 0;
+    }
     init.cap = cap;
     let prov = provider::get();
     let (qpn, nth) = prov.alloc_qpn();
@@ -68,6 +80,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         Arc::clone(&rcq.core),
         init.sq_sig_all != 0,
         cap,
+        srq,
     ));
     {
         let faults = crate::cq::lock(&prov.faults);
@@ -90,7 +103,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         pd,
         send_cq: init.send_cq,
         recv_cq: init.recv_cq,
-        srq: core::ptr::null_mut(),
+        srq: init.srq,
         handle: qpn,
         qp_num: qpn,
         state: IBV_QPS_RESET,
@@ -190,7 +203,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             qp_context: ibv.qp_context,
             send_cq: ibv.send_cq,
             recv_cq: ibv.recv_cq,
-            srq: core::ptr::null_mut(),
+            srq: ibv.srq,
             cap: q.core.cap,
             qp_type: IBV_QPT_RC,
             sq_sig_all: c_int::from(q.core.sq_sig_all),

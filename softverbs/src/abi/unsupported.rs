@@ -4,8 +4,6 @@
 //! nothing. None dereferences its arguments: no object of these kinds is ever handed
 //! out here, so a pointer passed in cannot be one of ours.
 //!
-//! - shared receive queues (`ibv_create_srq`, `ibv_modify_srq`, `ibv_query_srq`,
-//!   `ibv_destroy_srq`): RC QPs take their own receive queue;
 //! - sharing objects between processes through the kernel (`ibv_import_device`,
 //!   `ibv_import_pd`, `ibv_import_mr`, `ibv_import_dm` and their `unimport`s): contexts
 //!   have no command file descriptor;
@@ -25,46 +23,6 @@ use super::set_errno;
 fn none<T>() -> *mut T {
     set_errno(libc::EOPNOTSUPP);
     core::ptr::null_mut()
-}
-
-/// `ibv_create_srq`: null, `EOPNOTSUPP`.
-///
-/// # Safety
-/// Nothing is dereferenced.
-#[cfg_attr(feature = "c-symbols", no_mangle)]
-pub unsafe extern "C" fn ibv_create_srq(_pd: *mut ibv_pd, _init_attr: *mut c_void) -> *mut ibv_srq {
-    none()
-}
-
-/// `ibv_modify_srq`: `EOPNOTSUPP`.
-///
-/// # Safety
-/// Nothing is dereferenced.
-#[cfg_attr(feature = "c-symbols", no_mangle)]
-pub unsafe extern "C" fn ibv_modify_srq(
-    _srq: *mut ibv_srq,
-    _attr: *mut c_void,
-    _mask: c_int,
-) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-/// `ibv_query_srq`: `EOPNOTSUPP`.
-///
-/// # Safety
-/// Nothing is dereferenced.
-#[cfg_attr(feature = "c-symbols", no_mangle)]
-pub unsafe extern "C" fn ibv_query_srq(_srq: *mut ibv_srq, _attr: *mut c_void) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-/// `ibv_destroy_srq`: `EOPNOTSUPP`.
-///
-/// # Safety
-/// Nothing is dereferenced.
-#[cfg_attr(feature = "c-symbols", no_mangle)]
-pub unsafe extern "C" fn ibv_destroy_srq(_srq: *mut ibv_srq) -> c_int {
-    libc::EOPNOTSUPP
 }
 
 /// `ibv_import_device`: null, `EOPNOTSUPP`.
@@ -194,8 +152,7 @@ mod tests {
         let n = core::ptr::null_mut::<c_void>();
         // SAFETY: none of these dereferences its arguments.
         unsafe {
-            let cases: [(*mut c_void, c_int); 6] = [
-                errno_after(|| ibv_create_srq(n.cast(), n).cast()),
+            let cases: [(*mut c_void, c_int); 5] = [
                 errno_after(|| ibv_import_device(3).cast()),
                 errno_after(|| ibv_import_pd(n.cast(), 1).cast()),
                 errno_after(|| ibv_import_mr(n.cast(), 1).cast()),
@@ -214,9 +171,6 @@ mod tests {
         let n = core::ptr::null_mut::<c_void>();
         // SAFETY: none of these dereferences its arguments.
         unsafe {
-            assert_eq!(ibv_modify_srq(n.cast(), n, 1), libc::EOPNOTSUPP);
-            assert_eq!(ibv_query_srq(n.cast(), n), libc::EOPNOTSUPP);
-            assert_eq!(ibv_destroy_srq(n.cast()), libc::EOPNOTSUPP);
             assert_eq!(ibv_query_ece(n.cast(), n), libc::EOPNOTSUPP);
             assert_eq!(
                 errno_after(|| ibv_set_ece(n.cast(), n)),

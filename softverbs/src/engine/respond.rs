@@ -6,7 +6,10 @@ use vqp_host::sys::*;
 use super::resolve_av;
 use crate::mem::{self, KeyError, MrTable, Span};
 use crate::provider::Provider;
-use crate::qp::{QpCore, QpInner, SendWqe, MAX_SGE, QP_ACCESS_ERR, QP_REQ_ERR};
+use std::collections::VecDeque;
+
+use crate::qp::{QpCore, QpInner, RecvWqe, SendWqe, MAX_SGE, QP_ACCESS_ERR, QP_REQ_ERR};
+use crate::srq::SrqCore;
 
 /// What the responder side reported.
 pub(crate) enum Response {
@@ -105,6 +108,37 @@ impl Mover for LocalMover<'_, '_> {
     }
 }
 
+/// Where a responder QP takes its receives: its own queue (checked against its PD), or
+/// its SRQ's, locked (checked against the SRQ's PD).
+enum Receives<'q> {
+    Own(&'q mut VecDeque<RecvWqe>, u32),
+    Shared(&'q SrqCore, &'q mut crate::srq::Queue),
+}
+
+impl Receives<'_> {
+    fn front(&self) -> Option<&RecvWqe> {
+        match self {
+            Receives::Own(q, _) => q.front(),
+            Receives::Shared(_, q) => q.rq.front(),
+        }
+    }
+
+    fn take(&mut self) -> Option<RecvWqe> {
+        match self {
+            Receives::Own(q, _) => q.pop_front(),
+            Receives::Shared(s, q) => s.take(q),
+        }
+    }
+
+    /// The protection domain its receives' scatter lists belong to.
+    fn pd(&self) -> u32 {
+        match self {
+            Receives::Own(_, pd) => *pd,
+            Receives::Shared(s, _) => s.pd,
+        }
+    }
+}
+
 /// The responder's side of one WQE from requester QP `a_qpn` of device `a_dev`:
 /// checks, data movement (by `mv`), receive consumption and the receive completion.
 /// `gb` is the responder's state (the requester's own when a QP is connected to
@@ -143,10 +177,19 @@ pub(crate) fn respond<M: Mover>(
         mrs.span(w.rkey, b.dev, b.pd, w.remote_addr, rlen, need)
     };
     let byte_len = len as u32;
+    let min_rnr_timer = gb.attr.min_rnr_timer;
+    // The SRQ's lock, when the QP has one, is held from the look at the head receive to
+    // its consumption (another QP of the SRQ may be responding on another thread).
+    let mut srq_queue = b.srq.as_ref().map(|s| (s, s.lock()));
+    let mut receives = match srq_queue.as_mut() {
+        Some((s, q)) => Receives::Shared(s, q),
+        None => Receives::Own(&mut gb.rq, b.pd),
+    };
     match w.opcode {
         IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => {
-            let Some(r) = gb.rq.front() else {
-                return Response::Rnr(gb.attr.min_rnr_timer);
+            let recv_pd = receives.pd();
+            let Some(r) = receives.front() else {
+                return Response::Rnr(min_rnr_timer);
             };
             let mut dst_buf: [Span<'_>; MAX_SGE as usize] = [Span::empty(); MAX_SGE as usize];
             let mut n_dst = 0;
@@ -155,7 +198,7 @@ pub(crate) fn respond<M: Mover>(
                 match mrs.span(
                     s.lkey,
                     b.dev,
-                    b.pd,
+                    recv_pd,
                     s.addr,
                     u64::from(s.length),
                     IBV_ACCESS_LOCAL_WRITE,
@@ -180,9 +223,10 @@ pub(crate) fn respond<M: Mover>(
                     return r;
                 }
             }
-            let Some(r) = gb.rq.pop_front() else {
-                return Response::Rnr(gb.attr.min_rnr_timer);
+            let Some(r) = receives.take() else {
+                return Response::Rnr(min_rnr_timer);
             };
+            drop(srq_queue);
             if recv_status != IBV_WC_SUCCESS {
                 b.recv_cq
                     .push(b.wc(r.wr_id, recv_status, IBV_WC_RECV, 0), false, None);
@@ -202,8 +246,8 @@ pub(crate) fn respond<M: Mover>(
         }
         IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => {
             let with_imm = w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-            if with_imm && gb.rq.is_empty() {
-                return Response::Rnr(gb.attr.min_rnr_timer);
+            if with_imm && receives.front().is_none() {
+                return Response::Rnr(min_rnr_timer);
             }
             if len > 0 {
                 let Ok(dst) = remote(IBV_ACCESS_REMOTE_WRITE, len) else {
@@ -213,7 +257,9 @@ pub(crate) fn respond<M: Mover>(
                     return r;
                 }
             }
-            if let Some(r) = with_imm.then(|| gb.rq.pop_front()).flatten() {
+            let taken = with_imm.then(|| receives.take()).flatten();
+            drop(srq_queue);
+            if let Some(r) = taken {
                 let mut wc = b.wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, byte_len);
                 wc.src_qp = a_qpn;
                 wc.slid = p.devices[a_dev].lid;

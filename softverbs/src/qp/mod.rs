@@ -126,6 +126,8 @@ pub(crate) struct QpCore {
     pub ctx: Arc<CtxCore>,
     pub send_cq: Arc<CqCore>,
     pub recv_cq: Arc<CqCore>,
+    /// The shared receive queue it takes its receives from, if any.
+    pub srq: Option<Arc<crate::srq::SrqCore>>,
     pub sq_sig_all: bool,
     /// Granted sizes.
     pub cap: ibv_qp_cap,
@@ -183,9 +185,13 @@ impl QpCore {
         recv_cq: Arc<CqCore>,
         sq_sig_all: bool,
         cap: ibv_qp_cap,
+        srq: Option<Arc<crate::srq::SrqCore>>,
     ) -> QpCore {
         send_cq.users.fetch_add(1, Ordering::Relaxed);
         recv_cq.users.fetch_add(1, Ordering::Relaxed);
+        if let Some(s) = &srq {
+            s.users.fetch_add(1, Ordering::Relaxed);
+        }
         QpCore {
             qpn,
             nth,
@@ -194,6 +200,7 @@ impl QpCore {
             ctx,
             send_cq,
             recv_cq,
+            srq,
             sq_sig_all,
             cap,
             handle: AtomicUsize::new(0),
@@ -263,6 +270,9 @@ impl QpCore {
         drop(g);
         self.send_cq.users.fetch_sub(1, Ordering::Relaxed);
         self.recv_cq.users.fetch_sub(1, Ordering::Relaxed);
+        if let Some(s) = &self.srq {
+            s.users.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Moves the QP to the error state (from the engine), flushing everything
@@ -277,6 +287,20 @@ impl QpCore {
         self.flush(g);
         if let Some(kind) = kind {
             self.ctx.raise(kind, self.handle.load(Ordering::Relaxed));
+        }
+        self.last_wqe_reached();
+    }
+
+    /// A QP of an SRQ that entered the error state consumes no more of its receives:
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED` (IBA Vol. 1 §11.6.3; mlx5 raises it for every
+    /// such QP, `MLX5_EVENT_TYPE_WQ_LAST_WQE_REACHED`). Receives are taken only while
+    /// the QP's lock is held, so none is consumed after this.
+    pub fn last_wqe_reached(&self) {
+        if self.srq.is_some() {
+            self.ctx.raise(
+                crate::cq::event::QP_LAST_WQE_REACHED,
+                self.handle.load(Ordering::Relaxed),
+            );
         }
     }
 

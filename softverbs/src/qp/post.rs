@@ -115,6 +115,10 @@ impl QpCore {
         &self,
         wqes: &mut dyn Iterator<Item = Result<RecvWqe, i32>>,
     ) -> (u32, Result<(), i32>) {
+        if self.srq.is_some() {
+            // Its receive queue has no room (mlx5 creates it empty: `ENOMEM`).
+            return (0, Err(libc::ENOMEM));
+        }
         let mut g = self.lock();
         let mut posted = 0u32;
         for item in wqes {

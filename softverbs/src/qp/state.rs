@@ -137,10 +137,11 @@ impl QpCore {
                 g.rnr_tries = 0;
                 g.not_before = None;
             }
-            IBV_QPS_ERR => {
+            IBV_QPS_ERR if g.state != IBV_QPS_ERR => {
                 g.state = IBV_QPS_ERR;
                 self.state.store(IBV_QPS_ERR, Ordering::Release);
                 self.flush(&mut g);
+                self.last_wqe_reached();
             }
             IBV_QPS_RTR => {
                 g.peer = Weak::new();

@@ -173,8 +173,22 @@ int main(void)
 		struct ibv_td_init_attr td = { 0 };
 		struct ibv_ece ece;
 		struct ibv_values_ex rt = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
-		errno = 0;
-		CHECK("create_srq_unsupported", !ibv_create_srq(a.pd, &sa) && errno == EOPNOTSUPP, "%d", errno);
+		struct ibv_srq *srq = ibv_create_srq(a.pd, &sa);
+		CHECK("create_srq", srq && sa.attr.max_wr == 4 && sa.attr.max_sge == 1, "%d", errno);
+		if (srq) {
+			struct ibv_recv_wr rw = { .wr_id = 1 }, *bad = NULL;
+			struct ibv_srq_init_attr_ex sx = {
+				.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
+				.srq_type = IBV_SRQT_XRC,
+				.pd = a.pd,
+				.attr = { .max_wr = 4, .max_sge = 1 },
+			};
+			CHECK("post_srq_recv", ibv_post_srq_recv(srq, &rw, &bad) == 0, "-");
+			errno = 0;
+			CHECK("create_srq_ex_xrc_unsupported", !ibv_create_srq_ex(a.ctx, &sx) &&
+			      errno == EOPNOTSUPP, "%d", errno);
+			CHECK("destroy_srq", ibv_destroy_srq(srq) == 0, "-");
+		}
 		errno = 0;
 		CHECK("create_ah_unsupported", !ibv_create_ah(a.pd, &ah) && errno == EOPNOTSUPP, "%d", errno);
 		errno = 0;
