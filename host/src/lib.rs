@@ -100,6 +100,7 @@ pub use loader::{Verbs, VerbsTable};
 pub use poller::{Event, Handle, Idle, PollThread, PollerConfig, Refusal, Request, Stack, Stats};
 pub use provider::{VerbsCq, VerbsQp};
 pub use verbs::{
-    CompletionChannel, CompletionQueue, Context, CqEvent, Device, DeviceAttr, DeviceList, Gid,
-    MemoryRegion, PortAttr, ProtectionDomain, QpCap, QpInit, QueuePair, SharedReceiveQueue, Wc,
+    AsyncEvent, AsyncEventKind, CompletionChannel, CompletionQueue, Context, CqEvent, Device,
+    DeviceAttr, DeviceList, EventSubject, Gid, MemoryRegion, PortAttr, ProtectionDomain, QpCap,
+    QpInit, QueuePair, SharedReceiveQueue, Wc,
 };

@@ -4,8 +4,8 @@
 //! larger `ibv_port_attr`), object creation and release order, connection transitions,
 //! and the data path through the context's ops table.
 
-#[path = "fake/no_srq.rs"]
-mod no_srq;
+#[path = "fake/absent.rs"]
+mod absent;
 
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -426,10 +426,12 @@ fn fake_table() -> VerbsTable {
         destroy_qp,
         modify_qp,
         query_qp,
-        create_srq: no_srq::create_srq,
-        modify_srq: no_srq::modify_srq,
-        query_srq: no_srq::query_srq,
-        destroy_srq: no_srq::destroy_srq,
+        create_srq: absent::create_srq,
+        modify_srq: absent::modify_srq,
+        query_srq: absent::query_srq,
+        destroy_srq: absent::destroy_srq,
+        get_async_event: absent::get_async_event,
+        ack_async_event: absent::ack_async_event,
         wc_status_str,
     }
 }

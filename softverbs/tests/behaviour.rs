@@ -444,7 +444,7 @@ fn cq_overflow_is_an_error_not_a_loss() {
     }
     assert_eq!(a.qp.state().unwrap(), QpState::Err);
     // The overrun is also an asynchronous CQ error on the context.
-    let mut ev = vqp_softverbs::ibv_async_event::default();
+    let mut ev = vqp_host::sys::ibv_async_event::default();
     // SAFETY: live context; writable event.
     let rc = unsafe { vqp_softverbs::ibv_get_async_event(a.ctx.as_raw(), &mut ev) };
     assert_eq!(rc, 0);
@@ -533,7 +533,7 @@ fn injected_qp_failure_after_n_wqes() {
             (4, WcStatus::WrFlushErr),
         ]
     );
-    let mut ev = vqp_softverbs::ibv_async_event::default();
+    let mut ev = vqp_host::sys::ibv_async_event::default();
     // SAFETY: live context; writable event.
     let rc = unsafe { vqp_softverbs::ibv_get_async_event(a.ctx.as_raw(), &mut ev) };
     assert_eq!((rc, ev.event_type), (0, 1), "IBV_EVENT_QP_FATAL");

@@ -16,7 +16,7 @@ fn link_down_fails_traffic_and_raises_port_events() {
     );
     vqp_softverbs::set_link(1, false).unwrap();
     assert_eq!(b.ctx.query_port(1).unwrap().state(), PortState::Down);
-    let mut ev = vqp_softverbs::ibv_async_event::default();
+    let mut ev = vqp_host::sys::ibv_async_event::default();
     // SAFETY: live context; writable event.
     let rc = unsafe { vqp_softverbs::ibv_get_async_event(b.ctx.as_raw(), &mut ev) };
     assert_eq!((rc, ev.event_type), (0, 10), "IBV_EVENT_PORT_ERR");

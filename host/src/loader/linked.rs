@@ -31,6 +31,7 @@ same_layout!(
     ibv_srq,
     ibv_srq_attr,
     ibv_srq_init_attr,
+    ibv_async_event,
     ibv_ah,
     ibv_mw,
     ibv_mw_bind,

@@ -23,9 +23,9 @@ use core::ptr::NonNull;
 use super::dl::Library;
 use crate::error::Result;
 use crate::sys::{
-    __be64, ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_device_attr, ibv_gid, ibv_mr,
-    ibv_pd, ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_srq, ibv_srq_attr,
-    ibv_srq_init_attr,
+    __be64, ibv_async_event, ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_device_attr,
+    ibv_gid, ibv_mr, ibv_pd, ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_srq,
+    ibv_srq_attr, ibv_srq_init_attr,
 };
 
 macro_rules! verbs_table {
@@ -211,6 +211,14 @@ verbs_table! {
     /// `ibv_destroy_srq`: 0 or an errno value.
     destroy_srq = ibv_destroy_srq @ "IBVERBS_1.1":
         fn(srq: *mut ibv_srq) -> c_int;
+    /// `ibv_get_async_event`: waits for the context's next asynchronous event (unless
+    /// its `async_fd` is non-blocking); 0, or -1 with `errno`.
+    get_async_event = ibv_get_async_event @ "IBVERBS_1.1":
+        fn(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int;
+    /// `ibv_ack_async_event`: every event taken is acknowledged (destroying its object
+    /// waits for that).
+    ack_async_event = ibv_ack_async_event @ "IBVERBS_1.1":
+        fn(event: *mut ibv_async_event);
     /// `ibv_wc_status_str`: a static string for an `enum ibv_wc_status`.
     wc_status_str = ibv_wc_status_str @ "IBVERBS_1.1":
         fn(status: c_uint) -> *const c_char;

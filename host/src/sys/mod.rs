@@ -24,6 +24,7 @@
 #![allow(non_camel_case_types)]
 
 mod device;
+mod event;
 mod object;
 mod ops;
 mod qp;
@@ -31,6 +32,7 @@ mod wc;
 mod wr;
 
 pub use device::*;
+pub use event::*;
 pub use object::*;
 pub use ops::*;
 pub use qp::*;

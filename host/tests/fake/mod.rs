@@ -14,7 +14,7 @@
 //! the sender to ERR.
 #![allow(dead_code)]
 
-mod no_srq;
+mod absent;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -794,10 +794,12 @@ fn table() -> VerbsTable {
         destroy_qp,
         modify_qp,
         query_qp,
-        create_srq: no_srq::create_srq,
-        modify_srq: no_srq::modify_srq,
-        query_srq: no_srq::query_srq,
-        destroy_srq: no_srq::destroy_srq,
+        create_srq: absent::create_srq,
+        modify_srq: absent::modify_srq,
+        query_srq: absent::query_srq,
+        destroy_srq: absent::destroy_srq,
+        get_async_event: absent::get_async_event,
+        ack_async_event: absent::ack_async_event,
         wc_status_str,
     }
 }

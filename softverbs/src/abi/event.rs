@@ -1,61 +1,14 @@
 //! Asynchronous events: `struct ibv_async_event` and `ibv_get_async_event` /
-//! `ibv_ack_async_event` over the context's `async_fd`.
+//! `ibv_ack_async_event` over the context's `async_fd` (the struct is `vqp_host::sys`'s).
 
-use core::ffi::{c_int, c_void};
+use core::ffi::c_int;
 
 use vqp_host::sys::*;
 
+pub use vqp_host::sys::{ibv_async_event, ibv_async_event_element};
+
 use super::device::ctx;
 use super::set_errno;
-
-/// `union { ibv_cq *cq; ibv_qp *qp; ibv_srq *srq; ibv_wq *wq; int port_num; }` of
-/// [`ibv_async_event`].
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub union ibv_async_event_element {
-    /// The CQ of a CQ event.
-    pub cq: *mut ibv_cq,
-    /// The QP of a QP event.
-    pub qp: *mut ibv_qp,
-    /// The SRQ of an SRQ event (never raised here).
-    pub srq: *mut c_void,
-    /// The port of a port event.
-    pub port_num: c_int,
-}
-
-/// `struct ibv_async_event`, filled by [`ibv_get_async_event`].
-#[repr(C)]
-#[derive(Clone, Copy)]
-#[allow(non_camel_case_types)]
-pub struct ibv_async_event {
-    /// The object the event is about.
-    pub element: ibv_async_event_element,
-    /// `enum ibv_event_type` (`IBV_EVENT_*`).
-    pub event_type: u32,
-}
-
-impl Default for ibv_async_event {
-    fn default() -> Self {
-        ibv_async_event {
-            element: ibv_async_event_element {
-                cq: core::ptr::null_mut(),
-            },
-            event_type: 0,
-        }
-    }
-}
-
-impl core::fmt::Debug for ibv_async_event {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        // SAFETY: every member is plain data over the same bytes; reading the pointer
-        // member only copies the address.
-        let element = unsafe { self.element.cq };
-        f.debug_struct("ibv_async_event")
-            .field("element", &element)
-            .field("event_type", &self.event_type)
-            .finish()
-    }
-}
 
 /// `ibv_get_async_event`: waits for the next asynchronous event of the context
 /// (`IBV_EVENT_CQ_ERR` on a CQ overrun, `IBV_EVENT_QP_FATAL` for an injected QP

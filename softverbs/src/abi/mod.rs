@@ -121,6 +121,8 @@ pub fn verbs_table() -> VerbsTable {
         modify_srq: ibv_modify_srq,
         query_srq: ibv_query_srq,
         destroy_srq: ibv_destroy_srq,
+        get_async_event: ibv_get_async_event,
+        ack_async_event: ibv_ack_async_event,
         wc_status_str: ibv_wc_status_str,
     }
 }

@@ -335,7 +335,7 @@ pub fn async_events(ctx: &Context) -> Vec<(u32, usize)> {
     }
     let mut out = Vec::new();
     loop {
-        let mut ev = vqp_softverbs::ibv_async_event::default();
+        let mut ev = vqp_host::sys::ibv_async_event::default();
         // SAFETY: a live context; a writable event.
         if unsafe { vqp_softverbs::ibv_get_async_event(raw, &mut ev) } != 0 {
             assert_eq!(

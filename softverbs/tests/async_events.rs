@@ -1,0 +1,100 @@
+//! vqp-host's typed asynchronous events over softverbs: a port going down and up, a
+//! responder QP failing, an SRQ running low — each reported once, to the context of the
+//! device it happened on, with its subject; the descriptor is pollable.
+//!
+//! One test: the link control is process-wide, so the scenarios run in sequence.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use vqp_host::sys::*;
+use vqp_host::{AsyncEvent, AsyncEventKind, EventSubject, QpInit, WcStatus};
+
+const NOW: Option<Duration> = Some(Duration::ZERO);
+
+fn readable(fd: i32) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+}
+
+#[test]
+fn events_are_typed_and_reach_the_context_of_their_device() {
+    let v = verbs();
+    let (a, b) = pair(&v);
+    assert_eq!(a.ctx.next_async_event(NOW).unwrap(), None, "nothing yet");
+    assert!(!readable(a.ctx.async_fd()));
+
+    // A port going down, then up: soft0's contexts hear both, soft1's nothing.
+    vqp_softverbs::set_link(0, false).unwrap();
+    assert!(readable(a.ctx.async_fd()), "the descriptor is pollable");
+    vqp_softverbs::set_link(0, true).unwrap();
+    let port = |kind| AsyncEvent {
+        kind,
+        subject: EventSubject::Port(1),
+    };
+    assert_eq!(
+        a.ctx.pending_async_events().unwrap(),
+        [
+            port(AsyncEventKind::PortErr),
+            port(AsyncEventKind::PortActive)
+        ]
+    );
+    assert_eq!(b.ctx.pending_async_events().unwrap(), []);
+
+    // A responder QP refusing a remote access: its own context is told, with its number.
+    let mut sge = a.mr.sge(0, 8).unwrap();
+    let mut wr = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    wr.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: b.mr.addr(),
+        rkey: b.mr.rkey() ^ 0x100,
+    };
+    post(&a, &mut wr);
+    assert_eq!(poll_n(&a.cq, 1)[0].status(), WcStatus::RemAccessErr);
+    let ev = b
+        .ctx
+        .next_async_event(Some(Duration::from_secs(5)))
+        .unwrap()
+        .expect("the responder's event");
+    assert_eq!(ev.kind, AsyncEventKind::QpAccessErr);
+    assert!(ev.kind.fails_qp());
+    assert_eq!(
+        ev.subject,
+        EventSubject::Qp {
+            qp_num: b.qp.qp_num(),
+            handle: b.qp.as_raw() as usize
+        }
+    );
+    assert_eq!(
+        ev.to_string(),
+        format!("QpAccessErr on QP {:#x}", b.qp.qp_num())
+    );
+    assert_eq!(a.ctx.pending_async_events().unwrap(), []);
+
+    // An SRQ falling below its limit.
+    let srq = b.pd.create_srq(4, 1).unwrap();
+    let mut init = QpInit::rc(&b.cq, Opts::default().cap);
+    init.srq = Some(&srq);
+    let _qp = b.pd.create_qp(&init).unwrap();
+    for id in 0..2 {
+        let mut sge = b.mr.sge(0, 8).unwrap();
+        let mut r = recv_wr(id, std::slice::from_mut(&mut sge));
+        // SAFETY: the WR and SGE live across the call; the buffer is `b.mr`'s.
+        unsafe { srq.post_recv(&mut r) }.unwrap();
+    }
+    srq.arm_limit(3).unwrap();
+    assert_eq!(
+        b.ctx.pending_async_events().unwrap(),
+        [AsyncEvent {
+            kind: AsyncEventKind::SrqLimitReached,
+            subject: EventSubject::Srq(srq.as_raw() as usize)
+        }],
+        "armed below the current level: at once"
+    );
+}
