@@ -85,13 +85,20 @@ fn two_processes(
 
 /// ibv_rc_pingpong, `iters` round trips, server on `server_dev`, client on `client_dev`.
 fn pingpong(test: &str, subst: Subst, devs: (&str, &str), port: u16) {
+    pingpong_with(test, subst, devs, &[], port);
+}
+
+/// As [`pingpong`], with `extra` arguments on both sides.
+fn pingpong_with(test: &str, subst: Subst, devs: (&str, &str), extra: &[&str], port: u16) {
     let n = "200";
+    let server = [&["-d", devs.0, "-n", n], extra].concat();
+    let client = [&["-d", devs.1, "-n", n], extra].concat();
     let Some(o) = two_processes(
         test,
         "ibverbs-utils",
         "ibv_rc_pingpong",
         subst,
-        (&["-d", devs.0, "-n", n], &["-d", devs.1, "-n", n]),
+        (&server, &client),
         port,
     ) else {
         return;
@@ -166,6 +173,30 @@ fn rc_pingpong_with_both_sides_on_one_device_as_libibverbs_so_1() {
         Subst::LibraryPath,
         ("soft0", "soft0"),
         18804,
+    );
+}
+
+/// `-e`: each side sleeps on its completion channel (`ibv_get_cq_event`) instead of
+/// polling, so completions of work from the other process must wake it.
+#[test]
+fn rc_pingpong_with_completion_events_under_ld_preload() {
+    pingpong_with(
+        "rc_pingpong_with_completion_events_under_ld_preload",
+        Subst::Preload,
+        ("soft1", "soft0"),
+        &["-e"],
+        18807,
+    );
+}
+
+#[test]
+fn rc_pingpong_with_completion_events_as_libibverbs_so_1() {
+    pingpong_with(
+        "rc_pingpong_with_completion_events_as_libibverbs_so_1",
+        Subst::LibraryPath,
+        ("soft1", "soft0"),
+        &["-e"],
+        18808,
     );
 }
 
