@@ -39,7 +39,9 @@
 //!
 //! What the exports do: the verbs softverbs has (devices, ports, GIDs with their type,
 //! P_Keys, PD, MR with `rereg` and the `ibv_alloc_buf` buffers, CQ with resize and
-//! channels, RC QPs, shared receive queues with the limit and last-WQE events,
+//! channels, RC QPs, UC QPs (SEND and WRITE, unacknowledged: what the responder cannot
+//! take is dropped and the requester completes), shared receive queues with the limit
+//! and last-WQE events,
 //! asynchronous events, the string and rate helpers, the sysfs attributes of the soft
 //! devices) behave as on a ConnectX; the others fail as an
 //! rdma-core provider without the operation does — null with `errno` `EOPNOTSUPP`, or

@@ -85,22 +85,24 @@ fn two_processes(
 
 /// ibv_rc_pingpong, `iters` round trips, server on `server_dev`, client on `client_dev`.
 fn pingpong(test: &str, subst: Subst, devs: (&str, &str), port: u16) {
-    pingpong_with(test, subst, devs, &[], port);
+    pingpong_with(test, "ibv_rc_pingpong", subst, devs, &[], port);
 }
 
-/// As [`pingpong`], with `extra` arguments on both sides.
-fn pingpong_with(test: &str, subst: Subst, devs: (&str, &str), extra: &[&str], port: u16) {
+/// As [`pingpong`], for pingpong program `prog` (`ibv_rc_pingpong`, `ibv_uc_pingpong`),
+/// with `extra` arguments on both sides.
+fn pingpong_with(
+    test: &str,
+    prog: &str,
+    subst: Subst,
+    devs: (&str, &str),
+    extra: &[&str],
+    port: u16,
+) {
     let n = "200";
     let server = [&["-d", devs.0, "-n", n], extra].concat();
     let client = [&["-d", devs.1, "-n", n], extra].concat();
-    let Some(o) = two_processes(
-        test,
-        "ibverbs-utils",
-        "ibv_rc_pingpong",
-        subst,
-        (&server, &client),
-        port,
-    ) else {
+    let Some(o) = two_processes(test, "ibverbs-utils", prog, subst, (&server, &client), port)
+    else {
         return;
     };
     let both = format!("--- server\n{}--- client\n{}", o.server, o.client);
@@ -182,6 +184,7 @@ fn rc_pingpong_with_both_sides_on_one_device_as_libibverbs_so_1() {
 fn rc_pingpong_with_completion_events_under_ld_preload() {
     pingpong_with(
         "rc_pingpong_with_completion_events_under_ld_preload",
+        "ibv_rc_pingpong",
         Subst::Preload,
         ("soft1", "soft0"),
         &["-e"],
@@ -193,10 +196,37 @@ fn rc_pingpong_with_completion_events_under_ld_preload() {
 fn rc_pingpong_with_completion_events_as_libibverbs_so_1() {
     pingpong_with(
         "rc_pingpong_with_completion_events_as_libibverbs_so_1",
+        "ibv_rc_pingpong",
         Subst::LibraryPath,
         ("soft1", "soft0"),
         &["-e"],
         18808,
+    );
+}
+
+/// ibv_uc_pingpong: the ping-pong over UC QPs (no acknowledgements; the receives are
+/// posted ahead, so nothing is dropped).
+#[test]
+fn uc_pingpong_under_ld_preload() {
+    pingpong_with(
+        "uc_pingpong_under_ld_preload",
+        "ibv_uc_pingpong",
+        Subst::Preload,
+        ("soft1", "soft0"),
+        &[],
+        18809,
+    );
+}
+
+#[test]
+fn uc_pingpong_as_libibverbs_so_1() {
+    pingpong_with(
+        "uc_pingpong_as_libibverbs_so_1",
+        "ibv_uc_pingpong",
+        Subst::LibraryPath,
+        ("soft1", "soft0"),
+        &[],
+        18810,
     );
 }
 

@@ -14,7 +14,7 @@ use super::srq::srq_core;
 use crate::provider;
 use crate::qp::{QpCore, MAX_INLINE};
 
-/// `ibv_create_qp`: RC only (`EOPNOTSUPP` for other types, `EINVAL` for sizes beyond
+/// `ibv_create_qp`: RC and UC (`EOPNOTSUPP` for other types, `EINVAL` for sizes beyond
 /// the device's limits, or an SRQ of another device). A QP given an SRQ takes its
 /// receives from it and has no receive queue of its own (granted receive sizes 0). Writes the granted sizes back into `qp_init_attr.cap`.
 ///
@@ -35,7 +35,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };
-    if init.qp_type != IBV_QPT_RC {
+    if init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC {
         set_errno(libc::EOPNOTSUPP);
         return core::ptr::null_mut();
     }
@@ -72,6 +72,7 @@ pub unsafe extern "C" fn ibv_create_qp(
     let (qpn, nth) = prov.alloc_qpn();
     let core = Arc::new(QpCore::new(
         qpn,
+        init.qp_type,
         nth,
         p.core.dev,
         p.core.id,
@@ -107,7 +108,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         handle: qpn,
         qp_num: qpn,
         state: IBV_QPS_RESET,
-        qp_type: IBV_QPT_RC,
+        qp_type: init.qp_type,
         ..Default::default()
     };
     let ptr = publish(QpObj {
@@ -205,7 +206,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             recv_cq: ibv.recv_cq,
             srq: ibv.srq,
             cap: q.core.cap,
-            qp_type: IBV_QPT_RC,
+            qp_type: q.core.qp_type,
             sq_sig_all: c_int::from(q.core.sq_sig_all),
         };
         // SAFETY: writable (contract).

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use vqp_host::sys::*;
 
-use super::respond::{respond, LocalMover, Response};
+use super::respond::{respond, LocalMover, Requester, Response};
 use super::Step;
 use crate::mem::{self, MrTable, Span};
 use crate::provider::Provider;
@@ -179,11 +179,16 @@ fn execute(
         inline: w.inline.as_deref(),
     };
     let own_responder = Arc::ptr_eq(&b, qp);
+    let requester = Requester {
+        qpn: qp.qpn,
+        dev: qp.dev,
+        qp_type: qp.qp_type,
+    };
     let response = if own_responder {
-        respond(p, qp.qpn, qp.dev, &b, g, mrs, &w, len, &mut mover)
+        respond(p, requester, &b, g, mrs, &w, len, &mut mover)
     } else {
         let mut gb = b.lock();
-        let r = respond(p, qp.qpn, qp.dev, &b, &mut gb, mrs, &w, len, &mut mover);
+        let r = respond(p, requester, &b, &mut gb, mrs, &w, len, &mut mover);
         if let Response::Error {
             responder: Some(event),
             ..
@@ -192,6 +197,11 @@ fn execute(
             b.to_error(&mut gb, Some(event));
         }
         r
+    };
+    let response = if qp.unreliable() {
+        response.unacknowledged()
+    } else {
+        response
     };
     match response {
         Response::Ok(byte_len) => complete(qp, g, &w, byte_len),

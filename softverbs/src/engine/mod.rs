@@ -25,7 +25,8 @@
 //! two.
 //!
 //! Locks, always taken in this order: execution token → run queue → requester QP →
-//! responder QP → memory key table (read) → CQ → completion channel. Posting takes a QP
+//! responder QP → memory key table (read) → the responder's SRQ → CQ → completion
+//! channel. Posting takes a QP
 //! lock, then the run queue; polling takes only a CQ lock (and the token, by `try_lock`).
 
 use std::collections::VecDeque;
@@ -44,7 +45,7 @@ mod respond;
 
 use execute::run;
 pub(crate) use execute::{complete, fail, resolve_av};
-pub(crate) use respond::{respond, MoveError, Mover, Response};
+pub(crate) use respond::{respond, MoveError, Mover, Requester, Response};
 
 /// WQEs one `poll_cq` executes at most before reading its CQ.
 pub const POLL_BUDGET: usize = 256;

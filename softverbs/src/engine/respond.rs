@@ -1,13 +1,13 @@
 //! The responder's side of a WQE: the checks a responder makes, receive consumption,
 //! the receive completion, and the payload's movement through a [`Mover`].
 
+use std::collections::VecDeque;
+
 use vqp_host::sys::*;
 
 use super::resolve_av;
 use crate::mem::{self, KeyError, MrTable, Span};
 use crate::provider::Provider;
-use std::collections::VecDeque;
-
 use crate::qp::{QpCore, QpInner, RecvWqe, SendWqe, MAX_SGE, QP_ACCESS_ERR, QP_REQ_ERR};
 use crate::srq::SrqCore;
 
@@ -27,6 +27,17 @@ pub(crate) enum Response {
 }
 
 impl Response {
+    /// The response an unreliable (UC) requester sees: success, whatever happened
+    /// after the request left it, unless its own memory could not be read
+    /// (`Dropped` stays: the requester is gone).
+    pub(crate) fn unacknowledged(self) -> Response {
+        match self {
+            Response::Dropped => Response::Dropped,
+            Response::Error { status, .. } if is_local(status) => Response::requester(status),
+            _ => Response::Ok(0),
+        }
+    }
+
     /// The requester fails with `status`; the responder is not affected (nothing
     /// answered, or the error is the requester's own).
     pub(crate) fn requester(status: u32) -> Response {
@@ -56,6 +67,15 @@ impl Response {
             responder: Some(event),
         }
     }
+}
+
+/// Whether `status` reports the requester's own memory (a failed read of its buffers
+/// by the mover), which a UC requester still fails with.
+fn is_local(status: u32) -> bool {
+    matches!(
+        status,
+        IBV_WC_LOC_PROT_ERR | IBV_WC_LOC_LEN_ERR | IBV_WC_LOC_QP_OP_ERR
+    )
 }
 
 /// Moves a WQE's payload between the requester's buffers and the responder's checked
@@ -139,17 +159,31 @@ impl Receives<'_> {
     }
 }
 
-/// The responder's side of one WQE from requester QP `a_qpn` of device `a_dev`:
-/// checks, data movement (by `mv`), receive consumption and the receive completion.
-/// `gb` is the responder's state (the requester's own when a QP is connected to
-/// itself). Data moves before a receive is consumed, so a request whose requester
-/// vanished consumes nothing. A responder-class error leaves the state change to the
-/// caller (see [`Response::responder`]).
+/// The requester QP a WQE comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Requester {
+    pub qpn: u32,
+    pub dev: usize,
+    /// `IBV_QPT_RC` or `IBV_QPT_UC`: a QP answers only a requester of its own type.
+    pub qp_type: u32,
+}
+
+/// The responder's side of one WQE from requester `a`: checks, data movement (by
+/// `mv`), receive consumption and the receive completion. `gb` is the responder's
+/// state (the requester's own when a QP is connected to itself). Data moves before a
+/// receive is consumed, so a request whose requester vanished consumes nothing. A
+/// responder-class error leaves the state change to the caller (see
+/// [`Response::responder`]).
+///
+/// A UC responder acknowledges nothing: what it cannot take (no receive posted, a bad
+/// rkey, bounds, access) it drops silently, without changing state, and the requester's
+/// request succeeds (IBA Vol. 1 §9.7, unreliable connection: the responder "silently
+/// drops" a packet it cannot accept); a receive that completes in error (too small, a
+/// bad lkey) moves it to the error state, as any work completion in error does.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn respond<M: Mover>(
     p: &Provider,
-    a_qpn: u32,
-    a_dev: usize,
+    a: Requester,
     b: &QpCore,
     gb: &mut QpInner,
     mrs: &MrTable,
@@ -157,12 +191,35 @@ pub(crate) fn respond<M: Mover>(
     len: u64,
     mv: &mut M,
 ) -> Response {
+    let r = respond_checked(p, a, b, gb, mrs, w, len, mv);
+    // (A request of another type was not taken at all: what the requester makes of
+    // that is its own transport's rule.)
+    if b.unreliable() && a.qp_type == b.qp_type {
+        r.unacknowledged()
+    } else {
+        r
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn respond_checked<M: Mover>(
+    p: &Provider,
+    a: Requester,
+    b: &QpCore,
+    gb: &mut QpInner,
+    mrs: &MrTable,
+    w: &SendWqe,
+    len: u64,
+    mv: &mut M,
+) -> Response {
+    let (a_qpn, a_dev) = (a.qpn, a.dev);
     let moved = |r: Result<(), MoveError>| match r {
         Ok(()) => None,
         Err(MoveError::Gone) => Some(Response::Dropped),
         Err(MoveError::Status(s)) => Some(Response::requester(s)),
     };
     let connected = matches!(gb.state, IBV_QPS_RTR | IBV_QPS_RTS)
+        && b.qp_type == a.qp_type
         && gb.attr.dest_qp_num == a_qpn
         && resolve_av(p, &gb.attr.ah_attr) == Some(a_dev);
     if !connected {
@@ -230,6 +287,10 @@ pub(crate) fn respond<M: Mover>(
             if recv_status != IBV_WC_SUCCESS {
                 b.recv_cq
                     .push(b.wc(r.wr_id, recv_status, IBV_WC_RECV, 0), false, None);
+                if b.unreliable() {
+                    // The error is in the receive completion; no event.
+                    b.to_error(gb, None);
+                }
                 return Response::responder(req_status, QP_REQ_ERR);
             }
             let mut wc = b.wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, byte_len);

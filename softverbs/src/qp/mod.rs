@@ -118,6 +118,8 @@ pub(crate) struct QpInner {
 /// The Rust side of a QP.
 pub(crate) struct QpCore {
     pub qpn: u32,
+    /// `IBV_QPT_RC` or `IBV_QPT_UC`.
+    pub qp_type: u32,
     /// Creation rank in the process, from 1.
     pub nth: u64,
     pub dev: usize,
@@ -177,6 +179,7 @@ impl QpCore {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         qpn: u32,
+        qp_type: u32,
         nth: u64,
         dev: usize,
         pd: u32,
@@ -194,6 +197,7 @@ impl QpCore {
         }
         QpCore {
             qpn,
+            qp_type,
             nth,
             dev,
             pd,
@@ -315,8 +319,16 @@ impl QpCore {
                 dest_dev,
                 dest_qpn: g.attr.dest_qp_num,
                 pd: self.pd,
+                uc: self.unreliable(),
             });
         crate::shared::export_qp(self.qpn, view);
+    }
+
+    /// Whether the QP is unreliable (UC): nothing is acknowledged, so its requests
+    /// complete successfully whatever becomes of them at the responder.
+    #[inline]
+    pub fn unreliable(&self) -> bool {
+        self.qp_type == IBV_QPT_UC
     }
 
     /// Completes every queued WQE with `IBV_WC_WR_FLUSH_ERR`.

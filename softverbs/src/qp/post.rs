@@ -5,18 +5,17 @@ use vqp_host::sys::*;
 
 use super::*;
 
-/// Whether the opcode is one this provider executes on RC.
-fn supported(opcode: u32) -> bool {
-    matches!(
-        opcode,
-        IBV_WR_RDMA_WRITE
-            | IBV_WR_RDMA_WRITE_WITH_IMM
-            | IBV_WR_SEND
-            | IBV_WR_SEND_WITH_IMM
-            | IBV_WR_RDMA_READ
-            | IBV_WR_ATOMIC_CMP_AND_SWP
-            | IBV_WR_ATOMIC_FETCH_AND_ADD
-    )
+/// Whether the opcode is one this provider executes on a QP of type `qp_type`: RC has
+/// them all; UC has SEND and RDMA WRITE (with immediate or not), no READ and no
+/// atomics (IBA Vol. 1 §9.4 lists which transports carry which operations).
+fn supported(qp_type: u32, opcode: u32) -> bool {
+    match opcode {
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => true,
+        IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            qp_type == IBV_QPT_RC
+        }
+        _ => false,
+    }
 }
 
 impl QpCore {
@@ -25,14 +24,15 @@ impl QpCore {
     /// failure, as rdma-core's mlx5 provider (`providers/mlx5/qp.c`,
     /// `_mlx5_post_send`) answers where it checks the same thing:
     /// - an opcode this QP does not execute: `EINVAL` (mlx5: `EINVAL` for one outside
-    ///   its opcode table);
+    ///   its opcode table; a READ or an atomic on UC, which its transport cannot carry,
+    ///   is refused here rather than failed by the device);
     /// - more SGEs than the QP's `max_send_sge`, inline or not: `ENOMEM` (mlx5:
     ///   `num_sge > qp->sq.qp_state_max_gs` → `ENOMEM`);
     /// - `IBV_SEND_INLINE` on a READ or an atomic, and an atomic without exactly one
     ///   SGE: `EINVAL` (mlx5 does not check these and builds a WQE the device then
     ///   fails; the verbs' "invalid request" is the clearer answer).
     pub fn check_send(&self, opcode: u32, flags: u32, n: u32) -> Result<(), i32> {
-        if !supported(opcode) {
+        if !supported(self.qp_type, opcode) {
             return Err(libc::EINVAL);
         }
         if n > self.cap.max_send_sge {

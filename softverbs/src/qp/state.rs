@@ -1,5 +1,6 @@
-//! The RC state machine: the transitions the specification allows, the attributes each
-//! one requires or accepts, their values, and `ibv_modify_qp` / `ibv_query_qp`.
+//! The RC and UC state machines: the transitions the specification allows, the
+//! attributes each one requires or accepts, their values, and `ibv_modify_qp` /
+//! `ibv_query_qp`.
 
 use vqp_host::sys::*;
 
@@ -9,13 +10,35 @@ use std::sync::Weak;
 use super::{QpCore, MAX_RD_ATOMIC};
 
 /// `IBV_QP_*` masks of each RC transition: (required, optional), `IBV_QP_STATE` aside.
+#[cfg(test)]
 pub(super) fn transition(cur: u32, next: u32) -> Option<(u32, u32)> {
+    transition_of(IBV_QPT_RC, cur, next)
+}
+
+/// The masks of a transition of a QP of type `qp_type` (RC or UC), as the kernel's
+/// `qp_state_table` (`drivers/infiniband/core/verbs.c`) lists them: UC needs neither
+/// the RNR timer nor the read/atomic depths, nor the timeout and retry counts (it has
+/// no acknowledgements to time out).
+pub(super) fn transition_of(qp_type: u32, cur: u32, next: u32) -> Option<(u32, u32)> {
+    let uc = qp_type == IBV_QPT_UC;
     const INIT_OPT: u32 = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-    const RTS_OPT: u32 = IBV_QP_CUR_STATE
+    let rts_opt: u32 = IBV_QP_CUR_STATE
         | IBV_QP_ACCESS_FLAGS
         | IBV_QP_ALT_PATH
         | IBV_QP_PATH_MIG_STATE
-        | IBV_QP_MIN_RNR_TIMER;
+        | if uc { 0 } else { IBV_QP_MIN_RNR_TIMER };
+    if uc {
+        match (cur, next) {
+            (IBV_QPS_INIT, IBV_QPS_RTR) => {
+                return Some((
+                    IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+                    IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
+                ))
+            }
+            (IBV_QPS_RTR, IBV_QPS_RTS) => return Some((IBV_QP_SQ_PSN, rts_opt)),
+            _ => {}
+        }
+    }
     match (cur, next) {
         (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => Some((0, 0)),
         (IBV_QPS_RESET, IBV_QPS_INIT) => Some((INIT_OPT, 0)),
@@ -35,9 +58,9 @@ pub(super) fn transition(cur: u32, next: u32) -> Option<(u32, u32)> {
                 | IBV_QP_RNR_RETRY
                 | IBV_QP_SQ_PSN
                 | IBV_QP_MAX_QP_RD_ATOMIC,
-            RTS_OPT,
+            rts_opt,
         )),
-        (IBV_QPS_RTS, IBV_QPS_RTS) => Some((0, RTS_OPT)),
+        (IBV_QPS_RTS, IBV_QPS_RTS) => Some((0, rts_opt)),
         _ => None,
     }
 }
@@ -118,7 +141,7 @@ impl QpCore {
         } else {
             cur
         };
-        let (required, optional) = transition(cur, next).ok_or(libc::EINVAL)?;
+        let (required, optional) = transition_of(self.qp_type, cur, next).ok_or(libc::EINVAL)?;
         let given = mask & !IBV_QP_STATE;
         if given & required != required || given & !(required | optional) != 0 {
             return Err(libc::EINVAL);

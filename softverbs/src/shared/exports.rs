@@ -77,6 +77,8 @@ pub(crate) struct QpView {
     pub dest_qpn: u32,
     /// Its protection domain.
     pub pd: u32,
+    /// It is UC (it takes only a UC requester's operations).
+    pub uc: bool,
 }
 
 const REMOTE_BITS: u32 = 0b1110;
@@ -85,7 +87,7 @@ impl QpView {
     /// Packs into one word; `None` when a field does not fit (the QP is then not
     /// exported and requesters use the inbox).
     fn pack(&self) -> Option<u64> {
-        if self.dest_dev > 0xff || self.dest_qpn > 0x00ff_ffff || self.pd >= 1 << 28 {
+        if self.dest_dev > 0xff || self.dest_qpn > 0x00ff_ffff || self.pd >= 1 << 27 {
             return None;
         }
         Some(
@@ -93,6 +95,7 @@ impl QpView {
                 | u64::from((self.access & REMOTE_BITS) >> 1) << 60
                 | (self.dest_dev as u64) << 52
                 | u64::from(self.dest_qpn) << 28
+                | u64::from(self.uc) << 27
                 | u64::from(self.pd),
         )
     }
@@ -102,7 +105,8 @@ impl QpView {
             access: ((w >> 60) as u32 & 0b111) << 1,
             dest_dev: (w >> 52) as usize & 0xff,
             dest_qpn: (w >> 28) as u32 & 0x00ff_ffff,
-            pd: w as u32 & 0x0fff_ffff,
+            uc: (w >> 27) & 1 == 1,
+            pd: w as u32 & 0x07ff_ffff,
         })
     }
 }
@@ -381,10 +385,13 @@ mod tests {
             access: 0b1110,
             dest_dev: 3,
             dest_qpn: 0x00ab_cdef,
-            pd: (1 << 28) - 1,
+            pd: (1 << 27) - 1,
+            uc: true,
         };
         assert_eq!(QpView::unpack(v.pack().unwrap()), Some(v));
-        assert_eq!(QpView { pd: 1 << 28, ..v }.pack(), None);
+        let rc = QpView { uc: false, ..v };
+        assert_eq!(QpView::unpack(rc.pack().unwrap()), Some(rc));
+        assert_eq!(QpView { pd: 1 << 27, ..v }.pack(), None);
         assert_eq!(QpView::unpack(0), None);
         let f = file();
         let owner = Exports::map(&f, true).unwrap();

@@ -95,6 +95,8 @@ pub(crate) struct Record {
 pub(crate) const F_SOLICITED: u32 = 1;
 /// Flag: the payload is inline data.
 pub(crate) const F_INLINE: u32 = 2;
+/// Flag: the requester QP is UC (a responder answers only a QP of its own type).
+pub(crate) const F_UC: u32 = 4;
 
 impl Record {
     /// An empty record of `kind`.

@@ -4,6 +4,9 @@
 //! record through the inbox and no wait for the responder to be scheduled — as a NIC
 //! serves a one-sided operation without the responder's CPU.
 //!
+//! UC QPs take it too (a WRITE that passes the checks lands; one that would not goes
+//! through the inbox and is dropped there, and the UC requester completes either way).
+//!
 //! Taken only for the WQE that completes a QP's work: nothing of the QP is in flight
 //! through the inbox (so order within the QP holds: everything before it has been
 //! executed by the responder) and nothing is queued behind it (a stream of WQEs keeps
@@ -51,7 +54,11 @@ pub(super) fn execute(
     }
     // The responder's QP: ready, connected back to us, granting the right.
     let view = ex.qp(link.qpn)?;
-    if view.dest_qpn != qp.qpn || view.dest_dev != qp.dev || view.access & need == 0 {
+    if view.dest_qpn != qp.qpn
+        || view.dest_dev != qp.dev
+        || view.uc != qp.unreliable()
+        || view.access & need == 0
+    {
         return None;
     }
     let byte_len = if pull { len as u32 } else { 0 };

@@ -11,7 +11,7 @@ use crate::engine::{complete, fail, resolve_av, Step};
 use crate::mem::{self, Span};
 use crate::provider::{self, Provider};
 use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe};
-use crate::shared::inbox::{Kind, PushError, Record, F_INLINE, F_SOLICITED, PAYLOAD};
+use crate::shared::inbox::{Kind, PushError, Record, F_INLINE, F_SOLICITED, F_UC, PAYLOAD};
 use crate::shared::Shared;
 
 /// How long a QP waits before trying again when the peer's inbox is full or its
@@ -46,7 +46,12 @@ pub(crate) fn send(
     local: &[Span<'_>],
     len: u64,
 ) -> Step {
+    // Nothing answers: an RC requester's retries run out; a UC requester, which waits
+    // for no answer, has sent its message into the void and completes.
     let retry_exc = |g: &mut QpInner, w: &SendWqe| {
+        if qp.unreliable() {
+            return complete(qp, g, w, 0);
+        }
         fail(qp, g, w, IBV_WC_RETRY_EXC_ERR, None);
         Step::Failed
     };
@@ -103,6 +108,9 @@ pub(crate) fn send(
     let mut rec = Record::new(Kind::Request);
     rec.code = w.opcode;
     rec.flags = if w.solicited { F_SOLICITED } else { 0 };
+    if qp.unreliable() {
+        rec.flags |= F_UC;
+    }
     rec.from_pid = sh.me.pid;
     rec.from_token = sh.me.token;
     rec.src_qpn = qp.qpn;
@@ -198,7 +206,15 @@ pub(crate) fn check_deadlines(sh: &Shared) -> bool {
             sh.forget_peer(o);
         }
         g.remote.link = None;
-        if let Some(f) = g.remote.in_flight.pop_front() {
+        if qp.unreliable() {
+            // Nothing was to be acknowledged: everything sent to the dead process
+            // completes, as it would have on the wire.
+            while let Some(f) = g.remote.in_flight.pop_front() {
+                if matches!(complete(&qp, &mut g, &f.w, 0), Step::Failed) {
+                    break;
+                }
+            }
+        } else if let Some(f) = g.remote.in_flight.pop_front() {
             fail(&qp, &mut g, &f.w, IBV_WC_RETRY_EXC_ERR, None);
         }
         g.remote.watched = false;
@@ -220,7 +236,10 @@ pub(super) fn on_response(rec: &Record) {
         Some(f) if f.psn == rec.psn => {}
         _ => return,
     }
-    if rec.code == RESP_OK {
+    // A UC requester completes whatever the answer (its responder answers only to let
+    // it know the data was taken from its buffers).
+    if rec.code == RESP_OK || qp.unreliable() {
+        let byte_len = if rec.code == RESP_OK { rec.value } else { 0 };
         // `len` requests from `psn` on, all successful.
         g.rnr_tries = 0;
         for k in 0..rec.len.max(1) {
@@ -232,7 +251,7 @@ pub(super) fn on_response(rec: &Record) {
                 break;
             };
             if f.w.signaled {
-                let wc = qp.wc(f.w.wr_id, IBV_WC_SUCCESS, wc_opcode(f.w.opcode), rec.value);
+                let wc = qp.wc(f.w.wr_id, IBV_WC_SUCCESS, wc_opcode(f.w.opcode), byte_len);
                 let release = qp.release(&mut g.unsignaled);
                 if !qp.send_cq.push(wc, false, release) {
                     qp.to_error(&mut g, None);

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use vqp_host::sys::*;
 
 use super::{lock, RespSeq, RESP_ERR, RESP_OK, RESP_RNR};
-use crate::engine::{respond, MoveError, Mover, Response};
+use crate::engine::{respond, MoveError, Mover, Requester, Response};
 use crate::mem::{self, Span};
 use crate::provider;
 use crate::qp::{SendWqe, Sges, QP_REQ_ERR};
-use crate::shared::inbox::{iov, Inbox, Kind, PushError, Record, F_INLINE, F_SOLICITED};
+use crate::shared::inbox::{iov, Inbox, Kind, PushError, Record, F_INLINE, F_SOLICITED, F_UC};
 use crate::shared::sys::{process_copy, CopyError, Range};
 use crate::shared::{Owner, Shared};
 
@@ -229,17 +229,16 @@ pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack:
             rec,
             payload,
         };
-        respond(
-            p,
-            rec.src_qpn,
-            src_dev,
-            &b,
-            &mut gb,
-            &mrs,
-            &w,
-            rec.len,
-            &mut mv,
-        )
+        let a = Requester {
+            qpn: rec.src_qpn,
+            dev: src_dev,
+            qp_type: if rec.flags & F_UC != 0 {
+                IBV_QPT_UC
+            } else {
+                IBV_QPT_RC
+            },
+        };
+        respond(p, a, &b, &mut gb, &mrs, &w, rec.len, &mut mv)
     } else {
         Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR)
     };
