@@ -40,12 +40,13 @@
 //! What the exports do: the verbs softverbs has (devices, ports, GIDs with their type,
 //! P_Keys, PD, MR with `rereg` and the `ibv_alloc_buf` buffers, CQ with resize and
 //! channels, RC QPs, UC QPs (SEND and WRITE, unacknowledged: what the responder cannot
-//! take is dropped and the requester completes), shared receive queues with the limit
+//! take is dropped and the requester completes), UD QPs with address handles (datagrams
+//! up to the MTU behind the GRH area, Q_Keys), shared receive queues with the limit
 //! and last-WQE events,
 //! asynchronous events, the string and rate helpers, the sysfs attributes of the soft
 //! devices) behave as on a ConnectX; the others fail as an
 //! rdma-core provider without the operation does — null with `errno` `EOPNOTSUPP`, or
-//! `EOPNOTSUPP` returned: XRC, address handles and multicast (no UD), imports, ECE,
+//! `EOPNOTSUPP` returned: XRC, multicast, imports, ECE,
 //! device memory and DMA handles, dma-buf registration, `ibv_qp_to_qp_ex`. The data-path
 //! verbs are verbs.h inlines over `context->ops`, which this provider fills; the context
 //! is not an extended `verbs_context`, so verbs.h's extended verbs fall back

@@ -194,6 +194,41 @@ impl Span<'_> {
     }
 }
 
+/// Splits the span list `spans` after `n` bytes: the first `n` bytes' spans are written
+/// to `head`, the rest to `tail` (a span straddling the cut is split, both parts lying
+/// inside it, so both keep the invariant); returns how many of each. Entries that do
+/// not fit the output arrays are left out.
+pub(crate) fn split_at<'t>(
+    spans: &[Span<'t>],
+    n: u64,
+    head: &mut [Span<'t>],
+    tail: &mut [Span<'t>],
+) -> (usize, usize) {
+    let (mut nh, mut nt) = (0, 0);
+    let mut left = n;
+    let put = |out: &mut [Span<'t>], k: &mut usize, s: Span<'t>| {
+        if s.len > 0 && *k < out.len() {
+            out[*k] = s;
+            *k += 1;
+        }
+    };
+    for s in spans {
+        let h = s.len.min(left);
+        left -= h;
+        put(head, &mut nh, Span { len: h, ..*s });
+        put(
+            tail,
+            &mut nt,
+            Span {
+                addr: s.addr + h,
+                len: s.len - h,
+                _table: PhantomData,
+            },
+        );
+    }
+    (nh, nt)
+}
+
 /// Total bytes of a span list.
 pub(crate) fn total(spans: &[Span<'_>]) -> u64 {
     spans.iter().map(|s| s.len).sum()

@@ -230,6 +230,45 @@ fn uc_pingpong_as_libibverbs_so_1() {
     );
 }
 
+/// ibv_ud_pingpong: datagrams through address handles, 4096 bytes (the port's MTU) each
+/// way, behind the 40-byte GRH area of each receive.
+#[test]
+fn ud_pingpong_under_ld_preload() {
+    pingpong_with(
+        "ud_pingpong_under_ld_preload",
+        "ibv_ud_pingpong",
+        Subst::Preload,
+        ("soft1", "soft0"),
+        &["-s", "4096"],
+        18818,
+    );
+}
+
+#[test]
+fn ud_pingpong_as_libibverbs_so_1() {
+    pingpong_with(
+        "ud_pingpong_as_libibverbs_so_1",
+        "ibv_ud_pingpong",
+        Subst::LibraryPath,
+        ("soft1", "soft0"),
+        &["-s", "4096"],
+        18819,
+    );
+}
+
+/// `-g 0`: address handles with a global route, so every datagram carries a GRH.
+#[test]
+fn ud_pingpong_with_global_routes_under_ld_preload() {
+    pingpong_with(
+        "ud_pingpong_with_global_routes_under_ld_preload",
+        "ibv_ud_pingpong",
+        Subst::Preload,
+        ("soft1", "soft0"),
+        &["-s", "4096", "-g", "0"],
+        18828,
+    );
+}
+
 /// ibv_srq_pingpong: 16 RC QPs per side, each side's receives on one shared receive
 /// queue, 200 round trips of 4096 bytes.
 fn srq_pingpong(test: &str, subst: Subst, port: u16) {

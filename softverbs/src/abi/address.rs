@@ -1,13 +1,16 @@
-//! Address handles and multicast, for UD QPs, which softverbs does not have (RC only):
-//! creating an AH or attaching a multicast group fails cleanly as on an rdma-core
-//! provider without the operation (`EOPNOTSUPP`). Building an address vector from a
-//! received completion (`ibv_init_ah_from_wc`) is pure computation and works.
+//! Address handles, for UD QPs: `ibv_create_ah` / `ibv_destroy_ah`, and the address
+//! vector that answers a received datagram (`ibv_init_ah_from_wc`,
+//! `ibv_create_ah_from_wc`). Multicast is not supported: attaching a group fails
+//! cleanly as on an rdma-core provider without the operation (`EOPNOTSUPP`).
 
 use core::ffi::c_int;
 
 use vqp_host::sys::*;
 
-use super::object::{live, CtxObj};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::object::{live, publish, retire, AhObj, CtxObj, PdObj};
 use super::set_errno;
 use crate::provider;
 
@@ -121,14 +124,37 @@ fn ah_from_wc(
     Ok(a)
 }
 
-/// `ibv_create_ah`: null with `errno` `EOPNOTSUPP` (no UD QPs here).
+/// `ibv_create_ah`: an address handle for UD sends to `attr`'s destination. `EINVAL`
+/// for a PD that does not exist, a port other than 1, or a global route from a source
+/// GID index the port does not have (its table has one GID); a destination no device
+/// answers is accepted (as on a fabric: datagrams to it are lost).
 ///
 /// # Safety
-/// Nothing is dereferenced.
+/// `pd` is null or a live PD; `attr` null or readable.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
-pub unsafe extern "C" fn ibv_create_ah(_pd: *mut ibv_pd, _attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    set_errno(libc::EOPNOTSUPP);
-    core::ptr::null_mut()
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    // SAFETY: per the contract.
+    let (Some(p), Some(a)) = (unsafe { live::<PdObj>(pd) }, unsafe { attr.as_ref() }) else {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    };
+    if a.port_num != 1 || (a.is_global != 0 && a.grh.sgid_index != 0) {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
+    let prov = provider::get();
+    p.core.users.fetch_add(1, Ordering::AcqRel);
+    publish(AhObj {
+        ibv: ibv_ah {
+            // SAFETY: a live PD (contract).
+            context: unsafe { (*pd).context },
+            pd,
+            handle: 0,
+        },
+        attr: *a,
+        dev: crate::engine::resolve_av(prov, a),
+        pd: Arc::clone(&p.core),
+    })
 }
 
 /// `ibv_create_ah_from_wc`: [`ibv_init_ah_from_wc`], then [`ibv_create_ah`]: null with
@@ -157,13 +183,21 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     unsafe { ibv_create_ah(pd, &mut attr) }
 }
 
-/// `ibv_destroy_ah`: `EOPNOTSUPP` (no AH was ever created here).
+/// `ibv_destroy_ah`: `EINVAL` for an AH that does not exist. Sends already posted with
+/// it keep their destination (it was read at post).
 ///
 /// # Safety
-/// Nothing is dereferenced.
+/// No other thread uses the AH during the call or after it succeeds.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
-pub unsafe extern "C" fn ibv_destroy_ah(_ah: *mut ibv_ah) -> c_int {
-    libc::EOPNOTSUPP
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    match retire::<AhObj>(ah, |_| Ok(())) {
+        Ok(a) => {
+            a.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+            a.free();
+            0
+        }
+        Err(e) => e,
+    }
 }
 
 /// `ibv_attach_mcast`: `EOPNOTSUPP` (multicast needs UD QPs).
@@ -289,18 +323,18 @@ mod tests {
     }
 
     #[test]
-    fn address_handles_and_multicast_are_not_supported() {
+    fn null_address_handles_are_refused_and_multicast_is_not_supported() {
         let null = core::ptr::null_mut::<u8>();
         set_errno(0);
-        // SAFETY: nothing is dereferenced.
+        // SAFETY: null arguments are looked up, not dereferenced.
         assert!(unsafe { ibv_create_ah(null.cast(), null.cast()) }.is_null());
         assert_eq!(
             std::io::Error::last_os_error().raw_os_error(),
-            Some(libc::EOPNOTSUPP)
+            Some(libc::EINVAL)
         );
         // SAFETY: as above.
         unsafe {
-            assert_eq!(ibv_destroy_ah(null.cast()), libc::EOPNOTSUPP);
+            assert_eq!(ibv_destroy_ah(null.cast()), libc::EINVAL);
             assert_eq!(
                 ibv_attach_mcast(null.cast(), null.cast(), 0),
                 libc::EOPNOTSUPP

@@ -8,9 +8,9 @@ use core::ffi::c_int;
 
 use vqp_host::sys::*;
 
-use super::object::{unchecked, CqObj, QpObj, SrqObj};
+use super::object::{unchecked, AhObj, CqObj, QpObj, SrqObj};
 use crate::provider;
-use crate::qp::{sge_count, RecvWqe, SendWqe, Sges};
+use crate::qp::{sge_count, Datagram, RecvWqe, SendWqe, Sges};
 
 /// Walks a send chain, turning each request into a [`SendWqe`] (or the errno that
 /// refuses it), reading the application's structs as it goes.
@@ -79,6 +79,23 @@ impl SendChain<'_> {
         };
         // SAFETY: both members of the immediate union are `u32`s over the same bytes.
         let imm = unsafe { wr.imm.imm_data };
+        let ud = if self.qp.datagram() {
+            // SAFETY: on a UD QP the `wr` union holds `ud` (the application's contract).
+            let u = unsafe { wr.wr.ud };
+            // SAFETY: a UD send names a live address handle of this provider (the
+            // data path does not consult the registry, see the module docs).
+            let Some(ah) = (unsafe { unchecked::<AhObj>(u.ah) }) else {
+                return Err(libc::EINVAL);
+            };
+            Some(Datagram {
+                dev: ah.dev,
+                qpn: u.remote_qpn & 0x00ff_ffff,
+                qkey: u.remote_qkey,
+                global: ah.attr.is_global != 0,
+            })
+        } else {
+            None
+        };
         Ok(SendWqe {
             wr_id: wr.wr_id,
             opcode: wr.opcode,
@@ -96,6 +113,7 @@ impl SendChain<'_> {
             compare_add,
             swap,
             ready_at: None,
+            ud,
         })
     }
 }

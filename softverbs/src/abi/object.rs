@@ -85,6 +85,17 @@ pub(crate) struct SrqObj {
     pub(super) pd: Arc<PdCore>,
 }
 
+/// `ibv_ah` and the address it names.
+#[repr(C)]
+pub(crate) struct AhObj {
+    pub(super) ibv: ibv_ah,
+    /// The attributes it was created with.
+    pub(super) attr: ibv_ah_attr,
+    /// The device the address resolves to, if any.
+    pub(super) dev: Option<usize>,
+    pub(super) pd: Arc<PdCore>,
+}
+
 /// `ibv_qp` and the QP's state.
 #[repr(C)]
 pub(crate) struct QpObj {
@@ -102,6 +113,7 @@ const _: () = {
     assert!(core::mem::offset_of!(CqObj, ibv) == 0);
     assert!(core::mem::offset_of!(QpObj, ibv) == 0);
     assert!(core::mem::offset_of!(SrqObj, ibv) == 0);
+    assert!(core::mem::offset_of!(AhObj, ibv) == 0);
 };
 
 /// The kinds of object handed out; a pointer registered as one kind is never taken for
@@ -115,6 +127,7 @@ pub(super) enum Kind {
     Cq,
     Qp,
     Srq,
+    Ah,
 }
 
 /// A wrapper and the C struct at its offset 0.
@@ -140,6 +153,7 @@ object!(ChannelObj, ibv_comp_channel, Channel);
 object!(CqObj, ibv_cq, Cq);
 object!(QpObj, ibv_qp, Qp);
 object!(SrqObj, ibv_srq, Srq);
+object!(AhObj, ibv_ah, Ah);
 
 /// Where a registered object is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

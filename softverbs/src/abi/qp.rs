@@ -14,7 +14,7 @@ use super::srq::srq_core;
 use crate::provider;
 use crate::qp::{QpCore, MAX_INLINE};
 
-/// `ibv_create_qp`: RC and UC (`EOPNOTSUPP` for other types, `EINVAL` for sizes beyond
+/// `ibv_create_qp`: RC, UC and UD (`EOPNOTSUPP` for other types, `EINVAL` for sizes beyond
 /// the device's limits, or an SRQ of another device). A QP given an SRQ takes its
 /// receives from it and has no receive queue of its own (granted receive sizes 0). Writes the granted sizes back into `qp_init_attr.cap`.
 ///
@@ -35,7 +35,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };
-    if init.qp_type != IBV_QPT_RC && init.qp_type != IBV_QPT_UC {
+    if !matches!(init.qp_type, IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_UD) {
         set_errno(libc::EOPNOTSUPP);
         return core::ptr::null_mut();
     }

@@ -11,7 +11,9 @@ use super::respond::{respond, LocalMover, Requester, Response};
 use super::Step;
 use crate::mem::{self, MrTable, Span};
 use crate::provider::Provider;
-use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe, MAX_MSG, MAX_SGE, QP_FATAL};
+use crate::qp::{
+    rnr_delay, wc_opcode, Datagram, QpCore, QpInner, SendWqe, MAX_MSG, MAX_SGE, QP_FATAL, UD_MTU,
+};
 
 /// Executes up to `n` WQEs from the head of `qp`'s send queue. Returns how many ran
 /// and, when the QP stalled (RNR back-off, delay), the instant it may continue.
@@ -168,6 +170,9 @@ fn execute(
         fail(qp, g, &w, IBV_WC_LOC_LEN_ERR, None);
         return Step::Failed;
     }
+    if let Some(d) = w.ud {
+        return datagram(p, qp, g, mrs, w, local, len, d);
+    }
     let local_up = p.devices[qp.dev].is_up();
     let Some(b) = peer(p, g).filter(|b| local_up && p.devices[b.dev].is_up()) else {
         // Not in this process: another process's QP, or nothing answers (the
@@ -225,5 +230,61 @@ fn execute(
             fail(qp, g, &w, IBV_WC_RETRY_EXC_ERR, None);
             Step::Failed
         }
+    }
+}
+
+/// Executes UD send `w` (to `d`): larger than the MTU is a local length error; to a QP
+/// of this process, the responder's side runs here; to another process's, through the
+/// shared namespace; to nobody, the datagram is lost. Unacknowledged: the send
+/// completes successfully whatever the receiver made of it.
+#[allow(clippy::too_many_arguments)]
+fn datagram(
+    p: &'static Provider,
+    qp: &Arc<QpCore>,
+    g: &mut QpInner,
+    mrs: &MrTable,
+    mut w: SendWqe,
+    local: &[Span<'_>],
+    len: u64,
+    d: Datagram,
+) -> Step {
+    if len > UD_MTU {
+        fail(qp, g, &w, IBV_WC_LOC_LEN_ERR, None);
+        return Step::Failed;
+    }
+    // A Q_Key with the high bit set means the sending QP's own (IBA Vol. 1 §10.2.5).
+    w.rkey = if d.qkey & 0x8000_0000 != 0 {
+        g.attr.qkey
+    } else {
+        d.qkey
+    };
+    let up = p.devices[qp.dev].is_up();
+    let Some(dev) = d.dev.filter(|&dv| up && p.devices[dv].is_up()) else {
+        return complete(qp, g, &w, 0);
+    };
+    let Some(b) = p.find_qp(dev, d.qpn) else {
+        return crate::shared::remote::send(p, qp, g, w, local, len);
+    };
+    let requester = Requester {
+        qpn: qp.qpn,
+        dev: qp.dev,
+        qp_type: qp.qp_type,
+    };
+    let mut mover = LocalMover {
+        local,
+        inline: w.inline.as_deref(),
+    };
+    let r = if Arc::ptr_eq(&b, qp) {
+        respond(p, requester, &b, g, mrs, &w, len, &mut mover)
+    } else {
+        let mut gb = b.lock();
+        respond(p, requester, &b, &mut gb, mrs, &w, len, &mut mover)
+    };
+    match r.unacknowledged() {
+        Response::Error { status, .. } => {
+            fail(qp, g, &w, status, None);
+            Step::Failed
+        }
+        _ => complete(qp, g, &w, 0),
     }
 }

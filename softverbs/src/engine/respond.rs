@@ -8,7 +8,7 @@ use vqp_host::sys::*;
 use super::resolve_av;
 use crate::mem::{self, KeyError, MrTable, Span};
 use crate::provider::Provider;
-use crate::qp::{QpCore, QpInner, RecvWqe, SendWqe, MAX_SGE, QP_ACCESS_ERR, QP_REQ_ERR};
+use crate::qp::{QpCore, QpInner, RecvWqe, SendWqe, GRH_BYTES, MAX_SGE, QP_ACCESS_ERR, QP_REQ_ERR};
 use crate::srq::SrqCore;
 
 /// What the responder side reported.
@@ -212,6 +212,9 @@ fn respond_checked<M: Mover>(
     len: u64,
     mv: &mut M,
 ) -> Response {
+    if b.datagram() {
+        return respond_datagram(p, a, b, gb, mrs, w, len, mv);
+    }
     let (a_qpn, a_dev) = (a.qpn, a.dev);
     let moved = |r: Result<(), MoveError>| match r {
         Ok(()) => None,
@@ -365,4 +368,128 @@ fn respond_checked<M: Mover>(
         }
         _ => Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR),
     }
+}
+
+/// A UD datagram at UD QP `b` (`w.rkey` carries the effective Q_Key). Dropped silently,
+/// as the specification has it for UD (IBA Vol. 1 §9.6.1, §10.2.5): from a QP that is
+/// not UD, to a QP not ready to receive (RTR or RTS), with a Q_Key other than the QP's,
+/// or with no receive posted (no RNR on UD). Otherwise it fills a receive: the first 40
+/// bytes of the receive buffer are the GRH area (written, and `IBV_WC_GRH` set, when the
+/// sender's address handle had a global route), the payload follows, and the
+/// completion's `byte_len` counts both; `src_qp`, `slid` and `pkey_index` name the
+/// sender. A receive that cannot hold GRH area and payload, or names memory it cannot
+/// use, completes in error and moves the QP to the error state.
+#[allow(clippy::too_many_arguments)]
+fn respond_datagram<M: Mover>(
+    p: &Provider,
+    a: Requester,
+    b: &QpCore,
+    gb: &mut QpInner,
+    mrs: &MrTable,
+    w: &SendWqe,
+    len: u64,
+    mv: &mut M,
+) -> Response {
+    let dropped = Response::Ok(0);
+    if a.qp_type != IBV_QPT_UD
+        || !matches!(gb.state, IBV_QPS_RTR | IBV_QPS_RTS)
+        || w.rkey != gb.attr.qkey
+    {
+        return dropped;
+    }
+    let mut srq_queue = b.srq.as_ref().map(|s| (s, s.lock()));
+    let mut receives = match srq_queue.as_mut() {
+        Some((s, q)) => Receives::Shared(s, q),
+        None => Receives::Own(&mut gb.rq, b.pd),
+    };
+    let recv_pd = receives.pd();
+    let Some(r) = receives.front() else {
+        return dropped;
+    };
+    let mut dst_buf: [Span<'_>; MAX_SGE as usize] = [Span::empty(); MAX_SGE as usize];
+    let mut n_dst = 0;
+    let mut bad = false;
+    for s in r.sges.as_slice() {
+        match mrs.span(
+            s.lkey,
+            b.dev,
+            recv_pd,
+            s.addr,
+            u64::from(s.length),
+            IBV_ACCESS_LOCAL_WRITE,
+        ) {
+            Ok(span) if n_dst < dst_buf.len() => {
+                dst_buf[n_dst] = span;
+                n_dst += 1;
+            }
+            _ => bad = true,
+        }
+    }
+    let dst = &dst_buf[..n_dst];
+    let status = if bad {
+        IBV_WC_LOC_PROT_ERR
+    } else if mem::total(dst) < GRH_BYTES + len {
+        IBV_WC_LOC_LEN_ERR
+    } else {
+        IBV_WC_SUCCESS
+    };
+    let mut grh_area = [Span::empty(); MAX_SGE as usize + 1];
+    let mut data = [Span::empty(); MAX_SGE as usize + 1];
+    let (ng, nd) = mem::split_at(dst, GRH_BYTES, &mut grh_area, &mut data);
+    if status == IBV_WC_SUCCESS {
+        match mv.pull(&data[..nd]) {
+            Ok(()) => {}
+            Err(MoveError::Gone) => return Response::Dropped,
+            Err(MoveError::Status(s)) => return Response::requester(s),
+        }
+    }
+    let Some(r) = receives.take() else {
+        return dropped;
+    };
+    drop(srq_queue);
+    if status != IBV_WC_SUCCESS {
+        b.recv_cq
+            .push(b.wc(r.wr_id, status, IBV_WC_RECV, 0), false, None);
+        b.to_error(gb, None);
+        return dropped;
+    }
+    let mut wc = b.wc(
+        r.wr_id,
+        IBV_WC_SUCCESS,
+        IBV_WC_RECV,
+        (GRH_BYTES + len) as u32,
+    );
+    wc.src_qp = a.qpn;
+    wc.slid = p.devices[a.dev].lid;
+    wc.pkey_index = 0;
+    if w.ud.is_some_and(|d| d.global) {
+        mem::copy_from_bytes(
+            &grh_area[..ng],
+            &grh(&p.devices[a.dev].gid, &p.devices[b.dev].gid, len),
+        );
+        wc.wc_flags |= IBV_WC_GRH;
+    }
+    if w.opcode == IBV_WR_SEND_WITH_IMM {
+        wc.wc_flags |= IBV_WC_WITH_IMM;
+        wc.imm = ibv_wc_imm { imm_data: w.imm };
+    }
+    if !b.recv_cq.push(wc, w.solicited, None) {
+        b.to_error(gb, None);
+    }
+    dropped
+}
+
+/// The 40-byte global route header a datagram from `sgid` to `dgid` carries: IPv6
+/// version, traffic class and flow label 0, the payload length, next header 0x1b (an
+/// InfiniBand transport header follows), hop limit 64, then the two GIDs (all in
+/// network order, as `struct ibv_grh`).
+fn grh(sgid: &[u8; 16], dgid: &[u8; 16], len: u64) -> [u8; GRH_BYTES as usize] {
+    let mut h = [0u8; GRH_BYTES as usize];
+    h[0] = 6 << 4;
+    h[4..6].copy_from_slice(&(len.min(u64::from(u16::MAX)) as u16).to_be_bytes());
+    h[6] = 0x1b;
+    h[7] = 64;
+    h[8..24].copy_from_slice(sgid);
+    h[24..40].copy_from_slice(dgid);
+    h
 }

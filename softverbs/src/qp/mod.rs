@@ -84,7 +84,28 @@ pub(crate) struct SendWqe {
     pub swap: u64,
     /// Not executed before this instant (delay fault).
     pub ready_at: Option<Instant>,
+    /// A UD send's destination.
+    pub ud: Option<Datagram>,
 }
+
+/// Where a UD send goes: from its address handle and work request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Datagram {
+    /// The device the address handle resolves to (`None`: no such device, the
+    /// datagram is lost).
+    pub dev: Option<usize>,
+    /// Destination QP number.
+    pub qpn: u32,
+    /// The Q_Key as posted (high bit set: use the sending QP's own).
+    pub qkey: u32,
+    /// The address handle has a global route: the receiver gets a GRH.
+    pub global: bool,
+}
+
+/// The largest UD message: the port's MTU (`IBV_MTU_4096`).
+pub(crate) const UD_MTU: u64 = 4096;
+/// Bytes at the head of every UD receive buffer for the GRH (filled or not).
+pub(crate) const GRH_BYTES: u64 = 40;
 
 /// A posted receive WQE.
 #[derive(Debug)]
@@ -118,7 +139,7 @@ pub(crate) struct QpInner {
 /// The Rust side of a QP.
 pub(crate) struct QpCore {
     pub qpn: u32,
-    /// `IBV_QPT_RC` or `IBV_QPT_UC`.
+    /// `IBV_QPT_RC`, `IBV_QPT_UC` or `IBV_QPT_UD`.
     pub qp_type: u32,
     /// Creation rank in the process, from 1.
     pub nth: u64,
@@ -324,11 +345,17 @@ impl QpCore {
         crate::shared::export_qp(self.qpn, view);
     }
 
-    /// Whether the QP is unreliable (UC): nothing is acknowledged, so its requests
-    /// complete successfully whatever becomes of them at the responder.
+    /// Whether the QP is unreliable (UC or UD): nothing is acknowledged, so its
+    /// requests complete successfully whatever becomes of them at the responder.
     #[inline]
     pub fn unreliable(&self) -> bool {
-        self.qp_type == IBV_QPT_UC
+        self.qp_type != IBV_QPT_RC
+    }
+
+    /// Whether the QP is UD: each send names its destination through an address handle.
+    #[inline]
+    pub fn datagram(&self) -> bool {
+        self.qp_type == IBV_QPT_UD
     }
 
     /// Completes every queued WQE with `IBV_WC_WR_FLUSH_ERR`.

@@ -7,10 +7,12 @@ use super::*;
 
 /// Whether the opcode is one this provider executes on a QP of type `qp_type`: RC has
 /// them all; UC has SEND and RDMA WRITE (with immediate or not), no READ and no
-/// atomics (IBA Vol. 1 §9.4 lists which transports carry which operations).
+/// atomics; UD has SEND only (IBA Vol. 1 §9.4 lists which transports carry which
+/// operations).
 fn supported(qp_type: u32, opcode: u32) -> bool {
     match opcode {
-        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => true,
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => true,
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => qp_type != IBV_QPT_UD,
         IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
             qp_type == IBV_QPT_RC
         }

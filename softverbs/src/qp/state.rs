@@ -1,4 +1,4 @@
-//! The RC and UC state machines: the transitions the specification allows, the
+//! The RC, UC and UD state machines: the transitions the specification allows, the
 //! attributes each one requires or accepts, their values, and `ibv_modify_qp` /
 //! `ibv_query_qp`.
 
@@ -20,6 +20,9 @@ pub(super) fn transition(cur: u32, next: u32) -> Option<(u32, u32)> {
 /// the RNR timer nor the read/atomic depths, nor the timeout and retry counts (it has
 /// no acknowledgements to time out).
 pub(super) fn transition_of(qp_type: u32, cur: u32, next: u32) -> Option<(u32, u32)> {
+    if qp_type == IBV_QPT_UD {
+        return ud_transition(cur, next);
+    }
     let uc = qp_type == IBV_QPT_UC;
     const INIT_OPT: u32 = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
     let rts_opt: u32 = IBV_QP_CUR_STATE
@@ -61,6 +64,21 @@ pub(super) fn transition_of(qp_type: u32, cur: u32, next: u32) -> Option<(u32, u
             rts_opt,
         )),
         (IBV_QPS_RTS, IBV_QPS_RTS) => Some((0, rts_opt)),
+        _ => None,
+    }
+}
+
+/// The masks of a UD transition (the kernel's `qp_state_table`): the Q_Key at INIT,
+/// nothing at RTR (there is no connection), the send PSN at RTS.
+fn ud_transition(cur: u32, next: u32) -> Option<(u32, u32)> {
+    const INIT: u32 = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+    match (cur, next) {
+        (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => Some((0, 0)),
+        (IBV_QPS_RESET, IBV_QPS_INIT) => Some((INIT, 0)),
+        (IBV_QPS_INIT, IBV_QPS_INIT) => Some((0, INIT)),
+        (IBV_QPS_INIT, IBV_QPS_RTR) => Some((0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY)),
+        (IBV_QPS_RTR, IBV_QPS_RTS) => Some((IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY)),
+        (IBV_QPS_RTS, IBV_QPS_RTS) => Some((0, IBV_QP_CUR_STATE | IBV_QP_QKEY)),
         _ => None,
     }
 }
@@ -200,6 +218,9 @@ fn apply(dst: &mut ibv_qp_attr, src: &ibv_qp_attr, mask: u32) {
     }
     if has(IBV_QP_PKEY_INDEX) {
         dst.pkey_index = src.pkey_index;
+    }
+    if has(IBV_QP_QKEY) {
+        dst.qkey = src.qkey;
     }
     if has(IBV_QP_PORT) {
         dst.port_num = src.port_num;

@@ -97,6 +97,11 @@ pub(crate) const F_SOLICITED: u32 = 1;
 pub(crate) const F_INLINE: u32 = 2;
 /// Flag: the requester QP is UC (a responder answers only a QP of its own type).
 pub(crate) const F_UC: u32 = 4;
+/// Flag: the requester QP is UD (the request is a datagram: no sequence, `rkey` is the
+/// Q_Key).
+pub(crate) const F_UD: u32 = 8;
+/// Flag: the datagram's address handle had a global route (the receiver gets a GRH).
+pub(crate) const F_GRH: u32 = 16;
 
 impl Record {
     /// An empty record of `kind`.

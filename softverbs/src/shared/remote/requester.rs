@@ -11,7 +11,9 @@ use crate::engine::{complete, fail, resolve_av, Step};
 use crate::mem::{self, Span};
 use crate::provider::{self, Provider};
 use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe};
-use crate::shared::inbox::{Kind, PushError, Record, F_INLINE, F_SOLICITED, F_UC, PAYLOAD};
+use crate::shared::inbox::{
+    Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, PAYLOAD,
+};
 use crate::shared::Shared;
 
 /// How long a QP waits before trying again when the peer's inbox is full or its
@@ -55,15 +57,27 @@ pub(crate) fn send(
         fail(qp, g, w, IBV_WC_RETRY_EXC_ERR, None);
         Step::Failed
     };
-    let dev = match resolve_av(p, &g.attr.ah_attr) {
+    // A UD send names its destination; a connected QP has one.
+    let (dest_dev, dest) = match &w.ud {
+        Some(d) => (d.dev, d.qpn),
+        None => (resolve_av(p, &g.attr.ah_attr), g.attr.dest_qp_num),
+    };
+    let dev = match dest_dev {
         Some(d) if p.devices[qp.dev].is_up() && p.devices[d].is_up() => d,
         _ => return retry_exc(g, &w),
     };
     let Some(sh) = crate::shared::current() else {
         return retry_exc(g, &w);
     };
-    let dest = g.attr.dest_qp_num;
-    if !matches!(&g.remote.link, Some(l) if l.dev == dev && l.qpn == dest) {
+    let same_link = matches!(&g.remote.link, Some(l) if l.dev == dev && l.qpn == dest);
+    if !same_link && !g.remote.in_flight.is_empty() {
+        // A UD QP changing destination: its requests in flight go to one process at a
+        // time, so their answers come back in order.
+        g.sq.push_front(w);
+        g.remote.full = true;
+        return Step::Rnr(BACKOFF);
+    }
+    if !same_link {
         g.remote.link = None;
         let Some((owner, word)) = sh.registry.lookup(dest, dev) else {
             return retry_exc(g, &w);
@@ -108,7 +122,12 @@ pub(crate) fn send(
     let mut rec = Record::new(Kind::Request);
     rec.code = w.opcode;
     rec.flags = if w.solicited { F_SOLICITED } else { 0 };
-    if qp.unreliable() {
+    if qp.datagram() {
+        rec.flags |= F_UD;
+        if w.ud.is_some_and(|d| d.global) {
+            rec.flags |= F_GRH;
+        }
+    } else if qp.unreliable() {
         rec.flags |= F_UC;
     }
     rec.from_pid = sh.me.pid;

@@ -11,8 +11,10 @@ use super::{lock, RespSeq, RESP_ERR, RESP_OK, RESP_RNR};
 use crate::engine::{respond, MoveError, Mover, Requester, Response};
 use crate::mem::{self, Span};
 use crate::provider;
-use crate::qp::{SendWqe, Sges, QP_REQ_ERR};
-use crate::shared::inbox::{iov, Inbox, Kind, PushError, Record, F_INLINE, F_SOLICITED, F_UC};
+use crate::qp::{Datagram, SendWqe, Sges, QP_REQ_ERR};
+use crate::shared::inbox::{
+    iov, Inbox, Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD,
+};
 use crate::shared::sys::{process_copy, CopyError, Range};
 use crate::shared::{Owner, Shared};
 
@@ -190,25 +192,33 @@ pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack:
     // requester lock aside), so a waiting deregistration cannot wedge us.
     let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
     let mut gb = b.lock();
-    let same = matches!(&gb.remote.resp,
-        Some(s) if s.from == from && s.qpn == rec.src_qpn && s.conn == rec.conn);
-    if !same {
-        gb.remote.resp = Some(RespSeq {
-            from,
-            qpn: rec.src_qpn,
-            conn: rec.conn,
-            expect: rec.psn,
-            inbox: sh.peer_inbox(from),
-        });
-    }
-    let (expect, inbox) = match &gb.remote.resp {
-        Some(s) => (s.expect, s.inbox.clone()),
-        None => return,
+    // A datagram has no sequence (nothing is re-sent on UD); a connection's requests
+    // execute in sequence.
+    let datagram = rec.flags & F_UD != 0;
+    let inbox = if datagram {
+        sh.peer_inbox(from)
+    } else {
+        let same = matches!(&gb.remote.resp,
+            Some(s) if s.from == from && s.qpn == rec.src_qpn && s.conn == rec.conn);
+        if !same {
+            gb.remote.resp = Some(RespSeq {
+                from,
+                qpn: rec.src_qpn,
+                conn: rec.conn,
+                expect: rec.psn,
+                inbox: sh.peer_inbox(from),
+            });
+        }
+        let (expect, inbox) = match &gb.remote.resp {
+            Some(s) => (s.expect, s.inbox.clone()),
+            None => return,
+        };
+        if rec.psn != expect {
+            // Out of sequence (after an RNR NAK or an error): the requester re-sends.
+            return;
+        }
+        inbox
     };
-    if rec.psn != expect {
-        // Out of sequence (after an RNR NAK or an error): the requester re-sends.
-        return;
-    }
     let response = if well_formed(rec, payload) {
         let w = SendWqe {
             wr_id: 0,
@@ -223,6 +233,12 @@ pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack:
             compare_add: rec.compare_add,
             swap: rec.swap,
             ready_at: None,
+            ud: datagram.then_some(Datagram {
+                dev: Some(dst_dev),
+                qpn: rec.dst_qpn,
+                qkey: rec.rkey,
+                global: rec.flags & F_GRH != 0,
+            }),
         };
         let mut mv = RemoteMover {
             pid: rec.from_pid,
@@ -232,7 +248,9 @@ pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack:
         let a = Requester {
             qpn: rec.src_qpn,
             dev: src_dev,
-            qp_type: if rec.flags & F_UC != 0 {
+            qp_type: if datagram {
+                IBV_QPT_UD
+            } else if rec.flags & F_UC != 0 {
                 IBV_QPT_UC
             } else {
                 IBV_QPT_RC
@@ -244,7 +262,7 @@ pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack:
     };
     let (code, value) = match response {
         Response::Ok(n) => {
-            if let Some(s) = gb.remote.resp.as_mut() {
+            if let Some(s) = gb.remote.resp.as_mut().filter(|_| !datagram) {
                 s.expect = s.expect.wrapping_add(1);
             }
             (RESP_OK, n)
