@@ -96,9 +96,17 @@ impl ChannelCore {
     }
 
     /// Takes the next event (CQ address, CQ context); call after one count was read
-    /// from `fd`.
+    /// from `fd`. `None` when the count was one of a discarded event's.
     pub fn take(&self) -> Option<(usize, usize)> {
         lock(&self.events).pop_front()
+    }
+
+    /// Drops the events of CQ `cq` nobody has taken (the CQ is being destroyed): as the
+    /// kernel's `ib_uverbs_release_ucq` frees a destroyed CQ's unread events, which
+    /// therefore need no acknowledgement. Their counts stay on the eventfd; a reader
+    /// that consumes one finds no event and reads again.
+    pub fn discard(&self, cq: usize) {
+        lock(&self.events).retain(|&(q, _)| q != cq);
     }
 }
 
@@ -117,7 +125,10 @@ struct CqInner {
     queue: VecDeque<(ibv_wc, Release)>,
     overflowed: bool,
     armed: Armed,
-    events: u64,
+    /// Events taken by `ibv_get_cq_event` (what `ibv_destroy_cq` waits to see
+    /// acknowledged, as libibverbs waits for the kernel's `comp_events_reported`, which
+    /// counts the events read, not the events raised).
+    delivered: u64,
     acks: u64,
 }
 
@@ -172,7 +183,7 @@ impl CqCore {
                 queue: VecDeque::with_capacity(cap.min(INITIAL_ALLOC)),
                 overflowed: false,
                 armed: Armed::No,
-                events: 0,
+                delivered: 0,
                 acks: 0,
             }),
             acked: Condvar::new(),
@@ -203,7 +214,6 @@ impl CqCore {
         };
         if fire {
             g.armed = Armed::No;
-            g.events += 1;
         }
         drop(g);
         if fire {
@@ -268,6 +278,11 @@ impl CqCore {
         Ok(())
     }
 
+    /// Counts one event of this CQ taken from its channel.
+    pub fn delivered(&self) {
+        lock(&self.inner).delivered += 1;
+    }
+
     /// Acknowledges `n` events.
     pub fn ack(&self, n: u32) {
         let mut g = lock(&self.inner);
@@ -280,7 +295,7 @@ impl CqCore {
     /// `ibv_destroy_cq` does.
     pub fn wait_acked(&self) {
         let mut g = lock(&self.inner);
-        while g.acks < g.events {
+        while g.acks < g.delivered {
             g = self.acked.wait(g).unwrap_or_else(|e| e.into_inner());
         }
     }

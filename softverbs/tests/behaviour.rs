@@ -512,6 +512,62 @@ fn completion_channel_blocks_and_polls() {
     assert_eq!(rc, libc::EBUSY);
 }
 
+/// An event raised for a CQ but never taken from the channel needs no acknowledgement:
+/// `ibv_destroy_cq` drops it and returns (libibverbs waits only for the events it read,
+/// the kernel's `comp_events_reported`). It used to wait for it for ever.
+#[test]
+fn an_event_nobody_took_does_not_hold_up_destroying_its_cq() {
+    let v = verbs();
+    let o = Opts {
+        channel: true,
+        ..Opts::default()
+    };
+    let (a, b) = pair_with(&v, &o);
+    a.cq.req_notify(false).unwrap();
+    let mut sge = a.mr.sge(0, 8).unwrap();
+    let mut w = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    rdma(&mut w, &b.mr, 0);
+    post(&a, &mut w);
+    assert_eq!(poll_n(&a.cq, 1)[0].wr_id(), 1);
+    let Side {
+        ctx,
+        pd,
+        channel,
+        cq,
+        qp,
+        mr,
+    } = a;
+    let ch = channel.unwrap();
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: ch.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    assert_eq!(
+        unsafe { libc::poll(&mut p, 1, 5000) },
+        1,
+        "the event was raised"
+    );
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(qp);
+        drop(cq);
+        let _ = done_tx.send(());
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("ibv_destroy_cq waited for an event nobody took");
+    // The channel has nothing left to give.
+    ch.set_nonblocking(true).unwrap();
+    match ch.get_cq_event() {
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EAGAIN)),
+        Ok(_) => panic!("an event of a destroyed CQ"),
+    }
+    drop((mr, pd, ctx));
+}
+
 #[test]
 fn injected_qp_failure_after_n_wqes() {
     let v = verbs();

@@ -127,9 +127,9 @@ pub unsafe extern "C" fn ibv_create_cq(
     p
 }
 
-/// `ibv_destroy_cq`: `EBUSY` while QPs use it; waits until every completion event
-/// received for it was acknowledged (`ibv_ack_cq_events` still finds the CQ while it
-/// waits). `EINVAL` for a CQ that does not exist (destroyed already, or never created
+/// `ibv_destroy_cq`: `EBUSY` while QPs use it; drops its events nobody took from the
+/// channel, then waits until every event taken for it was acknowledged
+/// (`ibv_ack_cq_events` still finds the CQ while it waits). `EINVAL` for a CQ that does not exist (destroyed already, or never created
 /// here).
 ///
 /// # Safety
@@ -148,6 +148,9 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         Ok(q) => q,
         Err(e) => return e,
     };
+    if let Some(ch) = &q.get().core.channel {
+        ch.discard(cq as usize);
+    }
     q.get().core.wait_acked();
     q.get().core.release_channel();
     q.free();
@@ -174,14 +177,21 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    if let Err(e) = ch.core.fd.wait_one() {
-        set_errno(e.raw_os_error().unwrap_or(libc::EIO));
-        return -1;
-    }
-    let Some((q, qctx)) = ch.core.take() else {
-        set_errno(libc::EIO);
-        return -1;
+    // A count without an event belonged to an event discarded with its CQ: read on.
+    let (q, qctx) = loop {
+        if let Err(e) = ch.core.fd.wait_one() {
+            set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+            return -1;
+        }
+        if let Some(ev) = ch.core.take() {
+            break ev;
+        }
     };
+    // SAFETY: an event names a CQ of this channel, live (or being destroyed, its
+    // destroy waiting for this event's acknowledgement).
+    if let Some(c) = unsafe { live_or_closing::<CqObj>(q as *mut ibv_cq) } {
+        c.core.delivered();
+    }
     // SAFETY: writable out-pointers (contract).
     unsafe {
         *cq = q as *mut ibv_cq;
