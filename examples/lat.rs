@@ -354,6 +354,7 @@ impl Port for Handle<RING> {
                 Event::Rejected { wr_id, error } => {
                     return Err(format!("request {wr_id}: {error}"))
                 }
+                Event::PathFailed(e) => return Err(format!("a path failed: {e}")),
             }
             n += 1;
         }

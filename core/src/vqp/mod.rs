@@ -402,6 +402,37 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         self.fail(WcStatus::WR_FLUSH_ERR);
     }
 
+    /// Physical QP `qp_num` of `device` failed outside any completion (an asynchronous
+    /// event reported it: QP fatal, a remote access or request error at this side as a
+    /// responder): if it is one of this virtual QP's, the virtual QP fails with `status`
+    /// as an error completion of it would fail it. Returns whether it was ours.
+    pub fn fail_qp(&mut self, qp_num: u32, device: u8, status: WcStatus) -> bool {
+        let ours = self
+            .lanes
+            .iter()
+            .chain(self.notify.iter())
+            .any(|l| l.qp_num == qp_num && l.device == device);
+        if ours {
+            self.fail(status);
+        }
+        ours
+    }
+
+    /// Every physical QP on `device` failed (its port went down, the device failed):
+    /// as [`Self::fail_qp`] for any of this virtual QP's QPs there. Returns whether it
+    /// had one.
+    pub fn fail_device(&mut self, device: u8, status: WcStatus) -> bool {
+        let ours = self
+            .lanes
+            .iter()
+            .chain(self.notify.iter())
+            .any(|l| l.device == device);
+        if ours {
+            self.fail(status);
+        }
+        ours
+    }
+
     /// Mark the virtual QP failed with `status` (the first error wins): requests not
     /// fully posted stop and will report an error; nothing new is taken.
     fn fail(&mut self, status: WcStatus) {

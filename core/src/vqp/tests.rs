@@ -466,6 +466,43 @@ fn a_failed_qp_fails_every_outstanding_request_once() {
 }
 
 #[test]
+fn a_qp_failed_by_an_event_fails_the_virtual_qp_and_another_qp_does_not() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 2);
+    for id in 0..2 {
+        vqp.post_send(&write(id, 128 << 10)).unwrap();
+    }
+    let qpn = vqp.data_qp_num(1).unwrap();
+    assert!(!vqp.fail_qp(qpn + 1000, 0, WcStatus::FATAL_ERR), "not ours");
+    assert!(
+        !vqp.fail_qp(qpn, 1, WcStatus::FATAL_ERR),
+        "ours, but not on device 1"
+    );
+    assert!(!vqp.fail_device(1, WcStatus::FATAL_ERR));
+    assert_eq!(vqp.failure(), None);
+    assert!(f.errored.borrow().is_empty());
+    assert!(vqp.fail_qp(qpn, 0, WcStatus::FATAL_ERR));
+    assert_eq!(vqp.failure(), Some(WcStatus::FATAL_ERR));
+    assert_eq!(f.errored.borrow().len(), 2, "every QP was moved to error");
+    assert_eq!(
+        vqp.post_send(&write(9, 8)),
+        Err(PostSendError::Failed(WcStatus::FATAL_ERR))
+    );
+    // The provider flushes what was posted; each request is reported once.
+    for i in f.signaled() {
+        f.complete_send(i, WcStatus::WR_FLUSH_ERR);
+    }
+    let wcs = poll(&mut vcq, &mut vqp);
+    let ids: Vec<u64, 4> = wcs.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [0, 1]);
+    assert!(wcs.iter().all(|w| !w.status.is_ok()));
+    assert_eq!(vqp.sends_in_flight(), 0);
+    // A later event changes nothing (the first error stays).
+    assert!(vqp.fail_device(0, WcStatus::RETRY_EXC_ERR));
+    assert_eq!(vqp.failure(), Some(WcStatus::FATAL_ERR));
+}
+
+#[test]
 fn a_refused_post_fails_the_request_not_the_caller() {
     let f = Fabric::default();
     let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 2);

@@ -35,6 +35,11 @@
 //!   `timeout`). Submitters pay for this mode only while the thread sleeps: a fence on
 //!   every submission, and a wake-up call (futex or eventfd write) when it sleeps.
 //!
+//! # Asynchronous events
+//! With an [`EventWatch`] ([`Stack::with_events`]), failures that no completion
+//! carries — a QP put in error as a responder, a port gone down, a device failed —
+//! fail the virtual QP that owns the physical QP at the next round (see `watch`).
+//!
 //! # Shutdown
 //! [`PollThread::drain`] lets everything outstanding complete (requests already
 //! submitted included) and stops; if that takes longer than its timeout it continues as
@@ -50,6 +55,8 @@ mod stack;
 mod thread;
 #[allow(unsafe_code)]
 mod wake;
+#[allow(unsafe_code)]
+mod watch;
 
 use std::time::Duration;
 
@@ -58,6 +65,7 @@ pub use msg::{Event, Refusal, Request};
 pub use stack::{Blocker, ChannelBlocker, Stack};
 pub use thread::PollThread;
 pub use wake::WakeFd;
+pub use watch::{EventWatch, PathFailure};
 
 /// What a poll thread does when a round found no work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,6 +132,8 @@ pub struct Stats {
     pub sleeps: u64,
     /// Polls of the virtual CQ that failed (the provider's `poll_cq` error).
     pub poll_failures: u64,
+    /// Virtual QPs failed by an asynchronous event ([`Event::PathFailed`]).
+    pub path_failures: u64,
     /// Whether the thread stopped by aborting (asked to, or a drain that timed out).
     pub aborted: bool,
     /// Whether it stopped at its deadline with work left (see `outstanding`,

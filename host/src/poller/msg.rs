@@ -4,6 +4,8 @@ use core::fmt;
 
 use vqp_core::{PostRecvError, PostSendError, RecvWr, SendWr, Wc};
 
+use crate::verbs::AsyncEvent;
+
 /// A request for the poll thread to post on the virtual QP the handle belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request {
@@ -52,7 +54,8 @@ impl std::error::Error for Refusal {
 }
 
 /// What the poll thread reports back: one event per request, exactly once (a
-/// completion, unless the request was unsignaled and succeeded, or a refusal).
+/// completion, unless the request was unsignaled and succeeded, or a refusal), and,
+/// when an asynchronous event fails the virtual QP, that event first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
     /// The request completed (successfully or not: see [`Wc::status`]).
@@ -64,14 +67,21 @@ pub enum Event {
         /// Why.
         error: Refusal,
     },
+    /// An asynchronous event failed one of the virtual QP's physical QPs (or its
+    /// device), and with it the virtual QP: every request outstanding follows, each
+    /// completed once with an error. Reported for the event that failed it, not for
+    /// later ones (a virtual QP that already failed stays failed with its first error).
+    PathFailed(AsyncEvent),
 }
 
 impl Event {
-    /// The identifier of the request the event is about.
-    pub fn wr_id(&self) -> u64 {
+    /// The identifier of the request the event is about (`None` for
+    /// [`Event::PathFailed`]).
+    pub fn wr_id(&self) -> Option<u64> {
         match self {
-            Event::Completed(wc) => wc.wr_id,
-            Event::Rejected { wr_id, .. } => *wr_id,
+            Event::Completed(wc) => Some(wc.wr_id),
+            Event::Rejected { wr_id, .. } => Some(*wr_id),
+            Event::PathFailed(_) => None,
         }
     }
 }

@@ -116,6 +116,7 @@ pub struct Stack<
     pub(super) vcq: VirtualCq<C, DEVS, B>,
     pub(super) vqps: Vec<VirtualQp<Q, N, D, S, W>>,
     pub(super) blocker: Option<Box<dyn Blocker>>,
+    pub(super) events: Option<super::EventWatch>,
 }
 
 impl<
@@ -136,12 +137,22 @@ impl<
             vcq,
             vqps,
             blocker: None,
+            events: None,
         }
     }
 
     /// The virtual CQ and the virtual QPs, taken apart again.
     pub fn into_parts(self) -> (VirtualCq<C, DEVS, B>, Vec<VirtualQp<Q, N, D, S, W>>) {
         (self.vcq, self.vqps)
+    }
+
+    /// `self` with a watch on the devices' asynchronous events: a failure it reports
+    /// fails the virtual QP owning the physical QP it names (see
+    /// [`EventWatch`](super::EventWatch)).
+    #[must_use]
+    pub fn with_events(mut self, watch: super::EventWatch) -> Self {
+        self.events = Some(watch);
+        self
     }
 
     /// `self` with a way to block on completions (for [`Idle::Block`](super::Idle::Block)).

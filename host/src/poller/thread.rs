@@ -165,6 +165,9 @@ impl<const R: usize> PollThread<R> {
                 if let Some(w) = stack.blocker.as_ref().and_then(|b| b.waker()) {
                     let _ = sh.wake_fd.set(w);
                 }
+                if let Some(watch) = &stack.events {
+                    watch.wake_with(Arc::clone(&sh));
+                }
                 let _ = ready_tx.send(Ok(()));
                 run(&config, stack, ends, &sh)
             })
@@ -329,6 +332,7 @@ where
         mut vcq,
         mut vqps,
         mut blocker,
+        mut events,
     } = stack;
     let mut lanes: Vec<Lane<R>> = ends
         .into_iter()
@@ -367,6 +371,24 @@ where
         }
 
         let mut busy = false;
+        if let Some(watch) = events.as_mut() {
+            while let Some(f) = watch.take() {
+                busy = true;
+                for (k, vqp) in refs.iter_mut().enumerate() {
+                    let status = f.status();
+                    let already = vqp.failure().is_some();
+                    let hit = match f.qp_num {
+                        Some(q) => vqp.fail_qp(q, f.device, status),
+                        None => vqp.fail_device(f.device, status),
+                    };
+                    // The event that failed it is reported; later ones change nothing.
+                    if hit && !already {
+                        stats.path_failures += 1;
+                        lanes[k].emit(Event::PathFailed(f.event), &mut stats);
+                    }
+                }
+            }
+        }
         for (k, lane) in lanes.iter_mut().enumerate() {
             busy |= lane.flush();
             if !lane.carry.is_empty() {
