@@ -29,6 +29,8 @@ pub(crate) mod event {
     pub const PORT_ACTIVE: u32 = 9;
     /// `IBV_EVENT_PORT_ERR`.
     pub const PORT_ERR: u32 = 10;
+    /// `IBV_EVENT_DEVICE_FATAL`.
+    pub const DEVICE_FATAL: u32 = 8;
     /// `IBV_EVENT_SRQ_LIMIT_REACHED`.
     pub const SRQ_LIMIT_REACHED: u32 = 15;
     /// `IBV_EVENT_QP_LAST_WQE_REACHED`.

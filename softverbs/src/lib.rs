@@ -330,6 +330,30 @@ pub fn set_link(index: usize, up: bool) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Fails device `index` as a fatal hardware error does: its link goes down, every QP
+/// on it moves to the error state (its work flushed, no per-QP event: mlx5 flushes
+/// every QP on an internal error, `mlx5_ib_handle_internal_error`), and its open
+/// contexts get `IBV_EVENT_DEVICE_FATAL`. The device stays down until
+/// [`set_link`]`(index, true)`; its objects remain to be destroyed.
+///
+/// # Errors
+/// [`ConfigError::NoSuchDevice`].
+pub fn fail_device(index: usize) -> Result<(), ConfigError> {
+    let p = provider::get();
+    let dev = p
+        .devices
+        .get(index)
+        .ok_or(ConfigError::NoSuchDevice(index))?;
+    dev.link_up.store(false, Ordering::Release);
+    crate::shared::export_links();
+    for q in p.all_qps().into_iter().filter(|q| q.dev == index) {
+        let mut g = q.lock();
+        q.to_error(&mut g, None);
+    }
+    p.raise_on_device(index, cq::event::DEVICE_FATAL, 0);
+    Ok(())
+}
+
 /// Whether device `index`'s link is up (`None` for no such device).
 pub fn link_up(index: usize) -> Option<bool> {
     provider::get().devices.get(index).map(|d| d.is_up())

@@ -1,6 +1,7 @@
 //! vqp-host's typed asynchronous events over softverbs: a port going down and up, a
-//! responder QP failing, an SRQ running low — each reported once, to the context of the
-//! device it happened on, with its subject; the descriptor is pollable.
+//! responder QP failing, an SRQ running low, the device failing — each reported once,
+//! to the context of the device it happened on, with its subject; the descriptor is
+//! pollable.
 //!
 //! One test: the link control is process-wide, so the scenarios run in sequence.
 
@@ -97,4 +98,18 @@ fn events_are_typed_and_reach_the_context_of_their_device() {
         }],
         "armed below the current level: at once"
     );
+
+    // The device failing: its contexts hear it, its QPs are in error.
+    vqp_softverbs::fail_device(1).unwrap();
+    let events = b.ctx.pending_async_events().unwrap();
+    vqp_softverbs::set_link(1, true).unwrap();
+    assert!(
+        events.contains(&AsyncEvent {
+            kind: AsyncEventKind::DeviceFatal,
+            subject: EventSubject::Device
+        }),
+        "{events:?}"
+    );
+    assert_eq!(b.qp.state().unwrap(), vqp_host::QpState::Err);
+    assert_eq!(a.ctx.pending_async_events().unwrap(), []);
 }
