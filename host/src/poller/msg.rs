@@ -69,8 +69,9 @@ pub enum Event {
     },
     /// An asynchronous event failed one of the virtual QP's physical QPs (or its
     /// device), and with it the virtual QP: every request outstanding follows, each
-    /// completed once with an error. Reported for the event that failed it, not for
-    /// later ones (a virtual QP that already failed stays failed with its first error).
+    /// completed once with an error. Reported once, for the first event about one of
+    /// its QPs, even when an error completion of the same failure failed it first (its
+    /// first error stays the status it failed with).
     PathFailed(AsyncEvent),
 }
 

@@ -38,6 +38,8 @@ struct Lane<const R: usize> {
     /// taking requests for a lane whose events wait).
     carry: VecDeque<Event>,
     qp_num: u32,
+    /// An [`Event::PathFailed`] was reported.
+    path_failed: bool,
 }
 
 impl<const R: usize> Lane<R> {
@@ -343,6 +345,7 @@ where
             stalled: None,
             carry: VecDeque::with_capacity(2 * POLL_BATCH),
             qp_num: vqp.qp_num(),
+            path_failed: false,
         })
         .collect();
     let mut refs: Vec<&mut VirtualQp<Q, N, D, S, W>> = vqps.iter_mut().collect();
@@ -376,13 +379,15 @@ where
                 busy = true;
                 for (k, vqp) in refs.iter_mut().enumerate() {
                     let status = f.status();
-                    let already = vqp.failure().is_some();
                     let hit = match f.qp_num {
                         Some(q) => vqp.fail_qp(q, f.device, status),
                         None => vqp.fail_device(f.device, status),
                     };
-                    // The event that failed it is reported; later ones change nothing.
-                    if hit && !already {
+                    // The first event about one of its QPs is reported (even when an
+                    // error completion of the same failure got there first); later
+                    // ones change nothing.
+                    if hit && !lanes[k].path_failed {
+                        lanes[k].path_failed = true;
                         stats.path_failures += 1;
                         lanes[k].emit(Event::PathFailed(f.event), &mut stats);
                     }

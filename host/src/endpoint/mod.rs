@@ -37,10 +37,7 @@
 //! request's `Keys` entry `d` is then (this side's lkey for the buffer in PD `d`, the
 //! peer's rkey for its buffer in its PD `d`).
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-
-use vqp_core::{Config, Mode, PhysCq, PhysQp, PhysWc, PollFailure, PostFailure, RecvWqe, SendWqe};
+use vqp_core::{Config, PhysCq, PhysQp, PhysWc, PollFailure, PostFailure, RecvWqe, SendWqe};
 use vqp_core::{VirtualCq, VirtualQp};
 
 use crate::card::{Capabilities, Card, CardError, PortAddr, QpAddr};
@@ -52,85 +49,6 @@ use crate::verbs::{
     CompletionChannel, CompletionQueue, DeviceAttr, Gid, PortAttr, ProtectionDomain, QpCap, QpInit,
     QueuePair,
 };
-
-/// What [`Endpoint::create`] builds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settings {
-    /// The virtual QP's configuration. `recv_seq` is ignored: the peer's card sets it.
-    pub config: Config,
-    /// Number of data QPs (1 to the virtual QP type's `N`).
-    pub data_qps: usize,
-    /// Local port (from 1).
-    pub port: u8,
-    /// Local GID index to address the peer by GID. `None` addresses by LID on
-    /// InfiniBand and uses GID index 0 on Ethernet (RoCE) ports, which need a GID.
-    pub gid_index: Option<u8>,
-    /// Completion queue entries to ask for at least; the CQ is never smaller than
-    /// every WQE its QPs can have outstanding, which is what vqp-core requires.
-    pub min_cq_entries: u32,
-}
-
-impl Settings {
-    /// `data_qps` data QPs in `config.mode` on port 1, with a random first DQPLB
-    /// sequence number (so that a restarted peer's stale fragments fall outside the
-    /// window).
-    pub fn new(config: Config, data_qps: usize) -> Self {
-        Settings {
-            config: Config {
-                send_seq: random_24bit(),
-                ..config
-            },
-            data_qps,
-            port: 1,
-            gid_index: None,
-            min_cq_entries: 0,
-        }
-    }
-
-    /// Whether this set-up has a SPRAY notify QP.
-    pub fn has_notify(&self) -> bool {
-        self.config.mode == Mode::Spray && self.data_qps > 1
-    }
-
-    /// Completion queue entries vqp-core requires: every data and notify QP's send and
-    /// receive depth.
-    pub fn cq_entries_needed(&self) -> u64 {
-        let qps = self.data_qps as u64 + u64::from(self.has_notify());
-        qps * self.entries_per_qp()
-    }
-
-    /// Completion queue entries vqp-core requires of device `device`'s CQ when the
-    /// QPs are spread over `devices` devices as [`Endpoint::create_on`] places them:
-    /// data QP `i` on device `i % devices`, the notify QP on device 0.
-    pub fn cq_entries_needed_on(&self, device: usize, devices: usize) -> u64 {
-        let data = (0..self.data_qps)
-            .filter(|&i| device_of(i, devices) == device)
-            .count() as u64;
-        let notify = u64::from(self.has_notify() && device == 0);
-        (data + notify) * self.entries_per_qp()
-    }
-
-    fn entries_per_qp(&self) -> u64 {
-        u64::from(self.config.max_outstanding) + u64::from(self.config.recv_depth)
-    }
-}
-
-/// The device (index among `devices`) data QP `i` goes on: round-robin.
-pub fn device_of(i: usize, devices: usize) -> usize {
-    i % devices.max(1)
-}
-
-/// A random 24-bit number (a PSN or a first sequence number), from the standard
-/// library's per-process random hash keys.
-fn random_24bit() -> u32 {
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-    );
-    (h.finish() as u32) & connect::MAX_24BIT
-}
 
 /// The MTU whose size in bytes is `bytes`, if it is one.
 fn mtu_from_bytes(bytes: u16) -> Option<Mtu> {
@@ -174,6 +92,12 @@ impl PhysCq for NoCq {
         Ok(0)
     }
 }
+
+mod settings;
+mod share;
+
+use settings::random_24bit;
+pub use settings::{device_of, Settings};
 
 /// One device of an endpoint: its CQ and what the card and the paths need of it.
 struct DeviceSide {
@@ -305,6 +229,24 @@ impl<
                 what: "give no completion channel or one per protection domain",
             });
         }
+        Self::build(pds, settings, |d, ctx, cqe| {
+            ctx.create_cq(cqe, channels.get(d).copied(), 0)
+        })
+    }
+
+    /// The body of [`Endpoint::create_on`] once the arguments are checked: the CQ of
+    /// device `d` comes from `make_cq(d, its context, the entries it needs)`.
+    fn build(
+        pds: &[&ProtectionDomain],
+        settings: &Settings,
+        mut make_cq: impl FnMut(usize, &crate::verbs::Context, u32) -> Result<CompletionQueue>,
+    ) -> Result<Self> {
+        let devs = pds.len();
+        if devs == 0 || devs > DEVS || devs > settings.data_qps {
+            return Err(Error::InvalidArgument {
+                what: "one to DEVS protection domains, no more than data QPs",
+            });
+        }
         let cfg = settings.config;
         let notify = settings.has_notify();
         // vqp-core's checks, on QPs that do not exist yet.
@@ -339,7 +281,7 @@ impl<
                 (None, true) => ctx.query_gid(settings.port, 0)?,
                 (None, false) => Gid::default(),
             };
-            let cq = ctx.create_cq(cqes[d], channels.get(d).copied(), 0)?;
+            let cq = make_cq(d, &ctx, cqes[d])?;
             devices.push(DeviceSide {
                 cq,
                 port,
@@ -481,6 +423,32 @@ impl<
     /// [`Error::Cq`] if vqp-core refuses (which [`Endpoint::create_on`]'s checks make
     /// unexpected).
     pub fn connect(self, peer: &Card) -> Result<Connected<N, D, S, W, B, DEVS>> {
+        let (vqp, vcq, cq) = self.connect_with(peer, |vqp, devices| {
+            let mut vcq = VirtualCq::new();
+            for (d, dev) in devices.iter().enumerate() {
+                vcq.add_cq(
+                    VerbsCq::with_batch(dev.cq.clone(), B),
+                    d as u8,
+                    dev.cq.capacity(),
+                )?;
+            }
+            vcq.attach(vqp)?;
+            Ok(vcq)
+        })?;
+        Ok(Connected { vqp, vcq, cq })
+    }
+
+    /// The body of [`Endpoint::connect`]: the QPs to INIT, the virtual QP built and
+    /// handed to `attach` (which attaches it to a virtual CQ over this endpoint's CQs,
+    /// before anything is posted, so every wr_id carries its tag), then the receiver
+    /// armed and the QPs to RTS. Returns the virtual QP, what `attach` made, and device
+    /// 0's CQ.
+    #[allow(clippy::type_complexity)]
+    fn connect_with<T>(
+        self,
+        peer: &Card,
+        attach: impl FnOnce(&mut VirtualQp<VerbsQp, N, D, S, W>, &[DeviceSide]) -> Result<T>,
+    ) -> Result<(VirtualQp<VerbsQp, N, D, S, W>, T, CompletionQueue)> {
         peer.validate()?;
         self.card().agree(peer)?;
         let n = self.data.len();
@@ -512,15 +480,7 @@ impl<
                 .map(|(i, qp)| (VerbsQp::new(qp), device_of(i, devs) as u8)),
             notify.map(|qp| (VerbsQp::new(qp), 0)),
         )?;
-        let mut vcq = VirtualCq::new();
-        for (d, dev) in devices.iter().enumerate() {
-            vcq.add_cq(
-                VerbsCq::with_batch(dev.cq.clone(), B),
-                d as u8,
-                dev.cq.capacity(),
-            )?;
-        }
-        vcq.attach(&mut vqp)?;
+        let made = attach(&mut vqp, &devices)?;
         vqp.arm_receiver();
         for (i, path) in paths.iter().enumerate() {
             let qp = if i < n {
@@ -534,7 +494,7 @@ impl<
             }
         }
         let cq = devices[0].cq.clone();
-        Ok(Connected { vqp, vcq, cq })
+        Ok((vqp, made, cq))
     }
 }
 
@@ -560,6 +520,7 @@ impl<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vqp_core::Mode;
 
     #[test]
     fn sizes_and_helpers() {

@@ -1,0 +1,87 @@
+//! [`Settings`]: what an endpoint builds, and the placement of its QPs on devices.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+
+use vqp_core::{Config, Mode};
+
+use crate::connect;
+
+/// What [`Endpoint::create`](super::Endpoint::create) builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// The virtual QP's configuration. `recv_seq` is ignored: the peer's card sets it.
+    pub config: Config,
+    /// Number of data QPs (1 to the virtual QP type's `N`).
+    pub data_qps: usize,
+    /// Local port (from 1).
+    pub port: u8,
+    /// Local GID index to address the peer by GID. `None` addresses by LID on
+    /// InfiniBand and uses GID index 0 on Ethernet (RoCE) ports, which need a GID.
+    pub gid_index: Option<u8>,
+    /// Completion queue entries to ask for at least; the CQ is never smaller than
+    /// every WQE its QPs can have outstanding, which is what vqp-core requires.
+    pub min_cq_entries: u32,
+}
+
+impl Settings {
+    /// `data_qps` data QPs in `config.mode` on port 1, with a random first DQPLB
+    /// sequence number (so that a restarted peer's stale fragments fall outside the
+    /// window).
+    pub fn new(config: Config, data_qps: usize) -> Self {
+        Settings {
+            config: Config {
+                send_seq: random_24bit(),
+                ..config
+            },
+            data_qps,
+            port: 1,
+            gid_index: None,
+            min_cq_entries: 0,
+        }
+    }
+
+    /// Whether this set-up has a SPRAY notify QP.
+    pub fn has_notify(&self) -> bool {
+        self.config.mode == Mode::Spray && self.data_qps > 1
+    }
+
+    /// Completion queue entries vqp-core requires: every data and notify QP's send and
+    /// receive depth.
+    pub fn cq_entries_needed(&self) -> u64 {
+        let qps = self.data_qps as u64 + u64::from(self.has_notify());
+        qps * self.entries_per_qp()
+    }
+
+    /// Completion queue entries vqp-core requires of device `device`'s CQ when the
+    /// QPs are spread over `devices` devices as [`Endpoint::create_on`](super::Endpoint::create_on) places them:
+    /// data QP `i` on device `i % devices`, the notify QP on device 0.
+    pub fn cq_entries_needed_on(&self, device: usize, devices: usize) -> u64 {
+        let data = (0..self.data_qps)
+            .filter(|&i| device_of(i, devices) == device)
+            .count() as u64;
+        let notify = u64::from(self.has_notify() && device == 0);
+        (data + notify) * self.entries_per_qp()
+    }
+
+    fn entries_per_qp(&self) -> u64 {
+        u64::from(self.config.max_outstanding) + u64::from(self.config.recv_depth)
+    }
+}
+
+/// The device (index among `devices`) data QP `i` goes on: round-robin.
+pub fn device_of(i: usize, devices: usize) -> usize {
+    i % devices.max(1)
+}
+
+/// A random 24-bit number (a PSN or a first sequence number), from the standard
+/// library's per-process random hash keys.
+pub(super) fn random_24bit() -> u32 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    );
+    (h.finish() as u32) & connect::MAX_24BIT
+}
