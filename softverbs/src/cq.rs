@@ -29,6 +29,8 @@ pub(crate) mod event {
     pub const PORT_ACTIVE: u32 = 9;
     /// `IBV_EVENT_PORT_ERR`.
     pub const PORT_ERR: u32 = 10;
+    /// `IBV_EVENT_PATH_MIG_ERR`.
+    pub const PATH_MIG_ERR: u32 = 7;
     /// `IBV_EVENT_DEVICE_FATAL`.
     pub const DEVICE_FATAL: u32 = 8;
     /// `IBV_EVENT_SRQ_LIMIT_REACHED`.

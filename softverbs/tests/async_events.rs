@@ -49,6 +49,30 @@ fn events_are_typed_and_reach_the_context_of_their_device() {
     );
     assert_eq!(b.ctx.pending_async_events().unwrap(), []);
 
+    // Automatic path migration asked for: not supported, reported as a failed
+    // migration of that QP, which stays on its path (and in RTS).
+    let mig = ibv_qp_attr {
+        path_mig_state: IBV_MIG_ARMED,
+        ..Default::default()
+    };
+    a.qp.modify(&mig, vqp_host::QpAttrMask::from_bits(IBV_QP_PATH_MIG_STATE))
+        .unwrap();
+    assert_eq!(
+        a.ctx.pending_async_events().unwrap(),
+        [AsyncEvent {
+            kind: AsyncEventKind::PathMigErr,
+            subject: EventSubject::Qp {
+                qp_num: a.qp.qp_num(),
+                handle: a.qp.as_raw() as usize
+            }
+        }]
+    );
+    let q =
+        a.qp.query(vqp_host::QpAttrMask::from_bits(IBV_QP_PATH_MIG_STATE))
+            .unwrap();
+    assert_eq!(q.path_mig_state, IBV_MIG_MIGRATED);
+    assert_eq!(a.qp.state().unwrap(), vqp_host::QpState::Rts);
+
     // A responder QP refusing a remote access: its own context is told, with its number.
     let mut sge = a.mr.sge(0, 8).unwrap();
     let mut wr = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));

@@ -193,6 +193,17 @@ impl QpCore {
         g.state = next;
         self.state.store(next, Ordering::Release);
         self.export(&g);
+        if given & IBV_QP_PATH_MIG_STATE != 0 && attr.path_mig_state != IBV_MIG_MIGRATED {
+            // Automatic path migration is not supported (the device does not advertise
+            // IBV_DEVICE_AUTO_PATH_MIG): an alternate path asked to be armed cannot be
+            // loaded, which the QP reports as a failed migration, and it stays on its
+            // primary path.
+            g.attr.path_mig_state = IBV_MIG_MIGRATED;
+            self.ctx.raise(
+                crate::cq::event::PATH_MIG_ERR,
+                self.handle.load(Ordering::Relaxed),
+            );
+        }
         Ok(())
     }
 
