@@ -228,6 +228,7 @@ pub unsafe extern "C" fn ibv_query_device(
         max_qp_init_rd_atom: c_int::from(MAX_RD_ATOMIC),
         atomic_cap: IBV_ATOMIC_GLOB,
         max_pkeys: 1,
+        max_ah: 1 << 16,
         max_srq: 1 << 16,
         max_srq_wr: crate::srq::MAX_SRQ_WR as c_int,
         max_srq_sge: MAX_SGE as c_int,
