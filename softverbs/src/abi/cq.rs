@@ -177,6 +177,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         set_errno(libc::EINVAL);
         return -1;
     }
+    // While this thread blocks, the provider's threads serve the work it waits for at
+    // once rather than leave it to a poll that is not coming.
+    let _waiting = crate::provider::get().engine.waiting();
     // A count without an event belonged to an event discarded with its CQ: read on.
     let (q, qctx) = loop {
         if let Err(e) = ch.core.fd.wait_one() {

@@ -30,7 +30,7 @@
 //! lock, then the run queue; polling takes only a CQ lock (and the token, by `try_lock`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -153,6 +153,9 @@ pub(crate) struct Engine {
     /// Bumped by every inline progress attempt; the background thread stays away while
     /// it moves.
     activity: AtomicU64,
+    /// Threads blocked in `ibv_get_cq_event`: while one is, a poll that ran a moment ago
+    /// does not mean another is coming, so nobody naps on its account.
+    waiters: AtomicU32,
     thread_mode: AtomicBool,
     thread: Once,
     /// The background thread, once started, until [`Engine::stop_thread`] joins it.
@@ -186,6 +189,7 @@ impl Engine {
             }),
             wake: Condvar::new(),
             activity: AtomicU64::new(0),
+            waiters: AtomicU32::new(0),
             thread_mode: AtomicBool::new(progress == Progress::Thread),
             thread: Once::new(),
             handle: Mutex::new(None),
@@ -243,6 +247,25 @@ impl Engine {
     #[inline]
     pub(crate) fn activity(&self) -> u64 {
         self.activity.load(Ordering::Relaxed)
+    }
+
+    /// Whether the last poll may be followed by more soon: some thread polled, and
+    /// none waits blocked for a completion event (then polling has stopped for now).
+    #[inline]
+    pub(crate) fn polling_since(&self, last: u64) -> bool {
+        self.activity.load(Ordering::Relaxed) != last && self.waiters.load(Ordering::Relaxed) == 0
+    }
+
+    /// Marks the calling thread as blocked for a completion event until the guard
+    /// drops (see `waiters`); wakes the background thread out of a nap.
+    pub(crate) fn waiting(&self) -> Waiting<'_> {
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        self.wake.notify_all();
+        if let Some(h) = lock(&self.handle).as_ref() {
+            h.thread().unpark();
+        }
+        crate::shared::nudge();
+        Waiting(self)
     }
 
     /// Runs the engine from a polling thread (see the module docs).
@@ -338,7 +361,7 @@ impl Engine {
                     }
                     let deadline = if enabled { s.earliest_parked() } else { None };
                     let seen = self.activity.load(Ordering::Relaxed);
-                    if enabled && seen != last_nap {
+                    if enabled && self.polling_since(last_nap) {
                         // A thread polls, and runs what gets posted: nap unannounced
                         // (posting then costs no wake-up) and look again after a grace.
                         last_nap = seen;
@@ -375,16 +398,26 @@ impl Engine {
                 }
             }
             let seen = self.activity.load(Ordering::Relaxed);
-            if seen != last_seen {
-                // Someone polled since we last looked: leave the work to them a while.
+            if self.polling_since(last_seen) {
+                // Someone polled since we last looked: leave the work to them a while
+                // (a thread that starts to wait for an event unparks us).
                 last_seen = seen;
-                std::thread::sleep(IDLE_GRACE);
+                std::thread::park_timeout(IDLE_GRACE);
                 continue;
             }
             if self.progress(4 * POLL_BUDGET) == 0 {
                 std::thread::yield_now();
             }
         }
+    }
+}
+
+/// A thread blocked for a completion event ([`Engine::waiting`]).
+pub(crate) struct Waiting<'e>(&'e Engine);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -80,7 +80,7 @@ pub(crate) mod registry;
 pub(crate) mod remote;
 mod service;
 
-pub(crate) use service::poll;
+pub(crate) use service::{nudge, poll};
 use service::{on_exit, Consumer};
 
 use std::collections::HashMap;

@@ -38,7 +38,7 @@ impl Shared {
         let mut watching = false;
         while !self.stop.load(Ordering::Acquire) {
             let polls = engine.activity();
-            let napping = polls != last_poll;
+            let napping = engine.polling_since(last_poll);
             last_poll = polls;
             // While a thread of ours polls, it drains the inbox: we stay out of its way
             // (not even taking the consumer lock, which a preempted holder would keep
@@ -51,7 +51,7 @@ impl Shared {
             }
             let backlog = self.flush_outbox();
             if napping {
-                std::thread::sleep(POLL_GRACE);
+                std::thread::park_timeout(POLL_GRACE);
                 continue;
             }
             if n > 0 {
@@ -105,6 +105,18 @@ impl Shared {
 pub(super) struct Consumer {
     pub(super) payload: Box<[u8; inbox::PAYLOAD]>,
     pub(super) ack: Option<remote::Ack>,
+}
+
+/// Ends the service thread's nap (a thread of ours started to wait for an event: no
+/// poll will drain the inbox meanwhile).
+pub(crate) fn nudge() {
+    if let Some(s) = current() {
+        if let Some(m) = s.service.get() {
+            if let Some(h) = m.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                h.thread().unpark();
+            }
+        }
+    }
 }
 
 /// The polling path's hook: serves waiting records of our inbox. One relaxed load when
