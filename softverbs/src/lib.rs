@@ -166,6 +166,7 @@ mod abi;
 mod config;
 mod cq;
 mod engine;
+mod link;
 mod locate;
 #[allow(unsafe_code)]
 mod mem;
@@ -182,7 +183,8 @@ use std::time::Duration;
 pub use abi::*;
 pub use config::{
     DelayRule, FailRule, Progress, QpSelector, Reorder, ADVERSARIAL_BOUND, DEFAULT_DEVICES,
-    ENV_DELAY, ENV_DEVICES, ENV_FAIL_QP, ENV_LINK_DOWN, ENV_PROGRESS, ENV_REORDER, MAX_DEVICES,
+    ENV_DELAY, ENV_DEVICES, ENV_FAIL_QP, ENV_LINK_DOWN, ENV_PROGRESS, ENV_RATE, ENV_REORDER,
+    MAX_DEVICES,
 };
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
 pub use locate::{cdylib_candidates, find_cdylib};
@@ -352,6 +354,28 @@ pub fn fail_device(index: usize) -> Result<(), ConfigError> {
     }
     p.raise_on_device(index, cq::event::DEVICE_FATAL, 0);
     Ok(())
+}
+
+/// Sets device `index`'s link rate in bytes per second (0: unlimited, the default): a
+/// WQE leaving through it completes when its bytes would have crossed the link (see
+/// [`ENV_RATE`]). Takes effect for WQEs that reach the link from now on.
+///
+/// # Errors
+/// [`ConfigError::NoSuchDevice`].
+pub fn set_rate(index: usize, bytes_per_sec: u64) -> Result<(), ConfigError> {
+    provider::get()
+        .devices
+        .get(index)
+        .ok_or(ConfigError::NoSuchDevice(index))?
+        .link
+        .set_rate(bytes_per_sec);
+    Ok(())
+}
+
+/// Device `index`'s link rate in bytes per second (0: unlimited; `None` for no such
+/// device).
+pub fn rate(index: usize) -> Option<u64> {
+    provider::get().devices.get(index).map(|d| d.link.rate())
 }
 
 /// Whether device `index`'s link is up (`None` for no such device).

@@ -27,6 +27,8 @@ pub(crate) struct Device {
     pub gid: [u8; 16],
     /// Port state: active or down.
     pub link_up: AtomicBool,
+    /// The port's rate (see `link`).
+    pub link: crate::link::Link,
 }
 
 impl Device {
@@ -43,6 +45,7 @@ impl Device {
             lid: (index + 1) as u16,
             gid,
             link_up: AtomicBool::new(true),
+            link: crate::link::Link::default(),
         }
     }
 
@@ -139,6 +142,13 @@ impl Provider {
             for i in down {
                 if let Some(d) = devices.get(i) {
                     d.link_up.store(false, Ordering::Release);
+                }
+            }
+        }
+        if let Some(rates) = config::env_parsed(config::ENV_RATE, crate::link::parse_rates) {
+            for (i, rate) in rates {
+                if let Some(d) = devices.get(i) {
+                    d.link.set_rate(rate);
                 }
             }
         }

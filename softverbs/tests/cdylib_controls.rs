@@ -29,6 +29,7 @@ type FailQpAfter = extern "C" fn(u32, u64);
 type DelayQp = extern "C" fn(u32, u64);
 type ClearFaults = extern "C" fn();
 type SetLink = extern "C" fn(u32, c_int) -> c_int;
+type SetRate = extern "C" fn(u32, u64) -> c_int;
 
 /// The loaded library's controls.
 struct Controls {
@@ -37,6 +38,7 @@ struct Controls {
     delay_qp: DelayQp,
     clear_faults: ClearFaults,
     set_link: SetLink,
+    set_rate: SetRate,
 }
 
 impl Controls {
@@ -68,6 +70,10 @@ impl Controls {
             // SAFETY: as above, for `vqp_soft_set_link`.
             set_link: unsafe {
                 std::mem::transmute::<*mut c_void, SetLink>(p("vqp_soft_set_link"))
+            },
+            // SAFETY: as above, for `vqp_soft_set_rate`.
+            set_rate: unsafe {
+                std::mem::transmute::<*mut c_void, SetRate>(p("vqp_soft_set_rate"))
             },
         }
     }
@@ -148,5 +154,17 @@ fn c_controls_reach_the_loaded_provider() {
     assert_eq!((c.set_link)(1, 1), 0);
     let (a, b) = pair(&verbs);
     assert!(write_once(&a, &b, 5).is_ok(), "the link is back up");
+
+    // A rated link paces completions: 64 bytes at 1 kB/s take 64 ms.
+    assert_eq!((c.set_rate)(99, 1), libc::EINVAL);
+    assert_eq!((c.set_rate)(0, 1000), 0);
+    let t = Instant::now();
+    assert!(write_once(&a, &b, 6).is_ok());
+    assert!(
+        t.elapsed() >= Duration::from_millis(60),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!((c.set_rate)(0, 0), 0);
     assert_eq!((c.set_reorder)(0, 0), 0);
 }

@@ -113,6 +113,7 @@ impl SendChain<'_> {
             compare_add,
             swap,
             ready_at: None,
+            shaped: false,
             ud,
         })
     }

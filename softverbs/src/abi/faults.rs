@@ -97,6 +97,16 @@ pub extern "C" fn vqp_soft_set_link(device: u32, up: c_int) -> c_int {
     }
 }
 
+/// [`crate::set_rate`]: device `device`'s link rate in bytes per second (0:
+/// unlimited). Returns 0, or `EINVAL` when there is no such device.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub extern "C" fn vqp_soft_set_rate(device: u32, bytes_per_sec: u64) -> c_int {
+    match crate::set_rate(device as usize, bytes_per_sec) {
+        Ok(()) => 0,
+        Err(_) => libc::EINVAL,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

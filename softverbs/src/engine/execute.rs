@@ -47,6 +47,19 @@ pub(super) fn run(
                 return (done, Some(t));
             }
         }
+        if !head.shaped && p.devices[qp.dev].link.rate() != 0 {
+            // A rated link: the WQE executes (and completes) once its bytes crossed it.
+            let len = head.wire_len();
+            let cur = *now.get_or_insert_with(Instant::now);
+            let until = p.devices[qp.dev].link.reserve(len, cur);
+            if let Some(h) = g.sq.front_mut() {
+                h.shaped = true;
+                if let Some(t) = until.filter(|&t| t > cur) {
+                    h.ready_at = Some(t);
+                    return (done, Some(t));
+                }
+            }
+        }
         let Some(w) = g.sq.pop_front() else {
             break;
         };

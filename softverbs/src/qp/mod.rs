@@ -56,7 +56,6 @@ impl Sges {
     }
 
     /// Sum of the entries' lengths.
-    #[cfg(test)]
     pub fn total(&self) -> u64 {
         self.as_slice().iter().map(|s| u64::from(s.length)).sum()
     }
@@ -86,6 +85,18 @@ pub(crate) struct SendWqe {
     pub ready_at: Option<Instant>,
     /// A UD send's destination.
     pub ud: Option<Datagram>,
+    /// Its bytes have a slot on the device's link (a rated link: see `link`).
+    pub shaped: bool,
+}
+
+impl SendWqe {
+    /// Bytes the WQE puts on the wire (its SGEs' lengths as posted, or the inline
+    /// data's).
+    pub fn wire_len(&self) -> u64 {
+        self.inline
+            .as_ref()
+            .map_or_else(|| self.sges.total(), |d| d.len() as u64)
+    }
 }
 
 /// Where a UD send goes: from its address handle and work request.

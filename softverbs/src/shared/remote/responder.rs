@@ -233,6 +233,7 @@ pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack:
             compare_add: rec.compare_add,
             swap: rec.swap,
             ready_at: None,
+            shaped: false,
             ud: datagram.then_some(Datagram {
                 dev: Some(dst_dev),
                 qpn: rec.dst_qpn,
