@@ -10,69 +10,14 @@ mod common;
 
 use common::*;
 use vqp_host::sys::*;
-use vqp_host::{Context, QpAttrMask, QpInit, QpState, QpType, QueuePair, WcStatus};
-
-/// A side whose QP is UC (or `qp_type`).
-fn side_of(v: &vqp_host::Verbs, dev: &str, qp_type: QpType) -> Side {
-    let o = Opts::default();
-    let mut s = side(v, dev, &o);
-    let mut init = QpInit::rc(&s.cq, o.cap);
-    init.qp_type = qp_type;
-    s.qp = s.pd.create_qp(&init).unwrap();
-    s
-}
-
-fn lid(c: &Context) -> u16 {
-    c.query_port(1).unwrap().lid()
-}
-
-/// Moves `qp` to RTS connected to (`dlid`, `dqpn`) with UC's masks; RC QPs get RC's.
-fn connect_to(qp: &QueuePair, dlid: u16, dqpn: u32, rc: bool) {
-    let mut a = ibv_qp_attr {
-        qp_state: IBV_QPS_INIT,
-        port_num: 1,
-        qp_access_flags: IBV_ACCESS_REMOTE_WRITE,
-        ..Default::default()
-    };
-    let m = |bits: u32| QpAttrMask::from_bits(bits);
-    qp.modify(
-        &a,
-        m(IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-    )
-    .unwrap();
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_4096;
-    a.dest_qp_num = dqpn;
-    a.ah_attr.dlid = dlid;
-    a.ah_attr.port_num = 1;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
-    let rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-    let rc_rtr = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-    qp.modify(&a, m(if rc { rtr | rc_rtr } else { rtr }))
-        .unwrap();
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    let rc_rts = IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-    let rts = IBV_QP_STATE | IBV_QP_SQ_PSN;
-    qp.modify(&a, m(if rc { rts | rc_rts } else { rts }))
-        .unwrap();
-}
+use vqp_host::{QpAttrMask, QpState, QpType, WcStatus};
 
 fn uc_pair(v: &vqp_host::Verbs) -> (Side, Side) {
     let a = side_of(v, "soft0", QpType::Uc);
     let b = side_of(v, "soft1", QpType::Uc);
-    connect_to(&a.qp, lid(&b.ctx), b.qp.qp_num(), false);
-    connect_to(&b.qp, lid(&a.ctx), a.qp.qp_num(), false);
+    connect_typed(&a.qp, lid(&b.ctx), b.qp.qp_num(), false);
+    connect_typed(&b.qp, lid(&a.ctx), a.qp.qp_num(), false);
     (a, b)
-}
-
-fn status_of(s: &Side, wr: &mut ibv_send_wr) -> WcStatus {
-    post(s, wr);
-    poll_n(&s.cq, 1)[0].status()
 }
 
 #[test]
@@ -88,7 +33,7 @@ fn uc_carries_sends_and_writes_and_refuses_read_and_atomics_at_post() {
     wr.imm = ibv_send_wr_imm {
         imm_data: 0x1234_5678u32.to_be(),
     };
-    assert_eq!(status_of(&a, &mut wr), WcStatus::Success);
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success);
     let wc = poll_n(&b.cq, 1);
     assert_eq!((wc[0].wr_id(), wc[0].byte_len()), (10, 48));
     assert_eq!(wc[0].imm_data(), Some(0x1234_5678));
@@ -96,7 +41,7 @@ fn uc_carries_sends_and_writes_and_refuses_read_and_atomics_at_post() {
     let mut sge = a.mr.sge(100, 200).unwrap();
     let mut wr = send_wr(2, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
     rdma(&mut wr, &b.mr, 1000);
-    assert_eq!(status_of(&a, &mut wr), WcStatus::Success);
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success);
     assert_eq!(&bytes(&b)[1000..1200], &bytes(&a)[100..300]);
     for op in [
         IBV_WR_RDMA_READ,
@@ -124,7 +69,7 @@ fn what_the_responder_cannot_take_is_dropped_and_the_requester_completes() {
     // No receive posted: dropped (no RNR, no retry).
     let mut sge = a.mr.sge(0, 32).unwrap();
     let mut wr = send_wr(1, IBV_WR_SEND, std::slice::from_mut(&mut sge));
-    assert_eq!(status_of(&a, &mut wr), WcStatus::Success);
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success);
     // A bad rkey: dropped, the responder untouched.
     let mut sge = a.mr.sge(0, 32).unwrap();
     let mut wr = send_wr(2, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
@@ -132,7 +77,7 @@ fn what_the_responder_cannot_take_is_dropped_and_the_requester_completes() {
         remote_addr: b.mr.addr(),
         rkey: b.mr.rkey() ^ 0x100,
     };
-    assert_eq!(status_of(&a, &mut wr), WcStatus::Success);
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success);
     assert!(bytes(&b)[..32].iter().all(|&x| x == 0), "nothing written");
     assert_eq!(b.qp.state().unwrap(), QpState::Rts);
     assert_eq!(async_events(&b.ctx), []);
@@ -142,7 +87,7 @@ fn what_the_responder_cannot_take_is_dropped_and_the_requester_completes() {
     post_recv(&b, &mut r);
     let mut sge = a.mr.sge(64, 16).unwrap();
     let mut wr = send_wr(3, IBV_WR_SEND, std::slice::from_mut(&mut sge));
-    assert_eq!(status_of(&a, &mut wr), WcStatus::Success);
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success);
     let wc = poll_n(&b.cq, 1);
     assert_eq!((wc[0].wr_id(), wc[0].byte_len()), (20, 16));
     assert_eq!(&bytes(&b)[..16], &bytes(&a)[64..80]);
@@ -158,7 +103,7 @@ fn a_receive_too_small_completes_in_error_and_the_requester_still_succeeds() {
     post_recv(&b, &mut r);
     let mut sge = a.mr.sge(0, 64).unwrap();
     let mut wr = send_wr(1, IBV_WR_SEND, std::slice::from_mut(&mut sge));
-    assert_eq!(status_of(&a, &mut wr), WcStatus::Success);
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success);
     let wc = poll_n(&b.cq, 1);
     assert_eq!((wc[0].wr_id(), wc[0].status()), (30, WcStatus::LocLenErr));
     assert_eq!(b.qp.state().unwrap(), QpState::Err);
@@ -207,15 +152,15 @@ fn uc_and_rc_qps_do_not_talk_to_each_other() {
     let v = verbs();
     let uc = side_of(&v, "soft0", QpType::Uc);
     let rc = side_of(&v, "soft1", QpType::Rc);
-    connect_to(&uc.qp, lid(&rc.ctx), rc.qp.qp_num(), false);
-    connect_to(&rc.qp, lid(&uc.ctx), uc.qp.qp_num(), true);
+    connect_typed(&uc.qp, lid(&rc.ctx), rc.qp.qp_num(), false);
+    connect_typed(&rc.qp, lid(&uc.ctx), uc.qp.qp_num(), true);
     let post_both_ways = |from: &Side, to: &Side| {
         let mut rsge = to.mr.sge(0, 64).unwrap();
         let mut r = recv_wr(40, std::slice::from_mut(&mut rsge));
         post_recv(to, &mut r);
         let mut sge = from.mr.sge(0, 16).unwrap();
         let mut wr = send_wr(1, IBV_WR_SEND, std::slice::from_mut(&mut sge));
-        status_of(from, &mut wr)
+        post_status(from, &mut wr)
     };
     // UC into an RC QP: lost, and the UC requester does not know.
     assert_eq!(post_both_ways(&uc, &rc), WcStatus::Success);

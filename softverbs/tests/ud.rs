@@ -13,80 +13,14 @@ mod common;
 
 use common::*;
 use vqp_host::sys::*;
-use vqp_host::{Context, QpAttrMask, QpInit, QpType, WcFlags, WcStatus};
+use vqp_host::{QpAttrMask, QpInit, QpType, WcFlags, WcStatus};
 
 const QKEY: u32 = 0x1111_1111;
 
-/// A side whose QP is UD, in RTS with Q_Key `qkey`.
-fn ud_side(v: &vqp_host::Verbs, dev: &str, qkey: u32) -> Side {
-    let o = Opts::default();
-    let mut s = side(v, dev, &o);
-    let mut init = QpInit::rc(&s.cq, o.cap);
-    init.qp_type = QpType::Ud;
-    s.qp = s.pd.create_qp(&init).unwrap();
-    let m = QpAttrMask::from_bits;
-    let mut a = ibv_qp_attr {
-        qp_state: IBV_QPS_INIT,
-        port_num: 1,
-        qkey,
-        ..Default::default()
-    };
-    s.qp.modify(
-        &a,
-        m(IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
-    )
-    .unwrap();
-    a.qp_state = IBV_QPS_RTR;
-    s.qp.modify(&a, m(IBV_QP_STATE)).unwrap();
-    a.qp_state = IBV_QPS_RTS;
-    s.qp.modify(&a, m(IBV_QP_STATE | IBV_QP_SQ_PSN)).unwrap();
-    s
-}
-
-fn gid(c: &Context) -> ibv_gid {
-    ibv_gid {
-        raw: *c.query_gid(1, 0).unwrap().as_bytes(),
-    }
-}
-
 /// An address handle on `from`'s PD for `to`'s port (with a global route if `global`).
 fn ah_to(from: &Side, to: &Side, global: bool) -> *mut ibv_ah {
-    let mut attr = ibv_ah_attr {
-        dlid: to.ctx.query_port(1).unwrap().lid(),
-        port_num: 1,
-        ..Default::default()
-    };
-    if global {
-        attr.is_global = 1;
-        attr.grh.dgid = gid(&to.ctx);
-        attr.grh.hop_limit = 64;
-    }
-    // SAFETY: a live PD; a readable attribute struct.
-    let ah = unsafe { vqp_softverbs::ibv_create_ah(from.pd.as_raw(), &mut attr) };
-    assert!(!ah.is_null());
-    ah
-}
-
-/// Sends `len` bytes of `s`'s buffer from `offset` as a datagram.
-fn send_to(s: &Side, ah: *mut ibv_ah, qpn: u32, qkey: u32, offset: usize, len: usize) -> WcStatus {
-    let mut sge = s.mr.sge(offset, len).unwrap();
-    let mut wr = send_wr(1, IBV_WR_SEND_WITH_IMM, std::slice::from_mut(&mut sge));
-    wr.imm = ibv_send_wr_imm {
-        imm_data: 0xabcd_u32.to_be(),
-    };
-    wr.wr.ud = ibv_send_wr_ud {
-        ah,
-        remote_qpn: qpn,
-        remote_qkey: qkey,
-    };
-    post(s, &mut wr);
-    poll_n(&s.cq, 1)[0].status()
-}
-
-fn post_receive(s: &Side, id: u64, offset: usize, len: usize) {
-    let mut sge = s.mr.sge(offset, len).unwrap();
-    let mut r = recv_wr(id, std::slice::from_mut(&mut sge));
-    post_recv(s, &mut r);
+    let dgid = global.then(|| gid(&to.ctx));
+    ah_for(&from.pd, lid(&to.ctx), dgid)
 }
 
 #[test]
@@ -98,7 +32,7 @@ fn a_datagram_arrives_behind_the_grh_area_and_names_its_sender() {
     let ah = ah_to(&a, &b, false);
     post_receive(&b, 7, 0, 40 + 100);
     assert_eq!(
-        send_to(&a, ah, b.qp.qp_num(), QKEY, 0, 100),
+        ud_send(&a, ah, b.qp.qp_num(), QKEY, 0, 100),
         WcStatus::Success
     );
     let wc = poll_n(&b.cq, 1);
@@ -128,7 +62,7 @@ fn a_global_route_fills_the_grh_and_the_answer_is_built_from_it() {
     let ah = ah_to(&a, &b, true);
     post_receive(&b, 1, 0, 40 + 64);
     assert_eq!(
-        send_to(&a, ah, b.qp.qp_num(), QKEY, 0, 64),
+        ud_send(&a, ah, b.qp.qp_num(), QKEY, 0, 64),
         WcStatus::Success
     );
     let wc = poll_n(&b.cq, 1)[0];
@@ -149,7 +83,7 @@ fn a_global_route_fills_the_grh_and_the_answer_is_built_from_it() {
     assert!(!back.is_null());
     post_receive(&a, 2, 4096, 40 + 32);
     assert_eq!(
-        send_to(&b, back, wc.src_qp(), QKEY, 200, 32),
+        ud_send(&b, back, wc.src_qp(), QKEY, 200, 32),
         WcStatus::Success
     );
     let wc = poll_n(&a.cq, 1);
@@ -166,21 +100,21 @@ fn what_ud_cannot_deliver_is_dropped_and_the_sender_completes() {
     let ah = ah_to(&a, &b, false);
     // No receive posted: dropped, no RNR.
     assert_eq!(
-        send_to(&a, ah, b.qp.qp_num(), QKEY, 0, 16),
+        ud_send(&a, ah, b.qp.qp_num(), QKEY, 0, 16),
         WcStatus::Success
     );
     // A wrong Q_Key: dropped, the receive stays.
     post_receive(&b, 9, 0, 40 + 64);
     assert_eq!(
-        send_to(&a, ah, b.qp.qp_num(), 0x2222, 0, 16),
+        ud_send(&a, ah, b.qp.qp_num(), 0x2222, 0, 16),
         WcStatus::Success
     );
     assert!(drain(&b.cq, 20).is_empty());
     // A QP number nobody has: lost.
-    assert_eq!(send_to(&a, ah, 0x00ff_fff0, QKEY, 0, 16), WcStatus::Success);
+    assert_eq!(ud_send(&a, ah, 0x00ff_fff0, QKEY, 0, 16), WcStatus::Success);
     // A Q_Key with the high bit set means the sender's own (here the same as b's).
     assert_eq!(
-        send_to(&a, ah, b.qp.qp_num(), 0x8000_0000, 0, 16),
+        ud_send(&a, ah, b.qp.qp_num(), 0x8000_0000, 0, 16),
         WcStatus::Success
     );
     let wc = poll_n(&b.cq, 1);
@@ -188,7 +122,7 @@ fn what_ud_cannot_deliver_is_dropped_and_the_sender_completes() {
     // A receive too small for the GRH area and the payload completes in error.
     post_receive(&b, 10, 0, 40 + 8);
     assert_eq!(
-        send_to(&a, ah, b.qp.qp_num(), QKEY, 0, 16),
+        ud_send(&a, ah, b.qp.qp_num(), QKEY, 0, 16),
         WcStatus::Success
     );
     let wc = poll_n(&b.cq, 1);
@@ -218,7 +152,7 @@ fn more_than_the_mtu_is_a_local_length_error_and_only_sends_are_posted() {
     let e = unsafe { a.qp.post_send(&mut wr) }.unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "no address handle");
     assert_eq!(
-        send_to(&a, ah, b.qp.qp_num(), QKEY, 0, 4097),
+        ud_send(&a, ah, b.qp.qp_num(), QKEY, 0, 4097),
         WcStatus::LocLenErr
     );
 }

@@ -38,6 +38,18 @@ fn unhex(s: &str) -> Vec<u8> {
         .collect()
 }
 
+/// WRITE 1 of `sge` to `addr` with a key its owner never issued (`rkey` with its
+/// generation byte changed).
+fn bad_rkey_write(sge: &mut ibv_sge, addr: u64, rkey: u32) -> ibv_send_wr {
+    wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(sge),
+        addr,
+        rkey ^ 0x100,
+    )
+}
+
 fn wr_rdma(wr_id: u64, op: u32, sge: &mut [ibv_sge], addr: u64, rkey: u32) -> ibv_send_wr {
     let mut wr = send_wr(wr_id, op, sge);
     wr.wr.rdma = ibv_send_wr_rdma {
@@ -292,13 +304,7 @@ fn a_bad_rkey_is_a_remote_access_error() {
     let o = Opts::default();
     let (a, mut peer, (_, _, raddr, rkey)) = connected("soft0", "soft1", &o);
     let mut sge = a.mr.sge(0, 64).unwrap();
-    let mut wr = wr_rdma(
-        1,
-        IBV_WR_RDMA_WRITE,
-        std::slice::from_mut(&mut sge),
-        raddr,
-        rkey ^ 0x100,
-    );
+    let mut wr = bad_rkey_write(&mut sge, raddr, rkey);
     peer.cmd("recv 2 0 64");
     post(&a, &mut wr);
     let wc = poll_n(&a.cq, 1);
@@ -425,6 +431,91 @@ fn a_deregistered_region_is_refused_to_other_processes_at_once() {
     post(&a, &mut wr);
     let wc = poll_n(&a.cq, 1);
     assert_eq!(wc[0].raw().status, IBV_WC_REM_ACCESS_ERR, "{:?}", wc[0]);
+}
+
+/// `(qpn, lid, addr, rkey)` of a child's `side`/`uc`/`ud` answer.
+fn parse_side(l: &[String]) -> (u32, u16, u64, u32) {
+    let v: Vec<u64> = l[0].split(' ').map(|x| x.parse().unwrap()).collect();
+    (v[0] as u32, v[1] as u16, v[2], v[3] as u32)
+}
+
+const QKEY: u32 = 0x1111_1111;
+
+/// UD between two processes: a datagram with no receive waiting, or with another
+/// Q_Key, is dropped (the sender completes); one that fits arrives behind the GRH area
+/// and names its sender.
+#[test]
+fn datagrams_between_processes_follow_q_keys_and_receives() {
+    isolate();
+    let v = verbs();
+    let mut a = ud_side(&v, "soft0", QKEY);
+    fill(&mut a, 4);
+    let mut peer = Peer::spawn();
+    let (qpn, plid, _, _) = parse_side(&peer.cmd(&format!("ud soft1 {QKEY}")));
+    let ah = ah_for(&a.pd, plid, None);
+    assert_eq!(
+        ud_send(&a, ah, qpn, QKEY, 0, 64),
+        vqp_host::WcStatus::Success
+    );
+    peer.cmd("recv 1 0 200");
+    assert_eq!(
+        ud_send(&a, ah, qpn, 0x2222, 0, 64),
+        vqp_host::WcStatus::Success
+    );
+    assert_eq!(
+        ud_send(&a, ah, qpn, QKEY, 100, 64),
+        vqp_host::WcStatus::Success
+    );
+    assert_eq!(
+        peer.cmd("poll 1")[0],
+        format!("wc 1000 0 {IBV_WC_RECV} 104 {}", 0xabcd_u32.to_be()),
+        "the one with the right Q_Key, 40 + 64 bytes"
+    );
+    assert_eq!(unhex(&peer.cmd("read 40 64")[0]), bytes(&a)[100..164]);
+    // SAFETY: the AH is live and unused now.
+    assert_eq!(unsafe { vqp_softverbs::ibv_destroy_ah(ah) }, 0);
+}
+
+/// UC between two processes: what the responder cannot take (a bad rkey, a SEND with
+/// no receive) is dropped, its QP untouched, the requester successful; the rest lands.
+#[test]
+fn uc_between_processes_drops_what_the_responder_cannot_take() {
+    isolate();
+    let v = verbs();
+    let mut a = side_of(&v, "soft0", vqp_host::QpType::Uc);
+    fill(&mut a, 6);
+    let mut peer = Peer::spawn();
+    let (qpn, plid, raddr, rkey) = parse_side(&peer.cmd("uc soft1"));
+    peer.cmd(&format!("connect_uc {} {}", lid(&a.ctx), a.qp.qp_num()));
+    connect_typed(&a.qp, plid, qpn, false);
+    let ok = vqp_host::WcStatus::Success;
+    let mut sge = a.mr.sge(0, 64).unwrap();
+    let mut wr = bad_rkey_write(&mut sge, raddr, rkey);
+    assert_eq!(post_status(&a, &mut wr), ok, "a bad rkey: dropped");
+    let mut sge = a.mr.sge(0, 16).unwrap();
+    let mut wr = send_wr(2, IBV_WR_SEND, std::slice::from_mut(&mut sge));
+    assert_eq!(post_status(&a, &mut wr), ok, "no receive: dropped");
+    assert_eq!(peer.cmd("state"), ["state Rts"]);
+    assert!(peer.cmd("events").is_empty(), "no event at the responder");
+    let mut sge = a.mr.sge(500, 256).unwrap();
+    let mut wr = wr_rdma(
+        3,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        raddr + 1000,
+        rkey,
+    );
+    assert_eq!(post_status(&a, &mut wr), ok);
+    assert_eq!(unhex(&peer.cmd("read 1000 256")[0]), bytes(&a)[500..756]);
+    peer.cmd("recv 1 0 64");
+    let mut sge = a.mr.sge(300, 32).unwrap();
+    let mut wr = send_wr(4, IBV_WR_SEND, std::slice::from_mut(&mut sge));
+    assert_eq!(post_status(&a, &mut wr), ok);
+    assert_eq!(
+        peer.cmd("poll 1")[0],
+        format!("wc 1000 0 {IBV_WC_RECV} 32 0")
+    );
+    assert_eq!(unhex(&peer.cmd("read 0 32")[0]), bytes(&a)[300..332]);
 }
 
 /// The namespace directory of a test process is gone once the process has exited: a

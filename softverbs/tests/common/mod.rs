@@ -9,7 +9,7 @@ use vqp_host::connect::{self, Address, Path};
 use vqp_host::sys::*;
 use vqp_host::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
-    QpCap, QpInit, QueuePair, Verbs, Wc,
+    QpAttrMask, QpCap, QpInit, QpType, QueuePair, Verbs, Wc, WcStatus,
 };
 
 /// The in-process table.
@@ -350,4 +350,144 @@ pub fn async_events(ctx: &Context) -> Vec<(u32, usize)> {
         // SAFETY: the event came from `ibv_get_async_event`.
         unsafe { vqp_softverbs::ibv_ack_async_event(&mut ev) };
     }
+}
+
+// ---- UC and UD sides ----
+
+/// A side whose QP is of type `qp_type` (created, in RESET).
+pub fn side_of(v: &vqp_host::Verbs, dev: &str, qp_type: QpType) -> Side {
+    let o = Opts::default();
+    let mut s = side(v, dev, &o);
+    let mut init = QpInit::rc(&s.cq, o.cap);
+    init.qp_type = qp_type;
+    s.qp = s.pd.create_qp(&init).unwrap();
+    s
+}
+
+pub fn lid(c: &Context) -> u16 {
+    c.query_port(1).unwrap().lid()
+}
+
+/// Moves `qp` to RTS connected to (`dlid`, `dqpn`) with UC's masks; RC QPs get RC's.
+pub fn connect_typed(qp: &QueuePair, dlid: u16, dqpn: u32, rc: bool) {
+    let mut a = ibv_qp_attr {
+        qp_state: IBV_QPS_INIT,
+        port_num: 1,
+        qp_access_flags: IBV_ACCESS_REMOTE_WRITE,
+        ..Default::default()
+    };
+    let m = |bits: u32| QpAttrMask::from_bits(bits);
+    qp.modify(
+        &a,
+        m(IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+    )
+    .unwrap();
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_4096;
+    a.dest_qp_num = dqpn;
+    a.ah_attr.dlid = dlid;
+    a.ah_attr.port_num = 1;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 1;
+    let rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    let rc_rtr = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    qp.modify(&a, m(if rc { rtr | rc_rtr } else { rtr }))
+        .unwrap();
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    let rc_rts = IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    let rts = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    qp.modify(&a, m(if rc { rts | rc_rts } else { rts }))
+        .unwrap();
+}
+
+/// Posts `wr` on `s` and waits for its completion's status.
+pub fn post_status(s: &Side, wr: &mut ibv_send_wr) -> WcStatus {
+    post(s, wr);
+    poll_n(&s.cq, 1)[0].status()
+}
+
+/// A side whose QP is UD, in RTS with Q_Key `qkey`.
+pub fn ud_side(v: &vqp_host::Verbs, dev: &str, qkey: u32) -> Side {
+    let o = Opts::default();
+    let mut s = side(v, dev, &o);
+    let mut init = QpInit::rc(&s.cq, o.cap);
+    init.qp_type = QpType::Ud;
+    s.qp = s.pd.create_qp(&init).unwrap();
+    let m = QpAttrMask::from_bits;
+    let mut a = ibv_qp_attr {
+        qp_state: IBV_QPS_INIT,
+        port_num: 1,
+        qkey,
+        ..Default::default()
+    };
+    s.qp.modify(
+        &a,
+        m(IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+    )
+    .unwrap();
+    a.qp_state = IBV_QPS_RTR;
+    s.qp.modify(&a, m(IBV_QP_STATE)).unwrap();
+    a.qp_state = IBV_QPS_RTS;
+    s.qp.modify(&a, m(IBV_QP_STATE | IBV_QP_SQ_PSN)).unwrap();
+    s
+}
+
+/// The port's GID (index 0).
+pub fn gid(c: &Context) -> ibv_gid {
+    ibv_gid {
+        raw: *c.query_gid(1, 0).unwrap().as_bytes(),
+    }
+}
+
+/// An address handle on `pd` for LID `dlid` (with a global route to `dgid` if given).
+pub fn ah_for(pd: &ProtectionDomain, dlid: u16, dgid: Option<ibv_gid>) -> *mut ibv_ah {
+    let mut attr = ibv_ah_attr {
+        dlid,
+        port_num: 1,
+        ..Default::default()
+    };
+    if let Some(g) = dgid {
+        attr.is_global = 1;
+        attr.grh.dgid = g;
+        attr.grh.hop_limit = 64;
+    }
+    // SAFETY: a live PD; a readable attribute struct.
+    let ah = unsafe { vqp_softverbs::ibv_create_ah(pd.as_raw(), &mut attr) };
+    assert!(!ah.is_null());
+    ah
+}
+
+/// Sends `len` bytes of `s`'s buffer from `offset` as a datagram (with immediate
+/// 0xabcd) and waits for its completion's status.
+pub fn ud_send(
+    s: &Side,
+    ah: *mut ibv_ah,
+    qpn: u32,
+    qkey: u32,
+    offset: usize,
+    len: usize,
+) -> WcStatus {
+    let mut sge = s.mr.sge(offset, len).unwrap();
+    let mut wr = send_wr(1, IBV_WR_SEND_WITH_IMM, std::slice::from_mut(&mut sge));
+    wr.imm = ibv_send_wr_imm {
+        imm_data: 0xabcd_u32.to_be(),
+    };
+    wr.wr.ud = ibv_send_wr_ud {
+        ah,
+        remote_qpn: qpn,
+        remote_qkey: qkey,
+    };
+    post(s, &mut wr);
+    poll_n(&s.cq, 1)[0].status()
+}
+
+/// Posts receive `id` of `len` bytes of `s`'s buffer at `offset`.
+pub fn post_receive(s: &Side, id: u64, offset: usize, len: usize) {
+    let mut sge = s.mr.sge(offset, len).unwrap();
+    let mut r = recv_wr(id, std::slice::from_mut(&mut sge));
+    post_recv(s, &mut r);
 }

@@ -225,11 +225,14 @@ pub fn child_main() {
         let w: Vec<&str> = line.split_whitespace().collect();
         let num = |i: usize| -> u64 { w[i].parse().unwrap() };
         match w.first().copied() {
-            Some("side") => {
-                let s = if w.get(2) == Some(&"mr-first") {
-                    side_mr_first(&verbs, w[1], &o)
-                } else {
-                    common::side(&verbs, w[1], &o)
+            Some(kind @ ("side" | "uc" | "ud")) => {
+                // An RC side (`side DEV [mr-first]`), a UC side (`uc DEV`) or a UD side
+                // with Q_Key (`ud DEV QKEY`).
+                let s = match kind {
+                    "uc" => common::side_of(&verbs, w[1], vqp_host::QpType::Uc),
+                    "ud" => common::ud_side(&verbs, w[1], num(2) as u32),
+                    _ if w.get(2) == Some(&"mr-first") => side_mr_first(&verbs, w[1], &o),
+                    _ => common::side(&verbs, w[1], &o),
                 };
                 let lid = s.ctx.query_port(1).unwrap().lid();
                 out(format!(
@@ -240,6 +243,10 @@ pub fn child_main() {
                     s.mr.rkey()
                 ));
                 side = Some(s);
+            }
+            Some("connect_uc") => {
+                let s = side.as_ref().unwrap();
+                common::connect_typed(&s.qp, num(1) as u16, num(2) as u32, false);
             }
             Some("connect") => {
                 let s = side.as_ref().unwrap();
