@@ -8,7 +8,8 @@
 //! polling thread picks the request up, which a process busy elsewhere delays. So each
 //! process exports, in the tail of its file in the namespace, what a responder checks:
 //! - per QP number: whether the QP accepts requests now (RTR or RTS), whom it is
-//!   connected to, its remote access flags and its protection domain ([`QpView`]);
+//!   connected to, its remote access flags, its protection domain and whether it is UC
+//!   ([`QpView`]);
 //! - per key slot: the registered region (address, length, access, device, PD) under a
 //!   version word (a key's generation, a valid bit and a change counter): a reader that
 //!   sees the same valid version before and after reading the fields read a consistent

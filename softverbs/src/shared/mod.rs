@@ -66,6 +66,14 @@
 //! `IBV_WC_REM_OP_ERR`; at start-up the provider calls `prctl(PR_SET_PTRACER_ANY)` so
 //! that `ptrace_scope = 1` does not get in the way.
 //!
+//! UC and UD requests carry their type (a responder answers only its own type). Their
+//! requester still waits for the answer — it tells that the data was taken from its
+//! buffers — but completes successfully whatever it says, and a dead owner completes
+//! everything in flight, as nothing was acknowledged on the wire. A UD datagram has no
+//! sequence (nothing is re-sent on UD; it names its Q_Key in the record's `rkey`), and
+//! a UD QP's requests in flight go to one process at a time, so that answers from
+//! different processes cannot complete its WQEs out of order.
+//!
 //! In-process work never enters this module: the engine takes the remote path only when
 //! the peer QP is not found in the process, so in-process WQEs gain no lock, syscall or
 //! allocation.
