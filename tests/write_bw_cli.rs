@@ -193,6 +193,42 @@ fn a_spray_failure_is_counted_alike_on_both_sides() {
     assert_eq!(client, 150, "{err}");
 }
 
+/// `--inject`: a rate change during the run is carried out (and told) and the run
+/// still checks every byte; a link going down fails the run, every message accounted
+/// for; bad items are refused, as is `--inject` on real hardware.
+#[test]
+fn link_events_are_injected_during_the_run() {
+    let out = write_bw(
+        "--size 64K --duration 0.3 --inject 0.05s:rate=soft0:50M,0.2s:rate=soft0:0",
+        &[],
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("s: soft0's link runs at 50 MB/s"), "{err}");
+    assert!(err.contains("s: soft0's link is unlimited"), "{err}");
+    assert!(text(&out.stdout).contains("every byte verified on the server: passed"));
+
+    let out = write_bw("--size 64K --duration 2 --inject 0.1s:link-down=soft0", &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("s: soft0's link goes down"), "{err}");
+    assert!(err.contains("transport retry counter exceeded"), "{err}");
+    every_message_accounted_for(&err);
+
+    for (args, says) in [
+        ("--inject 1s:rate=soft0", "rate takes softN:RATE"),
+        ("--inject soon:link-down=soft0", "the time is not like"),
+        (
+            "--device mlx5_0 --inject 1s:link-down=soft0",
+            "--inject drives softverbs' link controls",
+        ),
+    ] {
+        let out = write_bw(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args}");
+        assert!(text(&out.stderr).contains(says), "{args}: {}", text(&out.stderr));
+    }
+}
+
 #[test]
 fn no_rdma_device_says_so_and_points_to_softverbs() {
     // softverbs as libibverbs, with no device: what a machine without RDMA looks like.

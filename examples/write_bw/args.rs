@@ -19,15 +19,18 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration SECS] [--qps N] [--max-frag BYTES]
          [--mode spray|dqplb] [--opcode write|write_imm|read] [--reorder fifo|random|adversarial]
          [--seed N] [--poll-core CORE] [--json] [--timeout SECS] [--max-buffer BYTES]
+         [--inject TIME:ACTION,...]
          [--device NAME [--server | --connect HOST:PORT] [--port PORT] [--ib-port N] [--gid-index N]]
   BYTES takes a K, M or G suffix (binary). Without --device both sides run in this process on
   softverbs (soft1 serves, soft0 sends); with --device they run on that device through libibverbs.
   --timeout (default 10): how long each side waits for each message of the set-up as a whole,
   and for any progress during the run. --max-buffer (default 1G): the largest buffer the
-  server registers for a client's run.";
+  server registers for a client's run. --inject (softverbs only): link events during the run,
+  TIME as 2s or 250ms, ACTION rate=softN:RATE (bytes/s, K/M/G decimal; 0 unlimited),
+  link-down=softN or link-up=softN.";
 
 /// Flags that take a value (the others are `--json`, `--server` and `--help`).
-const VALUE_FLAGS: [&str; 17] = [
+const VALUE_FLAGS: [&str; 18] = [
     "--size",
     "--qps",
     "--max-frag",
@@ -45,6 +48,7 @@ const VALUE_FLAGS: [&str; 17] = [
     "--gid-index",
     "--timeout",
     "--max-buffer",
+    "--inject",
 ];
 
 /// A byte count for messages: `1 GiB` when it is a whole number of KiB, MiB or GiB,
@@ -91,6 +95,8 @@ pub struct Args {
     pub timeout: Duration,
     /// The largest buffer the server registers (see [`DEFAULT_MAX_BUFFER`]).
     pub max_buffer: u64,
+    /// Link events during the run (softverbs only; see `inject`).
+    pub inject: Vec<crate::inject::Injection>,
 }
 
 impl Args {
@@ -134,6 +140,7 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
         gid_index: None,
         timeout: DEFAULT_TIMEOUT,
         max_buffer: DEFAULT_MAX_BUFFER,
+        inject: Vec::new(),
     };
     let (mut iters_given, mut duration_given) = (false, false);
     let (mut server, mut params_given, mut max_buffer_given) = (false, false, false);
@@ -196,6 +203,7 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
                 )
             }
             "--timeout" => a.timeout = seconds(&flag, &v)?,
+            "--inject" => a.inject = crate::inject::parse(&v)?,
             "--max-buffer" => {
                 a.max_buffer = bytes(&flag, &v)?;
                 if a.max_buffer == 0 {
@@ -223,6 +231,9 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     };
     if a.role != Role::Both && a.device.is_none() {
         return Err("--server and --connect run on real hardware: name it with --device".into());
+    }
+    if a.device.is_some() && !a.inject.is_empty() {
+        return Err("--inject drives softverbs' link controls; a real device has none".into());
     }
     if a.device.is_some() && a.reorder.is_some() {
         return Err("--reorder sets softverbs' cross-QP order; a real device has its own".into());

@@ -65,6 +65,7 @@ mod client;
 mod control;
 mod data;
 mod device;
+mod inject;
 mod params;
 mod report;
 mod run;
@@ -340,6 +341,7 @@ fn plan(args: &Args) -> Plan {
         // Only runs that can last longer than a second print progress; the line
         // itself first appears after one second.
         progress: duration.map_or(true, |d| d > Duration::from_secs(1)),
+        inject: args.inject.clone(),
     }
 }
 
@@ -508,6 +510,7 @@ fn connect(
         return Err(Fail::bad(format!("{addr} is not a write_bw server")));
     }
     let link = run::link(&dev, p, wire, p.client_buffer(), p.server_buffer(), 1)?;
+    let _injector = inject::start(dev.pd.context().verbs(), &plan.inject)?;
     client::client(link, p, plan)
 }
 

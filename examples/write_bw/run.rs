@@ -110,6 +110,8 @@ pub struct Plan {
     pub iters: u64,
     pub duration: Option<Duration>,
     pub progress: bool,
+    /// Link events, from the start of the run.
+    pub inject: Vec<crate::inject::Injection>,
 }
 
 /// The error for a virtual QP that failed with `status` after `done` messages.

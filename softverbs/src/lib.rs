@@ -187,6 +187,7 @@ pub use config::{
     MAX_DEVICES,
 };
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
+pub use link::parse_rate;
 pub use locate::{cdylib_candidates, find_cdylib};
 pub use shared::{qp_owner_pid, ENV_DIR};
 

@@ -56,7 +56,7 @@ impl Link {
 
 /// Parses a rate: bytes per second, with an optional decimal `K`, `M`, `G` or `T`
 /// suffix (`1G` = 10^9 bytes/s, `0.5G` = 5·10^8); `0` means unlimited.
-pub(crate) fn parse_rate(s: &str) -> Option<u64> {
+pub fn parse_rate(s: &str) -> Option<u64> {
     let s = s.trim();
     let (num, mult) = match s.char_indices().last()? {
         (i, 'K' | 'k') => (&s[..i], 1e3),

@@ -1,0 +1,256 @@
+//! `--inject TIME:ACTION,...`: softverbs link events at set times of the run, driven
+//! from a thread of the client while it sends — a link's rate changing
+//! (`rate=soft1:0.5G`), a link going down or coming back (`link-down=soft0`,
+//! `link-up=soft0`). They act on the softverbs this process loaded (its `vqp_soft_*`
+//! controls when it is the `dlopen`ed library, else the one linked in), which in one
+//! process serves both sides.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vqp_host::Verbs;
+
+use crate::Fail;
+
+/// What happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Device `dev`'s link rate becomes `rate` bytes per second (0: unlimited).
+    Rate { dev: usize, rate: u64 },
+    /// Device `dev`'s link goes down.
+    LinkDown(usize),
+    /// Device `dev`'s link comes back up.
+    LinkUp(usize),
+}
+
+/// One action at `at` from the start of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Injection {
+    pub at: Duration,
+    pub action: Action,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Rate { dev, rate: 0 } => write!(f, "soft{dev}'s link is unlimited"),
+            Action::Rate { dev, rate } => {
+                write!(f, "soft{dev}'s link runs at {} MB/s", *rate as f64 / 1e6)
+            }
+            Action::LinkDown(dev) => write!(f, "soft{dev}'s link goes down"),
+            Action::LinkUp(dev) => write!(f, "soft{dev}'s link comes up"),
+        }
+    }
+}
+
+fn device(s: &str) -> Option<usize> {
+    s.trim().strip_prefix("soft")?.parse().ok()
+}
+
+fn time(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, scale) = match s.strip_suffix("ms") {
+        Some(n) => (n, 1e-3),
+        None => (s.strip_suffix('s')?, 1.0),
+    };
+    let v: f64 = num.parse().ok()?;
+    (v.is_finite() && v >= 0.0 && v * scale < 1e6).then(|| Duration::from_secs_f64(v * scale))
+}
+
+/// Parses `--inject`'s value: `TIME:ACTION` items, comma-separated, `TIME` in seconds
+/// (`2s`, `0.5s`) or milliseconds (`250ms`); returned in time order.
+pub fn parse(spec: &str) -> Result<Vec<Injection>, String> {
+    let bad = |item: &str, why: &str| format!("--inject: '{item}': {why}");
+    let mut out = Vec::new();
+    for item in spec.split(',').filter(|i| !i.trim().is_empty()) {
+        let (t, action) = item
+            .split_once(':')
+            .ok_or_else(|| bad(item, "not TIME:ACTION"))?;
+        let at = time(t).ok_or_else(|| bad(item, "the time is not like 2s or 250ms"))?;
+        let (what, arg) = action
+            .split_once('=')
+            .ok_or_else(|| bad(item, "the action is not NAME=VALUE"))?;
+        let action = match what.trim() {
+            "rate" => {
+                let (dev, rate) = arg
+                    .split_once(':')
+                    .ok_or_else(|| bad(item, "rate takes softN:RATE"))?;
+                Action::Rate {
+                    dev: device(dev).ok_or_else(|| bad(item, "the device is not softN"))?,
+                    rate: vqp_softverbs::parse_rate(rate)
+                        .ok_or_else(|| bad(item, "the rate is not like 1G, 500M or 0"))?,
+                }
+            }
+            "link-down" => {
+                Action::LinkDown(device(arg).ok_or_else(|| bad(item, "the device is not softN"))?)
+            }
+            "link-up" => {
+                Action::LinkUp(device(arg).ok_or_else(|| bad(item, "the device is not softN"))?)
+            }
+            other => {
+                return Err(bad(
+                    item,
+                    &format!("'{other}' is not rate, link-down or link-up"),
+                ))
+            }
+        };
+        out.push(Injection { at, action });
+    }
+    out.sort_by_key(|i| i.at);
+    Ok(out)
+}
+
+type SetRate = extern "C" fn(u32, u64) -> c_int;
+type SetLink = extern "C" fn(u32, c_int) -> c_int;
+
+/// The loaded softverbs' link controls.
+#[derive(Clone, Copy)]
+enum Controls {
+    /// The `dlopen`ed library's exports.
+    Loaded {
+        set_rate: SetRate,
+        set_link: SetLink,
+    },
+    /// The provider linked into this binary.
+    Linked,
+}
+
+impl Controls {
+    fn of(verbs: &Verbs) -> Controls {
+        match (
+            verbs.symbol("vqp_soft_set_rate"),
+            verbs.symbol("vqp_soft_set_link"),
+        ) {
+            (Some(r), Some(l)) => Controls::Loaded {
+                // SAFETY: softverbs' exports of these names, with exactly these
+                // prototypes (`abi/faults.rs`); `verbs` keeps the library loaded for
+                // the process's life (it is never unloaded while the run goes on).
+                set_rate: unsafe {
+                    std::mem::transmute::<*mut std::ffi::c_void, SetRate>(r.as_ptr())
+                },
+                // SAFETY: as above.
+                set_link: unsafe {
+                    std::mem::transmute::<*mut std::ffi::c_void, SetLink>(l.as_ptr())
+                },
+            },
+            _ => Controls::Linked,
+        }
+    }
+
+    fn apply(self, a: Action) -> bool {
+        match (self, a) {
+            (Controls::Loaded { set_rate, .. }, Action::Rate { dev, rate }) => {
+                set_rate(dev as u32, rate) == 0
+            }
+            (Controls::Loaded { set_link, .. }, Action::LinkDown(d)) => set_link(d as u32, 0) == 0,
+            (Controls::Loaded { set_link, .. }, Action::LinkUp(d)) => set_link(d as u32, 1) == 0,
+            (Controls::Linked, Action::Rate { dev, rate }) => {
+                vqp_softverbs::set_rate(dev, rate).is_ok()
+            }
+            (Controls::Linked, Action::LinkDown(d)) => vqp_softverbs::set_link(d, false).is_ok(),
+            (Controls::Linked, Action::LinkUp(d)) => vqp_softverbs::set_link(d, true).is_ok(),
+        }
+    }
+}
+
+/// The thread carrying out the injections; stopped (and joined) on drop.
+pub struct Injector {
+    stop: Arc<AtomicBool>,
+    join: Option<JoinHandle<()>>,
+}
+
+/// Starts carrying out `list` from now, each line told on stderr as it happens.
+///
+/// # Errors
+/// When the thread cannot start.
+pub fn start(verbs: &Verbs, list: &[Injection]) -> Result<Option<Injector>, Fail> {
+    if list.is_empty() {
+        return Ok(None);
+    }
+    let controls = Controls::of(verbs);
+    let list = list.to_vec();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let t0 = Instant::now();
+    let join = std::thread::Builder::new()
+        .name("write_bw-inject".into())
+        .spawn(move || {
+            for i in list {
+                while t0.elapsed() < i.at {
+                    if flag.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep((i.at - t0.elapsed()).min(Duration::from_millis(10)));
+                }
+                let done = controls.apply(i.action);
+                eprintln!(
+                    "write_bw: at {:.3} s: {}{}",
+                    t0.elapsed().as_secs_f64(),
+                    i.action,
+                    if done {
+                        ""
+                    } else {
+                        " (refused: no such device)"
+                    }
+                );
+            }
+        })
+        .map_err(|e| Fail::bad(format!("cannot start the --inject thread: {e}")))?;
+    Ok(Some(Injector {
+        stop,
+        join: Some(join),
+    }))
+}
+
+impl Drop for Injector {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn injections_parse_in_time_order_and_bad_ones_say_why() {
+        let l = parse("2s:rate=soft1:0.5G,250ms:link-down=soft0, 1.5s:link-up=soft0").unwrap();
+        assert_eq!(
+            l,
+            [
+                Injection {
+                    at: Duration::from_millis(250),
+                    action: Action::LinkDown(0)
+                },
+                Injection {
+                    at: Duration::from_millis(1500),
+                    action: Action::LinkUp(0)
+                },
+                Injection {
+                    at: Duration::from_secs(2),
+                    action: Action::Rate {
+                        dev: 1,
+                        rate: 500_000_000
+                    }
+                },
+            ]
+        );
+        for (spec, says) in [
+            ("2:rate=soft1:1G", "the time"),
+            ("2s", "TIME:ACTION"),
+            ("2s:rate=soft1", "softN:RATE"),
+            ("2s:rate=mlx5:1G", "softN"),
+            ("2s:rate=soft1:fast", "the rate"),
+            ("2s:reboot=soft1", "'reboot'"),
+        ] {
+            let e = parse(spec).unwrap_err();
+            assert!(e.contains(says), "{spec}: {e}");
+        }
+    }
+}
