@@ -193,6 +193,56 @@ fn a_spray_failure_is_counted_alike_on_both_sides() {
     assert_eq!(client, 150, "{err}");
 }
 
+/// `--devices N`: each side spreads its data QPs over N softverbs devices (the client
+/// on soft0.., the server one further); every byte is still checked, each data QP's
+/// line names its device, and the JSON counts WQEs per device.
+#[test]
+fn devices_spread_the_data_qps_and_are_reported() {
+    for op in ["write", "write_imm", "read"] {
+        let out = write_bw(
+            &format!("--devices 2 --size 256K --iters 40 --opcode {op}"),
+            &[],
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{op}: {}", text(&out.stderr));
+        assert!(
+            stdout.contains("soft0+soft1 -> soft1+soft2 in one process"),
+            "{stdout}"
+        );
+        for line in [
+            " data QP 0 (soft0): ",
+            " data QP 1 (soft1): ",
+            " data QP 3 (soft1): ",
+        ] {
+            assert!(stdout.contains(line), "{op}: {stdout}");
+        }
+        assert!(stdout.contains(": passed"), "{op}: {stdout}");
+    }
+    let out = write_bw("--devices 2 --qps 3 --size 64K --iters 20 --json", &[]);
+    let json = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        json.contains(r#""devices":["soft0","soft1"],"wqes_per_device":["#),
+        "{json}"
+    );
+    for (args, says) in [
+        ("--devices 3 --qps 2", "no more than --qps"),
+        ("--devices 5", "between 1 and 4"),
+        (
+            "--device mlx5_0 --devices 2",
+            "--devices spreads softverbs' devices",
+        ),
+    ] {
+        let out = write_bw(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args}");
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
 /// `--inject`: a rate change during the run is carried out (and told) and the run
 /// still checks every byte; a link going down fails the run, every message accounted
 /// for; bad items are refused, as is `--inject` on real hardware.
@@ -225,7 +275,11 @@ fn link_events_are_injected_during_the_run() {
     ] {
         let out = write_bw(args, &[]);
         assert_eq!(out.status.code(), Some(2), "{args}");
-        assert!(text(&out.stderr).contains(says), "{args}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args}: {}",
+            text(&out.stderr)
+        );
     }
 }
 

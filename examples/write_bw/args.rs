@@ -19,7 +19,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration SECS] [--qps N] [--max-frag BYTES]
          [--mode spray|dqplb] [--opcode write|write_imm|read] [--reorder fifo|random|adversarial]
          [--seed N] [--poll-core CORE] [--json] [--timeout SECS] [--max-buffer BYTES]
-         [--inject TIME:ACTION,...]
+         [--devices N] [--inject TIME:ACTION,...]
          [--device NAME [--server | --connect HOST:PORT] [--port PORT] [--ib-port N] [--gid-index N]]
   BYTES takes a K, M or G suffix (binary). Without --device both sides run in this process on
   softverbs (soft1 serves, soft0 sends); with --device they run on that device through libibverbs.
@@ -27,10 +27,11 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
   and for any progress during the run. --max-buffer (default 1G): the largest buffer the
   server registers for a client's run. --inject (softverbs only): link events during the run,
   TIME as 2s or 250ms, ACTION rate=softN:RATE (bytes/s, K/M/G decimal; 0 unlimited),
-  link-down=softN or link-up=softN.";
+  link-down=softN or link-up=softN. --devices N (softverbs only): each side spreads its data QPs
+  over N devices, data QP i on device i mod N (the client on soft0.., the server one further).";
 
 /// Flags that take a value (the others are `--json`, `--server` and `--help`).
-const VALUE_FLAGS: [&str; 18] = [
+const VALUE_FLAGS: [&str; 19] = [
     "--size",
     "--qps",
     "--max-frag",
@@ -49,6 +50,7 @@ const VALUE_FLAGS: [&str; 18] = [
     "--timeout",
     "--max-buffer",
     "--inject",
+    "--devices",
 ];
 
 /// A byte count for messages: `1 GiB` when it is a whole number of KiB, MiB or GiB,
@@ -231,6 +233,11 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     };
     if a.role != Role::Both && a.device.is_none() {
         return Err("--server and --connect run on real hardware: name it with --device".into());
+    }
+    if a.device.is_some() && a.params.devices > 1 {
+        return Err(
+            "--devices spreads softverbs' devices; on real hardware name one --device".into(),
+        );
     }
     if a.device.is_some() && !a.inject.is_empty() {
         return Err("--inject drives softverbs' link controls; a real device has none".into());

@@ -20,8 +20,13 @@ const BEAT: Duration = Duration::from_millis(10);
 /// The client's state.
 struct Client<'a> {
     conn: Box<Conn>,
+    /// The buffer's registrations on devices 1, … (dropped before `mr`, which owns
+    /// the memory).
+    _more: Vec<MemoryRegion>,
     mr: MemoryRegion,
     peer: Remote,
+    /// The requests' keys on every device.
+    keys: Keys,
     ctl: Control,
     p: &'a Params,
     slots: u64,
@@ -45,9 +50,11 @@ struct Client<'a> {
 /// The client: posts `--size` messages with at most `slots` unverified, polls, and
 /// measures. Returns the measurements once the server confirmed every message.
 pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
+    let keys = link.keys();
     let Link {
         conn,
         mr,
+        more,
         peer,
         mut wire,
     } = link;
@@ -56,8 +63,10 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
     let slots = p.slots();
     let mut c = Client {
         conn,
+        _more: more,
         mr,
         peer,
+        keys,
         ctl: wire.into_control()?,
         p,
         slots,
@@ -98,7 +107,7 @@ impl Client<'_> {
         let (size, slots) = (self.p.size, self.slots);
         let read = self.p.read();
         let plain = self.p.opcode == Opcode::RDMA_WRITE;
-        let keys = Keys::single(self.mr.lkey(), self.peer.rkey);
+        let keys = self.keys;
         let (mut stop, mut interrupted, mut stop_told) = (false, false, false);
         let mut out = [Wc::EMPTY; 32];
         let start = Instant::now();

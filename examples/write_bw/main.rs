@@ -222,16 +222,25 @@ fn join<T>(h: thread::JoinHandle<Result<T, Fail>>) -> Result<T, Fail> {
 fn both(args: &Args) -> Result<(), Fail> {
     check_core(args)?;
     let p = args.params;
+    let n = p.devices;
     let (verbs, source, names) = match &args.device {
         None => {
             // Read by softverbs when it is first used, which is below.
             std::env::set_var("VQP_SOFT_REORDER", args.soft_reorder());
+            if n + 1 > vqp_softverbs::DEFAULT_DEVICES {
+                std::env::set_var("VQP_SOFT_DEVICES", (n + 1).to_string());
+            }
             let (v, s) = device::load_soft();
-            (v, s, ["soft1".to_string(), "soft0".to_string()])
+            // The client on soft0, soft1, …; the server one device further, so that
+            // every data QP crosses from one device to another.
+            let side = |first: usize| -> Vec<String> {
+                (first..first + n).map(|i| format!("soft{i}")).collect()
+            };
+            (v, s, [side(1), side(0)])
         }
         Some(d) => {
             let (v, s) = device::load_hw()?;
-            (v, s, [d.clone(), d.clone()])
+            (v, s, [vec![d.clone()], vec![d.clone()]])
         }
     };
     let open = |name: &str| -> Result<Device, Fail> {
@@ -239,7 +248,8 @@ fn both(args: &Args) -> Result<(), Fail> {
         dev.check(&p, run::DEPTH).map_err(Fail::bad)?;
         Ok(dev)
     };
-    let (server_dev, client_dev) = (open(&names[0])?, open(&names[1])?);
+    let opens = |names: &[String]| names.iter().map(|n| open(n)).collect::<Result<Vec<_>, _>>();
+    let (server_dev, client_dev) = (opens(&names[0])?, opens(&names[1])?);
     let listener = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| Fail::bad(format!("cannot listen on loopback: {e}")))?;
     let addr = listener
@@ -266,7 +276,11 @@ fn both(args: &Args) -> Result<(), Fail> {
         }
         (Err(e), _) | (Ok(_), Err(e)) => return Err(e),
     };
-    let route = format!("{} -> {} in one process", names[1], names[0]);
+    let route = format!(
+        "{} -> {} in one process",
+        names[1].join("+"),
+        names[0].join("+")
+    );
     let place = if p.read() {
         "on the client (reader)"
     } else {
@@ -281,9 +295,11 @@ fn both(args: &Args) -> Result<(), Fail> {
         &m,
         checked,
         place,
+        &names[1],
     )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn print(
     args: &Args,
     p: &Params,
@@ -292,6 +308,7 @@ fn print(
     m: &Measured,
     checked: u64,
     place: &str,
+    client_devices: &[String],
 ) -> Result<(), Fail> {
     if checked != m.iters {
         return Err(Fail::data(format!(
@@ -308,13 +325,14 @@ fn print(
             ("max_frag", report::Json::Num(u64::from(p.max_frag))),
             ("provider", report::Json::Str(source)),
         ];
-        report::print_json(&fields, p.size, m, place);
+        report::print_json(&fields, p.size, m, place, client_devices);
     } else {
         report::print_table(
             header,
             p.size,
             m,
             &report::check_line(checked, p.size, place),
+            client_devices,
         );
     }
     Ok(())
@@ -376,7 +394,7 @@ fn server_only(args: &Args) -> Result<(), Fail> {
     );
     let limits = Limits::of(args);
     let (p, v) = join(spawn("server", move || {
-        serve(dev, &listener, None, &limits)
+        serve(vec![dev], &listener, None, &limits)
     })?)?;
     println!(
         " {}",
@@ -409,7 +427,7 @@ fn client_only(args: &Args, addr: &str) -> Result<(), Fail> {
     let timeout = args.timeout;
     let m = join(spawn("client", move || {
         pin(core)?;
-        connect(dev, &a, &p, &plan, timeout)
+        connect(vec![dev], &a, &p, &plan, timeout)
     })?)?;
     let route = format!("{name} -> {addr}");
     let (checked, place) = if p.read() {
@@ -426,6 +444,7 @@ fn client_only(args: &Args, addr: &str) -> Result<(), Fail> {
         &m,
         checked,
         place,
+        &[name],
     )
 }
 
@@ -437,7 +456,7 @@ fn client_only(args: &Args, addr: &str) -> Result<(), Fail> {
 /// the set-up has `limits.timeout` as a whole, and so has the run for any progress.
 /// Whatever was built is freed on every error (the values drop on return).
 fn serve(
-    dev: Device,
+    devs: Vec<Device>,
     listener: &TcpListener,
     wait: Option<Duration>,
     limits: &Limits,
@@ -447,7 +466,16 @@ fn serve(
     let line = wire.read_line("parameters")?;
     let checked = Params::from_line(&line).and_then(|p| {
         args::check_buffer(&p, limits.max_buffer)?;
-        dev.check(&p, run::DEPTH)?;
+        if p.devices != devs.len() {
+            return Err(format!(
+                "the client spreads its QPs over {} devices; this server has {}",
+                p.devices,
+                devs.len()
+            ));
+        }
+        for dev in &devs {
+            dev.check(&p, run::DEPTH)?;
+        }
         Ok(p)
     });
     let p = match checked {
@@ -458,7 +486,7 @@ fn serve(
         }
     };
     wire.write_all(b"ok\n", "acceptance of the run")?;
-    let link = run::link(&dev, &p, wire, p.server_buffer(), p.client_buffer(), 2)?;
+    let link = run::link(&devs, &p, wire, p.server_buffer(), p.client_buffer(), 2)?;
     let v = server::server(link, &p)?;
     Ok((p, v))
 }
@@ -489,7 +517,7 @@ fn accept(listener: &TcpListener, wait: Option<Duration>) -> Result<TcpStream, F
 /// Connects to the server (retrying a refused connection for 2 s, in case it is
 /// still starting), proposes the run and runs it.
 fn connect(
-    dev: Device,
+    devs: Vec<Device>,
     addr: &str,
     p: &Params,
     plan: &Plan,
@@ -509,8 +537,8 @@ fn connect(
     if reply != "ok" {
         return Err(Fail::bad(format!("{addr} is not a write_bw server")));
     }
-    let link = run::link(&dev, p, wire, p.client_buffer(), p.server_buffer(), 1)?;
-    let _injector = inject::start(dev.pd.context().verbs(), &plan.inject)?;
+    let link = run::link(&devs, p, wire, p.client_buffer(), p.server_buffer(), 1)?;
+    let _injector = inject::start(devs[0].pd.context().verbs(), &plan.inject)?;
     client::client(link, p, plan)
 }
 

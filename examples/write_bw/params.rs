@@ -9,6 +9,8 @@ use crate::size::{bytes, number};
 
 /// Data QPs the virtual QP type holds at most (its `N`).
 pub const MAX_QPS: usize = 16;
+/// Devices a side spreads its data QPs over at most (the virtual CQ type's `DEVS`).
+pub const MAX_DEVICES: usize = 4;
 /// Largest message: the buffers hold several, and 1 GiB keeps them allocatable.
 pub const MAX_SIZE: u64 = 1 << 30;
 /// The shortest `--duration` (and `--timeout`): a run shorter than this measures
@@ -37,6 +39,8 @@ pub struct Params {
     pub seed: u64,
     /// Sent so that the server can hold the client's counts to it.
     pub limit: Limit,
+    /// Devices each side spreads its data QPs over (data QP i on device i mod N).
+    pub devices: usize,
 }
 
 impl Params {
@@ -70,8 +74,14 @@ impl Params {
             Limit::Iters(n) => format!("iters={n}"),
             Limit::Time(d) => format!("duration_ns={}", d.as_nanos()),
         };
+        // One device is the default and is not said (the line stays as before).
+        let devices = if self.devices > 1 {
+            format!(" devices={}", self.devices)
+        } else {
+            String::new()
+        };
         format!(
-            "{VERSION} size={} qps={} max_frag={} mode={} opcode={} seed={} {limit}\n",
+            "{VERSION} size={} qps={} max_frag={} mode={} opcode={} seed={} {limit}{devices}\n",
             self.size,
             self.qps,
             self.max_frag,
@@ -122,6 +132,7 @@ impl Params {
                 })?;
             }
             "--seed" => self.seed = number(flag, v)?,
+            "--devices" => self.devices = usize::try_from(number(flag, v)?).unwrap_or(usize::MAX),
             "--mode" => {
                 self.mode = match v {
                     "spray" => Mode::Spray,
@@ -161,6 +172,11 @@ impl Params {
         if self.max_frag == 0 {
             return Err("--max-frag must be at least 1 byte".into());
         }
+        if self.devices == 0 || self.devices > MAX_DEVICES || self.devices > self.qps {
+            return Err(format!(
+                "--devices must be between 1 and {MAX_DEVICES}, and no more than --qps (each device carries a data QP)"
+            ));
+        }
         match self.limit {
             Limit::Iters(0) => return Err("--iters must be at least 1".into()),
             Limit::Time(d) if d < MIN_DURATION => {
@@ -191,6 +207,7 @@ impl Default for Params {
             opcode: Opcode::RDMA_WRITE_WITH_IMM,
             seed: 1,
             limit: Limit::Iters(1000),
+            devices: 1,
         }
     }
 }
@@ -241,21 +258,32 @@ mod tests {
             opcode: Opcode::RDMA_WRITE,
             seed: 9,
             limit: Limit::Iters(77),
+            devices: 1,
         };
-        for limit in [
-            Limit::Iters(77),
-            Limit::Time(Duration::from_millis(2500)),
-            Limit::Time(Duration::from_nanos(12_345_678)),
+        for (limit, devices) in [
+            (Limit::Iters(77), 1),
+            (Limit::Time(Duration::from_millis(2500)), 3),
+            (Limit::Time(Duration::from_nanos(12_345_678)), 2),
         ] {
-            let p = Params { limit, ..p };
+            let p = Params {
+                limit,
+                devices,
+                ..p
+            };
             assert_eq!(
                 Params::from_line(p.to_line().trim_end()),
                 Ok(p),
                 "{limit:?}"
             );
         }
+        assert!(
+            !p.to_line().contains("devices"),
+            "one device is not said: the line is the one older builds know"
+        );
         for bad in [
             "write_bw/2 size=0",
+            "write_bw/2 qps=2 devices=3",
+            "write_bw/2 devices=0",
             "hello",
             "write_bw/1 size=4096",
             "write_bw/2 iters=5 duration_ns=1000000",

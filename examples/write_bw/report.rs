@@ -87,8 +87,19 @@ pub fn check_line(messages: u64, size: u64, place: &str) -> String {
     format!(" data check: {messages} messages x {size} bytes, every byte verified {place}: passed")
 }
 
-/// perftest's table, the per-QP WQE counts and the data check line.
-pub fn print_table(header: &str, size: u64, m: &Measured, check: &str) {
+/// The device of each data QP (`i mod devices`), for the per-QP lines; nothing to say
+/// when there is one device.
+fn qp_device(devices: &[String], i: usize) -> String {
+    if devices.len() > 1 {
+        format!(" ({})", devices[i % devices.len()])
+    } else {
+        String::new()
+    }
+}
+
+/// perftest's table, the per-QP WQE counts (with each QP's device when the client uses
+/// several) and the data check line.
+pub fn print_table(header: &str, size: u64, m: &Measured, check: &str, devices: &[String]) {
     println!("{RULE}");
     println!(" {header}");
     if m.interrupted {
@@ -106,7 +117,7 @@ pub fn print_table(header: &str, size: u64, m: &Measured, check: &str) {
     );
     println!("{RULE}");
     for (i, n) in m.per_qp.iter().enumerate() {
-        println!(" data QP {i}: {n} WQEs");
+        println!(" data QP {i}{}: {n} WQEs", qp_device(devices, i));
     }
     if let Some(n) = m.notify {
         println!(" notify QP: {n} WQEs");
@@ -135,8 +146,15 @@ pub enum Json<'a> {
     Num(u64),
 }
 
-/// The same as one JSON object on one line.
-pub fn print_json(fields: &[(&str, Json<'_>)], size: u64, m: &Measured, verified_on: &str) {
+/// The same as one JSON object on one line (with the client's devices and the WQEs
+/// each carried).
+pub fn print_json(
+    fields: &[(&str, Json<'_>)],
+    size: u64,
+    m: &Measured,
+    verified_on: &str,
+    devices: &[String],
+) {
     let mut s = String::from("{");
     for (k, v) in fields {
         let v = match v {
@@ -156,6 +174,17 @@ pub fn print_json(fields: &[(&str, Json<'_>)], size: u64, m: &Measured, verified
         m.notify.map_or("null".to_string(), |n| n.to_string()),
         m.interrupted,
         json_str(verified_on),
+    ));
+    s.pop();
+    let k = devices.len().max(1);
+    let mut per_device = vec![0u64; k];
+    for (i, n) in m.per_qp.iter().enumerate() {
+        per_device[i % k] += n;
+    }
+    let names: Vec<String> = devices.iter().map(|d| json_str(d)).collect();
+    s.push_str(&format!(
+        ",\"devices\":[{}],\"wqes_per_device\":{per_device:?}}}",
+        names.join(",")
     ));
     println!("{s}");
 }

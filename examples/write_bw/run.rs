@@ -19,17 +19,19 @@
 use std::time::Duration;
 
 use vqp_core::split::SplitPolicy;
-use vqp_core::{Config, Wc, WcStatus};
+use vqp_core::{Config, Keys, Wc, WcStatus};
 use vqp_host::{AccessFlags, Connected, Endpoint, MemoryRegion, Settings};
 
 use crate::args::{show_bytes, Params};
 use crate::device::Device;
+use crate::params::MAX_DEVICES;
 use crate::wire::{Remote, Wire};
 use crate::Fail;
 
-/// Data QPs at most, WQEs per QP, requests in flight, DQPLB window, poll batch.
-type Ep = Endpoint<16, 64, 1024, 2048, 32>;
-pub type Conn = Connected<16, 64, 1024, 2048, 32>;
+/// Data QPs at most, WQEs per QP, requests in flight, DQPLB window, poll batch,
+/// devices.
+type Ep = Endpoint<16, 64, 1024, 2048, 32, MAX_DEVICES>;
+pub type Conn = Connected<16, 64, 1024, 2048, 32, MAX_DEVICES>;
 /// WQEs in flight per physical QP and receives kept posted per QP (the type's `D`).
 pub const DEPTH: u32 = 64;
 
@@ -37,7 +39,10 @@ pub const DEPTH: u32 = 64;
 pub struct Link {
     /// Boxed: the virtual QP's fixed-size state is some hundreds of KB.
     pub conn: Box<Conn>,
+    /// The buffer, registered on device 0 (and owning the memory).
     pub mr: MemoryRegion,
+    /// Its registrations on devices 1, 2, … (dropped before `mr`, see `Drop`).
+    pub more: Vec<MemoryRegion>,
     /// The peer's buffer, checked to be as large as the run needs.
     pub peer: Remote,
     pub wire: Wire,
@@ -52,7 +57,7 @@ fn host_fail(what: &str) -> impl FnOnce(vqp_host::Error) -> Fail + '_ {
 /// that the peer's holds `peer_len` bytes. Everything made here is freed when an
 /// error returns (the values drop).
 pub fn link(
-    dev: &Device,
+    devs: &[Device],
     p: &Params,
     mut wire: Wire,
     buf_len: u64,
@@ -66,10 +71,12 @@ pub fn link(
         qp_num,
         ..Config::new(p.mode)
     };
+    let dev = &devs[0];
     let mut settings = Settings::new(cfg, p.qps);
     settings.port = dev.ib_port;
     settings.gid_index = dev.gid_index;
-    let ep = Ep::create(&dev.pd, &settings, None).map_err(host_fail(&dev.name))?;
+    let pds: Vec<_> = devs.iter().map(|d| &d.pd).collect();
+    let ep = Ep::create_on(&pds, &settings, &[]).map_err(host_fail(&dev.name))?;
     let card = wire.swap_cards(&ep.card())?;
     let conn = Box::new(ep.connect(&card).map_err(host_fail(&dev.name))?);
     let len = usize::try_from(buf_len)
@@ -84,12 +91,25 @@ pub fn link(
                 dev.name
             ))
         })?;
+    let mut more = Vec::with_capacity(devs.len() - 1);
+    for d in &devs[1..] {
+        // SAFETY: `mr`'s memory, which outlives this registration (`Link` drops `more`
+        // before `mr`).
+        let r = unsafe { d.pd.register_raw(mr.as_ptr(), len, AccessFlags::ALL_REMOTE) }
+            .map_err(|e| Fail::bad(format!("cannot register the buffer on {}: {e}", d.name)))?;
+        more.push(r);
+    }
+    let mut more_keys = [0u32; MAX_DEVICES - 1];
+    for (k, r) in more_keys.iter_mut().zip(&more) {
+        *k = r.rkey();
+    }
     let mine = Remote {
         addr: mr.addr(),
         len: buf_len,
         rkey: mr.rkey(),
+        more: more_keys,
     };
-    let peer = wire.swap_buffers(mine)?;
+    let peer = wire.swap_buffers(mine, devs.len())?;
     if peer.len < peer_len {
         return Err(Fail::bad(format!(
             "the peer's buffer ({}) is smaller than this run needs ({})",
@@ -100,9 +120,22 @@ pub fn link(
     Ok(Link {
         conn,
         mr,
+        more,
         peer,
         wire,
     })
+}
+
+impl Link {
+    /// The keys of a request on this link: on each device, this side's lkey for the
+    /// buffer and the peer's rkey for its buffer.
+    pub fn keys(&self) -> Keys {
+        let mut k = Keys::single(self.mr.lkey(), self.peer.rkey);
+        for (d, r) in self.more.iter().enumerate() {
+            k = k.with(d + 1, r.lkey(), self.peer.more[d]);
+        }
+        k
+    }
 }
 
 /// What the sender was asked to do.

@@ -156,9 +156,11 @@ impl Server<'_> {
 /// posts notification receives (write_imm), checks every message it is told about,
 /// returns credits, until the client's `E` frame (or `X`: its QP failed).
 pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
+    // `more` (the buffer's other registrations) is bound after `mr`: dropped first.
     let Link {
         mut conn,
         mut mr,
+        more: _more,
         peer: _,
         mut wire,
     } = link;

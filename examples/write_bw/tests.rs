@@ -33,7 +33,7 @@ fn server(limits: Limits) -> (SocketAddr, Served) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let h = spawn("server", move || {
-        serve(dev, &l, Some(Duration::from_secs(5)), &limits)
+        serve(vec![dev], &l, Some(Duration::from_secs(5)), &limits)
     })
     .unwrap();
     (addr, h)
@@ -79,7 +79,14 @@ fn client(addr: SocketAddr, p: &Params) -> (Device, Link) {
         let mut wire = Wire::new(stream, "server", Duration::from_secs(5))?;
         wire.write_all(p.to_line().as_bytes(), "parameters")?;
         assert_eq!(wire.read_line("answer")?, "ok");
-        let link = run::link(&dev, &p, wire, p.client_buffer(), p.server_buffer(), 1)?;
+        let link = run::link(
+            std::slice::from_ref(&dev),
+            &p,
+            wire,
+            p.client_buffer(),
+            p.server_buffer(),
+            1,
+        )?;
         Ok((dev, link))
     })
     .unwrap();

@@ -21,6 +21,7 @@ use vqp_host::Card;
 
 use crate::args::show_secs;
 use crate::control::Control;
+use crate::params::MAX_DEVICES;
 use crate::{sigint, Fail};
 
 /// The longest card frame accepted: a card of a later format version may be longer
@@ -224,20 +225,30 @@ impl Wire {
             .map_err(|e| Fail::bad(format!("the {}'s endpoint card: {e}", self.peer)))
     }
 
-    /// Sends ours and receives the peer's buffer description.
-    pub fn swap_buffers(&mut self, mine: Remote) -> Result<Remote, Fail> {
-        let mut out = [0u8; 20];
+    /// Sends ours and receives the peer's buffer description: address, length and the
+    /// rkey on each of the run's `devices` devices (both sides know how many).
+    pub fn swap_buffers(&mut self, mine: Remote, devices: usize) -> Result<Remote, Fail> {
+        let n = 16 + 4 * devices.clamp(1, MAX_DEVICES);
+        let mut out = [0u8; 16 + 4 * MAX_DEVICES];
         out[..8].copy_from_slice(&mine.addr.to_be_bytes());
         out[8..16].copy_from_slice(&mine.len.to_be_bytes());
-        out[16..].copy_from_slice(&mine.rkey.to_be_bytes());
-        self.write_all(&out, "buffer description")?;
-        let mut b = [0u8; 20];
-        self.read_exact(&mut b, "buffer description")?;
+        for (d, key) in std::iter::once(mine.rkey).chain(mine.more).enumerate() {
+            out[16 + 4 * d..20 + 4 * d].copy_from_slice(&key.to_be_bytes());
+        }
+        self.write_all(&out[..n], "buffer description")?;
+        let mut b = [0u8; 16 + 4 * MAX_DEVICES];
+        self.read_exact(&mut b[..n], "buffer description")?;
         let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
+        let mut more = [0u32; MAX_DEVICES - 1];
+        for (d, k) in more.iter_mut().enumerate() {
+            *k = u32_at(20 + 4 * d);
+        }
         Ok(Remote {
             addr: u64_at(0),
             len: u64_at(8),
-            rkey: u32::from_be_bytes(b[16..].try_into().unwrap_or([0; 4])),
+            rkey: u32_at(16),
+            more,
         })
     }
 
@@ -262,7 +273,10 @@ impl Wire {
 pub struct Remote {
     pub addr: u64,
     pub len: u64,
+    /// The buffer's rkey on device 0.
     pub rkey: u32,
+    /// Its rkeys on devices 1, 2, … (as many as the run has devices, less one).
+    pub more: [u32; MAX_DEVICES - 1],
 }
 
 #[cfg(test)]
@@ -375,11 +389,15 @@ mod tests {
             let card = p.swap_cards(&sample_card()).unwrap();
             p.write_all(b"ok\n", "answer").unwrap();
             let r = p
-                .swap_buffers(Remote {
-                    addr: 1,
-                    len: 2,
-                    rkey: 3,
-                })
+                .swap_buffers(
+                    Remote {
+                        addr: 1,
+                        len: 2,
+                        rkey: 3,
+                        more: [0; MAX_DEVICES - 1],
+                    },
+                    1,
+                )
                 .unwrap();
             p.barrier().unwrap();
             (card, r)
@@ -387,11 +405,15 @@ mod tests {
         let card = w.swap_cards(&sample_card()).unwrap();
         assert_eq!(w.read_line("answer").unwrap(), "ok");
         let r = w
-            .swap_buffers(Remote {
-                addr: 4,
-                len: 5,
-                rkey: 6,
-            })
+            .swap_buffers(
+                Remote {
+                    addr: 4,
+                    len: 5,
+                    rkey: 6,
+                    more: [0; MAX_DEVICES - 1],
+                },
+                1,
+            )
             .unwrap();
         w.barrier().unwrap();
         let (theirs, r2) = t.join().unwrap();
