@@ -265,6 +265,13 @@ fn link_events_are_injected_during_the_run() {
     assert!(err.contains("transport retry counter exceeded"), "{err}");
     every_message_accounted_for(&err);
 
+    // A data QP of the client failing (as a fatal QP error) fails the run likewise.
+    let out = write_bw("--size 64K --duration 2 --inject 0.1s:fail-qp=1", &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("s: the client's data QP 1 fails"), "{err}");
+    every_message_accounted_for(&err);
+
     for (args, says) in [
         ("--inject 1s:rate=soft0", "rate takes softN:RATE"),
         ("--inject soon:link-down=soft0", "the time is not like"),

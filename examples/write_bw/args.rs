@@ -27,7 +27,7 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
   and for any progress during the run. --max-buffer (default 1G): the largest buffer the
   server registers for a client's run. --inject (softverbs only): link events during the run,
   TIME as 2s or 250ms, ACTION rate=softN:RATE (bytes/s, K/M/G decimal; 0 unlimited),
-  link-down=softN or link-up=softN. --devices N (softverbs only): each side spreads its data QPs
+  link-down=softN, link-up=softN, fail-qp=I or server-fail-qp=I (that side's data QP I fails). --devices N (softverbs only): each side spreads its data QPs
   over N devices, data QP i on device i mod N (the client on soft0.., the server one further).";
 
 /// Flags that take a value (the others are `--json`, `--server` and `--help`).

@@ -56,6 +56,7 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
         mr,
         more,
         peer,
+        peer_qpns: _,
         mut wire,
     } = link;
     let timeout = wire.timeout();

@@ -1,7 +1,8 @@
-//! `--inject TIME:ACTION,...`: softverbs link events at set times of the run, driven
-//! from a thread of the client while it sends — a link's rate changing
+//! `--inject TIME:ACTION,...`: softverbs link and QP events at set times of the run,
+//! driven from a thread of the client while it sends — a link's rate changing
 //! (`rate=soft1:0.5G`), a link going down or coming back (`link-down=soft0`,
-//! `link-up=soft0`). They act on the softverbs this process loaded (its `vqp_soft_*`
+//! `link-up=soft0`), a data QP of the client or of the server failing (`fail-qp=1`,
+//! `server-fail-qp=3`: the QP goes to the error state at once, as a fatal QP error). They act on the softverbs this process loaded (its `vqp_soft_*`
 //! controls when it is the `dlopen`ed library, else the one linked in), which in one
 //! process serves both sides.
 
@@ -24,6 +25,10 @@ pub enum Action {
     LinkDown(usize),
     /// Device `dev`'s link comes back up.
     LinkUp(usize),
+    /// The client's data QP `i` fails.
+    FailQp(usize),
+    /// The server's data QP `i` fails.
+    ServerFailQp(usize),
 }
 
 /// One action at `at` from the start of the run.
@@ -42,6 +47,8 @@ impl std::fmt::Display for Action {
             }
             Action::LinkDown(dev) => write!(f, "soft{dev}'s link goes down"),
             Action::LinkUp(dev) => write!(f, "soft{dev}'s link comes up"),
+            Action::FailQp(i) => write!(f, "the client's data QP {i} fails"),
+            Action::ServerFailQp(i) => write!(f, "the server's data QP {i} fails"),
         }
     }
 }
@@ -90,10 +97,23 @@ pub fn parse(spec: &str) -> Result<Vec<Injection>, String> {
             "link-up" => {
                 Action::LinkUp(device(arg).ok_or_else(|| bad(item, "the device is not softN"))?)
             }
+            "fail-qp" | "server-fail-qp" => {
+                let i: usize = arg
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad(item, "the data QP is not a number"))?;
+                if what.trim() == "fail-qp" {
+                    Action::FailQp(i)
+                } else {
+                    Action::ServerFailQp(i)
+                }
+            }
             other => {
                 return Err(bad(
                     item,
-                    &format!("'{other}' is not rate, link-down or link-up"),
+                    &format!(
+                        "'{other}' is not rate, link-down, link-up, fail-qp or server-fail-qp"
+                    ),
                 ))
             }
         };
@@ -105,14 +125,16 @@ pub fn parse(spec: &str) -> Result<Vec<Injection>, String> {
 
 type SetRate = extern "C" fn(u32, u64) -> c_int;
 type SetLink = extern "C" fn(u32, c_int) -> c_int;
+type FailQp = extern "C" fn(u32) -> c_int;
 
-/// The loaded softverbs' link controls.
+/// The loaded softverbs' link and QP controls.
 #[derive(Clone, Copy)]
 enum Controls {
     /// The `dlopen`ed library's exports.
     Loaded {
         set_rate: SetRate,
         set_link: SetLink,
+        fail_qp: FailQp,
     },
     /// The provider linked into this binary.
     Linked,
@@ -120,38 +142,51 @@ enum Controls {
 
 impl Controls {
     fn of(verbs: &Verbs) -> Controls {
-        match (
+        let (Some(r), Some(l), Some(q)) = (
             verbs.symbol("vqp_soft_set_rate"),
             verbs.symbol("vqp_soft_set_link"),
-        ) {
-            (Some(r), Some(l)) => Controls::Loaded {
-                // SAFETY: softverbs' exports of these names, with exactly these
-                // prototypes (`abi/faults.rs`); `verbs` keeps the library loaded for
-                // the process's life (it is never unloaded while the run goes on).
-                set_rate: unsafe {
-                    std::mem::transmute::<*mut std::ffi::c_void, SetRate>(r.as_ptr())
-                },
-                // SAFETY: as above.
-                set_link: unsafe {
-                    std::mem::transmute::<*mut std::ffi::c_void, SetLink>(l.as_ptr())
-                },
-            },
-            _ => Controls::Linked,
+            verbs.symbol("vqp_soft_fail_qp"),
+        ) else {
+            return Controls::Linked;
+        };
+        // SAFETY: softverbs' export of this name, with exactly this prototype
+        // (`abi/faults.rs`); `verbs` keeps the library loaded for the process's life (it
+        // is never unloaded while the run goes on). The same for the two below.
+        let set_rate = unsafe { std::mem::transmute::<*mut std::ffi::c_void, SetRate>(r.as_ptr()) };
+        // SAFETY: as above.
+        let set_link = unsafe { std::mem::transmute::<*mut std::ffi::c_void, SetLink>(l.as_ptr()) };
+        // SAFETY: as above.
+        let fail_qp = unsafe { std::mem::transmute::<*mut std::ffi::c_void, FailQp>(q.as_ptr()) };
+        Controls::Loaded {
+            set_rate,
+            set_link,
+            fail_qp,
         }
     }
 
-    fn apply(self, a: Action) -> bool {
-        match (self, a) {
-            (Controls::Loaded { set_rate, .. }, Action::Rate { dev, rate }) => {
-                set_rate(dev as u32, rate) == 0
+    /// Carries out `a`; `qpns` are the data QP numbers of (the client, the server).
+    fn apply(self, a: Action, qpns: &(Vec<u32>, Vec<u32>)) -> bool {
+        match a {
+            Action::Rate { dev, rate } => match self {
+                Controls::Loaded { set_rate, .. } => set_rate(dev as u32, rate) == 0,
+                Controls::Linked => vqp_softverbs::set_rate(dev, rate).is_ok(),
+            },
+            Action::LinkDown(d) | Action::LinkUp(d) => {
+                let up = matches!(a, Action::LinkUp(_));
+                match self {
+                    Controls::Loaded { set_link, .. } => set_link(d as u32, c_int::from(up)) == 0,
+                    Controls::Linked => vqp_softverbs::set_link(d, up).is_ok(),
+                }
             }
-            (Controls::Loaded { set_link, .. }, Action::LinkDown(d)) => set_link(d as u32, 0) == 0,
-            (Controls::Loaded { set_link, .. }, Action::LinkUp(d)) => set_link(d as u32, 1) == 0,
-            (Controls::Linked, Action::Rate { dev, rate }) => {
-                vqp_softverbs::set_rate(dev, rate).is_ok()
-            }
-            (Controls::Linked, Action::LinkDown(d)) => vqp_softverbs::set_link(d, false).is_ok(),
-            (Controls::Linked, Action::LinkUp(d)) => vqp_softverbs::set_link(d, true).is_ok(),
+            Action::FailQp(i) => qpns.0.get(i).is_some_and(|&q| self.fail(q)),
+            Action::ServerFailQp(i) => qpns.1.get(i).is_some_and(|&q| self.fail(q)),
+        }
+    }
+
+    fn fail(self, qpn: u32) -> bool {
+        match self {
+            Controls::Loaded { fail_qp, .. } => fail_qp(qpn) == 0,
+            Controls::Linked => vqp_softverbs::fail_qp(vqp_softverbs::QpSelector::QpNum(qpn)) > 0,
         }
     }
 }
@@ -162,11 +197,16 @@ pub struct Injector {
     join: Option<JoinHandle<()>>,
 }
 
-/// Starts carrying out `list` from now, each line told on stderr as it happens.
+/// Starts carrying out `list` from now, each line told on stderr as it happens; `qpns`
+/// are the data QP numbers of the client and of the server.
 ///
 /// # Errors
 /// When the thread cannot start.
-pub fn start(verbs: &Verbs, list: &[Injection]) -> Result<Option<Injector>, Fail> {
+pub fn start(
+    verbs: &Verbs,
+    list: &[Injection],
+    qpns: (Vec<u32>, Vec<u32>),
+) -> Result<Option<Injector>, Fail> {
     if list.is_empty() {
         return Ok(None);
     }
@@ -185,7 +225,7 @@ pub fn start(verbs: &Verbs, list: &[Injection]) -> Result<Option<Injector>, Fail
                     }
                     std::thread::sleep((i.at - t0.elapsed()).min(Duration::from_millis(10)));
                 }
-                let done = controls.apply(i.action);
+                let done = controls.apply(i.action, &qpns);
                 eprintln!(
                     "write_bw: at {:.3} s: {}{}",
                     t0.elapsed().as_secs_f64(),
@@ -193,7 +233,7 @@ pub fn start(verbs: &Verbs, list: &[Injection]) -> Result<Option<Injector>, Fail
                     if done {
                         ""
                     } else {
-                        " (refused: no such device)"
+                        " (refused: no such device or QP)"
                     }
                 );
             }
@@ -220,6 +260,19 @@ mod tests {
 
     #[test]
     fn injections_parse_in_time_order_and_bad_ones_say_why() {
+        assert_eq!(
+            parse("1s:fail-qp=2,2s:server-fail-qp=0").unwrap(),
+            [
+                Injection {
+                    at: Duration::from_secs(1),
+                    action: Action::FailQp(2)
+                },
+                Injection {
+                    at: Duration::from_secs(2),
+                    action: Action::ServerFailQp(0)
+                },
+            ]
+        );
         let l = parse("2s:rate=soft1:0.5G,250ms:link-down=soft0, 1.5s:link-up=soft0").unwrap();
         assert_eq!(
             l,
@@ -248,6 +301,8 @@ mod tests {
             ("2s:rate=mlx5:1G", "softN"),
             ("2s:rate=soft1:fast", "the rate"),
             ("2s:reboot=soft1", "'reboot'"),
+            ("2s:fail-qp=one", "not a number"),
+            ("2s:fail-qp=one", "not a number"),
         ] {
             let e = parse(spec).unwrap_err();
             assert!(e.contains(says), "{spec}: {e}");

@@ -538,7 +538,11 @@ fn connect(
         return Err(Fail::bad(format!("{addr} is not a write_bw server")));
     }
     let link = run::link(&devs, p, wire, p.client_buffer(), p.server_buffer(), 1)?;
-    let _injector = inject::start(devs[0].pd.context().verbs(), &plan.inject)?;
+    let ours = (0..link.conn.vqp.data_qps())
+        .filter_map(|i| link.conn.vqp.data_qp_num(i))
+        .collect();
+    let qpns = (ours, link.peer_qpns.clone());
+    let _injector = inject::start(devs[0].pd.context().verbs(), &plan.inject, qpns)?;
     client::client(link, p, plan)
 }
 

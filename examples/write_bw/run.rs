@@ -45,6 +45,8 @@ pub struct Link {
     pub more: Vec<MemoryRegion>,
     /// The peer's buffer, checked to be as large as the run needs.
     pub peer: Remote,
+    /// The peer's data QP numbers (from its card).
+    pub peer_qpns: Vec<u32>,
     pub wire: Wire,
 }
 
@@ -78,6 +80,7 @@ pub fn link(
     let pds: Vec<_> = devs.iter().map(|d| &d.pd).collect();
     let ep = Ep::create_on(&pds, &settings, &[]).map_err(host_fail(&dev.name))?;
     let card = wire.swap_cards(&ep.card())?;
+    let peer_qpns = card.data.iter().map(|q| q.qpn).collect();
     let conn = Box::new(ep.connect(&card).map_err(host_fail(&dev.name))?);
     let len = usize::try_from(buf_len)
         .map_err(|_| Fail::bad(format!("a {buf_len}-byte buffer does not fit this machine")))?;
@@ -122,6 +125,7 @@ pub fn link(
         mr,
         more,
         peer,
+        peer_qpns,
         wire,
     })
 }

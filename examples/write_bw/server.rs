@@ -162,6 +162,7 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
         mut mr,
         more: _more,
         peer: _,
+        peer_qpns: _,
         mut wire,
     } = link;
     let timeout = wire.timeout();

@@ -282,6 +282,20 @@ pub fn fail_qp_after(qp: QpSelector, wqes: u64) {
     }
 }
 
+/// Puts the selected live QP(s) into the error state now, as a fatal error of the QP
+/// does on hardware: everything outstanding is flushed (`IBV_WC_WR_FLUSH_ERR`) and
+/// `IBV_EVENT_QP_FATAL` is raised on its context; a peer's requests to it then find no
+/// one to answer. Returns how many QPs it failed.
+pub fn fail_qp(qp: QpSelector) -> usize {
+    let p = provider::get();
+    let qps = p.selected_qps(qp);
+    for q in &qps {
+        let mut g = q.lock();
+        q.to_error(&mut g, Some(cq::event::QP_FATAL));
+    }
+    qps.len()
+}
+
 /// Delays the selected QP(s): each WQE executes no earlier than `delay` after it was
 /// posted. Applies to existing QPs (for later posts) and to QPs created later.
 pub fn delay_qp(qp: QpSelector, delay: Duration) {

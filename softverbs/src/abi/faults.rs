@@ -97,6 +97,17 @@ pub extern "C" fn vqp_soft_set_link(device: u32, up: c_int) -> c_int {
     }
 }
 
+/// [`crate::fail_qp`] for the QP numbered `qp_num`: it goes to the error state now.
+/// Returns 0, or `EINVAL` when no live QP has that number.
+#[cfg_attr(feature = "c-symbols", no_mangle)]
+pub extern "C" fn vqp_soft_fail_qp(qp_num: u32) -> c_int {
+    if crate::fail_qp(QpSelector::QpNum(qp_num)) > 0 {
+        0
+    } else {
+        libc::EINVAL
+    }
+}
+
 /// [`crate::set_rate`]: device `device`'s link rate in bytes per second (0:
 /// unlimited). Returns 0, or `EINVAL` when there is no such device.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
