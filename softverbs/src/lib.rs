@@ -18,8 +18,10 @@
 //! [`set_device_count`] before first use). Each has one port, ACTIVE, link layer
 //! **InfiniBand**: LID `index + 1`, one GID (`fe80::` + node GUID, index 0), one P_Key
 //! (0xffff at index 0), MTU 4096. An address vector may name the peer by LID or, with a
-//! GRH, by GID. QP types: RC. Limits are in [`ibv_query_device`]: 16384 WQEs per queue,
-//! 32 SGEs, 1 KiB inline, 4 Mi CQEs, 16 outstanding READ/atomic.
+//! GRH, by GID. QP types: RC, UC and UD (with address handles), and shared receive
+//! queues. Limits are in [`ibv_query_device`]: 16384 WQEs per queue, 32 SGEs, 1 KiB
+//! inline, 4 Mi CQEs, 16 outstanding READ/atomic. A port's link can be rated (bytes per
+//! second, [`set_rate`]) or taken down ([`set_link`]).
 //!
 //! # Running a libibverbs program on it
 //! The cdylib is `target/<profile>/libvqp_softverbs.so` (`cargo build -p vqp-softverbs`).
@@ -94,11 +96,12 @@
 //!
 //! # Across processes
 //! Devices and QP numbers are shared by every process that names the same namespace
-//! directory (`VQP_SOFT_DIR`): a QP may connect to a QP of another process, and every
-//! RC operation runs between the two processes' private memories (the `shared`
-//! module: a registry of QP numbers, a shared-memory inbox per process, and
-//! `process_vm_readv`/`writev` for the data). [`qp_owner_pid`] says which process owns a
-//! QP number.
+//! directory (`VQP_SOFT_DIR`): a QP may connect (or, UD, send) to a QP of another
+//! process, and every operation runs between the two processes' private memories (the
+//! `shared` module: a registry of QP numbers, a shared-memory inbox per process, each
+//! process's exported QP states and memory keys for the one-sided operations a
+//! requester executes itself, and `process_vm_readv`/`writev` for the data).
+//! [`qp_owner_pid`] says which process owns a QP number.
 //!
 //! # Execution model
 //! Posting only queues WQEs; a progress engine executes them (see the `engine` module):
