@@ -466,4 +466,63 @@ mod tests {
         assert_eq!(peer.claim(other, &|o| o != ME), Some(acc));
         assert_eq!(peer.lane(acc, 0).load(Ordering::Relaxed), 0);
     }
+
+    /// Requesters entering and leaving a region while its owner exports and revokes it
+    /// again and again: a copy that entered is never running once the revocation of
+    /// its registration has returned (the lanes' store-then-load protocol).
+    #[test]
+    fn no_copy_outlives_the_revocation_of_its_region() {
+        use std::sync::atomic::AtomicBool;
+        const ROUNDS: u32 = 250; // generations 1..=250: no wrap
+        let f = file();
+        let owner = Exports::map(&f, true).unwrap();
+        let exported = AtomicU32::new(0);
+        let revoked = AtomicU32::new(0);
+        let stop = AtomicBool::new(false);
+        let entered = AtomicU32::new(0);
+        let key = |round: u32| (7 << 8) | round;
+        std::thread::scope(|s| {
+            for t in 0..2u32 {
+                let (exported, revoked, stop, entered, f) =
+                    (&exported, &revoked, &stop, &entered, &f);
+                s.spawn(move || {
+                    let peer = Exports::map(f, false).unwrap();
+                    let me = Owner {
+                        pid: 100 + t,
+                        token: 1,
+                    };
+                    let acc = peer.claim(me, &|_| true).unwrap();
+                    while !stop.load(Ordering::Acquire) {
+                        let round = exported.load(Ordering::Acquire);
+                        if round == 0 {
+                            continue;
+                        }
+                        if let Some(e) = peer.enter(acc, key(round)) {
+                            entered.fetch_add(1, Ordering::Relaxed);
+                            // While the lane is held, that round's revocation cannot
+                            // have returned.
+                            for _ in 0..50 {
+                                assert!(revoked.load(Ordering::SeqCst) < round);
+                                std::hint::spin_loop();
+                            }
+                            drop(e);
+                        }
+                    }
+                });
+            }
+            for round in 1..=ROUNDS {
+                owner.export_mr(key(round), &region(0x1000));
+                exported.store(round, Ordering::Release);
+                // Leave the requesters time to enter.
+                let t0 = std::time::Instant::now();
+                while t0.elapsed() < Duration::from_micros(200) {
+                    std::hint::spin_loop();
+                }
+                assert!(owner.revoke_mr(key(round), &|_| true));
+                revoked.store(round, Ordering::SeqCst);
+            }
+            stop.store(true, Ordering::Release);
+        });
+        assert!(entered.load(Ordering::Relaxed) > 0, "no copy ever entered");
+    }
 }
