@@ -83,6 +83,24 @@ fn two_processes(
     })
 }
 
+/// Checks that both sides of a pingpong program ran 200 round trips of 4096 bytes
+/// (2 · 200 · 4096 bytes each way) and said so; returns both outputs, for messages.
+fn ran_200_round_trips(o: &Outputs, subst: Subst) -> String {
+    let both = format!("--- server\n{}--- client\n{}", o.server, o.client);
+    for out in [&o.server, &o.client] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("1638400 bytes in ") && l.contains(" seconds = ")),
+            "no bytes line under {subst:?}:\n{both}"
+        );
+        assert!(
+            out.lines().any(|l| l.starts_with("200 iters in ")),
+            "no iters line under {subst:?}:\n{both}"
+        );
+    }
+    both
+}
+
 /// ibv_rc_pingpong, `iters` round trips, server on `server_dev`, client on `client_dev`.
 fn pingpong(test: &str, subst: Subst, devs: (&str, &str), port: u16) {
     pingpong_with(test, "ibv_rc_pingpong", subst, devs, &[], port);
@@ -105,19 +123,7 @@ fn pingpong_with(
     else {
         return;
     };
-    let both = format!("--- server\n{}--- client\n{}", o.server, o.client);
-    for out in [&o.server, &o.client] {
-        // 200 iterations of 4096 bytes, each way: 2 · 200 · 4096 bytes.
-        assert!(
-            out.lines()
-                .any(|l| l.starts_with("1638400 bytes in ") && l.contains(" seconds = ")),
-            "no bytes line under {subst:?}:\n{both}"
-        );
-        assert!(
-            out.lines().any(|l| l.starts_with("200 iters in ")),
-            "no iters line under {subst:?}:\n{both}"
-        );
-    }
+    let both = ran_200_round_trips(&o, subst);
     // Each side's remote QPN is the other's local one, and they differ (on one device
     // the client no longer connects to itself).
     let qpn = |out: &str, which: &str| -> String {
@@ -286,18 +292,7 @@ fn srq_pingpong(test: &str, subst: Subst, port: u16) {
     ) else {
         return;
     };
-    let both = format!("--- server\n{}--- client\n{}", o.server, o.client);
-    for out in [&o.server, &o.client] {
-        assert!(
-            out.lines()
-                .any(|l| l.starts_with("1638400 bytes in ") && l.contains(" seconds = ")),
-            "no bytes line under {subst:?}:\n{both}"
-        );
-        assert!(
-            out.lines().any(|l| l.starts_with("200 iters in ")),
-            "no iters line under {subst:?}:\n{both}"
-        );
-    }
+    let both = ran_200_round_trips(&o, subst);
     // The 16 QPNs each side announces are the ones the other side connected to.
     let qpns = |out: &str, which: &str| -> Vec<String> {
         out.lines()

@@ -174,16 +174,8 @@ impl QueuePair {
         // SAFETY: live QP; the op belongs to its context; the caller vouches for the
         // chain.
         let rc = unsafe { (self.post_send)(self.qp.as_ptr(), head, &mut bad) };
-        if rc == 0 {
-            return Ok(());
-        }
         // SAFETY: the caller vouches that the chain is valid and null-terminated.
-        let index = unsafe { chain_index(head, bad, |w| (*w).next) };
-        Err(Error::PostFailed {
-            function: "ibv_post_send",
-            index,
-            source: errno_error(rc),
-        })
+        unsafe { post_result("ibv_post_send", rc, head, bad, |w| (*w).next) }
     }
 
     /// Posts a chain of receive work requests (`ibv_post_recv`, through the ops table).
@@ -201,16 +193,8 @@ impl QueuePair {
         // SAFETY: live QP; the op belongs to its context; the caller vouches for the
         // chain.
         let rc = unsafe { (self.post_recv)(self.qp.as_ptr(), head, &mut bad) };
-        if rc == 0 {
-            return Ok(());
-        }
         // SAFETY: the caller vouches that the chain is valid and null-terminated.
-        let index = unsafe { chain_index(head, bad, |w| (*w).next) };
-        Err(Error::PostFailed {
-            function: "ibv_post_recv",
-            index,
-            source: errno_error(rc),
-        })
+        unsafe { post_result("ibv_post_recv", rc, head, bad, |w| (*w).next) }
     }
 
     /// Modifies the QP (`ibv_modify_qp`) with the fields of `attr` selected by `mask`.
@@ -272,16 +256,36 @@ impl core::fmt::Debug for QueuePair {
     }
 }
 
+/// A post's result: `Ok` for 0, else [`Error::PostFailed`] naming `function` and the
+/// position in chain `head` of `bad`, the first request not posted.
+///
+/// # Safety
+/// As [`chain_index`].
+#[inline]
+pub(super) unsafe fn post_result<T>(
+    function: &'static str,
+    rc: c_int,
+    head: *mut T,
+    bad: *mut T,
+    next: impl Fn(*mut T) -> *mut T,
+) -> Result<()> {
+    if rc == 0 {
+        return Ok(());
+    }
+    Err(Error::PostFailed {
+        function,
+        // SAFETY: forwarded.
+        index: unsafe { chain_index(head, bad, next) },
+        source: errno_error(rc),
+    })
+}
+
 /// Position of `bad` in the chain starting at `head` (0 when `bad` is null or not found,
 /// i.e. nothing can be assumed posted).
 ///
 /// # Safety
 /// `head` starts a valid null-terminated chain linked by `next`.
-pub(super) unsafe fn chain_index<T>(
-    head: *mut T,
-    bad: *mut T,
-    next: impl Fn(*mut T) -> *mut T,
-) -> usize {
+unsafe fn chain_index<T>(head: *mut T, bad: *mut T, next: impl Fn(*mut T) -> *mut T) -> usize {
     if bad.is_null() {
         return 0;
     }

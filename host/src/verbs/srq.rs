@@ -5,8 +5,8 @@ use core::ptr::NonNull;
 use std::sync::Arc;
 
 use super::pd::{PdInner, ProtectionDomain};
-use super::qp::chain_index;
-use crate::error::{errno_error, Error, Result};
+use super::qp::post_result;
+use crate::error::{Error, Result};
 use crate::sys;
 
 /// A shared receive queue (`struct ibv_srq`), destroyed on drop (after the QPs that use
@@ -90,16 +90,8 @@ impl SharedReceiveQueue {
         // SAFETY: live SRQ; the op belongs to its context; the caller vouches for the
         // chain.
         let rc = unsafe { (self.post_recv)(self.as_raw(), head, &mut bad) };
-        if rc == 0 {
-            return Ok(());
-        }
         // SAFETY: the caller vouches that the chain is valid and null-terminated.
-        let index = unsafe { chain_index(head, bad, |w| (*w).next) };
-        Err(Error::PostFailed {
-            function: "ibv_post_srq_recv",
-            index,
-            source: errno_error(rc),
-        })
+        unsafe { post_result("ibv_post_srq_recv", rc, head, bad, |w| (*w).next) }
     }
 
     /// Arms the limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when fewer than `limit`

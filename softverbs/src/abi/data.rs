@@ -171,6 +171,31 @@ unsafe fn nth<T>(head: *mut T, index: u32, next: impl Fn(&T) -> *mut T) -> *mut 
     cur
 }
 
+/// A post's return value: 0, or the errno with `*bad_wr` (when not null) set to the
+/// first request of chain `head` not posted (the `posted`-th).
+///
+/// # Safety
+/// `head` is a valid null-terminated chain whose link is read by `next`; `bad_wr` is
+/// null or writable.
+unsafe fn answer<T>(
+    result: Result<(), i32>,
+    head: *mut T,
+    posted: u32,
+    bad_wr: *mut *mut T,
+    next: impl Fn(&T) -> *mut T,
+) -> c_int {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            if !bad_wr.is_null() {
+                // SAFETY: per the contract.
+                unsafe { *bad_wr = nth(head, posted, next) };
+            }
+            e
+        }
+    }
+}
+
 /// `ops.post_send`: queues the chain; on failure `*bad_wr` is the first request not
 /// posted (those before it were), and the return value an errno, as mlx5 answers (see
 /// `QpCore::check_send`): `EINVAL` (bad opcode, inline on a READ or atomic, an atomic
@@ -196,16 +221,8 @@ pub(super) unsafe extern "C" fn post_send(
     };
     let (posted, queued, result) = q.core.post_send(&mut chain);
     provider::get().engine.enqueue(&q.core, queued);
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            if !bad_wr.is_null() {
-                // SAFETY: valid chain (contract); writable out-pointer.
-                unsafe { *bad_wr = nth(wr, posted, |w| w.next) };
-            }
-            e
-        }
-    }
+    // SAFETY: `wr` is the valid chain and `bad_wr` null or writable (contract).
+    unsafe { answer(result, wr, posted, bad_wr, |w| w.next) }
 }
 
 /// `ops.post_recv`: as [`post_send`], for the receive queue: `EINVAL` in RESET or for
@@ -228,16 +245,8 @@ pub(super) unsafe extern "C" fn post_recv(
         check: &check,
     };
     let (posted, result) = q.core.post_recv(&mut chain);
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            if !bad_wr.is_null() {
-                // SAFETY: valid chain (contract); writable out-pointer.
-                unsafe { *bad_wr = nth(wr, posted, |w| w.next) };
-            }
-            e
-        }
-    }
+    // SAFETY: `wr` is the valid chain and `bad_wr` null or writable (contract).
+    unsafe { answer(result, wr, posted, bad_wr, |w| w.next) }
 }
 
 /// `ops.post_srq_recv`: as [`post_recv`], for a shared receive queue: `EINVAL` for
@@ -260,16 +269,8 @@ pub(super) unsafe extern "C" fn post_srq_recv(
         check: &check,
     };
     let (posted, result) = s.core.post(&mut chain);
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            if !bad_wr.is_null() {
-                // SAFETY: valid chain (contract); writable out-pointer.
-                unsafe { *bad_wr = nth(wr, posted, |w| w.next) };
-            }
-            e
-        }
-    }
+    // SAFETY: `wr` is the valid chain and `bad_wr` null or writable (contract).
+    unsafe { answer(result, wr, posted, bad_wr, |w| w.next) }
 }
 
 /// `ops.poll_cq`: runs the progress engine (if no other thread is), then moves up to

@@ -168,6 +168,34 @@ pub(crate) struct Requester {
     pub qp_type: u32,
 }
 
+/// The spans of receive `r`'s scatter list, checked for local write against device `dev`
+/// and protection domain `pd`, into `out`; their count, or `None` when an entry is
+/// unusable (bad lkey, PD, bounds or access).
+fn receive_spans<'t>(
+    mrs: &'t MrTable,
+    r: &RecvWqe,
+    dev: usize,
+    pd: u32,
+    out: &mut [Span<'t>; MAX_SGE as usize],
+) -> Option<usize> {
+    let mut n = 0;
+    for s in r.sges.as_slice() {
+        let span = mrs
+            .span(
+                s.lkey,
+                dev,
+                pd,
+                s.addr,
+                u64::from(s.length),
+                IBV_ACCESS_LOCAL_WRITE,
+            )
+            .ok()?;
+        *out.get_mut(n)? = span;
+        n += 1;
+    }
+    Some(n)
+}
+
 /// The responder's side of one WQE from requester `a`: checks, data movement (by
 /// `mv`), receive consumption and the receive completion. `gb` is the responder's
 /// state (the requester's own when a QP is connected to itself). Data moves before a
@@ -252,25 +280,9 @@ fn respond_checked<M: Mover>(
                 return Response::Rnr(min_rnr_timer);
             };
             let mut dst_buf: [Span<'_>; MAX_SGE as usize] = [Span::empty(); MAX_SGE as usize];
-            let mut n_dst = 0;
-            let mut bad = false;
-            for s in r.sges.as_slice() {
-                match mrs.span(
-                    s.lkey,
-                    b.dev,
-                    recv_pd,
-                    s.addr,
-                    u64::from(s.length),
-                    IBV_ACCESS_LOCAL_WRITE,
-                ) {
-                    Ok(span) if n_dst < dst_buf.len() => {
-                        dst_buf[n_dst] = span;
-                        n_dst += 1;
-                    }
-                    _ => bad = true,
-                }
-            }
-            let dst = &dst_buf[..n_dst];
+            let n_dst = receive_spans(mrs, r, b.dev, recv_pd, &mut dst_buf);
+            let bad = n_dst.is_none();
+            let dst = &dst_buf[..n_dst.unwrap_or(0)];
             let (recv_status, req_status) = if bad {
                 (IBV_WC_LOC_PROT_ERR, IBV_WC_REM_OP_ERR)
             } else if mem::total(dst) < len {
@@ -407,26 +419,9 @@ fn respond_datagram<M: Mover>(
         return dropped;
     };
     let mut dst_buf: [Span<'_>; MAX_SGE as usize] = [Span::empty(); MAX_SGE as usize];
-    let mut n_dst = 0;
-    let mut bad = false;
-    for s in r.sges.as_slice() {
-        match mrs.span(
-            s.lkey,
-            b.dev,
-            recv_pd,
-            s.addr,
-            u64::from(s.length),
-            IBV_ACCESS_LOCAL_WRITE,
-        ) {
-            Ok(span) if n_dst < dst_buf.len() => {
-                dst_buf[n_dst] = span;
-                n_dst += 1;
-            }
-            _ => bad = true,
-        }
-    }
-    let dst = &dst_buf[..n_dst];
-    let status = if bad {
+    let n_dst = receive_spans(mrs, r, b.dev, recv_pd, &mut dst_buf);
+    let dst = &dst_buf[..n_dst.unwrap_or(0)];
+    let status = if n_dst.is_none() {
         IBV_WC_LOC_PROT_ERR
     } else if mem::total(dst) < GRH_BYTES + len {
         IBV_WC_LOC_LEN_ERR
