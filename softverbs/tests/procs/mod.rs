@@ -122,10 +122,11 @@ pub fn run_pair(
     port: u16,
     limit: Duration,
 ) -> (Output, Output) {
-    let deadline = Instant::now() + limit;
-    let (mut srv, mut cli) = start_pair(server, client, env, port, deadline);
-    let c = wait(&mut cli, deadline, "client");
-    let s = wait(&mut srv, deadline + Duration::from_secs(5), "server");
+    succeeded(pair_outputs(server, client, env, port, limit))
+}
+
+/// Both outputs of a pair, after asserting that both exited 0.
+pub fn succeeded((s, c): (Output, Output)) -> (Output, Output) {
     for (who, o) in [("server", &s), ("client", &c)] {
         assert!(
             o.status.success(),
@@ -135,5 +136,20 @@ pub fn run_pair(
             String::from_utf8_lossy(&o.stderr)
         );
     }
+    (s, c)
+}
+
+/// As [`run_pair`], without judging the exit statuses.
+pub fn pair_outputs(
+    server: (&Path, &[String]),
+    client: (&Path, &[String]),
+    env: &[(&str, &std::ffi::OsStr)],
+    port: u16,
+    limit: Duration,
+) -> (Output, Output) {
+    let deadline = Instant::now() + limit;
+    let (mut srv, mut cli) = start_pair(server, client, env, port, deadline);
+    let c = wait(&mut cli, deadline, "client");
+    let s = wait(&mut srv, deadline + Duration::from_secs(5), "server");
     (s, c)
 }
