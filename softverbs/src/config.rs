@@ -30,7 +30,8 @@ pub const ENV_LINK_DOWN: &str = "VQP_SOFT_LINK_DOWN";
 
 /// Environment variable: link rates, comma-separated `DEVICE=RATE` in bytes per second
 /// with an optional decimal `K`/`M`/`G`/`T` suffix (`soft0=1G,soft1=3G`); a WQE leaving
-/// through a rated port completes when its bytes would have crossed the link.
+/// through a rated port completes when its bytes would have crossed the link, and the
+/// port reports the InfiniBand width and speed nearest its rate.
 pub const ENV_RATE: &str = "VQP_SOFT_RATE";
 
 /// Devices created when [`ENV_DEVICES`] is unset.

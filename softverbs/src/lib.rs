@@ -21,7 +21,9 @@
 //! GRH, by GID. QP types: RC, UC and UD (with address handles), and shared receive
 //! queues. Limits are in [`ibv_query_device`]: 16384 WQEs per queue, 32 SGEs, 1 KiB
 //! inline, 4 Mi CQEs, 16 outstanding READ/atomic. A port's link can be rated (bytes per
-//! second, [`set_rate`]) or taken down ([`set_link`]).
+//! second, [`set_rate`]) or taken down ([`set_link`]). `ibv_query_port` reports a rated
+//! port's rate as the InfiniBand width and lane speed nearest to it (1 GB/s: 4X SDR,
+//! 10 Gb/s), an unlimited one as 4X EDR, 100 Gb/s.
 //!
 //! # Running a libibverbs program on it
 //! The cdylib is `target/<profile>/libvqp_softverbs.so` (`cargo build -p vqp-softverbs`).
@@ -376,7 +378,8 @@ pub fn fail_device(index: usize) -> Result<(), ConfigError> {
 
 /// Sets device `index`'s link rate in bytes per second (0: unlimited, the default): a
 /// WQE leaving through it completes when its bytes would have crossed the link (see
-/// [`ENV_RATE`]). Takes effect for WQEs that reach the link from now on.
+/// [`ENV_RATE`]). Takes effect for WQEs that reach the link from now on, and for the
+/// width and speed the next `ibv_query_port` reports.
 ///
 /// # Errors
 /// [`ConfigError::NoSuchDevice`].

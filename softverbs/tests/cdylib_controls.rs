@@ -165,6 +165,15 @@ fn c_controls_reach_the_loaded_provider() {
         "{:?}",
         t.elapsed()
     );
+    // The rated port reports it: 1 kB/s is below 1X SDR (1, 1), the slowest link.
+    let port = a.ctx.query_port(1).unwrap();
+    assert_eq!((port.active_width(), port.active_speed()), (1, 1));
     assert_eq!((c.set_rate)(0, 0), 0);
+    let port = a.ctx.query_port(1).unwrap();
+    assert_eq!(
+        (port.active_width(), port.active_speed()),
+        (2, 32),
+        "4X EDR"
+    );
     assert_eq!((c.set_reorder)(0, 0), 0);
 }

@@ -247,7 +247,8 @@ pub unsafe extern "C" fn ibv_query_device(
 
 /// `ibv_query_port`: port 1 only. Writes the 52-byte `ibv_port_attr` of rdma-core v44
 /// (through `port_cap_flags2`), which every caller's buffer holds; fields newer headers
-/// append are left as the caller zeroed them.
+/// append are left as the caller zeroed them. `active_width` and `active_speed` are the
+/// InfiniBand pair nearest the device's link rate (4X EDR, 100 Gb/s, when unlimited).
 ///
 /// # Safety
 /// `context` is a live context; `port_attr` points to a writable `ibv_port_attr` of at
@@ -267,6 +268,10 @@ pub unsafe extern "C" fn ibv_query_port(
     }
     let d = &provider::get().devices[c.core.dev];
     let up = d.is_up();
+    // A rated link reports the width and speed nearest its rate (read now, so a rate
+    // changed at run time shows at the next query); `active_speed_ex`, past the v44
+    // prefix, stays as the caller zeroed it, meaning "see `active_speed`".
+    let (active_width, active_speed) = crate::link::port_speed(d.link.rate());
     let a = ibv_port_attr {
         state: if up { IBV_PORT_ACTIVE } else { IBV_PORT_DOWN },
         max_mtu: IBV_MTU_4096,
@@ -279,8 +284,8 @@ pub unsafe extern "C" fn ibv_query_port(
         sm_lid: 1,
         max_vl_num: 1,
         subnet_timeout: 18,
-        active_width: 2,                    // 4x
-        active_speed: 32,                   // EDR
+        active_width,
+        active_speed,
         phys_state: if up { 5 } else { 3 }, // LinkUp / Disabled
         link_layer: IBV_LINK_LAYER_INFINIBAND,
         ..Default::default()

@@ -25,8 +25,9 @@ pub const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: u32 = 0;
 /// `enum ibv_gid_type_sysfs`: RoCE v2.
 pub const IBV_GID_TYPE_SYSFS_ROCE_V2: u32 = 1;
 
-/// The port's effective speed for `ibv_query_port_speed`, in units of 100 Mb/s: 4X EDR,
-/// 100 Gb/s, as `ibv_query_port` reports (`active_width` 4X, `active_speed` EDR).
+/// An unlimited port's effective speed for `ibv_query_port_speed`, in units of 100 Mb/s:
+/// 4X EDR, 100 Gb/s, as `ibv_query_port` reports it (`active_width` 4X, `active_speed`
+/// EDR). A rated port reports the speed of its width and lane speed instead.
 pub const PORT_SPEED_100MBPS: u64 = 1000;
 
 /// `struct ibv_gid_entry`: one GID table entry.
@@ -258,8 +259,9 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
     }
 }
 
-/// `ibv_query_port_speed`: the port's effective speed in units of 100 Mb/s
-/// ([`PORT_SPEED_100MBPS`]); `EINVAL` for a bad context or port.
+/// `ibv_query_port_speed`: the port's effective speed in units of 100 Mb/s, lanes × lane
+/// speed of what `ibv_query_port` reports, as the kernel computes it
+/// ([`PORT_SPEED_100MBPS`] for an unlimited link); `EINVAL` for a bad context or port.
 ///
 /// # Safety
 /// `context` is null or a live context; `port_speed` is null or writable.
@@ -270,11 +272,16 @@ pub unsafe extern "C" fn ibv_query_port_speed(
     port_speed: *mut u64,
 ) -> c_int {
     // SAFETY: per the contract.
-    if unsafe { ctx_dev(context) }.is_none() || port_num != 1 || port_speed.is_null() {
+    let Some(dev) = (unsafe { ctx_dev(context) }) else {
+        return libc::EINVAL;
+    };
+    if port_num != 1 || port_speed.is_null() {
         return libc::EINVAL;
     }
+    let rate = provider::get().devices[dev].link.rate();
+    let speed = crate::link::port_speed_deci_gbps(crate::link::port_speed(rate));
     // SAFETY: writable (contract).
-    unsafe { port_speed.write(PORT_SPEED_100MBPS) };
+    unsafe { port_speed.write(speed) };
     0
 }
 

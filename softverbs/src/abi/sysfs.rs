@@ -57,7 +57,7 @@ fn soft_attribute(d: &Device, file: &str) -> Option<String> {
         "ports/1/sm_lid" => "0x1".into(),
         "ports/1/sm_sl" | "ports/1/lid_mask_count" => "0".into(),
         "ports/1/cap_mask" => "0x00010000".into(),
-        "ports/1/rate" => "100 Gb/sec (4X EDR)".into(),
+        "ports/1/rate" => crate::link::port_rate_text(crate::link::port_speed(d.link.rate())),
         "ports/1/link_layer" => "InfiniBand".into(),
         "ports/1/gids/0" => gid,
         "ports/1/gid_attrs/types/0" => "IB/RoCE v1".into(),
