@@ -5,7 +5,7 @@
 //! Workloads follow the reference's published measurements (DESIGN §6):
 //! A: 1-fragment write on 4 QPs; B: 1 MiB in 16 × 64 KiB over 4 QPs, completions
 //! shuffled across QPs; C: single-QP pass-through; D: DQPLB reorder window;
-//! E: DQPLB receiver per fragment.
+//! E: DQPLB receiver per fragment; F: the striping policies' cost.
 
 mod support;
 
@@ -16,12 +16,14 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use vqp_core::imm::Imm;
 use vqp_core::reorder::ReorderWindow;
 use vqp_core::seq::Seq;
-use vqp_core::{Opcode, PhysCq, PhysQp, PhysWc, RecvWr, SendFlags, SendWqe, SendWr, Signaling};
+use vqp_core::{
+    Opcode, PhysCq, PhysQp, PhysWc, Policy, RecvWr, SendFlags, SendWqe, SendWr, Signaling,
+};
 use vqp_sim::noop::{NoopCq, NoopOrder, NoopQp, RecvMode};
 
 use support::alloc::{per_run, Counting};
 use support::reference::{RefReorder, RefTracker};
-use support::rig::{noop_cq, rig, write, Rig};
+use support::rig::{noop_cq, rig, striped_rig, write, Rig};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -417,11 +419,55 @@ fn bench_e(c: &mut Criterion) {
     g.finish();
 }
 
+/// F: what choosing a QP per fragment costs under each policy: 1 MiB as 16 × 64 KiB
+/// over 4 QPs weighing 1, 1, 3, 3 (round-robin ignores the weights), completions
+/// shuffled. A policy's cost per fragment is its line less round-robin's, over 16.
+/// The adaptive line also asks for a sample every request, on a clock that makes one
+/// due every 16th (it re-weighs then, from what the no-op provider completed).
+fn bench_f(c: &mut Criterion) {
+    let mut g = c.benchmark_group("F striping policy, 1 MiB as 16 x 64 KiB over 4 QPs, shuffled");
+    g.throughput(Throughput::Elements(16));
+    let big = write(1 << 20);
+    for policy in [
+        Policy::RoundRobin,
+        Policy::Weighted,
+        Policy::LeastOutstanding,
+        Policy::Adaptive,
+    ] {
+        let mut r = striped_rig(
+            4,
+            shuffled(),
+            Signaling::LastOfChain,
+            RecvMode::Complete,
+            policy,
+        );
+        for (i, w) in [1, 1, 3, 3].into_iter().enumerate() {
+            r.vqp.set_weight(i, w);
+        }
+        let mut now = 0u64;
+        let adapt = r.vqp.config().adapt_ns / 16;
+        let name = format!("vqp {}", policy.name());
+        assert_no_alloc(&name, || {
+            now += adapt;
+            r.vqp.sample(now);
+            r.post_complete(&big)
+        });
+        g.bench_function(&name, |b| {
+            b.iter(|| {
+                now += adapt;
+                r.vqp.sample(black_box(now));
+                r.post_complete(&big)
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = bench_a, bench_b, bench_c, bench_d, bench_e
+    targets = bench_a, bench_b, bench_c, bench_d, bench_e, bench_f
 }
 criterion_main!(benches);

@@ -7,8 +7,8 @@ use common::{pair, pattern, Pair};
 use proptest::prelude::*;
 use vqp_core::split::SplitPolicy;
 use vqp_core::{
-    Config, Mode, Opcode, PostSendError, RecvWr, SendFlags, SendWr, Signaling, Wc, WcOpcode,
-    WcStatus,
+    Config, Mode, Opcode, Policy, PostSendError, RecvWr, SendFlags, SendWr, Signaling, Wc,
+    WcOpcode, WcStatus,
 };
 use vqp_sim::{NicConfig, ReorderPolicy};
 
@@ -36,7 +36,11 @@ fn run(p: &mut Pair, reqs: &[Req], steps: u64) -> Outcome {
     let keys = p.a.keys(&p.b);
     let mut next = 0;
     let mut idle_rounds = 0;
+    // The adaptive policy's clock: each round stands for `steps` NIC steps of 10 µs.
+    let mut now = 0;
     loop {
+        now += steps * 10_000;
+        p.a.vqp.sample(now);
         while next < reqs.len() {
             let r = reqs[next];
             if r.op == Opcode::RDMA_WRITE_WITH_IMM {
@@ -171,8 +175,35 @@ fn length() -> impl Strategy<Value = u64> {
     (0u32..=26).prop_flat_map(|bits| 1u64..=(1u64 << bits))
 }
 
+/// How the sender stripes: a policy, a fan-out limit and the devices' weights.
+#[derive(Clone, Copy, Debug)]
+struct Striping {
+    policy: Policy,
+    fanout: u8,
+    weights: [u32; vqp_core::MAX_DEVICES],
+}
+
+fn striping() -> impl Strategy<Value = Striping> {
+    (
+        prop_oneof![
+            Just(Policy::RoundRobin),
+            Just(Policy::Weighted),
+            Just(Policy::LeastOutstanding),
+            Just(Policy::Adaptive)
+        ],
+        prop_oneof![Just(0u8), 1u8..=4],
+        (1u32..=8, 1u32..=8),
+    )
+        .prop_map(|(policy, fanout, (w0, w1))| Striping {
+            policy,
+            fanout,
+            weights: [w0, w1, 1, 1],
+        })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn scenario(
+    striping: Striping,
     qps: u32,
     spray: bool,
     devices: usize,
@@ -197,6 +228,11 @@ fn scenario(
         } else {
             Signaling::LastOfChain
         },
+        policy: striping.policy,
+        fanout: striping.fanout,
+        weights: striping.weights,
+        // Re-weigh often: every 50 µs of the test's clock.
+        adapt_ns: 50_000,
         ..Config::new(mode)
     };
     let len = 2 * (longest as usize + 4096).next_power_of_two();
@@ -273,9 +309,10 @@ proptest! {
         lens in prop::collection::vec((length(), any::<u8>()), 1..8),
         seed in any::<u64>(),
         adversarial in any::<bool>(),
+        striping in striping(),
     ) {
         let policy = if adversarial { ReorderPolicy::Adversarial } else { ReorderPolicy::Random };
-        scenario(qps, spray, devices, max_frag, max_outstanding, every, &lens, seed, policy, None);
+        scenario(striping, qps, spray, devices, max_frag, max_outstanding, every, &lens, seed, policy, None);
     }
 
     #[test]
@@ -287,8 +324,9 @@ proptest! {
         seed in any::<u64>(),
         fail_qp in 0u32..8,
         fail_after in 0u64..40,
+        striping in striping(),
     ) {
-        scenario(qps, spray, 1, max_frag, 8, false, &lens, seed, ReorderPolicy::Random,
+        scenario(striping, qps, spray, 1, max_frag, 8, false, &lens, seed, ReorderPolicy::Random,
             Some((fail_qp, fail_after)));
     }
 }

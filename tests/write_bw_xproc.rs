@@ -151,15 +151,18 @@ fn run_ok(test: &str, load: Load, mode: &str, opcode: &str, qps: usize, port: u1
         .unwrap_or_else(|| panic!("no result table:\n{ctx}"));
     let cols: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cols.get(..2), Some(&["262144", "40"][..]), "{ctx}");
+    let mut carried = 0;
     for i in 0..qps {
-        let wqes = c
+        let (wqes, bytes) = c
             .lines()
             .find_map(|l| l.trim().strip_prefix(&format!("data QP {i}: ")))
-            .and_then(|w| w.strip_suffix(" WQEs"))
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("no WQE count of data QP {i}:\n{ctx}"));
+            .and_then(|w| w.strip_suffix(" bytes")?.split_once(" WQEs, "))
+            .and_then(|(n, b)| Some((n.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+            .unwrap_or_else(|| panic!("no WQE and byte counts of data QP {i}:\n{ctx}"));
         assert!(wqes > 0, "data QP {i} carried nothing:\n{ctx}");
+        carried += bytes;
     }
+    assert_eq!(carried, 40 * 262144, "bytes over the data QPs:\n{ctx}");
     let place = if opcode == "read" {
         "on the client (reader)"
     } else {

@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use vqp_core::split::SplitPolicy;
-use vqp_core::{Config, Keys, Mode, Opcode, SendWr, Signaling, VirtualCq, VirtualQp, Wc};
+use vqp_core::{Config, Keys, Mode, Opcode, Policy, SendWr, Signaling, VirtualCq, VirtualQp, Wc};
 use vqp_sim::noop::{NoopConfig, NoopControl, NoopCq, NoopOrder, NoopQp, RecvMode};
 
 pub type Vqp = VirtualQp<NoopQp, 4, 64, 256, 512>;
@@ -29,6 +29,17 @@ pub fn noop_cq(order: NoopOrder, recv_mode: RecvMode) -> NoopCq {
 }
 
 pub fn rig(qps: u32, order: NoopOrder, signaling: Signaling, recv_mode: RecvMode) -> Rig {
+    striped_rig(qps, order, signaling, recv_mode, Policy::RoundRobin)
+}
+
+/// [`rig`] with striping `policy`.
+pub fn striped_rig(
+    qps: u32,
+    order: NoopOrder,
+    signaling: Signaling,
+    recv_mode: RecvMode,
+    policy: Policy,
+) -> Rig {
     let cq = noop_cq(order, recv_mode);
     let control = cq.control();
     let data: Vec<(NoopQp, u8)> = (0..qps).map(|i| (cq.create_qp(100 + i), 0)).collect();
@@ -37,6 +48,7 @@ pub fn rig(qps: u32, order: NoopOrder, signaling: Signaling, recv_mode: RecvMode
         max_outstanding: 64,
         recv_depth: 64,
         signaling,
+        policy,
         ..Config::new(Mode::Dqplb)
     };
     let mut vqp = Vqp::new(cfg, data, None).expect("valid set-up");

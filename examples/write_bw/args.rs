@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+use vqp_core::Policy;
+
+use crate::params::MAX_DEVICES;
+
 use crate::params::seconds;
 pub use crate::params::{mode_name, opcode_name, Limit, Params};
 use crate::size::{bytes, number};
@@ -19,7 +23,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration SECS] [--qps N] [--max-frag BYTES]
          [--mode spray|dqplb] [--opcode write|write_imm|read] [--reorder fifo|random|adversarial]
          [--seed N] [--poll-core CORE] [--json] [--timeout SECS] [--max-buffer BYTES]
-         [--devices N] [--inject TIME:ACTION,...]
+         [--devices N] [--policy rr|weighted|outstanding|adaptive] [--weights W0,W1,..]
+         [--inject TIME:ACTION,...]
          [--device NAME [--server | --connect HOST:PORT] [--port PORT] [--ib-port N] [--gid-index N]]
   BYTES takes a K, M or G suffix (binary). Without --device both sides run in this process on
   softverbs (soft1 serves, soft0 sends); with --device they run on that device through libibverbs.
@@ -28,10 +33,14 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
   server registers for a client's run. --inject (softverbs only): link events during the run,
   TIME as 2s or 250ms, ACTION rate=softN:RATE (bytes/s, K/M/G decimal; 0 unlimited),
   link-down=softN, link-up=softN, fail-qp=I or server-fail-qp=I (that side's data QP I fails). --devices N (softverbs only): each side spreads its data QPs
-  over N devices, data QP i on device i mod N (the client on soft0.., the server one further).";
+  over N devices, data QP i on device i mod N (the client on soft0.., the server one further).
+  --policy (default rr): how the client stripes fragments over its data QPs: round-robin,
+  weighted by each port's speed, to the QP with the fewest bytes outstanding, or adaptive
+  (weights follow each QP's measured rate, from equal). --weights W0,W1,..: one weight per
+  client device instead of the ports' speeds (weighted) or equal (adaptive's start).";
 
 /// Flags that take a value (the others are `--json`, `--server` and `--help`).
-const VALUE_FLAGS: [&str; 19] = [
+const VALUE_FLAGS: [&str; 21] = [
     "--size",
     "--qps",
     "--max-frag",
@@ -51,6 +60,8 @@ const VALUE_FLAGS: [&str; 19] = [
     "--max-buffer",
     "--inject",
     "--devices",
+    "--policy",
+    "--weights",
 ];
 
 /// A byte count for messages: `1 GiB` when it is a whole number of KiB, MiB or GiB,
@@ -99,6 +110,10 @@ pub struct Args {
     pub max_buffer: u64,
     /// Link events during the run (softverbs only; see `inject`).
     pub inject: Vec<crate::inject::Injection>,
+    /// How the client stripes its fragments (its own choice: the server sends none).
+    pub policy: Policy,
+    /// Each client device's weight (`--weights`).
+    pub weights: Option<[u32; MAX_DEVICES]>,
 }
 
 impl Args {
@@ -128,6 +143,26 @@ pub fn check_buffer(p: &Params, max: u64) -> Result<(), String> {
     ))
 }
 
+/// Parses `--weights`: one positive integer per device of the client's `devices`,
+/// comma-separated.
+fn weights(v: &str, devices: usize) -> Result<[u32; MAX_DEVICES], String> {
+    let given: Vec<&str> = v.split(',').collect();
+    if given.len() != devices {
+        return Err(format!(
+            "--weights gives {} weights for {devices} devices (--devices): one each",
+            given.len()
+        ));
+    }
+    let mut w = [1; MAX_DEVICES];
+    for (slot, s) in w.iter_mut().zip(given) {
+        *slot =
+            s.trim().parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                format!("--weights: '{s}' is not a positive integer (below 2^32)")
+            })?;
+    }
+    Ok(w)
+}
+
 /// Parses `argv` (without the program name). `Err` is the one-line message to print.
 pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut a = Args {
@@ -143,10 +178,13 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
         timeout: DEFAULT_TIMEOUT,
         max_buffer: DEFAULT_MAX_BUFFER,
         inject: Vec::new(),
+        policy: Policy::RoundRobin,
+        weights: None,
     };
     let (mut iters_given, mut duration_given) = (false, false);
     let (mut server, mut params_given, mut max_buffer_given) = (false, false, false);
     let mut connect = None;
+    let mut weights_given = None;
     let mut it = argv.into_iter();
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -206,6 +244,12 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
             }
             "--timeout" => a.timeout = seconds(&flag, &v)?,
             "--inject" => a.inject = crate::inject::parse(&v)?,
+            "--weights" => weights_given = Some(v),
+            "--policy" => {
+                a.policy = Policy::from_name(&v).ok_or_else(|| {
+                    format!("--policy: '{v}' is not rr, weighted, outstanding or adaptive")
+                })?
+            }
             "--max-buffer" => {
                 a.max_buffer = bytes(&flag, &v)?;
                 if a.max_buffer == 0 {
@@ -225,6 +269,9 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
         return Err("--iters and --duration exclude each other".into());
     }
     a.params.check()?;
+    if let Some(v) = weights_given {
+        a.weights = Some(weights(&v, a.params.devices)?);
+    }
     a.role = match (server, connect) {
         (true, Some(_)) => return Err("--server and --connect exclude each other".into()),
         (true, None) => Role::Server,

@@ -198,6 +198,11 @@ impl Client<'_> {
                 last_move = Instant::now();
             }
             let now = Instant::now();
+            // The adaptive policy's clock (other policies return at once).
+            let since = now.duration_since(start).as_nanos();
+            self.conn
+                .vqp
+                .sample(u64::try_from(since).unwrap_or(u64::MAX));
             let beat_due = read && now.duration_since(last_beat) >= beat;
             if (plain || beat_due) && self.completed > self.sent_done {
                 self.ctl.send(DONE, self.completed).map_err(self.lost())?;
@@ -243,9 +248,14 @@ impl Client<'_> {
             iters: self.completed,
             elapsed,
             peak: progress.peak(elapsed, self.completed),
+            timeline: progress.timeline(),
             per_qp: (0..lanes)
                 .map(|i| vqp.lane_stats(i).map_or(0, |s| s.wqes))
                 .collect(),
+            bytes_per_qp: (0..lanes)
+                .map(|i| vqp.lane_stats(i).map_or(0, |s| s.bytes))
+                .collect(),
+            weights: (0..lanes).filter_map(|i| vqp.weight(i)).collect(),
             notify: vqp
                 .notify_qp_num()
                 .and_then(|_| vqp.lane_stats(lanes))

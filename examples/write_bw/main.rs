@@ -190,10 +190,11 @@ fn header(args: &Args, p: &Params, source: &str, route: &str) -> String {
         Some(_) => String::new(),
     };
     format!(
-        "vqp write_bw: {} data QPs, {}, {}, fragments of at most {} B, up to {} messages in flight{order}\n {source}, {route}",
+        "vqp write_bw: {} data QPs, {}, {}, {} striping, fragments of at most {} B, up to {} messages in flight{order}\n {source}, {route}",
         p.qps,
         mode_name(p.mode),
         opcode_name(p.opcode),
+        args.policy.name(),
         p.max_frag,
         p.slots()
     )
@@ -324,6 +325,7 @@ fn print(
             ("qps", report::Json::Num(p.qps as u64)),
             ("max_frag", report::Json::Num(u64::from(p.max_frag))),
             ("provider", report::Json::Str(source)),
+            ("policy", report::Json::Str(args.policy.name())),
         ];
         report::print_json(&fields, p.size, m, place, client_devices);
     } else {
@@ -360,6 +362,10 @@ fn plan(args: &Args) -> Plan {
         // itself first appears after one second.
         progress: duration.map_or(true, |d| d > Duration::from_secs(1)),
         inject: args.inject.clone(),
+        stripe: run::Stripe {
+            policy: args.policy,
+            weights: args.weights,
+        },
     }
 }
 
@@ -486,7 +492,16 @@ fn serve(
         }
     };
     wire.write_all(b"ok\n", "acceptance of the run")?;
-    let link = run::link(&devs, &p, wire, p.server_buffer(), p.client_buffer(), 2)?;
+    // The server posts no RDMA operation: its striping policy is moot.
+    let link = run::link(
+        &devs,
+        &p,
+        run::Stripe::ROUND_ROBIN,
+        wire,
+        p.server_buffer(),
+        p.client_buffer(),
+        2,
+    )?;
     let v = server::server(link, &p)?;
     Ok((p, v))
 }
@@ -537,7 +552,15 @@ fn connect(
     if reply != "ok" {
         return Err(Fail::bad(format!("{addr} is not a write_bw server")));
     }
-    let link = run::link(&devs, p, wire, p.client_buffer(), p.server_buffer(), 1)?;
+    let link = run::link(
+        &devs,
+        p,
+        plan.stripe,
+        wire,
+        p.client_buffer(),
+        p.server_buffer(),
+        1,
+    )?;
     let ours = (0..link.conn.vqp.data_qps())
         .filter_map(|i| link.conn.vqp.data_qp_num(i))
         .collect();

@@ -18,11 +18,20 @@ pub struct Measured {
     pub peak: f64,
     /// Send WQEs (fragments) each data QP carried.
     pub per_qp: Vec<u64>,
+    /// The bytes those WQEs carried.
+    pub bytes_per_qp: Vec<u64>,
+    /// Each data QP's weight at the end (see `VirtualQp::weight`).
+    pub weights: Vec<u64>,
     /// WQEs the SPRAY notify QP carried, when there is one.
     pub notify: Option<u64>,
     /// Stopped early by Ctrl-C (here or at the server).
     pub interrupted: bool,
+    /// The rate (bytes per second) in each `SLICE` of the run, from its start.
+    pub timeline: Vec<f64>,
 }
+
+/// The timeline's resolution: fine enough to see a striping policy adapt.
+pub const SLICE: Duration = Duration::from_millis(50);
 
 impl Measured {
     pub fn avg(&self, size: u64) -> f64 {
@@ -42,6 +51,8 @@ pub struct Progress {
     window: (Instant, u64),
     peak: f64,
     last_line: Instant,
+    /// Messages done when each `SLICE` began (the first tick in it).
+    marks: Vec<u64>,
 }
 
 impl Progress {
@@ -53,10 +64,25 @@ impl Progress {
             window: (start, 0),
             peak: 0.0,
             last_line: start,
+            marks: vec![0],
         }
     }
 
+    /// The rate in each whole `SLICE` so far (bytes per second); a slice with no tick
+    /// in it shares the next one's messages.
+    pub fn timeline(&self) -> Vec<f64> {
+        let secs = SLICE.as_secs_f64();
+        self.marks
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as f64 * self.size as f64 / secs)
+            .collect()
+    }
+
     pub fn tick(&mut self, now: Instant, done: u64) {
+        let slice = (now.duration_since(self.start).as_nanos() / SLICE.as_nanos()) as usize;
+        while self.marks.len() <= slice {
+            self.marks.push(done);
+        }
         let span = now.duration_since(self.window.0);
         if span >= WINDOW {
             let rate = (done - self.window.1) as f64 * self.size as f64 / span.as_secs_f64();
@@ -116,13 +142,35 @@ pub fn print_table(header: &str, size: u64, m: &Measured, check: &str, devices: 
         m.mpps()
     );
     println!("{RULE}");
-    for (i, n) in m.per_qp.iter().enumerate() {
-        println!(" data QP {i}{}: {n} WQEs", qp_device(devices, i));
+    for (i, (n, b)) in m.per_qp.iter().zip(&m.bytes_per_qp).enumerate() {
+        println!(" data QP {i}{}: {n} WQEs, {b} bytes", qp_device(devices, i));
+    }
+    if devices.len() > 1 {
+        let per_device = per_device(&m.bytes_per_qp, devices.len());
+        let all: u64 = per_device.iter().sum();
+        for (d, b) in devices.iter().zip(&per_device) {
+            let share = if all == 0 {
+                0.0
+            } else {
+                100.0 * *b as f64 / all as f64
+            };
+            println!(" device {d}: {b} bytes ({share:.1}%)");
+        }
     }
     if let Some(n) = m.notify {
         println!(" notify QP: {n} WQEs");
     }
     println!("{check}");
+}
+
+/// Per-QP counts summed per device (data QP i is on device i mod `devices`).
+fn per_device(per_qp: &[u64], devices: usize) -> Vec<u64> {
+    let k = devices.max(1);
+    let mut sums = vec![0u64; k];
+    for (i, n) in per_qp.iter().enumerate() {
+        sums[i % k] += n;
+    }
+    sums
 }
 
 fn json_str(s: &str) -> String {
@@ -176,15 +224,26 @@ pub fn print_json(
         json_str(verified_on),
     ));
     s.pop();
+    let timeline: Vec<String> = m
+        .timeline
+        .iter()
+        .map(|r| format!("{:.1}", r / MB))
+        .collect();
+    s.push_str(&format!(
+        ",\"slice_ms\":{},\"timeline_mb_s\":[{}]}}",
+        SLICE.as_millis(),
+        timeline.join(",")
+    ));
+    s.pop();
     let k = devices.len().max(1);
-    let mut per_device = vec![0u64; k];
-    for (i, n) in m.per_qp.iter().enumerate() {
-        per_device[i % k] += n;
-    }
     let names: Vec<String> = devices.iter().map(|d| json_str(d)).collect();
     s.push_str(&format!(
-        ",\"devices\":[{}],\"wqes_per_device\":{per_device:?}}}",
-        names.join(",")
+        ",\"bytes_per_qp\":{:?},\"weights_per_qp\":{:?},\"devices\":[{}],\"wqes_per_device\":{:?},\"bytes_per_device\":{:?}}}",
+        m.bytes_per_qp,
+        m.weights,
+        names.join(","),
+        per_device(&m.per_qp, k),
+        per_device(&m.bytes_per_qp, k),
     ));
     println!("{s}");
 }

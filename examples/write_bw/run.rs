@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use vqp_core::split::SplitPolicy;
-use vqp_core::{Config, Keys, Wc, WcStatus};
+use vqp_core::{Config, Keys, Policy, Wc, WcStatus};
 use vqp_host::{AccessFlags, Connected, Endpoint, MemoryRegion, Settings};
 
 use crate::args::{show_bytes, Params};
@@ -61,6 +61,7 @@ fn host_fail(what: &str) -> impl FnOnce(vqp_host::Error) -> Fail + '_ {
 pub fn link(
     devs: &[Device],
     p: &Params,
+    stripe: Stripe,
     mut wire: Wire,
     buf_len: u64,
     peer_len: u64,
@@ -71,10 +72,13 @@ pub fn link(
         max_outstanding: DEPTH,
         recv_depth: DEPTH,
         qp_num,
+        policy: stripe.policy,
+        weights: stripe.weights.unwrap_or([1; MAX_DEVICES]),
         ..Config::new(p.mode)
     };
     let dev = &devs[0];
     let mut settings = Settings::new(cfg, p.qps);
+    settings.weights_from_ports = stripe.weights.is_none();
     settings.port = dev.ib_port;
     settings.gid_index = dev.gid_index;
     let pds: Vec<_> = devs.iter().map(|d| &d.pd).collect();
@@ -149,6 +153,24 @@ pub struct Plan {
     pub progress: bool,
     /// Link events, from the start of the run.
     pub inject: Vec<crate::inject::Injection>,
+    /// How the client stripes its fragments.
+    pub stripe: Stripe,
+}
+
+/// How a side stripes its fragments: the policy and, when given, each device's
+/// weight (else the ports' rates weigh them, under the weighted policy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stripe {
+    pub policy: Policy,
+    pub weights: Option<[u32; MAX_DEVICES]>,
+}
+
+impl Stripe {
+    /// Round-robin: what a side that posts no RDMA operation (the server) uses.
+    pub const ROUND_ROBIN: Stripe = Stripe {
+        policy: Policy::RoundRobin,
+        weights: None,
+    };
 }
 
 /// The error for a virtual QP that failed with `status` after `done` messages.

@@ -82,6 +82,7 @@ fn client(addr: SocketAddr, p: &Params) -> (Device, Link) {
         let link = run::link(
             std::slice::from_ref(&dev),
             &p,
+            run::Stripe::ROUND_ROBIN,
             wire,
             p.client_buffer(),
             p.server_buffer(),

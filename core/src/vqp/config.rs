@@ -2,7 +2,11 @@
 
 use core::fmt;
 
+use super::policy::Policy;
 use crate::split::{SplitError, SplitPolicy};
+use crate::wr::MAX_DEVICES;
+
+const _: () = assert!(MAX_DEVICES == 4, "Config::weights has one entry per device");
 
 /// How the receiver learns that a fragmented RDMA_WRITE_WITH_IMM has landed.
 ///
@@ -50,6 +54,20 @@ pub struct Config {
     pub recv_seq: u32,
     /// The number reported in [`Wc::qp_num`](crate::Wc::qp_num).
     pub qp_num: u32,
+    /// How fragments are spread over the data QPs; each side chooses its own.
+    pub policy: Policy,
+    /// Relative weight of each device's data QPs under the weighted policies (the
+    /// adaptive one starts from them); at least 1 for every device in use.
+    /// (The length is [`MAX_DEVICES`] written out: a constant path there trips rustc
+    /// 1.95 when a `Config` is captured by a closure.)
+    pub weights: [u32; 4],
+    /// The most data QPs one request's fragments use (0: all of them). A request of
+    /// `k` fragments uses at most `min(k, fanout)`.
+    pub fanout: u8,
+    /// How often the adaptive policy folds in what it measured, in nanoseconds
+    /// (calls of [`VirtualQp::sample`](super::VirtualQp::sample) closer together
+    /// than this do nothing).
+    pub adapt_ns: u64,
 }
 
 impl Config {
@@ -64,6 +82,10 @@ impl Config {
             send_seq: 0,
             recv_seq: 0,
             qp_num: 0,
+            policy: Policy::RoundRobin,
+            weights: [1; 4],
+            fanout: 0,
+            adapt_ns: 2_000_000,
         }
     }
 }
@@ -103,6 +125,8 @@ pub enum BuildError {
     Device(u8),
     /// The split policy is unusable.
     Split(SplitError),
+    /// A device with data QPs has weight 0.
+    Weight(u8),
     /// A DQPLB receiver holds up to `data QPs × recv_depth` messages that arrived
     /// before any receive waited for them: the type's `S` must be at least that.
     Slots {
@@ -146,6 +170,7 @@ impl fmt::Display for BuildError {
             Self::RecvDepth(d) => write!(f, "recv_depth {d}; between 1 and 2^24 allowed"),
             Self::Device(d) => write!(f, "device index {d}; below {} allowed", crate::MAX_DEVICES),
             Self::Split(e) => e.fmt(f),
+            Self::Weight(d) => write!(f, "device {d} carries data QPs but has weight 0"),
             Self::Slots { slots, needed } => write!(
                 f,
                 "{slots} request slots are below data QPs × recv_depth = {needed}"

@@ -3,12 +3,14 @@
 
 use super::complete::{credit_data, credit_notify};
 use super::lane::Lane;
+use super::policy::{Policy, Striping};
 use super::send::{numbered, passthrough_wqe, send_id};
-use super::slots::Notify;
-use super::{Mode, Signaling, VirtualQp};
+use super::slots::{Notify, SendSlot};
+use super::{Config, Mode, Signaling, VirtualQp};
 use crate::imm::Imm;
 use crate::phys::{PhysQp, SendWqe};
 use crate::seq::Seq;
+use crate::split::Plan;
 use crate::wr::{Opcode, SendFlags, SendWr, WcStatus};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 
@@ -27,6 +29,119 @@ fn after(l: usize, n: usize) -> u32 {
         0
     } else {
         l as u32 + 1
+    }
+}
+
+/// The data QPs of `room` that a request's next fragment may use: all of them
+/// until its fragments went to `fanout` QPs (`used`), those after.
+#[inline]
+fn allowed(room: u64, fanout: u8, used: u64) -> u64 {
+    if fanout != 0 && used.count_ones() >= u32::from(fanout) {
+        room & used
+    } else {
+        room
+    }
+}
+
+/// The least loaded data QP among `allowed` (not empty): fewest bytes staged or in
+/// flight, relative to each QP's weight when `weighted`; the lowest index on a tie.
+#[inline]
+fn least_loaded<Q: PhysQp, const N: usize, const D: usize>(
+    lanes: &[Lane<Q, D>],
+    striping: &Striping<N>,
+    allowed: u64,
+    weighted: bool,
+) -> usize {
+    let mut bits = allowed;
+    let mut best = bits.trailing_zeros() as usize;
+    let mut best_load = lanes[best].load();
+    bits &= bits - 1;
+    while bits != 0 {
+        let i = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        let load = lanes[i].load();
+        let lighter = if weighted {
+            striping.lighter(i, load, best, best_load)
+        } else {
+            load < best_load
+        };
+        if lighter {
+            (best, best_load) = (i, load);
+        }
+    }
+    best
+}
+
+/// The data QP for the next fragment of a request, among `allowed` (those of
+/// `eligible` — the QPs the fan-out limit leaves it — with room; not empty), by the
+/// configured policy; `single` for a request of one fragment, which the load-aware
+/// policies give to the least loaded QP. `None`: wait for room.
+///
+/// The weighted policies follow the schedule. When the QP it names has no room, the
+/// fragment waits for it (its entry stays next) rather than go to another QP: a
+/// fast QP that reached `max_outstanding` would otherwise push its excess onto the
+/// slow ones, which then hold every request back (measured: 1:3 links, 27.7% of the
+/// bytes on the slow one instead of 25%, 89% of the links' sum instead of 91%). A
+/// failed QP's entries go to the least loaded QP for its weight.
+#[inline(always)]
+fn choose<Q: PhysQp, const N: usize, const D: usize>(
+    cfg: &Config,
+    lanes: &[Lane<Q, D>],
+    striping: &mut Striping<N>,
+    next_lane: &mut u32,
+    (eligible, allowed): (u64, u64),
+    single: bool,
+) -> Option<usize> {
+    Some(match cfg.policy {
+        Policy::RoundRobin => {
+            let l = pick(allowed, *next_lane);
+            *next_lane = after(l, lanes.len());
+            l
+        }
+        Policy::LeastOutstanding => least_loaded(lanes, striping, allowed, false),
+        _ if single => least_loaded(lanes, striping, allowed, true),
+        Policy::Weighted | Policy::Adaptive => {
+            let l = striping.next_in(eligible);
+            if allowed >> l & 1 != 0 {
+                return Some(l);
+            }
+            if lanes[l].failed {
+                least_loaded(lanes, striping, allowed, true)
+            } else {
+                striping.back();
+                return None;
+            }
+        }
+    })
+}
+
+/// Where a request's fragments lie, for staging what it has left in one go.
+#[derive(Clone, Copy)]
+struct Layout {
+    plan: Plan,
+    count: u64,
+    /// The first fragment left (the slot's `posted`).
+    first: u64,
+    /// The DQPLB number of fragment `first`.
+    base_seq: Seq,
+    /// Fragments but the first and the last are `step` long, `step` apart, from
+    /// `origin` (see [`Plan::grid`]).
+    origin: u64,
+    step: u64,
+}
+
+impl Layout {
+    #[inline(always)]
+    fn of(slot: &SendSlot, base_seq: Seq) -> Self {
+        let (origin, step) = slot.plan.grid();
+        Self {
+            plan: slot.plan,
+            count: slot.plan.count(),
+            first: slot.posted,
+            base_seq,
+            origin,
+            step,
+        }
     }
 }
 
@@ -112,11 +227,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Post the request just taken straight to a data QP when it is the only one
     /// waiting, goes as one WQE (a single fragment or a pass-through) and a QP has
     /// room: what a dispatch round would do for it, without the round. False, having
-    /// done nothing, when a round is needed.
+    /// done nothing, when a round is needed. Round-robin over every QP only: the
+    /// other policies choose in the round.
     #[inline]
     pub(super) fn post_alone(&mut self) -> bool {
         let id = self.dispatch;
-        if id + 1 != self.send.tail {
+        if id + 1 != self.send.tail || !self.even {
             return false;
         }
         let max = self.cfg.max_outstanding;
@@ -193,7 +309,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     break;
                 }
                 let wqe = passthrough_wqe(wr, send_id(self.tag, id), lane.device);
-                *lane.stage(id, self.send_seq, false) = wqe;
+                *lane.stage(id, self.send_seq, false, wqe.len) = wqe;
                 self.staged |= 1;
                 slot.posted = 1;
                 if !lane.has_room(max) {
@@ -203,21 +319,31 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 continue;
             }
             let count = slot.plan.count();
+            if slot.posted == 0 {
+                // Set here rather than when the request is taken: the one-WQE path
+                // never reads it.
+                slot.used = 0;
+            }
             // Every data QP takes its share of what is left at once when all have
             // room for it: no per-fragment pick.
-            if count - slot.posted >= 2
-                && self.room == all_lanes
-                && self.may_spread()
-                && self.try_spread(id, max, &mut seq_budget)
-            {
-                self.dispatch += 1;
-                continue;
+            if count - slot.posted >= 2 && self.may_spread() {
+                let staged = if self.even {
+                    self.room == all_lanes && self.try_spread(id, max, &mut seq_budget)
+                } else {
+                    self.scheduled && self.try_scheduled(id, max, &mut seq_budget)
+                };
+                if staged {
+                    self.dispatch += 1;
+                    continue;
+                }
             }
             let slot = self.send.get_mut(id);
             let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
             let dqplb_imm = req.dqplb_imm;
             while slot.posted < count {
-                if self.room == 0 {
+                let eligible = allowed(all_lanes, self.cfg.fanout, slot.used);
+                let allowed = eligible & self.room;
+                if allowed == 0 {
                     break 'requests;
                 }
                 if dqplb_imm {
@@ -229,7 +355,17 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     }
                     *budget -= 1;
                 }
-                let l = pick(self.room, self.next_lane);
+                let Some(l) = choose(
+                    &self.cfg,
+                    &self.lanes,
+                    &mut self.striping,
+                    &mut self.next_lane,
+                    (eligible, allowed),
+                    count == 1,
+                ) else {
+                    break 'requests;
+                };
+                slot.used |= 1 << l;
                 let lane = &mut self.lanes[l];
                 let off = slot.offset;
                 let len = slot.plan.next_len(slot.posted, off);
@@ -241,12 +377,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 }
                 let keys = slot.wr.keys.pair(lane.device);
                 let wqe = req.wqe(l as u64, keys, off, len, seq, slot.posted == count);
-                *lane.stage(id, seq, merge) = wqe;
+                *lane.stage(id, seq, merge, len) = wqe;
                 self.staged |= 1 << l;
                 if !lane.has_room(max) {
                     self.room &= !(1 << l);
                 }
-                self.next_lane = after(l, n as usize);
             }
             self.dispatch += 1;
         }
@@ -309,87 +444,178 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Stage every fragment request `s.id` has left, fragment `posted + k` on data
     /// QP `(next_lane + k) mod n` exactly as one-by-one round-robin would place
-    /// them, each QP's share as one run with `MERGE` (last-of-chain signaling), a
-    /// run per WQE without. The caller checked that every QP has room for its share
-    /// and that the DQPLB budget covers them.
+    /// them. The caller checked that every QP has room for its share and that the
+    /// DQPLB budget covers them.
     fn stage_spread<const MERGE: bool>(&mut self, s: &Spread, max: u32) {
         let n = self.lanes.len() as u64;
-        let slot = self.send.get_mut(s.id);
-        let plan = slot.plan;
-        let count = plan.count();
-        let first = slot.posted;
-        let left = count - first;
+        let at = Layout::of(self.send.get(s.id), self.send_seq);
+        let (first, left) = (at.first, at.count - at.first);
         let start = u64::from(self.next_lane);
-        let base_seq = self.send_seq;
         // QP k of the round takes fragments first + k, first + k + n, ...: `whole`
-        // each, one more for the first `extra` QPs. The last fragment is on QP
-        // `last_k`.
+        // each, one more for the first `extra` QPs.
         let (whole, extra) = (left / n, left % n);
-        let last_k = if extra == 0 { n - 1 } else { extra - 1 };
-        // Fragments but the first and the last are `step` long, `step` apart.
-        let (origin, step) = plan.grid();
-        let stride = n * step;
         for k in 0..left.min(n) {
             let mut l = start + k;
             if l >= n {
                 l -= n;
             }
-            let lane = &mut self.lanes[l as usize];
             let share = (whole + u64::from(k < extra)) as u32;
-            let keys = self.send.get(s.id).wr.keys.pair(lane.device);
-            let run_seq = if s.dqplb_imm {
-                base_seq.add(k as u32)
-            } else {
-                base_seq
-            };
-            // This QP's fragments are numbered n apart.
-            let seq_step = if s.dqplb_imm { n as u32 } else { 0 };
-            let i = first + k;
-            let shared = s.wqe(l, keys, 0, step as u32, run_seq, false);
-            let run = lane.stage_run(s.id, run_seq, seq_step, share, MERGE);
-            let (mut off, mut seq) = (origin.wrapping_add(i * step), run_seq);
-            for wqe in run.iter_mut() {
-                *wqe = SendWqe {
-                    addr: s.local.wrapping_add(off),
-                    remote_addr: s.remote.wrapping_add(off),
-                    imm_data: if s.dqplb_imm {
-                        Imm::new(seq, false).to_wire()
-                    } else {
-                        0
-                    },
-                    ..shared
-                };
-                off = off.wrapping_add(stride);
-                seq = seq.add(seq_step);
-            }
-            // A first fragment shortened by the alignment starts at the request's
-            // start; the last one may be shorter and ends the request.
-            if i == 0 && origin != 0 {
-                let w = &mut run[0];
-                (w.addr, w.remote_addr, w.len) = (s.local, s.remote, plan.fragment(0).1);
-            }
-            if k == last_k {
-                let w = &mut run[share as usize - 1];
-                w.len = plan.fragment(count - 1).1;
-                if s.dqplb_imm {
-                    // What `Spread::wqe` gives a last fragment, mended in place.
-                    let seq = base_seq.add((left - 1) as u32);
-                    (w.flags, w.imm_data) = (s.last_flags, Imm::new(seq, true).to_wire());
-                }
-            }
-            self.staged |= 1 << l;
-            if !lane.has_room(max) {
-                self.room &= !(1 << l);
-            }
+            self.stage_share::<MERGE>(s, &at, l as usize, first + k, share, n, max);
         }
-        let next = (start + left) % n;
-        self.next_lane = next as u32;
+        self.next_lane = ((start + left) % n) as u32;
+        self.spread_done(s, left);
+    }
+
+    /// Stage `share` fragments of request `s.id` on data QP `l`: fragments `i`,
+    /// `i + d`, `i + 2d`, ..., each fragment `j` numbered `send_seq + j − posted`
+    /// in DQPLB, as one run with `MERGE` (last-of-chain signaling), a run per WQE
+    /// without. The caller checked that the QP has room; [`Self::spread_done`] ends
+    /// the request's staging.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn stage_share<const MERGE: bool>(
+        &mut self,
+        s: &Spread,
+        at: &Layout,
+        l: usize,
+        i: u64,
+        share: u32,
+        d: u64,
+        max: u32,
+    ) {
+        let Layout {
+            plan,
+            count,
+            first,
+            base_seq,
+            origin,
+            step,
+        } = *at;
+        let keys = self.send.get(s.id).wr.keys.pair(self.lanes[l].device);
+        let run_seq = if s.dqplb_imm {
+            base_seq.add((i - first) as u32)
+        } else {
+            base_seq
+        };
+        // This share's fragments are numbered d apart.
+        let seq_step = if s.dqplb_imm { d as u32 } else { 0 };
+        let stride = d * step;
+        let lane = &mut self.lanes[l];
+        let shared = s.wqe(l as u64, keys, 0, step as u32, run_seq, false);
+        let run = lane.stage_run(s.id, run_seq, seq_step, share, MERGE, step as u32);
+        let (mut off, mut seq) = (origin.wrapping_add(i * step), run_seq);
+        for wqe in run.iter_mut() {
+            *wqe = SendWqe {
+                addr: s.local.wrapping_add(off),
+                remote_addr: s.remote.wrapping_add(off),
+                imm_data: if s.dqplb_imm {
+                    Imm::new(seq, false).to_wire()
+                } else {
+                    0
+                },
+                ..shared
+            };
+            off = off.wrapping_add(stride);
+            seq = seq.add(seq_step);
+        }
+        // A first fragment shortened by the alignment starts at the request's
+        // start; the last one may be shorter and ends the request.
+        if i == 0 && origin != 0 {
+            let len = plan.fragment(0).1;
+            let w = &mut run[0];
+            (w.addr, w.remote_addr, w.len) = (s.local, s.remote, len);
+            lane.mend_len(0, share, MERGE, step as u32, len);
+        }
+        let last = i + u64::from(share - 1) * d;
+        if last == count - 1 {
+            let len = plan.fragment(count - 1).1;
+            let w = &mut lane.staged_tail(share)[share as usize - 1];
+            w.len = len;
+            if s.dqplb_imm {
+                // What `Spread::wqe` gives a last fragment, mended in place.
+                let seq = base_seq.add((last - first) as u32);
+                (w.flags, w.imm_data) = (s.last_flags, Imm::new(seq, true).to_wire());
+            }
+            lane.mend_len(share - 1, share, MERGE, step as u32, len);
+        }
+        self.staged |= 1 << l;
+        if !lane.has_room(max) {
+            self.room &= !(1 << l);
+        }
+    }
+
+    /// Every fragment of request `s.id`, `left` of them from its `posted`, is staged.
+    #[inline]
+    fn spread_done(&mut self, s: &Spread, left: u64) {
         if s.dqplb_imm {
-            self.send_seq = base_seq.add(left as u32);
+            self.send_seq = self.send_seq.add(left as u32);
         }
         let slot = self.send.get_mut(s.id);
-        slot.posted = count;
+        slot.posted = slot.plan.count();
         slot.offset = slot.wr.len;
+    }
+
+    /// The weighted policies' counterpart of [`Self::try_spread`]: take the next
+    /// entries of the schedule, one per fragment left (within the fan-out limit),
+    /// and if every QP named has room for its share and the DQPLB budget covers
+    /// them, stage each QP's share as consecutive fragments; false, with nothing
+    /// staged and the schedule where it was, otherwise.
+    #[inline(never)]
+    fn try_scheduled(&mut self, id: u64, max: u32, seq_budget: &mut Option<u32>) -> bool {
+        let slot = self.send.get(id);
+        let left = slot.plan.count() - slot.posted;
+        let mut used = slot.used;
+        let mut shares = [0u32; N];
+        let mark = self.striping.mark();
+        let n = self.lanes.len() as u32;
+        let fanout = self.cfg.fanout;
+        if fanout == 0 || u32::from(fanout) >= n {
+            for _ in 0..left {
+                shares[self.striping.next()] += 1;
+            }
+        } else {
+            let all = u64::MAX >> (64 - n);
+            for _ in 0..left {
+                let l = self.striping.next_in(allowed(all, fanout, used));
+                used |= 1 << l;
+                shares[l] += 1;
+            }
+        }
+        let fits = shares
+            .iter()
+            .zip(&self.lanes)
+            .all(|(&k, lane)| k == 0 || lane.has_room_for(k, max));
+        let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
+        let budget_ok = !req.dqplb_imm || {
+            let budget = seq_budget.get_or_insert_with(|| {
+                Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
+            });
+            u64::from(*budget) >= left
+        };
+        if !fits || !budget_ok {
+            self.striping.rewind(mark);
+            return false;
+        }
+        if let Some(b) = seq_budget.as_mut().filter(|_| req.dqplb_imm) {
+            *b -= left as u32;
+        }
+        let at = Layout::of(slot, self.send_seq);
+        let mut i = at.first;
+        for (l, &k) in shares.iter().enumerate().take(n as usize) {
+            if k == 0 {
+                continue;
+            }
+            used |= 1 << l;
+            if self.cfg.signaling == Signaling::LastOfChain {
+                self.stage_share::<true>(&req, &at, l, i, k, 1, max);
+            } else {
+                self.stage_share::<false>(&req, &at, l, i, k, 1, max);
+            }
+            i += u64::from(k);
+        }
+        self.send.get_mut(id).used = used;
+        self.spread_done(&req, left);
+        true
     }
 
     /// Stage SPRAY notifies: in posting order, each once its data completed.
@@ -416,7 +642,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                         break;
                     }
                     let (_, rkey) = slot.wr.keys.pair(lane.device);
-                    *lane.stage(id, self.send_seq, false) = SendWqe {
+                    *lane.stage(id, self.send_seq, false, 0) = SendWqe {
                         wr_id: WrId {
                             tag: self.tag,
                             lane: NOTIFY_LANE,

@@ -20,6 +20,8 @@ struct Run {
     /// The DQPLB sequence counter when the run started: no WQE of the run carries
     /// an older number.
     seq: Seq,
+    /// Bytes its WQEs carry.
+    bytes: u64,
 }
 
 impl Run {
@@ -27,6 +29,7 @@ impl Run {
         id: 0,
         count: 0,
         seq: Seq::new(0),
+        bytes: 0,
     };
 }
 
@@ -35,6 +38,8 @@ impl Run {
 pub struct LaneStats {
     /// Send WQEs posted.
     pub wqes: u64,
+    /// Bytes of send WQEs that completed successfully.
+    pub bytes: u64,
     /// `post_send` calls (chains).
     pub chains: u64,
     /// Send completions received.
@@ -58,6 +63,10 @@ pub(crate) struct Lane<Q, const D: usize> {
     /// [`Lane::flush`]; `staged_len ≤ outstanding ≤ D`.
     staged: [SendWqe; D],
     staged_len: u32,
+    /// Bytes staged or in flight (the runs' bytes).
+    pub bytes_out: u64,
+    /// The QP ran out of send work since the striping policy last looked.
+    pub idled: bool,
     /// The back run belongs to `staged`, so a WQE of the same request may join it.
     open_run: bool,
     /// The QP reported an error or refused a post: nothing more goes to it.
@@ -81,6 +90,8 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             outstanding: 0,
             staged: [SendWqe::EMPTY; D],
             staged_len: 0,
+            bytes_out: 0,
+            idled: true,
             open_run: false,
             failed: false,
             recv_outstanding: 0,
@@ -89,19 +100,45 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         }
     }
 
-    /// Add a WQE of request `id` to this round's chain and return it to be filled in
-    /// place; the caller checked there is room. With `merge`, it joins the request's
-    /// open run; without, it is a run of its own (every WQE signaled).
+    /// Add a WQE of `len` bytes of request `id` to this round's chain and return it
+    /// to be filled in place; the caller checked there is room. With `merge`, it
+    /// joins the request's open run; without, it is a run of its own (every WQE
+    /// signaled).
     #[inline]
-    pub fn stage(&mut self, id: u64, seq: Seq, merge: bool) -> &mut SendWqe {
-        &mut self.stage_run(id, seq, 0, 1, merge)[0]
+    pub fn stage(&mut self, id: u64, seq: Seq, merge: bool, len: u32) -> &mut SendWqe {
+        &mut self.stage_run(id, seq, 0, 1, merge, len)[0]
+    }
+
+    /// The last `count` WQEs staged, to mend in place.
+    #[inline]
+    pub fn staged_tail(&mut self, count: u32) -> &mut [SendWqe] {
+        let end = self.staged_len as usize;
+        &mut self.staged[end - count as usize..end]
+    }
+
+    /// WQE `j` of the `count` just staged by [`Self::stage_run`] (with `merge` as
+    /// given there) carries `len` bytes rather than the `each` it was staged with.
+    #[inline]
+    pub fn mend_len(&mut self, j: u32, count: u32, merge: bool, each: u32, len: u32) {
+        let back = self.runs_head + self.runs_len - 1;
+        let run = if merge { back } else { back - (count - 1 - j) };
+        let run = &mut self.runs[run as usize % D];
+        run.bytes = run.bytes + u64::from(len) - u64::from(each);
+        self.bytes_out = self.bytes_out + u64::from(len) - u64::from(each);
+    }
+
+    /// Bytes staged or in flight.
+    #[inline]
+    pub fn load(&self) -> u64 {
+        self.bytes_out
     }
 
     /// Add `count` WQEs of request `id` to this round's chain and return them to be
     /// filled in place; the caller checked there is room for all of them. With
     /// `merge` they are one run (joining the request's open run if it has one);
     /// without, a run each (every WQE signaled). `seq` is the DQPLB sequence number
-    /// of the first, each next one `step` later.
+    /// of the first, each next one `step` later; each carries `each` bytes (see
+    /// [`Self::mend_len`] for one that does not).
     #[inline]
     pub fn stage_run(
         &mut self,
@@ -110,11 +147,15 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         step: u32,
         count: u32,
         merge: bool,
+        each: u32,
     ) -> &mut [SendWqe] {
         debug_assert!(self.outstanding as usize + count as usize <= D && !self.failed);
         let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
+        let bytes = u64::from(count) * u64::from(each);
+        self.bytes_out += bytes;
         if merge && self.open_run && self.runs[back].id == id {
             self.runs[back].count += count;
+            self.runs[back].bytes += bytes;
         } else {
             let (runs, per_run) = if merge { (1, count) } else { (count, 1) };
             for j in 0..runs {
@@ -122,6 +163,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
                     id,
                     count: per_run,
                     seq: seq.add(j * step),
+                    bytes: u64::from(per_run) * u64::from(each),
                 });
             }
         }
@@ -197,8 +239,15 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         credit: &mut impl FnMut(u64, u32, WcStatus),
     ) -> Result<(), PostFailure> {
         debug_assert!((self.outstanding as usize) < D && !self.failed && self.staged_len == 0);
-        self.push_run(Run { id, count: 1, seq });
+        let bytes = u64::from(wqe.len);
+        self.push_run(Run {
+            id,
+            count: 1,
+            seq,
+            bytes,
+        });
         self.outstanding += 1;
+        self.bytes_out += bytes;
         wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
         let result = self.qp.post_send(core::slice::from_ref(wqe));
         self.posted(result, 1, credit)
@@ -242,6 +291,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         self.runs_head = (self.runs_head + 1) % D as u32;
         self.runs_len -= 1;
         self.outstanding -= front.count;
+        self.bytes_out -= front.bytes;
+        self.stats.bytes += front.bytes;
+        self.idled |= self.outstanding == 0;
         Some((front.id, front.count))
     }
 
@@ -288,12 +340,18 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         };
         while let Some(run) = self.pop_front() {
             self.outstanding -= run.count;
+            self.bytes_out -= run.bytes;
             let matched = run.id & crate::wrid::ID_MASK == id;
-            credit(run.id, run.count, if matched { status } else { earlier });
+            let st = if matched { status } else { earlier };
+            if st.is_ok() {
+                self.stats.bytes += run.bytes;
+            }
+            credit(run.id, run.count, st);
             if matched {
                 break;
             }
         }
+        self.idled |= self.outstanding == 0;
         if !status.is_ok() {
             self.failed = true;
         }
@@ -306,6 +364,8 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             credit(run.id, run.count, status);
         }
         self.outstanding = 0;
+        self.bytes_out = 0;
+        self.idled = true;
     }
 
     /// No WQE staged or in flight here carries a sequence number older than this.

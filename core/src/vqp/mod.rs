@@ -7,7 +7,8 @@
 //!   poll ◄── in-order ┘◄── credit runs ◄── physical completions ◄──────────┘
 //! ```
 //! A request takes a slot; dispatch cuts it into fragments and stages each on a data
-//! QP with room (round-robin, skipping full QPs); every QP's staged fragments are
+//! QP with room (by the configured [`Policy`]: round-robin by default, skipping full
+//! QPs); every QP's staged fragments are
 //! posted as one chain whose last WQE alone is signaled. Requests that do not fit
 //! wait in the slot ring, which is also the pending FIFO: dispatch resumes, in
 //! posting order, as completions free room. Completions are reported strictly in
@@ -24,6 +25,7 @@ mod config;
 mod dispatch;
 mod error;
 mod lane;
+mod policy;
 mod recv;
 mod send;
 mod slots;
@@ -31,6 +33,7 @@ mod slots;
 pub use config::{BuildError, Config, Mode, Signaling};
 pub use error::{PostRecvError, PostSendError};
 pub use lane::LaneStats;
+pub use policy::Policy;
 
 use heapless::Deque;
 
@@ -40,6 +43,7 @@ use crate::seq::Seq;
 use crate::wr::{Wc, WcStatus, MAX_DEVICES};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 use lane::Lane;
+use policy::{Served, Striping};
 use slots::{RecvSlot, Ring, SendSlot};
 
 /// A physical completion that no in-flight request of this virtual QP owns.
@@ -73,6 +77,12 @@ pub struct VirtualQp<
     room: u64,
     /// The data QP round-robin tries next.
     next_lane: u32,
+    /// The weighted policies' schedule and the adaptive policy's meter.
+    striping: Striping<N>,
+    /// Round-robin over every data QP: a request's shares may be staged in one go.
+    even: bool,
+    /// A weighted or adaptive policy: a request's shares follow the schedule.
+    scheduled: bool,
     /// Bit `i` set: data QP `i` has a chain staged this round.
     staged: u64,
     /// Devices of the data QPs (bit per device index).
@@ -159,6 +169,17 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 given: notify.is_some(),
             });
         }
+        for lane in &lanes {
+            if cfg.weights[lane.device as usize] == 0 {
+                return Err(BuildError::Weight(lane.device));
+            }
+        }
+        let striping = Striping::new(
+            lanes
+                .iter()
+                .map(|l| u64::from(cfg.weights[l.device as usize])),
+            lanes.len(),
+        );
         let notify = match notify {
             Some((_, d)) if d as usize >= MAX_DEVICES => return Err(BuildError::Device(d)),
             Some((qp, d)) => Some(Lane::new(qp, d)),
@@ -198,6 +219,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             notify,
             room,
             next_lane: 0,
+            striping,
+            even: cfg.policy == Policy::RoundRobin
+                && (cfg.fanout == 0 || usize::from(cfg.fanout) >= given),
+            scheduled: matches!(cfg.policy, Policy::Weighted | Policy::Adaptive),
             staged: 0,
             data_devices,
             notify_device,
@@ -271,6 +296,59 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             None if i == self.lanes.len() => self.notify.as_ref().map(|l| l.stats),
             None => None,
         }
+    }
+
+    /// Data QP `i`'s weight under the weighted policies: as configured or set, or
+    /// under [`Policy::Adaptive`] its estimated service rate in bytes per second
+    /// once one was measured. `None` past the end.
+    pub fn weight(&self, i: usize) -> Option<u64> {
+        (i < self.lanes.len()).then(|| self.striping.weight(i))
+    }
+
+    /// Sets data QP `i`'s weight (at least 1; see [`Self::weight`]); the next
+    /// fragments follow it. False, having changed nothing, past the end.
+    pub fn set_weight(&mut self, i: usize, weight: u64) -> bool {
+        let n = self.lanes.len();
+        if i >= n {
+            return false;
+        }
+        self.striping.set_weight(i, weight, n);
+        true
+    }
+
+    /// Under [`Policy::Adaptive`], measure each data QP's service rate at `now_ns`
+    /// (nanoseconds from any fixed origin, never going back) and re-weigh the QPs
+    /// when [`Config::adapt_ns`] has passed since the last time; does nothing
+    /// otherwise. Call it from the polling loop, often (it returns at once when not
+    /// due); the caller owns the clock, so the core reads none. Returns whether the
+    /// weights changed.
+    pub fn sample(&mut self, now_ns: u64) -> bool {
+        if self.cfg.policy != Policy::Adaptive || !self.striping.due(now_ns, self.cfg.adapt_ns) {
+            return false;
+        }
+        let mut served = [Served {
+            done: 0,
+            idled: false,
+            failed: false,
+        }; N];
+        for (s, l) in served.iter_mut().zip(self.lanes.iter_mut()) {
+            *s = Served {
+                done: l.stats.bytes,
+                idled: l.idled,
+                failed: l.failed,
+            };
+        }
+        let n = self.lanes.len();
+        let changed = self
+            .striping
+            .sample(now_ns, self.cfg.adapt_ns, &served[..n]);
+        if changed {
+            // A new interval starts: a QP idles in it if it is idle now or runs dry.
+            for l in self.lanes.iter_mut() {
+                l.idled = l.outstanding == 0;
+            }
+        }
+        changed
     }
 
     /// The first error, once the virtual QP failed.

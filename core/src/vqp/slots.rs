@@ -32,6 +32,9 @@ pub(crate) struct SendSlot {
     pub target: u64,
     /// Goes whole to data QP 0 as the application gave it.
     pub passthrough: bool,
+    /// Data QPs its fragments were staged on (bit per QP), for the fan-out limit;
+    /// cleared by the first dispatch round that reaches the request.
+    pub used: u64,
     /// First error seen, or success.
     pub status: WcStatus,
     pub notify: Notify,
@@ -46,6 +49,7 @@ impl SendSlot {
         done: 0,
         target: 0,
         passthrough: false,
+        used: 0,
         status: WcStatus::SUCCESS,
         notify: Notify::None,
     };

@@ -38,7 +38,7 @@
 //! peer's rkey for its buffer in its PD `d`).
 
 use vqp_core::{Config, PhysCq, PhysQp, PhysWc, PollFailure, PostFailure, RecvWqe, SendWqe};
-use vqp_core::{VirtualCq, VirtualQp};
+use vqp_core::{Policy, VirtualCq, VirtualQp};
 
 use crate::card::{Capabilities, Card, CardError, PortAddr, QpAddr};
 use crate::connect::{self, Address, Path};
@@ -103,6 +103,9 @@ pub use settings::{device_of, Settings};
 struct DeviceSide {
     cq: CompletionQueue,
     port: PortAttr,
+    /// The port's bandwidth in Mb/s, for the weighted policy: its effective bandwidth
+    /// when the library tells it, else its speed × width.
+    speed_mbps: Option<u64>,
     attr: DeviceAttr,
     gid: Gid,
 }
@@ -282,9 +285,13 @@ impl<
                 (None, false) => Gid::default(),
             };
             let cq = make_cq(d, &ctx, cqes[d])?;
+            let speed_mbps = ctx
+                .query_port_speed(settings.port)
+                .or_else(|| port.rate_mbps());
             devices.push(DeviceSide {
                 cq,
                 port,
+                speed_mbps,
                 attr,
                 gid,
             });
@@ -463,10 +470,17 @@ impl<
         for (qp, path) in self.data.iter().chain(self.notify.iter()).zip(&paths) {
             connect::to_init(qp, path)?;
         }
-        let cfg = Config {
+        let mut cfg = Config {
             recv_seq: peer.init_seq,
             ..self.settings.config
         };
+        if cfg.policy == Policy::Weighted && self.settings.weights_from_ports {
+            for (w, d) in cfg.weights.iter_mut().zip(&self.devices) {
+                if let Some(mbps) = d.speed_mbps {
+                    *w = u32::try_from(mbps).unwrap_or(u32::MAX);
+                }
+            }
+        }
         let Endpoint {
             devices,
             data,

@@ -22,6 +22,14 @@ pub struct Settings {
     /// Completion queue entries to ask for at least; the CQ is never smaller than
     /// every WQE its QPs can have outstanding, which is what vqp-core requires.
     pub min_cq_entries: u32,
+    /// Under [`Policy::Weighted`](vqp_core::Policy::Weighted), weigh each device's data
+    /// QPs by its port's bandwidth
+    /// ([`Context::query_port_speed`](crate::Context::query_port_speed) where the library
+    /// has it, else [`PortAttr::rate_mbps`](crate::PortAttr::rate_mbps)),
+    /// replacing `config.weights` (a port whose rate is unknown keeps its configured
+    /// weight). On by default; turn it off to weigh by `config.weights` alone. Other
+    /// policies ignore it (the adaptive one measures rather than trust the port).
+    pub weights_from_ports: bool,
 }
 
 impl Settings {
@@ -38,6 +46,7 @@ impl Settings {
             port: 1,
             gid_index: None,
             min_cq_entries: 0,
+            weights_from_ports: true,
         }
     }
 

@@ -7,7 +7,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use vqp_core::ring::{Consumer, Producer, PushError, Ring};
-use vqp_core::{PhysCq, PhysQp, PostRecvError, PostSendError, VirtualCq, VirtualQp, Wc, WcStatus};
+use vqp_core::{
+    PhysCq, PhysQp, Policy, PostRecvError, PostSendError, VirtualCq, VirtualQp, Wc, WcStatus,
+};
 
 use super::handle::{Handle, Shared, ABORT, DRAIN, RUN};
 use super::msg::{Event, Refusal, Request};
@@ -309,6 +311,11 @@ type Ends<const R: usize> = Vec<(
     Producer<Arc<Ring<Event, R>>>,
 )>;
 
+/// Rounds between two readings of the clock for the adaptive striping policy: a
+/// busy round takes some hundreds of nanoseconds, an idle one up to the idle
+/// strategy's sleep, against a sampling interval of milliseconds.
+const SAMPLE_ROUNDS: u64 = 64;
+
 /// The poll loop.
 fn run<
     Q,
@@ -356,9 +363,19 @@ where
     // `None`: no deadline (a timeout too large to add to the clock).
     let mut deadline: Option<Instant> = None;
     let mut timeout = Duration::ZERO;
+    // The adaptive striping policy's clock, read once every `SAMPLE_ROUNDS` rounds
+    // and only when a virtual QP uses that policy.
+    let adaptive = refs.iter().any(|v| v.config().policy == Policy::Adaptive);
+    let epoch = Instant::now();
 
     loop {
         stats.rounds += 1;
+        if adaptive && stats.rounds % SAMPLE_ROUNDS == 0 {
+            let now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            for vqp in refs.iter_mut() {
+                vqp.sample(now);
+            }
+        }
         // Acquire: pairs with `stop`'s Release, so the timeout stored before is seen.
         let command = shared.command.load(Ordering::Acquire);
         if command != phase && phase != ABORT {

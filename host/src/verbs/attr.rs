@@ -136,6 +136,35 @@ impl PortAttr {
         self.raw.active_width
     }
 
+    /// The link's signalling rate in Mb/s, from its active speed and width as
+    /// `ibv_query_port` reports them (the InfiniBand PortInfo encodings of rdma-core's
+    /// `verbs.h`: per-lane 2.5, 5, 10, 10.3125, 14.0625, 25.78125, 53.125, 106.25 or
+    /// 212.5 Gb/s for SDR … XDR; 1, 2, 4, 8 or 12 lanes). `None` for a code outside
+    /// them. What the striping policies weigh devices by.
+    pub fn rate_mbps(&self) -> Option<u64> {
+        let lane = match self.active_speed() {
+            1 => 2_500,
+            2 => 5_000,
+            4 => 10_000,
+            8 => 10_313,
+            16 => 14_063,
+            32 => 25_781,
+            64 => 53_125,
+            128 => 106_250,
+            256 => 212_500,
+            _ => return None,
+        };
+        let lanes = match self.active_width() {
+            1 => 1,
+            2 => 4,
+            4 => 8,
+            8 => 12,
+            16 => 2,
+            _ => return None,
+        };
+        Some(lane * lanes)
+    }
+
     /// Whether addressing needs a GRH (Ethernet link layer, i.e. RoCE).
     pub fn needs_grh(&self) -> bool {
         self.link_layer() == LinkLayer::Ethernet
@@ -259,6 +288,24 @@ mod tests {
         assert_eq!(PortAttr::from_raw(raw).active_speed(), 32);
         raw.reserved[0] = 0x100;
         assert_eq!(PortAttr::from_raw(raw).active_speed(), 0x100);
+    }
+
+    #[test]
+    fn port_rate_is_speed_times_width() {
+        let rate = |active_speed, active_width| {
+            PortAttr::from_raw(sys::ibv_port_attr {
+                active_speed,
+                active_width,
+                ..Default::default()
+            })
+            .rate_mbps()
+        };
+        assert_eq!(rate(32, 2), Some(103_124)); // 4X EDR: "100 Gb/s"
+        assert_eq!(rate(1, 2), Some(10_000)); // 4X SDR
+        assert_eq!(rate(32, 1), Some(25_781)); // 1X EDR
+        assert_eq!(rate(64, 16), Some(106_250)); // 2X HDR
+        assert_eq!(rate(3, 2), None);
+        assert_eq!(rate(1, 3), None);
     }
 
     #[test]

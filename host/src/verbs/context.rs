@@ -133,6 +133,22 @@ impl Context {
         Ok(PortAttr::from_raw(attr))
     }
 
+    /// A port's effective bandwidth in Mb/s (`ibv_query_port_speed`, rdma-core v56 and
+    /// later, in units of 100 Mb/s): `None` when the library does not export it, was not
+    /// loaded with `dlopen`, or fails. Exact where [`PortAttr::rate_mbps`] rounds to an
+    /// InfiniBand speed and width (a rate-limited or bonded port).
+    pub fn query_port_speed(&self, port: u8) -> Option<u64> {
+        let f = self.inner.verbs.symbol("ibv_query_port_speed")?;
+        // SAFETY: the symbol is libibverbs' `int ibv_query_port_speed(struct ibv_context *,
+        // uint32_t port_num, uint64_t *port_speed)`, cast to exactly that prototype.
+        let f: unsafe extern "C" fn(*mut sys::ibv_context, u32, *mut u64) -> core::ffi::c_int =
+            unsafe { core::mem::transmute(f.as_ptr()) };
+        let mut speed = 0u64;
+        // SAFETY: live context; `speed` is writable.
+        let rc = unsafe { f(self.inner.ctx.as_ptr(), u32::from(port), &mut speed) };
+        (rc == 0 && speed != 0).then(|| speed.saturating_mul(100))
+    }
+
     /// Entry `index` of a port's GID table (`ibv_query_gid`).
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
         let index = c_int::try_from(index).map_err(|_| Error::InvalidArgument {

@@ -259,9 +259,12 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
     }
 }
 
-/// `ibv_query_port_speed`: the port's effective speed in units of 100 Mb/s, lanes × lane
-/// speed of what `ibv_query_port` reports, as the kernel computes it
-/// ([`PORT_SPEED_100MBPS`] for an unlimited link); `EINVAL` for a bad context or port.
+/// `ibv_query_port_speed`: the port's effective bandwidth in units of 100 Mb/s (rdma-core's
+/// ibv_query_port_speed(3): "the effective bandwidth of the port in 100Mb/s
+/// granularity"). A rated link delivers its rate, so that is what it reports, rounded
+/// (at least 1): 1 GB/s is 80, where `ibv_query_port` can only say 4X SDR, 10 Gb/s. An
+/// unlimited link reports lanes × lane speed of its 4X EDR, [`PORT_SPEED_100MBPS`].
+/// `EINVAL` for a bad context or port.
 ///
 /// # Safety
 /// `context` is null or a live context; `port_speed` is null or writable.
@@ -279,7 +282,10 @@ pub unsafe extern "C" fn ibv_query_port_speed(
         return libc::EINVAL;
     }
     let rate = provider::get().devices[dev].link.rate();
-    let speed = crate::link::port_speed_deci_gbps(crate::link::port_speed(rate));
+    let speed = match rate {
+        0 => crate::link::port_speed_deci_gbps(crate::link::port_speed(0)),
+        r => ((u128::from(r) * 8 + 50_000_000) / 100_000_000).max(1) as u64,
+    };
     // SAFETY: writable (contract).
     unsafe { port_speed.write(speed) };
     0

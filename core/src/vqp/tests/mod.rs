@@ -947,3 +947,5 @@ fn one_fragment_requests_posted_straight_away_stay_within_the_window() {
     assert_eq!(vqp.send_seq().get(), 8);
     assert_eq!(vqp.sends_in_flight(), 15);
 }
+
+mod striping;

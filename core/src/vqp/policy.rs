@@ -1,0 +1,393 @@
+//! Striping policies: which data QP each fragment goes to.
+//!
+//! Round-robin gives every QP an equal share. The weighted policies follow a
+//! 64-entry *schedule*, each QP holding entries in proportion to its weight and
+//! spread evenly over the table (smooth weighted round-robin), so picking a QP costs
+//! one table read whatever the number of QPs; a QP without room is passed over for
+//! the next entry that has some, so a QP that falls behind does not stall the rest.
+//! The adaptive policy rebuilds the schedule from each QP's measured service rate
+//! (see [`Striping::sample`]).
+
+/// How a virtual QP spreads fragments over its data QPs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Equal shares in turn, skipping QPs without room (the default).
+    RoundRobin,
+    /// Shares in proportion to fixed weights: per device from
+    /// [`Config::weights`](super::Config::weights) (vqp-host fills them from each
+    /// port's speed and width), per QP with
+    /// [`VirtualQp::set_weight`](super::VirtualQp::set_weight).
+    Weighted,
+    /// Each fragment to the QP with the fewest bytes outstanding (staged or in
+    /// flight); a scan of the QPs with room, at most `N` of them.
+    LeastOutstanding,
+    /// Weights that follow each QP's measured service rate: started from the
+    /// configured weights and updated by [`VirtualQp::sample`](super::VirtualQp::sample).
+    Adaptive,
+}
+
+impl Policy {
+    /// The policy's name as write_bw's `--policy` spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::RoundRobin => "rr",
+            Self::Weighted => "weighted",
+            Self::LeastOutstanding => "outstanding",
+            Self::Adaptive => "adaptive",
+        }
+    }
+
+    /// The policy named `name` (see [`Self::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            Self::RoundRobin,
+            Self::Weighted,
+            Self::LeastOutstanding,
+            Self::Adaptive,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
+    }
+}
+
+/// Entries in a schedule.
+const SLOTS: usize = 64;
+
+/// A weight estimate never passes this (bytes per second); past it every estimate
+/// is halved, which keeps their ratios.
+const MAX_RATE: u64 = 1 << 50;
+
+/// The schedule of a weighted or adaptive virtual QP and, for adaptive, its meter.
+pub(crate) struct Striping<const N: usize> {
+    /// Data QP of each entry.
+    slots: [u8; SLOTS],
+    cursor: u32,
+    /// Each data QP's weight: configured, or (adaptive) its estimated service rate
+    /// in bytes per second once one was measured.
+    weights: [u64; N],
+    /// The instant of the last sample (adaptive), in the caller's nanoseconds.
+    sampled_at: Option<u64>,
+    /// Each data QP's completed bytes at the last sample.
+    done_at: [u64; N],
+}
+
+/// What one data QP did between two samples.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Served {
+    /// Bytes completed in total (a running count).
+    pub done: u64,
+    /// The QP ran out of work at some point since the last sample: it might have
+    /// served more.
+    pub idled: bool,
+    /// The QP failed: it gets the smallest share.
+    pub failed: bool,
+}
+
+impl<const N: usize> Striping<N> {
+    /// A schedule for `n` data QPs with `weights` (each at least 1).
+    pub fn new(weights: impl Iterator<Item = u64>, n: usize) -> Self {
+        let mut s = Self {
+            slots: [0; SLOTS],
+            cursor: 0,
+            weights: [1; N],
+            sampled_at: None,
+            done_at: [0; N],
+        };
+        for (w, given) in s.weights.iter_mut().zip(weights) {
+            *w = given.max(1);
+        }
+        s.rebuild(n);
+        s
+    }
+
+    /// Data QP `i`'s weight.
+    pub fn weight(&self, i: usize) -> u64 {
+        self.weights[i]
+    }
+
+    /// Sets data QP `i`'s weight (at least 1) and rebuilds the schedule.
+    pub fn set_weight(&mut self, i: usize, w: u64, n: usize) {
+        self.weights[i] = w.max(1);
+        self.rebuild(n);
+    }
+
+    /// The next scheduled QP.
+    #[inline]
+    pub fn next(&mut self) -> usize {
+        let l = self.slots[self.cursor as usize % SLOTS];
+        self.cursor = self.cursor.wrapping_add(1);
+        l as usize
+    }
+
+    /// Step back one entry: the one just taken comes next again.
+    #[inline]
+    pub fn back(&mut self) {
+        self.cursor = self.cursor.wrapping_sub(1);
+    }
+
+    /// Where the schedule stands, to [`Self::rewind`] to.
+    #[inline]
+    pub fn mark(&self) -> u32 {
+        self.cursor
+    }
+
+    /// Back to where [`Self::mark`] said.
+    #[inline]
+    pub fn rewind(&mut self, mark: u32) {
+        self.cursor = mark;
+    }
+
+    /// The next scheduled QP among `allowed` (bit per QP, not empty): entries of
+    /// other QPs are passed over. Every QP holds an entry, so this ends within one
+    /// turn of the table.
+    #[inline]
+    pub fn next_in(&mut self, allowed: u64) -> usize {
+        debug_assert!(allowed != 0);
+        for _ in 0..SLOTS {
+            let l = self.slots[self.cursor as usize % SLOTS] as usize;
+            self.cursor = self.cursor.wrapping_add(1);
+            if allowed >> l & 1 != 0 {
+                return l;
+            }
+        }
+        allowed.trailing_zeros() as usize
+    }
+
+    /// Whether data QP `a` with `load_a` bytes outstanding is less loaded than `b`
+    /// with `load_b`, each load taken relative to the QP's weight.
+    #[inline]
+    pub fn lighter(&self, a: usize, load_a: u64, b: usize, load_b: u64) -> bool {
+        u128::from(load_a) * u128::from(self.weights[b])
+            < u128::from(load_b) * u128::from(self.weights[a])
+    }
+
+    /// Whether a sample at `now` would be taken (the first is, to start the meter).
+    #[inline]
+    pub fn due(&self, now: u64, interval: u64) -> bool {
+        self.sampled_at
+            .map_or(true, |at| now.saturating_sub(at) >= interval.max(1))
+    }
+
+    /// Adaptive: fold in what each QP served since the last sample, at `now` (in
+    /// nanoseconds of any fixed origin), when `interval` has passed; returns whether
+    /// the weights changed.
+    ///
+    /// A QP that stayed busy the whole interval served at its capacity: its weight
+    /// moves a quarter of the way to the measured rate (an exponential moving
+    /// average over about four intervals). A QP that ran dry might have served more:
+    /// its weight becomes the larger of the two, plus a quarter, so that a QP whose
+    /// share is below its capacity earns more until it stays busy. Together a path
+    /// that slows loses its excess share within a few intervals, and one that speeds
+    /// up gains within a few more.
+    pub fn sample(&mut self, now: u64, interval: u64, served: &[Served]) -> bool {
+        let Some(at) = self.sampled_at else {
+            self.sampled_at = Some(now);
+            for (d, s) in self.done_at.iter_mut().zip(served) {
+                *d = s.done;
+            }
+            return false;
+        };
+        let dt = now.saturating_sub(at);
+        if dt < interval.max(1) {
+            return false;
+        }
+        self.sampled_at = Some(now);
+        let mut top = 0;
+        for (i, s) in served.iter().enumerate() {
+            let bytes = s.done.wrapping_sub(self.done_at[i]);
+            self.done_at[i] = s.done;
+            let rate =
+                (u128::from(bytes) * 1_000_000_000 / u128::from(dt)).min(MAX_RATE.into()) as u64;
+            let w = &mut self.weights[i];
+            *w = if s.failed {
+                1
+            } else if s.idled {
+                let base = (*w).max(rate);
+                base.saturating_add(base / 4)
+            } else {
+                *w - *w / 4 + rate / 4
+            }
+            .max(1);
+            top = top.max(*w);
+        }
+        if top > MAX_RATE {
+            for w in &mut self.weights[..served.len()] {
+                *w = (*w / 2).max(1);
+            }
+        }
+        self.rebuild(served.len());
+        true
+    }
+
+    /// Lay the schedule out again from the weights of the first `n` QPs: each QP's
+    /// quota of the 64 entries is proportional to its weight (at least 1, largest
+    /// remainders first), and the entries are interleaved by smooth weighted
+    /// round-robin so that a QP's entries are evenly spaced.
+    fn rebuild(&mut self, n: usize) {
+        let weights = &self.weights[..n];
+        let total: u128 = weights.iter().map(|&w| u128::from(w)).sum();
+        let mut quota = [0u32; N];
+        let mut given = 0u32;
+        for (q, &w) in quota.iter_mut().zip(weights) {
+            *q = ((u128::from(w) * SLOTS as u128 / total) as u32).max(1);
+            given += *q;
+        }
+        // Too many: QPs raised to 1 took entries; take them back from the largest.
+        while given > SLOTS as u32 {
+            let big = (0..n).max_by_key(|&i| quota[i]).unwrap_or(0);
+            quota[big] -= 1;
+            given -= 1;
+        }
+        // Too few (rounding down): the largest remainders get one more each.
+        while given < SLOTS as u32 {
+            let short = (0..n)
+                .max_by_key(|&i| {
+                    (u128::from(weights[i]) * SLOTS as u128)
+                        .saturating_sub(u128::from(quota[i]) * total)
+                })
+                .unwrap_or(0);
+            quota[short] += 1;
+            given += 1;
+        }
+        let mut current = [0i64; N];
+        for slot in &mut self.slots {
+            let mut best = 0;
+            for i in 0..n {
+                current[i] += i64::from(quota[i]);
+                if current[i] > current[best] {
+                    best = i;
+                }
+            }
+            current[best] -= SLOTS as i64;
+            *slot = best as u8;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shares(s: &Striping<8>, n: usize) -> [u32; 8] {
+        let mut c = [0u32; 8];
+        for &l in &s.slots {
+            assert!((l as usize) < n);
+            c[l as usize] += 1;
+        }
+        c
+    }
+
+    #[test]
+    fn the_schedule_follows_the_weights_and_interleaves() {
+        let s = Striping::<8>::new([1, 1, 3, 3].into_iter(), 4);
+        assert_eq!(&shares(&s, 4)[..4], &[8, 8, 24, 24]);
+        // No QP waits more than a few entries for its turn.
+        for l in 0..4u8 {
+            let at: heapless::Vec<usize, 64> = (0..SLOTS).filter(|&i| s.slots[i] == l).collect();
+            let gaps = at.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+            assert!(gaps <= if l < 2 { 9 } else { 4 }, "QP {l}: gap {gaps}");
+        }
+        let eq = Striping::<8>::new([5; 3].into_iter(), 3);
+        let c = shares(&eq, 3);
+        assert!(c[..3].iter().all(|&k| k == 21 || k == 22), "{c:?}");
+    }
+
+    #[test]
+    fn every_qp_keeps_an_entry_however_small_its_weight() {
+        let s = Striping::<8>::new([1_000_000, 1, 1, 1, 1, 1, 1, 1].into_iter(), 8);
+        let c = shares(&s, 8);
+        assert_eq!(c.iter().sum::<u32>(), 64);
+        assert!(c.iter().all(|&k| k >= 1), "{c:?}");
+        assert_eq!(c[0], 57);
+    }
+
+    #[test]
+    fn a_full_qp_is_passed_over_for_the_next_entry() {
+        let mut s = Striping::<8>::new([1, 3].into_iter(), 2);
+        let picks: heapless::Vec<usize, 64> = (0..64).map(|_| s.next_in(0b10)).collect();
+        assert!(picks.iter().all(|&l| l == 1));
+        let mut counts = [0; 2];
+        for _ in 0..64 {
+            counts[s.next_in(0b11)] += 1;
+        }
+        assert_eq!(counts, [16, 48]);
+    }
+
+    #[test]
+    fn adaptive_weights_follow_the_measured_rates() {
+        let mut s = Striping::<8>::new([1, 1].into_iter(), 2);
+        let ms = 1_000_000;
+        let mut done = [0u64; 2];
+        let busy = |done: [u64; 2]| {
+            [
+                Served {
+                    done: done[0],
+                    idled: false,
+                    failed: false,
+                },
+                Served {
+                    done: done[1],
+                    idled: false,
+                    failed: false,
+                },
+            ]
+        };
+        assert!(!s.sample(0, 2 * ms, &busy(done)));
+        // Both busy: 1 GB/s and 3 GB/s, 2 MB and 6 MB per 2 ms.
+        for k in 1..=20 {
+            done[0] += 2_000_000;
+            done[1] += 6_000_000;
+            assert!(s.sample(k * 2 * ms, 2 * ms, &busy(done)));
+        }
+        let c = shares(&s, 2);
+        assert!((15..=17).contains(&c[0]), "{c:?}");
+        // Too early: nothing changes.
+        assert!(!s.sample(40 * ms + 1, 2 * ms, &busy(done)));
+        // QP 1 slows to 1 GB/s: within ten samples the shares are even again.
+        for k in 21..=30 {
+            done[0] += 2_000_000;
+            done[1] += 2_000_000;
+            s.sample(k * 2 * ms, 2 * ms, &busy(done));
+        }
+        let c = shares(&s, 2);
+        assert!((30..=34).contains(&c[0]), "{c:?}");
+    }
+
+    #[test]
+    fn an_idle_qp_probes_upward_and_a_failed_one_gets_the_least() {
+        let mut s = Striping::<8>::new([1, 1].into_iter(), 2);
+        let served = |a: u64, idled: bool, failed: bool| {
+            [
+                Served {
+                    done: a,
+                    idled: false,
+                    failed: false,
+                },
+                Served {
+                    done: a,
+                    idled,
+                    failed,
+                },
+            ]
+        };
+        s.sample(0, 1, &served(0, false, false));
+        s.sample(1000, 1, &served(1000, true, false));
+        assert!(s.weight(1) > s.weight(0));
+        s.sample(2000, 1, &served(2000, false, true));
+        assert_eq!(s.weight(1), 1);
+        assert_eq!(shares(&s, 2)[1], 1);
+    }
+
+    #[test]
+    fn policies_are_named() {
+        for p in [
+            Policy::RoundRobin,
+            Policy::Weighted,
+            Policy::LeastOutstanding,
+            Policy::Adaptive,
+        ] {
+            assert_eq!(Policy::from_name(p.name()), Some(p));
+        }
+        assert_eq!(Policy::from_name("fast"), None);
+    }
+}
