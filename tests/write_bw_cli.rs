@@ -65,7 +65,12 @@ fn write_bw(args: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(example("write_bw"));
     cmd.args(args.split_whitespace());
     // The tests set what they inject; nothing from the caller's shell leaks in.
-    for var in ["VQP_SOFT_FAIL_QP", "VQP_SOFT_DELAY", "VQP_IBVERBS_PATH"] {
+    for var in [
+        "VQP_SOFT_FAIL_QP",
+        "VQP_SOFT_DELAY",
+        "VQP_IBVERBS_PATH",
+        "VQP_SOFT_RATE",
+    ] {
         cmd.env_remove(var);
     }
     cmd.envs(env.iter().copied());
@@ -330,4 +335,74 @@ fn lat_takes_the_same_byte_counts() {
         .expect("lat runs");
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stderr), "lat: --size: '4X' is not a byte count\n");
+}
+
+/// The numbers of the JSON array right after `"key":[` in `json`.
+fn json_array(json: &str, key: &str) -> Vec<u64> {
+    let prefix = format!("\"{key}\":[");
+    let at = json
+        .find(&prefix)
+        .unwrap_or_else(|| panic!("no {key} in: {json}"));
+    let rest = &json[at + prefix.len()..];
+    rest[..rest.find(']').expect("a closed array")]
+        .split(',')
+        .map(|n| n.trim().parse().unwrap_or_else(|_| panic!("{key}: {json}")))
+        .collect()
+}
+
+/// `--policy` over unequal links (soft0 at 25 MB/s, soft1 at 75 MB/s, two data QPs
+/// each): under every policy each message completes once and in order with every byte
+/// verified, and each device's bytes add up; how the bytes split follows the policy
+/// (round-robin: about equal; weighted, from the ports' bandwidths: three to one; the
+/// load-aware ones: more on the faster link). The shares, not the timings.
+#[test]
+fn striping_policies_over_unequal_links() {
+    const MESSAGES: u64 = 120;
+    const SIZE: u64 = 256 << 10;
+    for policy in ["rr", "weighted", "outstanding", "adaptive"] {
+        let out = write_bw(
+            &format!("--devices 2 --size 256K --iters {MESSAGES} --policy {policy} --json"),
+            &[("VQP_SOFT_RATE", "soft0=25M,soft1=75M")],
+        );
+        let json = text(&out.stdout);
+        assert!(out.status.success(), "{policy}: {}", text(&out.stderr));
+        assert!(json.contains(&format!("\"policy\":\"{policy}\"")), "{json}");
+        assert!(
+            json.contains(&format!("\"iterations\":{MESSAGES},")),
+            "{json}"
+        );
+        assert!(json.contains("\"data_check\":\"passed\""), "{json}");
+        let per_device = json_array(&json, "bytes_per_device");
+        let [slow, fast] = per_device[..] else {
+            panic!("{policy}: two devices: {json}")
+        };
+        assert_eq!(slow + fast, MESSAGES * SIZE, "{policy}: {json}");
+        match policy {
+            // Equal turns; a QP that is full is passed over, so not quite to the byte.
+            "rr" => assert!(slow.abs_diff(fast) <= MESSAGES * SIZE / 20, "{json}"),
+            "weighted" => {
+                // 200 and 600 Mb/s, the links' effective bandwidths.
+                assert_eq!(json_array(&json, "weights_per_qp"), [200, 600, 200, 600]);
+                let ratio = fast as f64 / slow as f64;
+                assert!((2.7..=3.3).contains(&ratio), "{ratio}: {json}");
+            }
+            _ => assert!(fast > slow * 3 / 2, "{policy}: {json}"),
+        }
+    }
+    for (args, says) in [
+        ("--policy fast", "--policy: 'fast' is not rr, weighted"),
+        (
+            "--devices 2 --weights 1",
+            "--weights gives 1 weights for 2 devices",
+        ),
+        ("--weights 0", "--weights: '0' is not a positive integer"),
+    ] {
+        let out = write_bw(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args}");
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args}: {}",
+            text(&out.stderr)
+        );
+    }
 }

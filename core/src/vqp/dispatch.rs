@@ -452,15 +452,18 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let (first, left) = (at.first, at.count - at.first);
         let start = u64::from(self.next_lane);
         // QP k of the round takes fragments first + k, first + k + n, ...: `whole`
-        // each, one more for the first `extra` QPs.
+        // each, one more for the first `extra` QPs. The last fragment is on QP
+        // `last_k`.
         let (whole, extra) = (left / n, left % n);
+        let last_k = if extra == 0 { n - 1 } else { extra - 1 };
         for k in 0..left.min(n) {
             let mut l = start + k;
             if l >= n {
                 l -= n;
             }
             let share = (whole + u64::from(k < extra)) as u32;
-            self.stage_share::<MERGE>(s, &at, l as usize, first + k, share, n, max);
+            let ends = k == last_k;
+            self.stage_share::<MERGE>(s, &at, l as usize, first + k, share, n, ends, max);
         }
         self.next_lane = ((start + left) % n) as u32;
         self.spread_done(s, left);
@@ -469,8 +472,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Stage `share` fragments of request `s.id` on data QP `l`: fragments `i`,
     /// `i + d`, `i + 2d`, ..., each fragment `j` numbered `send_seq + j − posted`
     /// in DQPLB, as one run with `MERGE` (last-of-chain signaling), a run per WQE
-    /// without. The caller checked that the QP has room; [`Self::spread_done`] ends
-    /// the request's staging.
+    /// without; `ends` when the last of them is the request's last fragment. The
+    /// caller checked that the QP has room; [`Self::spread_done`] ends the request's
+    /// staging.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn stage_share<const MERGE: bool>(
@@ -481,6 +485,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         i: u64,
         share: u32,
         d: u64,
+        ends: bool,
         max: u32,
     ) {
         let Layout {
@@ -526,14 +531,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             (w.addr, w.remote_addr, w.len) = (s.local, s.remote, len);
             lane.mend_len(0, share, MERGE, step as u32, len);
         }
-        let last = i + u64::from(share - 1) * d;
-        if last == count - 1 {
+        if ends {
             let len = plan.fragment(count - 1).1;
             let w = &mut lane.staged_tail(share)[share as usize - 1];
             w.len = len;
             if s.dqplb_imm {
                 // What `Spread::wqe` gives a last fragment, mended in place.
-                let seq = base_seq.add((last - first) as u32);
+                let seq = base_seq.add((count - 1 - first) as u32);
                 (w.flags, w.imm_data) = (s.last_flags, Imm::new(seq, true).to_wire());
             }
             lane.mend_len(share - 1, share, MERGE, step as u32, len);
@@ -606,10 +610,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 continue;
             }
             used |= 1 << l;
+            let ends = i + u64::from(k) == at.count;
             if self.cfg.signaling == Signaling::LastOfChain {
-                self.stage_share::<true>(&req, &at, l, i, k, 1, max);
+                self.stage_share::<true>(&req, &at, l, i, k, 1, ends, max);
             } else {
-                self.stage_share::<false>(&req, &at, l, i, k, 1, max);
+                self.stage_share::<false>(&req, &at, l, i, k, 1, ends, max);
             }
             i += u64::from(k);
         }

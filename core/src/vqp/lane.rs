@@ -38,7 +38,7 @@ impl Run {
 pub struct LaneStats {
     /// Send WQEs posted.
     pub wqes: u64,
-    /// Bytes of send WQEs that completed successfully.
+    /// Bytes of the send WQEs handed to the QP.
     pub bytes: u64,
     /// `post_send` calls (chains).
     pub chains: u64,
@@ -63,10 +63,14 @@ pub(crate) struct Lane<Q, const D: usize> {
     /// [`Lane::flush`]; `staged_len ≤ outstanding ≤ D`.
     staged: [SendWqe; D],
     staged_len: u32,
-    /// Bytes staged or in flight (the runs' bytes).
+    /// Bytes staged or in flight (the runs' bytes), kept when `weigh`.
     pub bytes_out: u64,
-    /// The QP ran out of send work since the striping policy last looked.
+    /// The QP ran out of send work since the striping policy last looked (kept when
+    /// `weigh`).
     pub idled: bool,
+    /// A load-aware policy reads `bytes_out` and `idled`: completions keep them.
+    /// Round-robin reads neither, and its completions skip them.
+    pub weigh: bool,
     /// The back run belongs to `staged`, so a WQE of the same request may join it.
     open_run: bool,
     /// The QP reported an error or refused a post: nothing more goes to it.
@@ -92,6 +96,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             staged_len: 0,
             bytes_out: 0,
             idled: true,
+            weigh: false,
             open_run: false,
             failed: false,
             recv_outstanding: 0,
@@ -125,6 +130,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         let run = &mut self.runs[run as usize % D];
         run.bytes = run.bytes + u64::from(len) - u64::from(each);
         self.bytes_out = self.bytes_out + u64::from(len) - u64::from(each);
+        self.stats.bytes = self.stats.bytes + u64::from(len) - u64::from(each);
     }
 
     /// Bytes staged or in flight.
@@ -152,7 +158,8 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         debug_assert!(self.outstanding as usize + count as usize <= D && !self.failed);
         let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
         let bytes = u64::from(count) * u64::from(each);
-        self.bytes_out += bytes;
+        self.bytes_out = self.bytes_out.wrapping_add(bytes);
+        self.stats.bytes += bytes;
         if merge && self.open_run && self.runs[back].id == id {
             self.runs[back].count += count;
             self.runs[back].bytes += bytes;
@@ -247,7 +254,8 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             bytes,
         });
         self.outstanding += 1;
-        self.bytes_out += bytes;
+        self.bytes_out = self.bytes_out.wrapping_add(bytes);
+        self.stats.bytes += bytes;
         wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
         let result = self.qp.post_send(core::slice::from_ref(wqe));
         self.posted(result, 1, credit)
@@ -291,9 +299,10 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         self.runs_head = (self.runs_head + 1) % D as u32;
         self.runs_len -= 1;
         self.outstanding -= front.count;
-        self.bytes_out -= front.bytes;
-        self.stats.bytes += front.bytes;
-        self.idled |= self.outstanding == 0;
+        if self.weigh {
+            self.bytes_out -= front.bytes;
+            self.idled |= self.outstanding == 0;
+        }
         Some((front.id, front.count))
     }
 
@@ -340,13 +349,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         };
         while let Some(run) = self.pop_front() {
             self.outstanding -= run.count;
-            self.bytes_out -= run.bytes;
+            self.bytes_out = self.bytes_out.wrapping_sub(run.bytes);
             let matched = run.id & crate::wrid::ID_MASK == id;
-            let st = if matched { status } else { earlier };
-            if st.is_ok() {
-                self.stats.bytes += run.bytes;
-            }
-            credit(run.id, run.count, st);
+            credit(run.id, run.count, if matched { status } else { earlier });
             if matched {
                 break;
             }

@@ -174,6 +174,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 return Err(BuildError::Weight(lane.device));
             }
         }
+        let weigh = cfg.policy != Policy::RoundRobin;
+        for lane in lanes.iter_mut() {
+            lane.weigh = weigh;
+        }
         let striping = Striping::new(
             lanes
                 .iter()
@@ -333,7 +337,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }; N];
         for (s, l) in served.iter_mut().zip(self.lanes.iter_mut()) {
             *s = Served {
-                done: l.stats.bytes,
+                // Handed to the QP and no longer outstanding (a QP with an error is
+                // failed, and weighed apart).
+                done: l.stats.bytes.wrapping_sub(l.bytes_out),
                 idled: l.idled,
                 failed: l.failed,
             };

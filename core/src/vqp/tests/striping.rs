@@ -84,9 +84,9 @@ fn a_full_qp_is_waited_for_and_set_weights_take_effect() {
     }
     assert!(poll(&mut vcq, &mut vqp).is_empty());
     assert_eq!(wqes_per_qp(&f, 2), [2, 6]);
-    // Bytes are counted as they complete.
+    // Bytes are counted as they are posted.
     let bytes: Vec<u64, 2> = (0..2).map(|i| vqp.lane_stats(i).unwrap().bytes).collect();
-    assert_eq!(bytes, [2 << 16, 4 << 16]);
+    assert_eq!(bytes, [2 << 16, 6 << 16]);
 }
 
 #[test]
