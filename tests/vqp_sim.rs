@@ -97,9 +97,14 @@ fn run(p: &mut Pair, reqs: &[Req], steps: u64) -> Outcome {
             idle_rounds += 1;
             assert!(
                 idle_rounds < 100,
-                "no progress: {} of {} sends completed",
+                "no progress: {} of {} sends completed; sender {:?} {:?}, receiver {:?} {:?}; NIC {:?}",
                 sends.len(),
-                posted.len()
+                posted.len(),
+                p.a.vqp.failure(),
+                p.a.vqp.failover(),
+                p.b.vqp.failure(),
+                p.b.vqp.failover(),
+                p.nic.stats()
             );
         } else {
             idle_rounds = 0;
@@ -175,12 +180,14 @@ fn length() -> impl Strategy<Value = u64> {
     (0u32..=26).prop_flat_map(|bits| 1u64..=(1u64 << bits))
 }
 
-/// How the sender stripes: a policy, a fan-out limit and the devices' weights.
+/// How the sender stripes: a policy, a fan-out limit and the devices' weights; and
+/// whether both sides survive a data QP's failure (re-dispatch).
 #[derive(Clone, Copy, Debug)]
 struct Striping {
     policy: Policy,
     fanout: u8,
     weights: [u32; vqp_core::MAX_DEVICES],
+    redispatch: bool,
 }
 
 fn striping() -> impl Strategy<Value = Striping> {
@@ -198,6 +205,7 @@ fn striping() -> impl Strategy<Value = Striping> {
             policy,
             fanout,
             weights: [w0, w1, 1, 1],
+            redispatch: false,
         })
 }
 
@@ -213,7 +221,7 @@ fn scenario(
     lens: &[(u64, u8)],
     seed: u64,
     policy: ReorderPolicy,
-    fail: Option<(u32, u64)>,
+    fails: &[(u32, u64)],
 ) {
     let mode = if spray { Mode::Spray } else { Mode::Dqplb };
     let longest = lens.iter().map(|l| l.0).max().unwrap_or(1);
@@ -231,6 +239,7 @@ fn scenario(
         policy: striping.policy,
         fanout: striping.fanout,
         weights: striping.weights,
+        redispatch: striping.redispatch,
         // Re-weigh often: every 50 µs of the test's clock.
         adapt_ns: 50_000,
         ..Config::new(mode)
@@ -251,7 +260,7 @@ fn scenario(
     let remote = pattern(len, !seed);
     p.nic.write(p.a.buf, &src).expect("writable");
     p.nic.write(p.b.buf, &remote).expect("writable");
-    if let Some((qp, after)) = fail {
+    for &(qp, after) in fails {
         let qpn = p.a.vqp.data_qp_num((qp % qps) as usize).expect("qp");
         p.nic.fail_qp_after(qpn, after).expect("fault");
     }
@@ -278,7 +287,13 @@ fn scenario(
         .collect();
     let o = run(&mut p, &reqs, 1 + seed % 97);
     check(&p, &o, mode, qps, &src, &remote);
-    if fail.is_none() {
+    let survivable = striping.redispatch && {
+        let mut failing: Vec<u32> = fails.iter().map(|f| f.0 % qps).collect();
+        failing.sort_unstable();
+        failing.dedup();
+        (failing.len() as u32) < qps
+    };
+    if fails.is_empty() || survivable {
         for w in &o.sends {
             assert_eq!(
                 w.status,
@@ -312,7 +327,7 @@ proptest! {
         striping in striping(),
     ) {
         let policy = if adversarial { ReorderPolicy::Adversarial } else { ReorderPolicy::Random };
-        scenario(striping, qps, spray, devices, max_frag, max_outstanding, every, &lens, seed, policy, None);
+        scenario(striping, qps, spray, devices, max_frag, max_outstanding, every, &lens, seed, policy, &[]);
     }
 
     #[test]
@@ -327,7 +342,28 @@ proptest! {
         striping in striping(),
     ) {
         scenario(striping, qps, spray, 1, max_frag, 8, false, &lens, seed, ReorderPolicy::Random,
-            Some((fail_qp, fail_after)));
+            &[(fail_qp, fail_after)]);
+    }
+
+    /// Re-dispatch: any data QPs but one fail at random times (the same QP may be
+    /// named twice), under every policy, both modes, all opcodes: every request is
+    /// reported once, in order, successful, with its data; a failure of every QP
+    /// fails the requests it must, each once.
+    #[test]
+    fn failing_qps_are_survived_with_redispatch(
+        qps in 2u32..=8,
+        spray in any::<bool>(),
+        devices in 1usize..=2,
+        max_frag in 512u32..8192,
+        every in any::<bool>(),
+        lens in prop::collection::vec((1u64..200_000, any::<u8>()), 1..10),
+        seed in any::<u64>(),
+        fails in prop::collection::vec((0u32..8, 0u64..40), 1..8),
+        striping in striping(),
+    ) {
+        let striping = Striping { redispatch: true, ..striping };
+        scenario(striping, qps, spray, devices, max_frag, 8, every, &lens, seed,
+            ReorderPolicy::Random, &fails);
     }
 }
 

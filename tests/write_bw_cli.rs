@@ -406,3 +406,42 @@ fn striping_policies_over_unequal_links() {
         );
     }
 }
+
+/// `--failover`: both sides survive data QPs failing mid-run (the client's QP 1, then
+/// the server's QP 2, which the client's QP 2 meets as a dead responder): every
+/// message is still verified and the JSON says what was survived. Without it the
+/// same run fails as before (exit 2, naming the failure), and so does a failover run
+/// that loses every path (each client QP is on soft0, whose link goes down).
+#[test]
+fn failover_survives_failed_qps_and_still_verifies_every_byte() {
+    let inject = "--inject 0.2s:fail-qp=1,0.4s:server-fail-qp=2";
+    for op in ["write_imm", "write", "read"] {
+        let out = write_bw(
+            &format!("--failover --opcode {op} --size 64K --duration 0.8 {inject} --json"),
+            &[],
+        );
+        let json = text(&out.stdout);
+        assert!(out.status.success(), "{op}: {}", text(&out.stderr));
+        assert!(json.contains("\"data_check\":\"passed\""), "{json}");
+        assert!(number_after(&json, "\"failovers\":") >= 2, "{op}: {json}");
+        assert_eq!(number_after(&json, "\"healthy_qps\":"), 2, "{op}: {json}");
+        assert!(number_after(&json, "\"iterations\":") > 0, "{json}");
+    }
+    let out = write_bw(&format!("--size 64K --duration 0.8 {inject}"), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("the virtual QP failed after"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = write_bw(
+        "--failover --size 64K --duration 0.8 --inject 0.2s:link-down=soft0",
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("the virtual QP failed after"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -24,7 +24,7 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
          [--mode spray|dqplb] [--opcode write|write_imm|read] [--reorder fifo|random|adversarial]
          [--seed N] [--poll-core CORE] [--json] [--timeout SECS] [--max-buffer BYTES]
          [--devices N] [--policy rr|weighted|outstanding|adaptive] [--weights W0,W1,..]
-         [--inject TIME:ACTION,...]
+         [--inject TIME:ACTION,...] [--failover]
          [--device NAME [--server | --connect HOST:PORT] [--port PORT] [--ib-port N] [--gid-index N]]
   BYTES takes a K, M or G suffix (binary). Without --device both sides run in this process on
   softverbs (soft1 serves, soft0 sends); with --device they run on that device through libibverbs.
@@ -37,7 +37,9 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
   --policy (default rr): how the client stripes fragments over its data QPs: round-robin,
   weighted by each port's speed, to the QP with the fewest bytes outstanding, or adaptive
   (weights follow each QP's measured rate, from equal). --weights W0,W1,..: one weight per
-  client device instead of the ports' speeds (weighted) or equal (adaptive's start).";
+  client device instead of the ports' speeds (weighted) or equal (adaptive's start).
+  --failover: both sides survive a data QP failing (its fragments go again on the others)
+  while one is left; the table and JSON say how many failed and what went again.";
 
 /// Flags that take a value (the others are `--json`, `--server` and `--help`).
 const VALUE_FLAGS: [&str; 21] = [
@@ -190,6 +192,11 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
         match flag.as_str() {
             "--json" => {
                 a.json = true;
+                continue;
+            }
+            "--failover" => {
+                a.params.failover = true;
+                params_given = true;
                 continue;
             }
             "--server" => {

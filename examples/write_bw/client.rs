@@ -256,6 +256,7 @@ impl Client<'_> {
                 .map(|i| vqp.lane_stats(i).map_or(0, |s| s.bytes))
                 .collect(),
             weights: (0..lanes).filter_map(|i| vqp.weight(i)).collect(),
+            failover: self.p.failover.then(|| vqp.failover()),
             notify: vqp
                 .notify_qp_num()
                 .and_then(|_| vqp.lane_stats(lanes))

@@ -41,6 +41,8 @@ pub struct Params {
     pub limit: Limit,
     /// Devices each side spreads its data QPs over (data QP i on device i mod N).
     pub devices: usize,
+    /// Both sides survive a data QP's failure (`Config::redispatch`).
+    pub failover: bool,
 }
 
 impl Params {
@@ -75,11 +77,14 @@ impl Params {
             Limit::Time(d) => format!("duration_ns={}", d.as_nanos()),
         };
         // One device is the default and is not said (the line stays as before).
-        let devices = if self.devices > 1 {
+        let mut devices = if self.devices > 1 {
             format!(" devices={}", self.devices)
         } else {
             String::new()
         };
+        if self.failover {
+            devices.push_str(" failover=1");
+        }
         format!(
             "{VERSION} size={} qps={} max_frag={} mode={} opcode={} seed={} {limit}{devices}\n",
             self.size,
@@ -133,6 +138,13 @@ impl Params {
             }
             "--seed" => self.seed = number(flag, v)?,
             "--devices" => self.devices = usize::try_from(number(flag, v)?).unwrap_or(usize::MAX),
+            "--failover" => {
+                self.failover = match v {
+                    "1" => true,
+                    "0" => false,
+                    _ => return Err(format!("{flag}: '{v}' is not 0 or 1")),
+                }
+            }
             "--mode" => {
                 self.mode = match v {
                     "spray" => Mode::Spray,
@@ -208,6 +220,7 @@ impl Default for Params {
             seed: 1,
             limit: Limit::Iters(1000),
             devices: 1,
+            failover: false,
         }
     }
 }
@@ -259,15 +272,17 @@ mod tests {
             seed: 9,
             limit: Limit::Iters(77),
             devices: 1,
+            failover: false,
         };
-        for (limit, devices) in [
-            (Limit::Iters(77), 1),
-            (Limit::Time(Duration::from_millis(2500)), 3),
-            (Limit::Time(Duration::from_nanos(12_345_678)), 2),
+        for (limit, devices, failover) in [
+            (Limit::Iters(77), 1, false),
+            (Limit::Time(Duration::from_millis(2500)), 3, true),
+            (Limit::Time(Duration::from_nanos(12_345_678)), 2, false),
         ] {
             let p = Params {
                 limit,
                 devices,
+                failover,
                 ..p
             };
             assert_eq!(
@@ -277,13 +292,14 @@ mod tests {
             );
         }
         assert!(
-            !p.to_line().contains("devices"),
-            "one device is not said: the line is the one older builds know"
+            !p.to_line().contains("devices") && !p.to_line().contains("failover"),
+            "one device and no failover are not said: the line is the one older builds know"
         );
         for bad in [
             "write_bw/2 size=0",
             "write_bw/2 qps=2 devices=3",
             "write_bw/2 devices=0",
+            "write_bw/2 failover=yes",
             "hello",
             "write_bw/1 size=4096",
             "write_bw/2 iters=5 duration_ns=1000000",

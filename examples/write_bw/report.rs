@@ -22,6 +22,8 @@ pub struct Measured {
     pub bytes_per_qp: Vec<u64>,
     /// Each data QP's weight at the end (see `VirtualQp::weight`).
     pub weights: Vec<u64>,
+    /// What the virtual QP survived, with `--failover`.
+    pub failover: Option<vqp_core::Failover>,
     /// WQEs the SPRAY notify QP carried, when there is one.
     pub notify: Option<u64>,
     /// Stopped early by Ctrl-C (here or at the server).
@@ -160,6 +162,15 @@ pub fn print_table(header: &str, size: u64, m: &Measured, check: &str, devices: 
     if let Some(n) = m.notify {
         println!(" notify QP: {n} WQEs");
     }
+    if let Some(f) = m.failover {
+        println!(
+            " failover: {} data QPs failed and were survived, {} fragments posted again; {} of {} data QPs healthy",
+            f.failovers,
+            f.redispatched,
+            f.healthy,
+            m.per_qp.len()
+        );
+    }
     println!("{check}");
 }
 
@@ -224,6 +235,13 @@ pub fn print_json(
         json_str(verified_on),
     ));
     s.pop();
+    if let Some(f) = m.failover {
+        s.push_str(&format!(
+            ",\"failovers\":{},\"redispatched\":{},\"healthy_qps\":{}}}",
+            f.failovers, f.redispatched, f.healthy
+        ));
+        s.pop();
+    }
     let timeline: Vec<String> = m
         .timeline
         .iter()

@@ -73,6 +73,7 @@ pub fn link(
         recv_depth: DEPTH,
         qp_num,
         policy: stripe.policy,
+        redispatch: p.failover,
         weights: stripe.weights.unwrap_or([1; MAX_DEVICES]),
         ..Config::new(p.mode)
     };

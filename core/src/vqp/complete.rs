@@ -71,6 +71,15 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         short: u64,
         status: WcStatus,
     ) -> Result<(), Stray> {
+        if self.lanes[lane].survived {
+            // A QP the virtual QP went on without: its runs are posted again.
+            return Ok(());
+        }
+        if !status.is_ok() && self.survive(lane, status) {
+            let send = &mut self.send;
+            self.lanes[lane].fail_at(short, &mut |id, n, st| credit_data(send, id, n, st));
+            return Ok(());
+        }
         let send = &mut self.send;
         let l = &mut self.lanes[lane];
         let matched = l.complete_rest(short, status, &mut |id, n, st| credit_data(send, id, n, st));

@@ -64,6 +64,10 @@ pub struct Config {
     /// The most data QPs one request's fragments use (0: all of them). A request of
     /// `k` fragments uses at most `min(k, fanout)`.
     pub fanout: u8,
+    /// Survive a data QP's failure: post its fragments that did not complete on the
+    /// QPs that remain and go on with them (see `vqp::failover`). Off: any QP's
+    /// failure fails the virtual QP, as before.
+    pub redispatch: bool,
     /// How often the adaptive policy folds in what it measured, in nanoseconds
     /// (calls of [`VirtualQp::sample`](super::VirtualQp::sample) closer together
     /// than this do nothing).
@@ -85,6 +89,7 @@ impl Config {
             policy: Policy::RoundRobin,
             weights: [1; 4],
             fanout: 0,
+            redispatch: false,
             adapt_ns: 2_000_000,
         }
     }

@@ -16,7 +16,7 @@ use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 
 /// The data QP round-robin picks: the first with room at or after `from`.
 #[inline]
-fn pick(room: u64, from: u32) -> usize {
+pub(super) fn pick(room: u64, from: u32) -> usize {
     debug_assert!(room != 0);
     let k = room.rotate_right(from).trailing_zeros();
     ((from + k) & 63) as usize
@@ -24,7 +24,7 @@ fn pick(room: u64, from: u32) -> usize {
 
 /// The data QP after `l` of `n`, round robin.
 #[inline]
-fn after(l: usize, n: usize) -> u32 {
+pub(super) fn after(l: usize, n: usize) -> u32 {
     if l + 1 == n {
         0
     } else {
@@ -146,7 +146,7 @@ impl Layout {
 }
 
 /// What every fragment of one request shares.
-struct Spread {
+pub(super) struct Spread {
     id: u64,
     /// The request's physical wr_id with lane 0.
     base_id: u64,
@@ -162,7 +162,7 @@ struct Spread {
 impl Spread {
     /// What the fragments of request `id` (`wr`, on the virtual QP tagged `tag`) share.
     #[inline]
-    fn of(wr: &SendWr, id: u64, tag: u8, mode: Mode) -> Self {
+    pub(super) fn of(wr: &SendWr, id: u64, tag: u8, mode: Mode) -> Self {
         let dqplb_imm = numbered(wr, mode);
         let fence = SendFlags(wr.flags.0 & SendFlags::FENCE.0);
         Self {
@@ -190,7 +190,7 @@ impl Spread {
     /// it ends the request. (The keys stay in the slot: copying all devices' keys
     /// here would cost more than looking up one pair per QP.)
     #[inline]
-    fn wqe(
+    pub(super) fn wqe(
         &self,
         lane: u64,
         (lkey, rkey): (u32, u32),
@@ -293,6 +293,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// One dispatch round: stage every fragment that fits, in posting order, then the
     /// notifies that became due, then post one chain per QP.
     pub(super) fn dispatch(&mut self) {
+        if self.redo != 0 {
+            self.restage();
+        }
         let max = self.cfg.max_outstanding;
         let merge = self.cfg.signaling == Signaling::LastOfChain;
         let n = self.lanes.len() as u32;
@@ -309,7 +312,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     break;
                 }
                 let wqe = passthrough_wqe(wr, send_id(self.tag, id), lane.device);
-                *lane.stage(id, self.send_seq, false, wqe.len) = wqe;
+                *lane.stage(id, self.send_seq, false, wqe.len, 0) = wqe;
                 self.staged |= 1;
                 slot.posted = 1;
                 if !lane.has_room(max) {
@@ -377,7 +380,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 }
                 let keys = slot.wr.keys.pair(lane.device);
                 let wqe = req.wqe(l as u64, keys, off, len, seq, slot.posted == count);
-                *lane.stage(id, seq, merge, len) = wqe;
+                let fragment = (slot.posted - 1) as u32;
+                *lane.stage(id, seq, merge, len, fragment) = wqe;
                 self.staged |= 1 << l;
                 if !lane.has_room(max) {
                     self.room &= !(1 << l);
@@ -507,7 +511,15 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let stride = d * step;
         let lane = &mut self.lanes[l];
         let shared = s.wqe(l as u64, keys, 0, step as u32, run_seq, false);
-        let run = lane.stage_run(s.id, run_seq, seq_step, share, MERGE, step as u32);
+        let run = lane.stage_run(
+            s.id,
+            run_seq,
+            seq_step,
+            share,
+            MERGE,
+            step as u32,
+            (i as u32, d as u32),
+        );
         let (mut off, mut seq) = (origin.wrapping_add(i * step), run_seq);
         for wqe in run.iter_mut() {
             *wqe = SendWqe {
@@ -647,7 +659,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                         break;
                     }
                     let (_, rkey) = slot.wr.keys.pair(lane.device);
-                    *lane.stage(id, self.send_seq, false, 0) = SendWqe {
+                    *lane.stage(id, self.send_seq, false, 0, 0) = SendWqe {
                         wr_id: WrId {
                             tag: self.tag,
                             lane: NOTIFY_LANE,

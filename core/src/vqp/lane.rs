@@ -14,12 +14,18 @@ use crate::wrid::id_before;
 
 /// WQEs of one virtual request, consecutive on one QP.
 #[derive(Clone, Copy, Debug)]
-struct Run {
-    id: u64,
-    count: u32,
+pub(crate) struct Run {
+    pub id: u64,
+    pub count: u32,
     /// The DQPLB sequence counter when the run started: no WQE of the run carries
-    /// an older number.
-    seq: Seq,
+    /// an older number (a numbered request's fragment `f` here carries
+    /// `seq + (f − first)`).
+    pub seq: Seq,
+    /// The request's fragment index of its first WQE, and the step between its
+    /// fragments: what re-dispatch re-posts when the QP fails (kept exact only when
+    /// the lane tracks them).
+    pub first: u32,
+    pub stride: u32,
     /// Bytes its WQEs carry.
     bytes: u64,
 }
@@ -29,6 +35,8 @@ impl Run {
         id: 0,
         count: 0,
         seq: Seq::new(0),
+        first: 0,
+        stride: 1,
         bytes: 0,
     };
 }
@@ -71,6 +79,12 @@ pub(crate) struct Lane<Q, const D: usize> {
     /// A load-aware policy reads `bytes_out` and `idled`: completions keep them.
     /// Round-robin reads neither, and its completions skip them.
     pub weigh: bool,
+    /// Re-dispatch is on: each run holds fragments at one stride, so that a failed
+    /// QP's runs say which fragments to post again.
+    pub track: bool,
+    /// The QP failed and the virtual QP went on without it: its runs are posted
+    /// again elsewhere, its completions no longer count.
+    pub survived: bool,
     /// The back run belongs to `staged`, so a WQE of the same request may join it.
     open_run: bool,
     /// The QP reported an error or refused a post: nothing more goes to it.
@@ -97,6 +111,8 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             bytes_out: 0,
             idled: true,
             weigh: false,
+            track: false,
+            survived: false,
             open_run: false,
             failed: false,
             recv_outstanding: 0,
@@ -110,8 +126,21 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// joins the request's open run; without, it is a run of its own (every WQE
     /// signaled).
     #[inline]
-    pub fn stage(&mut self, id: u64, seq: Seq, merge: bool, len: u32) -> &mut SendWqe {
-        &mut self.stage_run(id, seq, 0, 1, merge, len)[0]
+    pub fn stage(
+        &mut self,
+        id: u64,
+        seq: Seq,
+        merge: bool,
+        len: u32,
+        fragment: u32,
+    ) -> &mut SendWqe {
+        &mut self.stage_run(id, seq, 0, 1, merge, len, (fragment, 1))[0]
+    }
+
+    /// End the open run: what is staged next starts a run of its own.
+    #[inline]
+    pub fn close_run(&mut self) {
+        self.open_run = false;
     }
 
     /// The last `count` WQEs staged, to mend in place.
@@ -144,8 +173,10 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// `merge` they are one run (joining the request's open run if it has one);
     /// without, a run each (every WQE signaled). `seq` is the DQPLB sequence number
     /// of the first, each next one `step` later; each carries `each` bytes (see
-    /// [`Self::mend_len`] for one that does not).
-    #[inline]
+    /// [`Self::mend_len`] for one that does not); `(first, stride)`: they are the
+    /// request's fragments `first`, `first + stride`, ….
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub fn stage_run(
         &mut self,
         id: u64,
@@ -154,22 +185,38 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         count: u32,
         merge: bool,
         each: u32,
+        (first, stride): (u32, u32),
     ) -> &mut [SendWqe] {
         debug_assert!(self.outstanding as usize + count as usize <= D && !self.failed);
         let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
         let bytes = u64::from(count) * u64::from(each);
         self.bytes_out = self.bytes_out.wrapping_add(bytes);
         self.stats.bytes += bytes;
-        if merge && self.open_run && self.runs[back].id == id {
-            self.runs[back].count += count;
-            self.runs[back].bytes += bytes;
+        let open = merge && self.open_run && self.runs[back].id == id;
+        if open && self.joins(back, (first, stride), count) {
+            let run = &mut self.runs[back];
+            if run.count == 1 && self.track {
+                run.stride = first.wrapping_sub(run.first);
+            }
+            run.count += count;
+            run.bytes += bytes;
         } else {
+            if open {
+                // A run of the same request that does not continue the open one (its
+                // fragments tracked): the open run's last WQE is signaled, so that
+                // each run is named by a completion of its own.
+                if let Some(w) = self.staged[..self.staged_len as usize].last_mut() {
+                    w.flags = w.flags.with(SendFlags::SIGNALED);
+                }
+            }
             let (runs, per_run) = if merge { (1, count) } else { (count, 1) };
             for j in 0..runs {
                 self.push_run(Run {
                     id,
                     count: per_run,
                     seq: seq.add(j * step),
+                    first: first.wrapping_add(j * stride),
+                    stride,
                     bytes: u64::from(per_run) * u64::from(each),
                 });
             }
@@ -179,6 +226,25 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         let at = self.staged_len as usize;
         self.staged_len += count;
         &mut self.staged[at..at + count as usize]
+    }
+
+    /// Whether `count` fragments `first`, `first + stride`, … may join run `back`
+    /// (the open run of their request): always, unless the lane tracks fragments
+    /// and they do not continue the run's progression.
+    #[inline]
+    fn joins(&self, back: usize, (first, stride): (u32, u32), count: u32) -> bool {
+        if !self.track {
+            return true;
+        }
+        let run = &self.runs[back];
+        let step = if run.count == 1 {
+            first.wrapping_sub(run.first)
+        } else {
+            run.stride
+        };
+        step != 0
+            && first == run.first.wrapping_add(run.count.wrapping_mul(step))
+            && (count == 1 || stride == step)
     }
 
     /// Append `run` behind the runs in flight; the caller checked there is room
@@ -251,6 +317,8 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             id,
             count: 1,
             seq,
+            first: 0,
+            stride: 1,
             bytes,
         });
         self.outstanding += 1;
@@ -361,6 +429,54 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             self.failed = true;
         }
         true
+    }
+
+    /// An error completion naming request `id` on a healthy QP whose fragments
+    /// re-dispatch will post again: credit the runs before the named one (they
+    /// completed, in queue order), leaving the named run and every later one to
+    /// [`Self::take_run`]. Returns false when `id` is not in flight here.
+    pub fn fail_at(&mut self, id: u64, credit: &mut impl FnMut(u64, u32, WcStatus)) -> bool {
+        let found = self.runs_iter().any(|r| r.id & crate::wrid::ID_MASK == id);
+        if found {
+            while let Some(run) = self.front().copied() {
+                if run.id & crate::wrid::ID_MASK == id {
+                    break;
+                }
+                self.pop_front();
+                self.outstanding -= run.count;
+                self.bytes_out = self.bytes_out.wrapping_sub(run.bytes);
+                credit(run.id, run.count, WcStatus::SUCCESS);
+            }
+        }
+        found
+    }
+
+    /// The runs in flight, oldest first.
+    fn runs_iter(&self) -> impl Iterator<Item = &Run> {
+        (0..self.runs_len).map(move |i| &self.runs[((self.runs_head + i) as usize) % D])
+    }
+
+    /// The oldest run of a failed QP, left for re-dispatch; `None` when none is left.
+    #[inline]
+    pub fn oldest_run(&self) -> Option<Run> {
+        self.front().copied()
+    }
+
+    /// The oldest run has `done` fewer fragments to re-post: they were posted again
+    /// elsewhere (the run is forgotten when none is left).
+    pub fn take_run(&mut self, done: u32) {
+        let head = self.runs_head as usize % D;
+        let run = &mut self.runs[head];
+        if done >= run.count {
+            let count = run.count;
+            self.pop_front();
+            self.outstanding -= count;
+        } else {
+            run.count -= done;
+            run.first = run.first.wrapping_add(done.wrapping_mul(run.stride));
+            run.seq = run.seq.add(done.wrapping_mul(run.stride));
+            self.outstanding -= done;
+        }
     }
 
     /// Credit every run with `status` and forget them.

@@ -24,6 +24,7 @@ mod complete;
 mod config;
 mod dispatch;
 mod error;
+mod failover;
 mod lane;
 mod policy;
 mod recv;
@@ -32,6 +33,7 @@ mod slots;
 
 pub use config::{BuildError, Config, Mode, Signaling};
 pub use error::{PostRecvError, PostSendError};
+pub use failover::Failover;
 pub use lane::LaneStats;
 pub use policy::Policy;
 
@@ -81,6 +83,12 @@ pub struct VirtualQp<
     striping: Striping<N>,
     /// Round-robin over every data QP: a request's shares may be staged in one go.
     even: bool,
+    /// Bit `i` set: data QP `i` failed and left runs to post again.
+    redo: u64,
+    /// What re-dispatch survived.
+    survived: Failover,
+    /// The error of the last data QP that failed alone.
+    lane_error: WcStatus,
     /// A weighted or adaptive policy: a request's shares follow the schedule.
     scheduled: bool,
     /// Bit `i` set: data QP `i` has a chain staged this round.
@@ -177,6 +185,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let weigh = cfg.policy != Policy::RoundRobin;
         for lane in lanes.iter_mut() {
             lane.weigh = weigh;
+            lane.track = cfg.redispatch;
         }
         let striping = Striping::new(
             lanes
@@ -227,6 +236,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             even: cfg.policy == Policy::RoundRobin
                 && (cfg.fanout == 0 || usize::from(cfg.fanout) >= given),
             scheduled: matches!(cfg.policy, Policy::Weighted | Policy::Adaptive),
+            redo: 0,
+            survived: Failover::default(),
+            lane_error: WcStatus::SUCCESS,
             staged: 0,
             data_devices,
             notify_device,
@@ -463,7 +475,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     #[inline]
     pub fn progress(&mut self) {
         let notifies_due = self.notify_device != 0 && self.notify_next != self.send.tail;
-        if self.dispatch != self.send.tail || notifies_due {
+        if self.dispatch != self.send.tail || notifies_due || self.redo != 0 {
             self.dispatch();
         }
         if self.recv_next != self.recv.tail || self.armed {
@@ -496,10 +508,19 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             .iter()
             .chain(self.notify.iter())
             .any(|l| l.qp_num == qp_num && l.device == device);
-        if ours {
-            self.fail(status);
+        if !ours {
+            return false;
         }
-        ours
+        // With re-dispatch, a data QP fails alone while another is healthy.
+        let data = self
+            .lanes
+            .iter()
+            .position(|l| l.qp_num == qp_num && l.device == device);
+        match data {
+            Some(k) if self.lanes[k].survived || self.survive(k, status) => {}
+            _ => self.fail(status),
+        }
+        true
     }
 
     /// Every physical QP on `device` failed (its port went down, the device failed):
@@ -511,10 +532,21 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             .iter()
             .chain(self.notify.iter())
             .any(|l| l.device == device);
-        if ours {
-            self.fail(status);
+        if !ours {
+            return false;
         }
-        ours
+        if self.notify.as_ref().is_some_and(|l| l.device == device) {
+            self.fail(status);
+            return true;
+        }
+        for k in 0..self.lanes.len() {
+            let lane = &self.lanes[k];
+            if lane.device == device && !lane.survived && !self.survive(k, status) {
+                self.fail(status);
+                break;
+            }
+        }
+        true
     }
 
     /// Mark the virtual QP failed with `status` (the first error wins): requests not
@@ -530,6 +562,14 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             slot.fail(WcStatus::WR_FLUSH_ERR);
         }
         self.dispatch = self.send.tail;
+        // Runs failed QPs left for re-dispatch will not be posted now.
+        let send = &mut self.send;
+        for lane in self.lanes.iter_mut().filter(|l| l.survived) {
+            lane.drain(WcStatus::WR_FLUSH_ERR, &mut |id, n, st| {
+                complete::credit_data(send, id, n, st)
+            });
+        }
+        self.redo = 0;
         self.fail_recvs(status);
         // Flush whatever is outstanding on every QP, so each request is reported.
         for lane in self.lanes.iter_mut().chain(self.notify.iter_mut()) {

@@ -214,7 +214,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         l.recv_outstanding -= 1;
         if !wc.status.is_ok() {
-            l.failed = true;
+            // With re-dispatch the virtual QP may go on without this QP: its
+            // kept-posted receives are lost, the others carry on.
+            if l.survived || self.survive(lane as usize, wc.status) {
+                return Ok(());
+            }
+            self.lanes[lane as usize].failed = true;
             self.fail(wc.status);
             return Ok(());
         }

@@ -132,6 +132,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return Err(PostSendError::Failed(st));
         }
         let passthrough = self.classify(wr)?;
+        if passthrough && self.lanes[0].survived {
+            // Pass-through opcodes go to data QP 0, which failed (re-dispatch).
+            return Err(PostSendError::Failed(self.lane_error));
+        }
         if self.send.is_full() {
             return Err(PostSendError::Full);
         }

@@ -949,3 +949,5 @@ fn one_fragment_requests_posted_straight_away_stay_within_the_window() {
 }
 
 mod striping;
+
+mod failover;

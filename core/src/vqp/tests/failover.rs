@@ -1,0 +1,176 @@
+//! Re-dispatch over the mock provider: a failed data QP's fragments go again on
+//! the others, each request is reported once.
+
+use super::*;
+
+fn redispatching(max_outstanding: u32) -> Config {
+    Config {
+        redispatch: true,
+        max_outstanding,
+        ..config(Mode::Dqplb)
+    }
+}
+
+/// The fragments (remote offset, length) each QP was given, in posting order.
+fn placed(f: &Fabric, qpn: u32) -> Vec<(u64, u32), 64> {
+    f.sends
+        .borrow()
+        .iter()
+        .filter(|(q, _)| *q == qpn)
+        .map(|(_, w)| (w.remote_addr - 0x2000_0000, w.len))
+        .collect()
+}
+
+#[test]
+fn a_failed_qps_fragments_go_again_on_the_others() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build_with(&f, redispatching(16), 2);
+    vqp.post_send(&write(7, 4 << 16)).unwrap();
+    // Round-robin: fragments 0 and 2 on QP 100, 1 and 3 on QP 101.
+    assert_eq!(placed(&f, 100).len(), 2);
+    let sends = f.sends.borrow().clone();
+    let first_on_100 = sends.iter().position(|(q, _)| *q == 100).unwrap();
+    f.complete_send(first_on_100, WcStatus::RETRY_EXC_ERR);
+    assert!(poll(&mut vcq, &mut vqp).is_empty());
+    // QP 100 is put in error; its two fragments went to QP 101.
+    assert_eq!(f.errored.borrow().as_slice(), &[100]);
+    let on_101 = placed(&f, 101);
+    assert_eq!(on_101.len(), 4, "{on_101:?}");
+    let mut offsets: Vec<u64, 8> = on_101.iter().map(|p| p.0).collect();
+    offsets.sort_unstable();
+    assert_eq!(offsets.as_slice(), &[0, 1 << 16, 2 << 16, 3 << 16]);
+    // The flush of QP 100's second WQE changes nothing; QP 101's completions end it.
+    for i in f.signaled() {
+        if f.sends.borrow()[i].0 == 101 {
+            f.complete_send(i, WcStatus::SUCCESS);
+        }
+    }
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (7, WcStatus::SUCCESS));
+    let s = vqp.failover();
+    assert_eq!((s.failovers, s.redispatched, s.healthy), (1, 2, 1));
+    assert_eq!(vqp.failure(), None);
+}
+
+#[test]
+fn a_qp_failed_by_an_event_has_everything_it_held_posted_again() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build_with(&f, redispatching(16), 3);
+    vqp.post_send(&write(1, 6 << 16)).unwrap();
+    assert_eq!(placed(&f, 101).len(), 2);
+    assert!(vqp.fail_qp(101, 0, WcStatus::FATAL_ERR));
+    assert_eq!(vqp.failure(), None);
+    // Nothing of QP 101 had completed: both its fragments go again, on 100 and 102.
+    vqp.progress();
+    assert_eq!(placed(&f, 100).len() + placed(&f, 102).len(), 6);
+    // A late success on the failed QP counts for nothing; the others' complete it.
+    let sends = f.sends.borrow().clone();
+    for (i, (q, w)) in sends.iter().enumerate() {
+        if w.flags.contains(SendFlags::SIGNALED) {
+            f.complete_send(
+                i,
+                if *q == 101 {
+                    WcStatus::WR_FLUSH_ERR
+                } else {
+                    WcStatus::SUCCESS
+                },
+            );
+        }
+    }
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::SUCCESS));
+    assert_eq!(vqp.failover().healthy, 2);
+}
+
+#[test]
+fn when_every_qp_failed_each_request_is_reported_once_with_the_error() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build_with(&f, redispatching(16), 2);
+    vqp.post_send(&write(1, 4 << 16)).unwrap();
+    vqp.post_send(&write(2, 4 << 16)).unwrap();
+    assert!(vqp.fail_qp(100, 0, WcStatus::FATAL_ERR));
+    assert_eq!(vqp.failure(), None);
+    vqp.progress();
+    assert!(vqp.fail_qp(101, 0, WcStatus::RETRY_EXC_ERR));
+    assert_eq!(vqp.failure(), Some(WcStatus::RETRY_EXC_ERR));
+    // QP 101's own WQEs are flushed by the provider; what QP 100 left is reported
+    // by the failure itself.
+    let sends = f.sends.borrow().clone();
+    for (i, (q, w)) in sends.iter().enumerate() {
+        if *q == 101 && w.flags.contains(SendFlags::SIGNALED) {
+            f.complete_send(i, WcStatus::WR_FLUSH_ERR);
+        }
+    }
+    let wcs = poll(&mut vcq, &mut vqp);
+    let got: Vec<u64, 4> = wcs.iter().map(|w| w.wr_id).collect();
+    assert_eq!(got.as_slice(), &[1, 2]);
+    assert!(wcs.iter().all(|w| !w.status.is_ok()));
+    assert_eq!(vqp.sends_in_flight(), 0);
+}
+
+#[test]
+fn pass_through_is_refused_once_data_qp_0_failed() {
+    let f = Fabric::default();
+    let cfg = Config {
+        mode: Mode::Spray,
+        ..redispatching(16)
+    };
+    let (mut vqp, _) = build_with(&f, cfg, 2);
+    assert!(vqp.fail_qp(100, 0, WcStatus::FATAL_ERR));
+    let send = SendWr {
+        opcode: Opcode::SEND,
+        ..write(3, 100)
+    };
+    assert_eq!(
+        vqp.post_send(&send),
+        Err(PostSendError::Failed(WcStatus::FATAL_ERR))
+    );
+    // Fragmented requests go on over QP 101.
+    vqp.post_send(&write(4, 2 << 16)).unwrap();
+    assert_eq!(placed(&f, 101).len(), 2);
+}
+
+#[test]
+fn a_receiver_goes_on_without_a_qp_whose_receives_were_flushed() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build_with(&f, redispatching(16), 2);
+    vqp.arm_receiver();
+    vqp.post_recv(&RecvWr::notification(9)).unwrap();
+    // QP 100's kept receives are flushed; the message arrives on QP 101.
+    let wr_id = f
+        .recvs
+        .borrow()
+        .iter()
+        .find(|(q, _)| *q == 100)
+        .unwrap()
+        .1
+        .wr_id;
+    f.push(PhysWc {
+        wr_id,
+        status: WcStatus::WR_FLUSH_ERR,
+        opcode: WcOpcode::RECV,
+        qp_num: 100,
+        byte_len: 0,
+        imm_data: None,
+    });
+    f.arrive(101, 0, false, 10);
+    f.arrive(101, 1, true, 5);
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status, wcs[0].byte_len),
+        (9, WcStatus::SUCCESS, 15)
+    );
+    assert_eq!(vqp.failover().failovers, 1);
+    assert_eq!(vqp.failure(), None);
+}
+
+#[test]
+fn without_redispatch_a_failed_qp_fails_the_virtual_qp() {
+    let f = Fabric::default();
+    let (mut vqp, _) = build(&f, Mode::Dqplb, 2);
+    assert!(vqp.fail_qp(100, 0, WcStatus::FATAL_ERR));
+    assert_eq!(vqp.failure(), Some(WcStatus::FATAL_ERR));
+    assert_eq!(vqp.failover().failovers, 0);
+}
