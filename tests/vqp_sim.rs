@@ -29,7 +29,7 @@ struct Outcome {
 
 /// Post `reqs` (retrying on backpressure) and drive the NIC until every accepted
 /// request completed on the sender. Stops posting once the virtual QP failed.
-fn run(p: &mut Pair, reqs: &[Req], steps: u64) -> Outcome {
+fn run(p: &mut Pair, reqs: &[Req], steps: u64, fail_back: bool) -> Outcome {
     let mut sends = Vec::new();
     let mut recvs = Vec::new();
     let mut posted = Vec::new();
@@ -74,6 +74,13 @@ fn run(p: &mut Pair, reqs: &[Req], steps: u64) -> Outcome {
         let before = (sends.len(), recvs.len());
         p.a.poll(&mut sends);
         p.b.poll(&mut recvs);
+        if fail_back {
+            for i in 0..p.a.vqp.data_qps() {
+                if p.a.vqp.data_qp_failed(i) {
+                    p.fail_back(i);
+                }
+            }
+        }
         if next == reqs.len() && sends.len() == posted.len() {
             // Let the receiver see everything that landed.
             let devices = p.nic.config().devices as u8;
@@ -188,6 +195,9 @@ struct Striping {
     fanout: u8,
     weights: [u32; vqp_core::MAX_DEVICES],
     redispatch: bool,
+    /// Failed QP pairs are replaced as soon as seen (fail-back), the requests held
+    /// meanwhile however long it takes.
+    fail_back: bool,
 }
 
 fn striping() -> impl Strategy<Value = Striping> {
@@ -206,6 +216,7 @@ fn striping() -> impl Strategy<Value = Striping> {
             fanout,
             weights: [w0, w1, 1, 1],
             redispatch: false,
+            fail_back: false,
         })
 }
 
@@ -240,6 +251,7 @@ fn scenario(
         fanout: striping.fanout,
         weights: striping.weights,
         redispatch: striping.redispatch,
+        grace_ns: if striping.fail_back { u64::MAX } else { 0 },
         // Re-weigh often: every 50 µs of the test's clock.
         adapt_ns: 50_000,
         ..Config::new(mode)
@@ -285,13 +297,13 @@ fn scenario(
             }
         })
         .collect();
-    let o = run(&mut p, &reqs, 1 + seed % 97);
+    let o = run(&mut p, &reqs, 1 + seed % 97, striping.fail_back);
     check(&p, &o, mode, qps, &src, &remote);
     let survivable = striping.redispatch && {
         let mut failing: Vec<u32> = fails.iter().map(|f| f.0 % qps).collect();
         failing.sort_unstable();
         failing.dedup();
-        (failing.len() as u32) < qps
+        (failing.len() as u32) < qps || striping.fail_back
     };
     if fails.is_empty() || survivable {
         for w in &o.sends {
@@ -362,6 +374,27 @@ proptest! {
         striping in striping(),
     ) {
         let striping = Striping { redispatch: true, ..striping };
+        scenario(striping, qps, spray, devices, max_frag, 8, every, &lens, seed,
+            ReorderPolicy::Random, &fails);
+    }
+
+    /// Fail-back: any data QPs, all of them included, fail at random times; each
+    /// failed pair is replaced as soon as seen while the virtual QPs hold their
+    /// requests: every request still succeeds once, in order, with its data. (With
+    /// one data QP every request passes through, and is not posted again.)
+    #[test]
+    fn failed_qps_come_back(
+        qps in 2u32..=6,
+        spray in any::<bool>(),
+        devices in 1usize..=2,
+        max_frag in 512u32..8192,
+        every in any::<bool>(),
+        lens in prop::collection::vec((1u64..200_000, any::<u8>()), 1..10),
+        seed in any::<u64>(),
+        fails in prop::collection::vec((0u32..6, 0u64..40), 1..8),
+        striping in striping(),
+    ) {
+        let striping = Striping { redispatch: true, fail_back: true, ..striping };
         scenario(striping, qps, spray, devices, max_frag, 8, every, &lens, seed,
             ReorderPolicy::Random, &fails);
     }

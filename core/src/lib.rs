@@ -35,7 +35,7 @@ pub mod wrid;
 pub use phys::{PhysCq, PhysQp, PhysWc, PollFailure, PostFailure, RecvWqe, SendWqe};
 pub use vcq::{CqError, VirtualCq};
 pub use vqp::{
-    BuildError, Config, Failover, LaneStats, Mode, Policy, PostRecvError, PostSendError, Signaling,
-    VirtualQp,
+    BuildError, Config, Failover, LaneStats, Mode, Policy, PostRecvError, PostSendError,
+    RestoreError, Signaling, VirtualQp,
 };
 pub use wr::{Keys, Opcode, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, MAX_DEVICES};

@@ -164,9 +164,10 @@ pub fn print_table(header: &str, size: u64, m: &Measured, check: &str, devices: 
     }
     if let Some(f) = m.failover {
         println!(
-            " failover: {} data QPs failed and were survived, {} fragments posted again; {} of {} data QPs healthy",
+            " failover: {} data QPs failed and were survived, {} fragments posted again, {} restored; {} of {} data QPs healthy",
             f.failovers,
             f.redispatched,
+            f.restored,
             f.healthy,
             m.per_qp.len()
         );
@@ -237,8 +238,8 @@ pub fn print_json(
     s.pop();
     if let Some(f) = m.failover {
         s.push_str(&format!(
-            ",\"failovers\":{},\"redispatched\":{},\"healthy_qps\":{}}}",
-            f.failovers, f.redispatched, f.healthy
+            ",\"failovers\":{},\"redispatched\":{},\"restored\":{},\"healthy_qps\":{}}}",
+            f.failovers, f.redispatched, f.restored, f.healthy
         ));
         s.pop();
     }

@@ -1,7 +1,7 @@
 //! Two virtual QPs connected through the simulated NIC, for end-to-end tests.
 #![allow(dead_code)]
 
-use vqp_core::{Config, Keys, Mode, VirtualCq, VirtualQp, Wc};
+use vqp_core::{Config, Keys, Mode, PhysQp, VirtualCq, VirtualQp, Wc};
 use vqp_sim::{Access, Mr, Nic, NicConfig, QpCaps, SimCq, SimQp};
 
 /// Up to 16 data QPs, 32 WQEs each, 512 requests per direction, a window for 32
@@ -125,4 +125,38 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     }
     v.truncate(len);
     v
+}
+
+impl Pair {
+    /// Fail-back of data QP `i`: a fresh QP pair on its device, connected, takes the
+    /// place of QP `i` on both sides (the receiver's is failed first if it still
+    /// runs: the pair is replaced whole). The old QPs are left in the error state.
+    pub fn fail_back(&mut self, i: usize) {
+        let devices = self.nic.config().devices;
+        let d = i % devices;
+        let cfg = *self.a.vqp.config();
+        let caps = QpCaps {
+            max_send_wr: cfg.max_outstanding,
+            max_recv_wr: cfg.recv_depth,
+        };
+        let qa = {
+            let cq = self.a.vcq.cq_mut(d as u8).expect("cq");
+            self.nic.create_qp(d, cq, cq, caps).expect("qp")
+        };
+        let qb = {
+            let cq = self.b.vcq.cq_mut(d as u8).expect("cq");
+            self.nic.create_qp(d, cq, cq, caps).expect("qp")
+        };
+        self.nic.connect(&qa, &qb).expect("connect");
+        let old_b = self.b.vqp.data_qp_num(i).expect("qp");
+        if !self.b.vqp.data_qp_failed(i) {
+            self.b
+                .vqp
+                .fail_qp(old_b, d as u8, vqp_core::WcStatus::WR_FLUSH_ERR);
+        }
+        let old = self.a.vqp.restore(i, qa).expect("a failed QP");
+        let old_b = self.b.vqp.restore(i, qb).expect("the peer's QP, failed");
+        let _ = self.nic.fail_qp(old.qp_num());
+        let _ = self.nic.fail_qp(old_b.qp_num());
+    }
 }

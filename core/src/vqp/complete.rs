@@ -75,9 +75,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             // A QP the virtual QP went on without: its runs are posted again.
             return Ok(());
         }
-        if !status.is_ok() && self.survive(lane, status) {
+        if !status.is_ok() && self.can_survive(lane) {
+            // The runs before the one that failed completed; the rest go again.
             let send = &mut self.send;
             self.lanes[lane].fail_at(short, &mut |id, n, st| credit_data(send, id, n, st));
+            self.survive(lane, status);
             return Ok(());
         }
         let send = &mut self.send;

@@ -68,6 +68,11 @@ pub struct Config {
     /// QPs that remain and go on with them (see `vqp::failover`). Off: any QP's
     /// failure fails the virtual QP, as before.
     pub redispatch: bool,
+    /// With re-dispatch, how long the virtual QP holds its requests once every data
+    /// QP has failed, waiting for [`VirtualQp::restore`](super::VirtualQp::restore),
+    /// in nanoseconds of the clock [`VirtualQp::sample`](super::VirtualQp::sample)
+    /// is given (0: it fails at once, as without re-dispatch).
+    pub grace_ns: u64,
     /// How often the adaptive policy folds in what it measured, in nanoseconds
     /// (calls of [`VirtualQp::sample`](super::VirtualQp::sample) closer together
     /// than this do nothing).
@@ -90,6 +95,7 @@ impl Config {
             weights: [1; 4],
             fanout: 0,
             redispatch: false,
+            grace_ns: 0,
             adapt_ns: 2_000_000,
         }
     }

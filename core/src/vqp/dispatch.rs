@@ -293,7 +293,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// One dispatch round: stage every fragment that fits, in posting order, then the
     /// notifies that became due, then post one chain per QP.
     pub(super) fn dispatch(&mut self) {
-        if self.redo != 0 {
+        if !self.redo.is_empty() {
             self.restage();
         }
         let max = self.cfg.max_outstanding;
@@ -322,11 +322,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 continue;
             }
             let count = slot.plan.count();
-            if slot.posted == 0 {
-                // Set here rather than when the request is taken: the one-WQE path
-                // never reads it.
-                slot.used = 0;
-            }
             // Every data QP takes its share of what is left at once when all have
             // room for it: no per-fragment pick.
             if count - slot.posted >= 2 && self.may_spread() {
@@ -341,6 +336,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 }
             }
             let slot = self.send.get_mut(id);
+            if slot.posted == 0 {
+                // Set here rather than when the request is taken: only the
+                // fragment-by-fragment round and the schedule read it.
+                slot.used = 0;
+            }
             let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
             let dqplb_imm = req.dqplb_imm;
             while slot.posted < count {
@@ -580,7 +580,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     fn try_scheduled(&mut self, id: u64, max: u32, seq_budget: &mut Option<u32>) -> bool {
         let slot = self.send.get(id);
         let left = slot.plan.count() - slot.posted;
-        let mut used = slot.used;
+        // A request the round meets first has used no QP yet.
+        let mut used = if slot.posted == 0 { 0 } else { slot.used };
         let mut shares = [0u32; N];
         let mark = self.striping.mark();
         let n = self.lanes.len() as u32;

@@ -1,6 +1,7 @@
 //! Surviving a data QP's failure (`Config::redispatch`): the failed QP's fragments
-//! that did not complete are posted again on the QPs that remain, and the virtual
-//! QP runs on with fewer paths.
+//! that did not complete are posted again on the QPs that remain, the virtual QP
+//! runs on with fewer paths, holds its requests for `Config::grace_ns` when none is
+//! left, and takes a replacement QP back ([`VirtualQp::restore`], fail-back).
 //!
 //! RDMA WRITE and READ of the same range are idempotent, and a re-posted DQPLB
 //! fragment keeps its sequence number, which the receiver's window counts once (an
@@ -8,8 +9,11 @@
 //! harmless. What is not idempotent (SEND, atomics: the pass-through opcodes) is not
 //! posted again: such a request on the failed QP is reported with the error.
 
+use core::fmt;
+
 use super::complete::credit_data;
 use super::dispatch::{after, pick, Spread};
+use super::lane::Run;
 use super::VirtualQp;
 use crate::phys::PhysQp;
 use crate::wr::{SendFlags, WcStatus};
@@ -17,12 +21,43 @@ use crate::wr::{SendFlags, WcStatus};
 /// What a virtual QP survived (with [`Config::redispatch`](super::Config::redispatch)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Failover {
-    /// Data QPs that failed while others went on.
+    /// Data QPs that failed while the virtual QP went on.
     pub failovers: u32,
     /// Fragments posted again on another data QP.
     pub redispatched: u64,
+    /// Failed data QPs replaced by [`VirtualQp::restore`].
+    pub restored: u32,
     /// Data QPs healthy now.
     pub healthy: u32,
+}
+
+/// A replacement QP was refused; nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreError {
+    /// No data QP of that index.
+    NoSuchQp(usize),
+    /// The data QP has not failed (or re-dispatch is off, or the virtual QP failed).
+    NotFailed(usize),
+}
+
+impl fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::NoSuchQp(i) => write!(f, "no data QP {i}"),
+            Self::NotFailed(i) => write!(f, "data QP {i} has not failed: nothing to restore"),
+        }
+    }
+}
+
+impl core::error::Error for RestoreError {}
+
+/// When every data QP has failed: since when (the caller's clock, once it told).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Hold {
+    /// A path is left.
+    No,
+    /// No path is left; the grace period runs from the first sample after.
+    Since(Option<u64>),
 }
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
@@ -36,51 +71,107 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
     }
 
-    /// Whether data QP `lane` failing with `status` is survived (re-dispatch is on
-    /// and another data QP is healthy); if so it is failed alone.
+    /// Whether data QP `lane` failing is survived: re-dispatch is on, the virtual
+    /// QP has not failed, and another data QP is healthy or a grace period is set.
+    pub(super) fn can_survive(&self, lane: usize) -> bool {
+        self.cfg.redispatch
+            && self.failed.is_none()
+            && (self.cfg.grace_ns > 0
+                || self
+                    .lanes
+                    .iter()
+                    .enumerate()
+                    .any(|(i, l)| i != lane && !l.failed))
+    }
+
+    /// Fail data QP `lane` alone (the caller checked [`Self::can_survive`]): put it
+    /// in error, take the runs it still holds to be posted again, and hold the
+    /// requests when it was the last path. False when the runs do not fit the queue
+    /// of runs to post again (the virtual QP then fails).
     pub(super) fn survive(&mut self, lane: usize, status: WcStatus) -> bool {
-        if !self.cfg.redispatch
-            || self.failed.is_some()
-            || !self
-                .lanes
-                .iter()
-                .enumerate()
-                .any(|(i, l)| i != lane && !l.failed)
-        {
-            return false;
-        }
         let l = &mut self.lanes[lane];
-        let first = !l.survived;
-        l.failed = true;
-        l.survived = true;
-        if first {
+        if !l.survived {
+            l.failed = true;
+            l.survived = true;
             l.qp.set_error();
             self.survived.failovers += 1;
         }
+        let redo = &mut self.redo;
+        let mut fits = true;
+        l.take_runs(&mut |run| fits &= redo.push_back(run).is_ok());
         self.room &= !(1 << lane);
-        self.redo |= 1 << lane;
         self.lane_error = status;
         // A request held to the QPs it used (the fan-out limit) may use another.
         for id in self.send.head..self.send.tail {
             self.send.get_mut(id).used &= !(1 << lane);
         }
-        true
+        if self.lanes.iter().all(|l| l.failed) && self.hold == Hold::No {
+            self.hold = Hold::Since(None);
+        }
+        if !fits {
+            self.fail(status);
+        }
+        fits
+    }
+
+    /// `survive` where it may be: true when data QP `lane` failing with `status` was
+    /// survived, false when the caller must fail the virtual QP as before.
+    pub(super) fn try_survive(&mut self, lane: usize, status: WcStatus) -> bool {
+        if self.lanes[lane].survived {
+            return true;
+        }
+        self.can_survive(lane) && self.survive(lane, status)
+    }
+
+    /// The grace period: with no path left since `now − grace_ns` or longer, the
+    /// virtual QP fails with the last QP's error. Part of [`Self::sample`].
+    pub(super) fn check_grace(&mut self, now: u64) {
+        match self.hold {
+            Hold::No => {}
+            Hold::Since(None) => self.hold = Hold::Since(Some(now)),
+            Hold::Since(Some(at)) if now.saturating_sub(at) >= self.cfg.grace_ns => {
+                self.fail(self.lane_error);
+            }
+            Hold::Since(Some(_)) => {}
+        }
+    }
+
+    /// Fail-back: data QP `i`, which failed, is replaced by `qp` — a fresh QP on the
+    /// same device, connected to the peer's replacement (the caller connects them,
+    /// over a channel of its own, and restores the peer's side too). Traffic spreads
+    /// over it again, the requests held for want of a path go on, and in DQPLB its
+    /// receives are posted again. Returns the failed QP, for the caller to destroy;
+    /// its late completions no longer match and are counted as strays.
+    pub fn restore(&mut self, i: usize, qp: Q) -> Result<Q, RestoreError> {
+        let Some(lane) = self.lanes.get_mut(i) else {
+            return Err(RestoreError::NoSuchQp(i));
+        };
+        if !lane.survived || self.failed.is_some() {
+            return Err(RestoreError::NotFailed(i));
+        }
+        let old = lane.replace(qp);
+        if self.armed {
+            lane.recv_owed = self.cfg.recv_depth;
+        }
+        self.room |= 1 << i;
+        self.hold = Hold::No;
+        self.survived.restored += 1;
+        self.progress();
+        Ok(old)
     }
 
     /// Stage again, on healthy data QPs with room, the fragments failed QPs left:
-    /// oldest first per QP, round-robin, each WQE signaled and a run of its own. A
+    /// oldest first, round-robin, each WQE signaled and a run of its own. A
     /// pass-through request's WQE is not posted again: it is credited with the
     /// failure.
     pub(super) fn restage(&mut self) {
-        while self.redo != 0 && self.room != 0 {
-            let k = self.redo.trailing_zeros() as usize;
-            let Some(run) = self.lanes[k].oldest_run() else {
-                self.redo &= !(1 << k);
-                continue;
+        while self.room != 0 {
+            let Some(&run) = self.redo.front() else {
+                return;
             };
             let slot = self.send.get(run.id);
             if slot.passthrough {
-                self.lanes[k].take_run(run.count);
+                self.redo.pop_front();
                 credit_data(&mut self.send, run.id, run.count, self.lane_error);
                 continue;
             }
@@ -111,7 +202,32 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 done += 1;
             }
             self.survived.redispatched += u64::from(done);
-            self.lanes[k].take_run(done);
+            if let Some(front) = self.redo.front_mut() {
+                *front = front.after(done);
+                if front.count == 0 {
+                    self.redo.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Runs left to post again are reported with `status` (the virtual QP failed).
+    pub(super) fn drop_redo(&mut self, status: WcStatus) {
+        while let Some(run) = self.redo.pop_front() {
+            credit_data(&mut self.send, run.id, run.count, status);
+        }
+    }
+}
+
+impl Run {
+    /// The run less its first `done` fragments.
+    fn after(self, done: u32) -> Run {
+        let skip = done.wrapping_mul(self.stride);
+        Run {
+            count: self.count - done,
+            first: self.first.wrapping_add(skip),
+            seq: self.seq.add(skip),
+            ..self
         }
     }
 }

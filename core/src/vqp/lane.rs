@@ -27,7 +27,7 @@ pub(crate) struct Run {
     pub first: u32,
     pub stride: u32,
     /// Bytes its WQEs carry.
-    bytes: u64,
+    pub bytes: u64,
 }
 
 impl Run {
@@ -85,6 +85,11 @@ pub(crate) struct Lane<Q, const D: usize> {
     /// The QP failed and the virtual QP went on without it: its runs are posted
     /// again elsewhere, its completions no longer count.
     pub survived: bool,
+    /// The QP number of the failed QP this one replaced, whose receive completions
+    /// still count (a fragment that landed is data the sender was told of).
+    pub retired: Option<u32>,
+    /// Receives the replaced QP still had posted.
+    pub retired_recvs: u32,
     /// The back run belongs to `staged`, so a WQE of the same request may join it.
     open_run: bool,
     /// The QP reported an error or refused a post: nothing more goes to it.
@@ -113,6 +118,8 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             weigh: false,
             track: false,
             survived: false,
+            retired: None,
+            retired_recvs: 0,
             open_run: false,
             failed: false,
             recv_outstanding: 0,
@@ -456,27 +463,32 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         (0..self.runs_len).map(move |i| &self.runs[((self.runs_head + i) as usize) % D])
     }
 
-    /// The oldest run of a failed QP, left for re-dispatch; `None` when none is left.
-    #[inline]
-    pub fn oldest_run(&self) -> Option<Run> {
-        self.front().copied()
+    /// Hand every run to `f`, oldest first, and forget them: the QP failed and its
+    /// runs are to be posted again elsewhere.
+    pub fn take_runs(&mut self, f: &mut impl FnMut(Run)) {
+        while let Some(run) = self.pop_front() {
+            f(run);
+        }
+        self.outstanding = 0;
+        self.bytes_out = 0;
     }
 
-    /// The oldest run has `done` fewer fragments to re-post: they were posted again
-    /// elsewhere (the run is forgotten when none is left).
-    pub fn take_run(&mut self, done: u32) {
-        let head = self.runs_head as usize % D;
-        let run = &mut self.runs[head];
-        if done >= run.count {
-            let count = run.count;
-            self.pop_front();
-            self.outstanding -= count;
-        } else {
-            run.count -= done;
-            run.first = run.first.wrapping_add(done.wrapping_mul(run.stride));
-            run.seq = run.seq.add(done.wrapping_mul(run.stride));
-            self.outstanding -= done;
-        }
+    /// Put `qp` in the place of the failed QP, healthy and empty (fail-back); returns
+    /// the failed one.
+    pub fn replace(&mut self, qp: Q) -> Q {
+        debug_assert!(self.runs_len == 0 && self.staged_len == 0);
+        self.retired = Some(self.qp_num);
+        self.retired_recvs = self.recv_outstanding;
+        self.qp_num = qp.qp_num();
+        self.failed = false;
+        self.survived = false;
+        self.open_run = false;
+        self.outstanding = 0;
+        self.bytes_out = 0;
+        self.recv_outstanding = 0;
+        self.recv_owed = 0;
+        self.idled = true;
+        core::mem::replace(&mut self.qp, qp)
     }
 
     /// Credit every run with `status` and forget them.

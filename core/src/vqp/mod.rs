@@ -33,7 +33,7 @@ mod slots;
 
 pub use config::{BuildError, Config, Mode, Signaling};
 pub use error::{PostRecvError, PostSendError};
-pub use failover::Failover;
+pub use failover::{Failover, RestoreError};
 pub use lane::LaneStats;
 pub use policy::Policy;
 
@@ -83,8 +83,10 @@ pub struct VirtualQp<
     striping: Striping<N>,
     /// Round-robin over every data QP: a request's shares may be staged in one go.
     even: bool,
-    /// Bit `i` set: data QP `i` failed and left runs to post again.
-    redo: u64,
+    /// Runs failed data QPs left, to post again on the others.
+    redo: Deque<lane::Run, W>,
+    /// Whether every data QP has failed, and since when.
+    hold: failover::Hold,
     /// What re-dispatch survived.
     survived: Failover,
     /// The error of the last data QP that failed alone.
@@ -236,7 +238,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             even: cfg.policy == Policy::RoundRobin
                 && (cfg.fanout == 0 || usize::from(cfg.fanout) >= given),
             scheduled: matches!(cfg.policy, Policy::Weighted | Policy::Adaptive),
-            redo: 0,
+            redo: Deque::new(),
+            hold: failover::Hold::No,
             survived: Failover::default(),
             lane_error: WcStatus::SUCCESS,
             staged: 0,
@@ -314,6 +317,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
     }
 
+    /// Whether data QP `i` failed and the virtual QP went on without it (see
+    /// [`Self::restore`]); false past the end.
+    pub fn data_qp_failed(&self, i: usize) -> bool {
+        self.lanes.get(i).is_some_and(|l| l.survived)
+    }
+
     /// Data QP `i`'s weight under the weighted policies: as configured or set, or
     /// under [`Policy::Adaptive`] its estimated service rate in bytes per second
     /// once one was measured. `None` past the end.
@@ -339,6 +348,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// due); the caller owns the clock, so the core reads none. Returns whether the
     /// weights changed.
     pub fn sample(&mut self, now_ns: u64) -> bool {
+        if self.hold != failover::Hold::No {
+            self.check_grace(now_ns);
+        }
         if self.cfg.policy != Policy::Adaptive || !self.striping.due(now_ns, self.cfg.adapt_ns) {
             return false;
         }
@@ -461,6 +473,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         };
         match lane {
             Some(l) if l.qp_num == wc.qp_num && l.device == device => {}
+            Some(l) if l.retired == Some(wc.qp_num) && l.device == device => {
+                return self.retired_completion(id.lane as usize, id.kind, wc);
+            }
             _ => return Err(Stray),
         }
         match id.kind {
@@ -475,7 +490,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     #[inline]
     pub fn progress(&mut self) {
         let notifies_due = self.notify_device != 0 && self.notify_next != self.send.tail;
-        if self.dispatch != self.send.tail || notifies_due || self.redo != 0 {
+        if self.dispatch != self.send.tail || notifies_due || !self.redo.is_empty() {
             self.dispatch();
         }
         if self.recv_next != self.recv.tail || self.armed {
@@ -517,7 +532,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             .iter()
             .position(|l| l.qp_num == qp_num && l.device == device);
         match data {
-            Some(k) if self.lanes[k].survived || self.survive(k, status) => {}
+            Some(k) if self.try_survive(k, status) => {}
             _ => self.fail(status),
         }
         true
@@ -541,7 +556,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         for k in 0..self.lanes.len() {
             let lane = &self.lanes[k];
-            if lane.device == device && !lane.survived && !self.survive(k, status) {
+            if lane.device == device && !self.try_survive(k, status) {
                 self.fail(status);
                 break;
             }
@@ -563,13 +578,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         self.dispatch = self.send.tail;
         // Runs failed QPs left for re-dispatch will not be posted now.
-        let send = &mut self.send;
-        for lane in self.lanes.iter_mut().filter(|l| l.survived) {
-            lane.drain(WcStatus::WR_FLUSH_ERR, &mut |id, n, st| {
-                complete::credit_data(send, id, n, st)
-            });
-        }
-        self.redo = 0;
+        self.drop_redo(WcStatus::WR_FLUSH_ERR);
+        self.hold = failover::Hold::No;
         self.fail_recvs(status);
         // Flush whatever is outstanding on every QP, so each request is reported.
         for lane in self.lanes.iter_mut().chain(self.notify.iter_mut()) {

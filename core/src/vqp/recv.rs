@@ -216,7 +216,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if !wc.status.is_ok() {
             // With re-dispatch the virtual QP may go on without this QP: its
             // kept-posted receives are lost, the others carry on.
-            if l.survived || self.survive(lane as usize, wc.status) {
+            if self.try_survive(lane as usize, wc.status) {
                 return Ok(());
             }
             self.lanes[lane as usize].failed = true;
@@ -227,9 +227,38 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return Ok(());
         }
         l.recv_owed += 1;
+        self.arrival(wc);
+        Ok(())
+    }
+
+    /// A completion of the QP data QP `lane` replaced (fail-back): a fragment that
+    /// landed there before counts, anything else is over.
+    pub(super) fn retired_completion(
+        &mut self,
+        lane: usize,
+        kind: Kind,
+        wc: &PhysWc,
+    ) -> Result<(), Stray> {
+        let l = &mut self.lanes[lane];
+        match kind {
+            Kind::SeqRecv if l.retired_recvs > 0 => {
+                l.retired_recvs -= 1;
+                if wc.status.is_ok() && self.failed.is_none() {
+                    self.arrival(wc);
+                }
+                Ok(())
+            }
+            Kind::Send => Ok(()),
+            _ => Err(Stray),
+        }
+    }
+
+    /// A DQPLB fragment `wc` arrived: count it in the window, completing the
+    /// messages it ends.
+    fn arrival(&mut self, wc: &PhysWc) {
         let Some(Ok(imm)) = wc.imm_data.map(Imm::from_wire) else {
             self.fail(WcStatus::PROTOCOL_ERR);
-            return Ok(());
+            return;
         };
         let recv = &mut self.recv;
         let next = &mut self.recv_next;
@@ -251,7 +280,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if arrival.is_err() || overflow {
             self.fail(WcStatus::PROTOCOL_ERR);
         }
-        Ok(())
     }
 
     /// Receives that will never meet a physical completion end now: those not yet

@@ -174,3 +174,68 @@ fn without_redispatch_a_failed_qp_fails_the_virtual_qp() {
     assert_eq!(vqp.failure(), Some(WcStatus::FATAL_ERR));
     assert_eq!(vqp.failover().failovers, 0);
 }
+
+#[test]
+fn with_no_path_left_requests_wait_out_the_grace_period_then_fail_once() {
+    let f = Fabric::default();
+    let cfg = Config {
+        grace_ns: 1000,
+        ..redispatching(16)
+    };
+    let (mut vqp, mut vcq) = build_with(&f, cfg, 2);
+    vqp.post_send(&write(1, 4 << 16)).unwrap();
+    assert!(vqp.fail_qp(100, 0, WcStatus::FATAL_ERR));
+    assert!(vqp.fail_qp(101, 0, WcStatus::RETRY_EXC_ERR));
+    // Held: not failed, still taking requests, nothing reported.
+    assert_eq!((vqp.failure(), vqp.failover().healthy), (None, 0));
+    vqp.post_send(&write(2, 1 << 16)).unwrap();
+    assert!(poll(&mut vcq, &mut vqp).is_empty());
+    vqp.sample(5_000);
+    vqp.sample(5_999);
+    assert_eq!(vqp.failure(), None);
+    vqp.sample(6_000);
+    assert_eq!(vqp.failure(), Some(WcStatus::RETRY_EXC_ERR));
+    let wcs = poll(&mut vcq, &mut vqp);
+    let got: Vec<u64, 4> = wcs.iter().map(|w| w.wr_id).collect();
+    assert_eq!(got.as_slice(), &[1, 2]);
+    assert!(wcs.iter().all(|w| !w.status.is_ok()));
+}
+
+#[test]
+fn a_replacement_qp_takes_the_failed_ones_place_and_the_held_requests_go_on() {
+    let f = Fabric::default();
+    let cfg = Config {
+        grace_ns: u64::MAX,
+        ..redispatching(16)
+    };
+    let (mut vqp, mut vcq) = build_with(&f, cfg, 2);
+    assert_eq!(
+        vqp.restore(0, MockQp { qpn: 300, f: &f }).err(),
+        Some(RestoreError::NotFailed(0))
+    );
+    assert_eq!(
+        vqp.restore(5, MockQp { qpn: 300, f: &f }).err(),
+        Some(RestoreError::NoSuchQp(5))
+    );
+    vqp.post_send(&write(1, 4 << 16)).unwrap();
+    assert!(vqp.fail_qp(100, 0, WcStatus::FATAL_ERR));
+    assert!(vqp.fail_qp(101, 0, WcStatus::FATAL_ERR));
+    assert!(vqp.data_qp_failed(0) && vqp.data_qp_failed(1));
+    let old = vqp.restore(1, MockQp { qpn: 301, f: &f }).unwrap();
+    assert_eq!(old.qpn, 101);
+    assert_eq!(vqp.data_qp_num(1), Some(301));
+    // Every fragment goes again on the new QP, and completes the request there.
+    assert_eq!(placed(&f, 301).len(), 4);
+    for i in f.signaled() {
+        if f.sends.borrow()[i].0 == 301 {
+            f.complete_send(i, WcStatus::SUCCESS);
+        }
+    }
+    let wcs = poll(&mut vcq, &mut vqp);
+    assert_eq!((wcs.len(), wcs[0].status), (1, WcStatus::SUCCESS));
+    let s = vqp.failover();
+    assert_eq!(
+        (s.failovers, s.restored, s.healthy, s.redispatched),
+        (2, 1, 1, 4)
+    );
+}
