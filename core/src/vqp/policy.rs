@@ -175,10 +175,12 @@ impl<const N: usize> Striping<N> {
     /// A QP that stayed busy the whole interval served at its capacity: its weight
     /// moves a quarter of the way to the measured rate (an exponential moving
     /// average over about four intervals). A QP that ran dry might have served more:
-    /// its weight becomes the larger of the two, plus a quarter, so that a QP whose
-    /// share is below its capacity earns more until it stays busy. Together a path
-    /// that slows loses its excess share within a few intervals, and one that speeds
-    /// up gains within a few more.
+    /// its weight becomes the larger of the two, plus a quarter — at most twice the
+    /// best rate a busy QP served, and not at all when no QP stayed busy (then the
+    /// shares limited nothing) — so that a QP whose share is below its capacity earns
+    /// more until it stays busy, without running away while another QP is the
+    /// bottleneck. Together a path that slows loses its excess share within a few
+    /// intervals, and one that speeds up gains within a few more.
     pub fn sample(&mut self, now: u64, interval: u64, served: &[Served]) -> bool {
         let Some(at) = self.sampled_at else {
             self.sampled_at = Some(now);
@@ -192,18 +194,33 @@ impl<const N: usize> Striping<N> {
             return false;
         }
         self.sampled_at = Some(now);
-        let mut top = 0;
+        let mut rates = [0u64; N];
+        // The largest rate a QP that stayed busy served: what a probe may reach twice.
+        let mut busy_top = 0;
         for (i, s) in served.iter().enumerate() {
             let bytes = s.done.wrapping_sub(self.done_at[i]);
             self.done_at[i] = s.done;
-            let rate =
+            rates[i] =
                 (u128::from(bytes) * 1_000_000_000 / u128::from(dt)).min(MAX_RATE.into()) as u64;
+            if !s.idled && !s.failed {
+                busy_top = busy_top.max(rates[i]);
+            }
+        }
+        let mut top = 0;
+        for (i, s) in served.iter().enumerate() {
+            let rate = rates[i];
             let w = &mut self.weights[i];
             *w = if s.failed {
                 1
             } else if s.idled {
-                let base = (*w).max(rate);
-                base.saturating_add(base / 4)
+                // Nothing was saturated: the shares did not limit anything.
+                if busy_top == 0 {
+                    *w
+                } else {
+                    let base = (*w).max(rate);
+                    base.saturating_add(base / 4)
+                        .min(busy_top.saturating_mul(2).max(base))
+                }
             } else {
                 *w - *w / 4 + rate / 4
             }
@@ -376,6 +393,41 @@ mod tests {
         s.sample(2000, 1, &served(2000, false, true));
         assert_eq!(s.weight(1), 1);
         assert_eq!(shares(&s, 2)[1], 1);
+    }
+
+    #[test]
+    fn a_probe_stays_within_twice_the_best_busy_rate_and_waits_when_nothing_is_busy() {
+        let mut s = Striping::<8>::new([1, 1].into_iter(), 2);
+        let at = |done: [u64; 2], idled: [bool; 2]| {
+            [
+                Served {
+                    done: done[0],
+                    idled: idled[0],
+                    failed: false,
+                },
+                Served {
+                    done: done[1],
+                    idled: idled[1],
+                    failed: false,
+                },
+            ]
+        };
+        s.sample(0, 1, &at([0, 0], [false, false]));
+        // QP 0 busy at 1 GB/s, QP 1 running dry at 0.1 GB/s, for many intervals: QP 1
+        // grows, but to twice QP 0's rate at most.
+        let mut done = [0u64; 2];
+        for k in 1..=200u64 {
+            done[0] += 1000;
+            done[1] += 100;
+            s.sample(k * 1000, 1, &at(done, [false, true]));
+        }
+        let busy = s.weight(0);
+        assert_eq!(s.weight(1), 2 * 1_000_000_000);
+        assert!(s.weight(1) > busy, "the idle QP probed upward");
+        // Nothing busy: nothing moves.
+        let before = (s.weight(0), s.weight(1));
+        s.sample(201_000, 1, &at(done, [true, true]));
+        assert_eq!((s.weight(0), s.weight(1)), before);
     }
 
     #[test]
