@@ -264,6 +264,17 @@ type Ep2 = Endpoint<4, 16, 64, 256, 16, 2>;
 /// X, which reports every request once; Y's transfer completes and Y keeps working.
 #[test]
 fn a_link_going_down_under_a_transfer_fails_only_the_virtual_qp_using_it() {
+    link_down_under_a_transfer(false);
+}
+
+/// The same with re-dispatch: X goes on over soft0 alone, the fragments its soft1 QP
+/// held go again there, and every request of X succeeds.
+#[test]
+fn with_redispatch_a_link_going_down_under_a_transfer_is_survived() {
+    link_down_under_a_transfer(true);
+}
+
+fn link_down_under_a_transfer(redispatch: bool) {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: softverbs' table implements the libibverbs ABI.
     let verbs = unsafe { Verbs::from_table(vqp_softverbs::verbs_table()) };
@@ -275,6 +286,7 @@ fn a_link_going_down_under_a_transfer_fails_only_the_virtual_qp_using_it() {
                 max_outstanding: 16,
                 recv_depth: 16,
                 qp_num,
+                redispatch,
                 ..Config::new(Mode::Dqplb)
             },
             2,
@@ -353,11 +365,13 @@ fn a_link_going_down_under_a_transfer_fails_only_the_virtual_qp_using_it() {
     );
     let ids: Vec<u64> = ex.iter().filter_map(Event::wr_id).collect();
     assert_eq!(ids, (0..n).collect::<Vec<_>>(), "{ex:?}");
-    assert!(
-        ex.iter()
-            .any(|e| matches!(e, Event::Completed(wc) if !wc.status.is_ok())
-                || matches!(e, Event::Rejected { .. })),
-        "some of X's requests failed: {ex:?}"
+    let x_failed = ex.iter().any(|e| {
+        matches!(e, Event::Completed(wc) if !wc.status.is_ok())
+            || matches!(e, Event::Rejected { .. })
+    });
+    assert_eq!(
+        x_failed, !redispatch,
+        "X's requests fail unless it re-dispatches: {ex:?}"
     );
     // Y: every request succeeded, and it keeps working.
     assert!(
