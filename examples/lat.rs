@@ -8,7 +8,9 @@
 //!
 //! By default each side's virtual QP and virtual CQ are owned by a [`PollThread`]
 //! pinned to a core (`--client-core`, `--server-core`), and each side's application
-//! thread talks to it through a [`Handle`] (a request ring in, an event ring out).
+//! thread, on the same core or on its own (`--client-app-core`, `--server-app-core`),
+//! talks to it through a [`Handle`] (a request ring in, an event ring out). Two threads
+//! that spin (`--idle spin`, or `--direct`) are never placed on one core: refused.
 //! With `--direct` the application threads own the virtual QP and poll the virtual CQ
 //! themselves, pinned to the same cores: the difference is what the rings and the
 //! hand-off between threads cost.
@@ -68,6 +70,9 @@ struct Args {
     max_frag: u32,
     client_core: usize,
     server_core: usize,
+    /// The application threads' cores, when not their poll threads' (`--*-app-core`).
+    client_app_core: Option<usize>,
+    server_app_core: Option<usize>,
     idle: Wait,
     direct: bool,
     json: bool,
@@ -85,8 +90,12 @@ enum Wait {
 const USAGE: &str =
     "usage: lat [--size BYTES] [--iters N] [--warmup N] [--qps N] [--mode spray|dqplb]
            [--max-frag BYTES] [--client-core ID] [--server-core ID] [--idle spin|yield]
-           [--direct] [--json]
-  --size takes a K, M or G suffix (binary), as write_bw's does.";
+           [--client-app-core ID] [--server-app-core ID] [--direct] [--json]
+  --size takes a K, M or G suffix (binary), as write_bw's does. --client-core and
+  --server-core place each side's poll thread (with --direct, its application thread);
+  --client-app-core and --server-app-core give the application threads cores of their
+  own (by default they share their poll thread's, which --idle yield allows and --idle
+  spin refuses: two spinning threads on one core never finish).";
 
 /// The arguments, or `None` when help was asked for.
 fn parse() -> Result<Option<Args>, String> {
@@ -99,6 +108,8 @@ fn parse() -> Result<Option<Args>, String> {
         max_frag: 64 << 10,
         client_core: 0,
         server_core: 1,
+        client_app_core: None,
+        server_app_core: None,
         idle: Wait::Yield,
         direct: false,
         json: false,
@@ -116,7 +127,8 @@ fn parse() -> Result<Option<Args>, String> {
             }
             "--help" | "-h" => return Ok(None),
             "--size" | "--iters" | "--warmup" | "--qps" | "--max-frag" | "--client-core"
-            | "--server-core" | "--mode" | "--idle" => {}
+            | "--server-core" | "--mode" | "--idle" | "--client-app-core" | "--server-app-core" => {
+            }
             _ => return Err(format!("unknown flag {flag} (see --help)")),
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -139,6 +151,12 @@ fn parse() -> Result<Option<Args>, String> {
             }
             "--server-core" => {
                 a.server_core = usize::try_from(num(&value)?).unwrap_or(usize::MAX);
+            }
+            "--client-app-core" => {
+                a.client_app_core = Some(usize::try_from(num(&value)?).unwrap_or(usize::MAX));
+            }
+            "--server-app-core" => {
+                a.server_app_core = Some(usize::try_from(num(&value)?).unwrap_or(usize::MAX));
             }
             "--mode" => {
                 a.mode = match value.as_str() {
@@ -181,16 +199,73 @@ fn parse() -> Result<Option<Args>, String> {
         .map(|c| c.id)
         .collect();
     for (flag, core) in [
-        ("--client-core", a.client_core),
-        ("--server-core", a.server_core),
+        ("--client-core", Some(a.client_core)),
+        ("--server-core", Some(a.server_core)),
+        ("--client-app-core", a.client_app_core),
+        ("--server-app-core", a.server_app_core),
     ] {
-        if !cores.contains(&core) {
+        match core {
+            Some(core) if !cores.contains(&core) => {
+                return Err(format!(
+                    "{flag}: core {core} is not available to this process (available: {cores:?})"
+                ));
+            }
+            _ => {}
+        }
+    }
+    check_placement(&a)?;
+    Ok(Some(a))
+}
+
+/// Refuses a placement that cannot run: an application core with `--direct` (there
+/// is no poll thread to sit beside), or two spinning threads on one core (neither
+/// yields, so the one that waits for the other never gets the core).
+fn check_placement(a: &Args) -> Result<(), String> {
+    if a.direct && (a.client_app_core.is_some() || a.server_app_core.is_some()) {
+        return Err(
+            "--client-app-core and --server-app-core place application threads beside poll threads; --direct has none (its application threads are on --client-core and --server-core)".into(),
+        );
+    }
+    let spin = a.direct || a.idle == Wait::Spin;
+    if !spin {
+        return Ok(());
+    }
+    let mut threads = vec![
+        (
+            a.client_core,
+            if a.direct {
+                "the client's application thread"
+            } else {
+                "the client's poll thread"
+            },
+        ),
+        (
+            a.server_core,
+            if a.direct {
+                "the server's application thread"
+            } else {
+                "the server's poll thread"
+            },
+        ),
+    ];
+    if !a.direct {
+        threads.push((
+            a.client_app_core.unwrap_or(a.client_core),
+            "the client's application thread",
+        ));
+        threads.push((
+            a.server_app_core.unwrap_or(a.server_core),
+            "the server's application thread",
+        ));
+    }
+    for (i, &(core, one)) in threads.iter().enumerate() {
+        if let Some(&(_, other)) = threads[i + 1..].iter().find(|t| t.0 == core) {
             return Err(format!(
-                "{flag}: core {core} is not available to this process (available: {cores:?})"
+                "{one} and {other} would both spin on core {core}, and two spinning threads on one core never finish: give each thread a core of its own (--client-core, --server-core, --client-app-core, --server-app-core) or use --idle yield"
             ));
         }
     }
-    Ok(Some(a))
+    Ok(())
 }
 
 /// The verbs to run on, and a description of where they came from.
@@ -558,13 +633,13 @@ fn run_polled(a: &Args, plans: [Plan; 2], sides: [Side; 2]) -> Result<Histogram<
     let [plan_a, plan_b] = plans;
     let b = on_core(
         "lat-server",
-        a.server_core,
+        a.server_app_core.unwrap_or(a.server_core),
         Arc::clone(&stop),
         move |stop| server(&mut hb, plan_b, stop),
     )?;
     let c = on_core(
         "lat-client",
-        a.client_core,
+        a.client_app_core.unwrap_or(a.client_core),
         Arc::clone(&stop),
         move |stop| client(&mut ha, plan_a, stop),
     )?;
@@ -692,7 +767,12 @@ fn run(a: &Args) -> Result<(), String> {
         if a.direct {
             String::new()
         } else {
-            format!(", idle {}", idle_name(a.idle))
+            format!(
+                ", application cores {} and {}, idle {}",
+                a.client_app_core.unwrap_or(a.client_core),
+                a.server_app_core.unwrap_or(a.server_core),
+                idle_name(a.idle)
+            )
         }
     );
     println!(" provider: {provider}");

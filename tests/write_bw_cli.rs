@@ -453,3 +453,45 @@ fn failover_survives_failed_qps_and_still_verifies_every_byte() {
         text(&out.stderr)
     );
 }
+
+/// `lat` places each side's application thread on a core of its own when asked, and
+/// refuses, with exit code 2 and a line saying why, a placement that cannot finish: two
+/// spinning threads on one core, or an application core with `--direct`.
+#[test]
+fn lat_gives_application_threads_cores_of_their_own_and_refuses_two_spinners_on_one() {
+    let lat = |args: &str| {
+        Command::new(example("lat"))
+            .args(args.split_whitespace())
+            .output()
+            .expect("lat runs")
+    };
+    // Two cores: each application thread on the other side's poll thread's core.
+    let out = lat("--iters 50 --warmup 5 --client-app-core 1 --server-app-core 0");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("application cores 1 and 0, idle yield"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("verified: passed"), "{stdout}");
+    for (args, says) in [
+        (
+            "--idle spin",
+            "the client's poll thread and the client's application thread would both spin on core 0",
+        ),
+        (
+            "--idle spin --client-app-core 1",
+            "the server's poll thread and the client's application thread would both spin on core 1",
+        ),
+        (
+            "--direct --server-core 0",
+            "the client's application thread and the server's application thread would both spin on core 0",
+        ),
+        ("--direct --client-app-core 1", "--direct has none"),
+    ] {
+        let out = lat(args);
+        assert_eq!(out.status.code(), Some(2), "{args}");
+        let err = text(&out.stderr);
+        assert!(err.contains(says) && err.lines().count() == 1, "{args}: {err}");
+    }
+}
