@@ -441,7 +441,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// An error completion naming request `id` on a healthy QP whose fragments
     /// re-dispatch will post again: credit the runs before the named one (they
     /// completed, in queue order), leaving the named run and every later one to
-    /// [`Self::take_run`]. Returns false when `id` is not in flight here.
+    /// [`Self::take_runs`]. Returns false when `id` is not in flight here.
     pub fn fail_at(&mut self, id: u64, credit: &mut impl FnMut(u64, u32, WcStatus)) -> bool {
         let found = self.runs_iter().any(|r| r.id & crate::wrid::ID_MASK == id);
         if found {

@@ -344,9 +344,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Under [`Policy::Adaptive`], measure each data QP's service rate at `now_ns`
     /// (nanoseconds from any fixed origin, never going back) and re-weigh the QPs
     /// when [`Config::adapt_ns`] has passed since the last time; does nothing
-    /// otherwise. Call it from the polling loop, often (it returns at once when not
-    /// due); the caller owns the clock, so the core reads none. Returns whether the
-    /// weights changed.
+    /// otherwise. It also keeps the time of a virtual QP that lost every data QP
+    /// (re-dispatch): it fails once [`Config::grace_ns`] has passed without a
+    /// [`Self::restore`]. Call it from the polling loop, often (it returns at once
+    /// when nothing is due); the caller owns the clock, so the core reads none.
+    /// Returns whether the weights changed.
     pub fn sample(&mut self, now_ns: u64) -> bool {
         if self.hold != failover::Hold::No {
             self.check_grace(now_ns);

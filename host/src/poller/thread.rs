@@ -311,9 +311,10 @@ type Ends<const R: usize> = Vec<(
     Producer<Arc<Ring<Event, R>>>,
 )>;
 
-/// Rounds between two readings of the clock for the adaptive striping policy: a
-/// busy round takes some hundreds of nanoseconds, an idle one up to the idle
-/// strategy's sleep, against a sampling interval of milliseconds.
+/// Rounds between two readings of the clock for the adaptive striping policy and
+/// re-dispatch's grace period: a busy round takes some hundreds of nanoseconds, an
+/// idle one up to the idle strategy's sleep (so a sleeping thread ends a grace period
+/// that late), against intervals of milliseconds.
 const SAMPLE_ROUNDS: u64 = 64;
 
 /// The poll loop.
@@ -363,14 +364,17 @@ where
     // `None`: no deadline (a timeout too large to add to the clock).
     let mut deadline: Option<Instant> = None;
     let mut timeout = Duration::ZERO;
-    // The adaptive striping policy's clock, read once every `SAMPLE_ROUNDS` rounds
-    // and only when a virtual QP uses that policy.
-    let adaptive = refs.iter().any(|v| v.config().policy == Policy::Adaptive);
+    // The clock of the adaptive striping policy and of re-dispatch's grace period,
+    // read once every `SAMPLE_ROUNDS` rounds and only when a virtual QP uses either.
+    let clocked = refs.iter().any(|v| {
+        let c = v.config();
+        c.policy == Policy::Adaptive || (c.redispatch && c.grace_ns > 0)
+    });
     let epoch = Instant::now();
 
     loop {
         stats.rounds += 1;
-        if adaptive && stats.rounds % SAMPLE_ROUNDS == 0 {
+        if clocked && stats.rounds % SAMPLE_ROUNDS == 0 {
             let now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
             for vqp in refs.iter_mut() {
                 vqp.sample(now);
