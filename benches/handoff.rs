@@ -4,16 +4,18 @@
 //! is timed per request, one in flight and eight. Beside it, in the same run, the same
 //! work handed over the way it would otherwise be written — a `std::sync::mpsc` pair
 //! each way to a thread owning the same virtual QP — and the virtual QP driven on the
-//! bench thread itself (no hand-off). The application thread (this one) and the other
-//! thread are pinned to cores of their own when the machine has two. The vqp loop first
-//! proves that it allocates nothing, on either thread.
+//! bench thread itself (no hand-off); then the cost of choosing to block: the round
+//! trip when the poll thread (`Idle::Block`) is asleep and must be woken. The
+//! application thread (this one) and the other thread are pinned to cores of their own
+//! when the machine has two. The vqp loop first proves that it allocates nothing, on
+//! either thread.
 
 mod support;
 
 use std::hint::black_box;
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use vqp_core::{Config, Keys, Mode, Opcode, SendWr, VirtualCq, VirtualQp, Wc};
@@ -178,6 +180,19 @@ fn bench_handoff(c: &mut Criterion) {
     };
     let (poller, mut hs) = PollThread::<64>::spawn(config, 1, factory).expect("poll thread");
     let mut h = hs.pop().expect("one handle");
+    // A poll thread that sleeps as soon as it has nothing to do (`Idle::Block` with no
+    // spins), started now: a thread inherits its parent's affinity, and this one is
+    // pinned next.
+    let sleepy = PollerConfig {
+        core: other,
+        idle: Idle::Block {
+            spins: 0,
+            timeout: Duration::from_millis(100),
+        },
+        ..PollerConfig::default()
+    };
+    let (sleeper, mut hs) = PollThread::<64>::spawn(sleepy, 1, factory).expect("poll thread");
+    let hs_sleeper = hs.pop().expect("one handle");
     pin(mine);
     // Warm up, then prove the round trip allocates nothing on either thread.
     for _ in 0..1000 {
@@ -216,6 +231,33 @@ fn bench_handoff(c: &mut Criterion) {
         });
         g.finish();
     }
+    drop(h);
+    poller
+        .drain(Duration::from_secs(5))
+        .expect("poll thread stops");
+
+    // The cost of choosing to block: the sleeping poll thread (started with the other
+    // one, asleep meanwhile) must be woken by every request.
+    let (poller, mut h) = (sleeper, hs_sleeper);
+    let mut g = c.benchmark_group("hand-off round trip, 1 in flight, poll thread asleep");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function(
+        "vqp poll thread, Idle::Block (woken by the submission)",
+        |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    // Untimed: long enough for the poll thread to fall asleep.
+                    thread::sleep(Duration::from_micros(200));
+                    let t = Instant::now();
+                    round_trip(&mut h, 1);
+                    spent += t.elapsed();
+                }
+                spent
+            })
+        },
+    );
+    g.finish();
     drop(h);
     poller
         .drain(Duration::from_secs(5))
