@@ -357,10 +357,12 @@ proptest! {
             &[(fail_qp, fail_after)]);
     }
 
-    /// Re-dispatch: any data QPs but one fail at random times (the same QP may be
-    /// named twice), under every policy, both modes, all opcodes: every request is
-    /// reported once, in order, successful, with its data; a failure of every QP
-    /// fails the requests it must, each once.
+    /// Re-dispatch: data QPs fail at random times (the same QP may be named twice),
+    /// under every policy, both modes, all opcodes. Without fail-back, any number short
+    /// of all is survived and a failure of every QP fails the requests it must, each
+    /// once; with it (each failed pair replaced as soon as seen, the requests held
+    /// meanwhile), all of them are: every request is reported once, in order,
+    /// successful, with its data.
     #[test]
     fn failing_qps_are_survived_with_redispatch(
         qps in 2u32..=8,
@@ -371,30 +373,10 @@ proptest! {
         lens in prop::collection::vec((1u64..200_000, any::<u8>()), 1..10),
         seed in any::<u64>(),
         fails in prop::collection::vec((0u32..8, 0u64..40), 1..8),
+        fail_back in any::<bool>(),
         striping in striping(),
     ) {
-        let striping = Striping { redispatch: true, ..striping };
-        scenario(striping, qps, spray, devices, max_frag, 8, every, &lens, seed,
-            ReorderPolicy::Random, &fails);
-    }
-
-    /// Fail-back: any data QPs, all of them included, fail at random times; each
-    /// failed pair is replaced as soon as seen while the virtual QPs hold their
-    /// requests: every request still succeeds once, in order, with its data. (With
-    /// one data QP every request passes through, and is not posted again.)
-    #[test]
-    fn failed_qps_come_back(
-        qps in 2u32..=6,
-        spray in any::<bool>(),
-        devices in 1usize..=2,
-        max_frag in 512u32..8192,
-        every in any::<bool>(),
-        lens in prop::collection::vec((1u64..200_000, any::<u8>()), 1..10),
-        seed in any::<u64>(),
-        fails in prop::collection::vec((0u32..6, 0u64..40), 1..8),
-        striping in striping(),
-    ) {
-        let striping = Striping { redispatch: true, fail_back: true, ..striping };
+        let striping = Striping { redispatch: true, fail_back, ..striping };
         scenario(striping, qps, spray, devices, max_frag, 8, every, &lens, seed,
             ReorderPolicy::Random, &fails);
     }

@@ -77,6 +77,14 @@ fn write_bw(args: &str, env: &[(&str, &str)]) -> Output {
     cmd.output().expect("write_bw runs")
 }
 
+/// `write_bw` with `args` exits 2 with a message containing `says`.
+fn refused(args: &str, says: &str) {
+    let out = write_bw(args, &[]);
+    assert_eq!(out.status.code(), Some(2), "{args}");
+    let err = text(&out.stderr);
+    assert!(err.contains(says), "{args}: {err}");
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -238,13 +246,7 @@ fn devices_spread_the_data_qps_and_are_reported() {
             "--devices spreads softverbs' devices",
         ),
     ] {
-        let out = write_bw(args, &[]);
-        assert_eq!(out.status.code(), Some(2), "{args}");
-        assert!(
-            text(&out.stderr).contains(says),
-            "{args}: {}",
-            text(&out.stderr)
-        );
+        refused(args, says);
     }
 }
 
@@ -285,13 +287,7 @@ fn link_events_are_injected_during_the_run() {
             "--inject drives softverbs' link controls",
         ),
     ] {
-        let out = write_bw(args, &[]);
-        assert_eq!(out.status.code(), Some(2), "{args}");
-        assert!(
-            text(&out.stderr).contains(says),
-            "{args}: {}",
-            text(&out.stderr)
-        );
+        refused(args, says);
     }
 }
 
@@ -405,13 +401,7 @@ fn striping_policies_over_unequal_links() {
         ),
         ("--weights 0", "--weights: '0' is not a positive integer"),
     ] {
-        let out = write_bw(args, &[]);
-        assert_eq!(out.status.code(), Some(2), "{args}");
-        assert!(
-            text(&out.stderr).contains(says),
-            "{args}: {}",
-            text(&out.stderr)
-        );
+        refused(args, says);
     }
 }
 
