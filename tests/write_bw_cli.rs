@@ -407,9 +407,10 @@ fn striping_policies_over_unequal_links() {
 
 /// `--failover`: both sides survive data QPs failing mid-run (the client's QP 1, then
 /// the server's QP 2, which the client's QP 2 meets as a dead responder): every
-/// message is still verified and the JSON says what was survived. Without it the
-/// same run fails as before (exit 2, naming the failure), and so does a failover run
-/// that loses every path (each client QP is on soft0, whose link goes down).
+/// message is still verified, both QPs are replaced, and the JSON says what was
+/// survived. Without it the same run fails as before (exit 2, naming the failure),
+/// and so does a failover run that loses every path for longer than its grace period
+/// (each client QP is on soft0, whose link goes down for good).
 #[test]
 fn failover_survives_failed_qps_and_still_verifies_every_byte() {
     let inject = "--inject 0.2s:fail-qp=1,0.4s:server-fail-qp=2";
@@ -422,7 +423,9 @@ fn failover_survives_failed_qps_and_still_verifies_every_byte() {
         assert!(out.status.success(), "{op}: {}", text(&out.stderr));
         assert!(json.contains("\"data_check\":\"passed\""), "{json}");
         assert!(number_after(&json, "\"failovers\":") >= 2, "{op}: {json}");
-        assert_eq!(number_after(&json, "\"healthy_qps\":"), 2, "{op}: {json}");
+        // Both were replaced (fail-back): the run ends at full width.
+        assert!(number_after(&json, "\"restored\":") >= 2, "{op}: {json}");
+        assert_eq!(number_after(&json, "\"healthy_qps\":"), 4, "{op}: {json}");
         assert!(number_after(&json, "\"iterations\":") > 0, "{json}");
     }
     let out = write_bw(&format!("--size 64K --duration 0.8 {inject}"), &[]);
@@ -433,7 +436,7 @@ fn failover_survives_failed_qps_and_still_verifies_every_byte() {
         text(&out.stderr)
     );
     let out = write_bw(
-        "--failover --size 64K --duration 0.8 --inject 0.2s:link-down=soft0",
+        "--failover --grace 0.3 --size 64K --duration 0.8 --inject 0.2s:link-down=soft0",
         &[],
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
@@ -442,6 +445,47 @@ fn failover_survives_failed_qps_and_still_verifies_every_byte() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// The failover scenario of record: three data QPs fail one after the other (two at
+/// the client, one at the server) and are replaced, then the client's only device
+/// loses its link for a second, taking every path; the virtual QP holds its requests,
+/// replaces every QP when the link returns, ends at full width and every byte is
+/// verified. Without `--failover` the first failure ends the run; with a grace period
+/// shorter than the outage the run ends naming the paths it lost.
+#[test]
+fn a_virtual_qp_rides_out_a_link_outage_and_comes_back_to_full_width() {
+    let inject =
+        "--inject 1s:fail-qp=1,2s:fail-qp=2,3s:server-fail-qp=3,4s:link-down=soft0,5s:link-up=soft0";
+    let out = write_bw(
+        &format!("--failover --duration 6 --qps 4 {inject} --json"),
+        &[],
+    );
+    let json = text(&out.stdout);
+    assert!(out.status.success(), "{}{json}", text(&out.stderr));
+    assert!(json.contains("\"data_check\":\"passed\""), "{json}");
+    assert!(number_after(&json, "\"failovers\":") >= 3, "{json}");
+    assert!(number_after(&json, "\"restored\":") >= 4, "{json}");
+    assert_eq!(number_after(&json, "\"healthy_qps\":"), 4, "{json}");
+    let out = write_bw(&format!("--duration 6 --qps 4 {inject}"), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("the virtual QP failed after"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = write_bw(
+        &format!("--failover --grace 0.5 --duration 6 --qps 4 {inject}"),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("every path was lost (data QPs 0, 1, 2, 3 on soft0)")
+            && err.contains("within the 0.5 s grace period"),
+        "{err}"
+    );
+    refused("--grace 1", "give --failover too");
 }
 
 /// `lat` places each side's application thread on a core of its own when asked, and

@@ -24,7 +24,7 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
          [--mode spray|dqplb] [--opcode write|write_imm|read] [--reorder fifo|random|adversarial]
          [--seed N] [--poll-core CORE] [--json] [--timeout SECS] [--max-buffer BYTES]
          [--devices N] [--policy rr|weighted|outstanding|adaptive] [--weights W0,W1,..]
-         [--inject TIME:ACTION,...] [--failover]
+         [--inject TIME:ACTION,...] [--failover [--grace SECS]]
          [--device NAME [--server | --connect HOST:PORT] [--port PORT] [--ib-port N] [--gid-index N]]
   BYTES takes a K, M or G suffix (binary). Without --device both sides run in this process on
   softverbs (soft1 serves, soft0 sends); with --device they run on that device through libibverbs.
@@ -39,10 +39,12 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
   (weights follow each QP's measured rate, from equal). --weights W0,W1,..: one weight per
   client device instead of the ports' speeds (weighted) or equal (adaptive's start).
   --failover: both sides survive a data QP failing (its fragments go again on the others)
-  while one is left; the table and JSON say how many failed and what went again.";
+  while one is left, the client replaces a failed QP with a fresh pair once its port is
+  active (fail-back), and a side with no QP left holds its requests for --grace SECS
+  (default 2) before it fails; the table and JSON say what failed, went again, came back.";
 
 /// Flags that take a value (the others are `--json`, `--server` and `--help`).
-const VALUE_FLAGS: [&str; 21] = [
+const VALUE_FLAGS: [&str; 22] = [
     "--size",
     "--qps",
     "--max-frag",
@@ -64,6 +66,7 @@ const VALUE_FLAGS: [&str; 21] = [
     "--devices",
     "--policy",
     "--weights",
+    "--grace",
 ];
 
 /// A byte count for messages: `1 GiB` when it is a whole number of KiB, MiB or GiB,
@@ -274,6 +277,9 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     }
     if iters_given && duration_given {
         return Err("--iters and --duration exclude each other".into());
+    }
+    if a.params.grace != crate::params::DEFAULT_GRACE && !a.params.failover {
+        return Err("--grace is how long --failover waits: give --failover too".into());
     }
     a.params.check()?;
     if let Some(v) = weights_given {

@@ -7,8 +7,9 @@ use vqp_core::{Keys, Opcode, PostSendError, SendWr, Wc, WcStatus};
 use vqp_host::MemoryRegion;
 
 use crate::args::{show_secs, Params};
-use crate::control::{Control, DONE, END, FAILED, QP_FAILED, STOP, VERIFIED};
+use crate::control::{Control, DONE, END, FAILBACK, FAILED, QP_FAILED, STOP, VERIFIED};
 use crate::data::{check, fill, slot, slot_addr, slot_mut};
+use crate::failback::{self, Rejoiner};
 use crate::report::{Measured, Progress};
 use crate::run::{disconnected, poll, qp_failed, Conn, Link, Plan};
 use crate::wire::Remote;
@@ -45,6 +46,8 @@ struct Client<'a> {
     credit: u64,
     /// The last `D` frame's count.
     sent_done: u64,
+    /// With `--failover`: replaces failed data QPs.
+    rejoiner: Option<Rejoiner>,
 }
 
 /// The client: posts `--size` messages with at most `slots` unverified, polls, and
@@ -79,6 +82,9 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
         prefix: 0,
         credit: 0,
         sent_done: 0,
+        rejoiner: p
+            .failover
+            .then(|| Rejoiner::new(p.qps, std::time::Instant::now())),
     };
     c.run(plan)
 }
@@ -128,6 +134,7 @@ impl Client<'_> {
                         last_move = Instant::now();
                     }
                     STOP => interrupted = true,
+                    FAILBACK => failback::take(&mut self.conn, &mut self.ctl, n)?,
                     FAILED => {
                         return Err(Fail::data(format!(
                             "data check FAILED on the server: message {n}"
@@ -203,6 +210,12 @@ impl Client<'_> {
             self.conn
                 .vqp
                 .sample(u64::try_from(since).unwrap_or(u64::MAX));
+            if let Some(r) = self.rejoiner.as_mut() {
+                if self.conn.vqp.failure().is_none() {
+                    r.tick(&mut self.conn, &mut self.ctl, now)
+                        .map_err(self.lost())?;
+                }
+            }
             let beat_due = read && now.duration_since(last_beat) >= beat;
             if (plain || beat_due) && self.completed > self.sent_done {
                 self.ctl.send(DONE, self.completed).map_err(self.lost())?;
@@ -346,7 +359,37 @@ impl Client<'_> {
             );
         }
         more.push(')');
+        if self.conn.vqp.grace_expired() {
+            more += &format!(
+                "; every path was lost ({}) and none came back within the {} grace period",
+                self.lost_paths(),
+                show_secs(self.p.grace)
+            );
+        }
         qp_failed(status, self.completed, &more)
+    }
+
+    /// The failed data QPs and their devices: `data QPs 0, 2 on soft0, 1 on soft1`.
+    fn lost_paths(&self) -> String {
+        let vqp = &self.conn.vqp;
+        let mut by_device: Vec<(String, Vec<usize>)> = Vec::new();
+        for i in (0..vqp.data_qps()).filter(|&i| vqp.data_qp_failed(i)) {
+            let name = vqp
+                .data_qp(i)
+                .map_or_else(|| "?".into(), |q| q.qp().context().device_name());
+            match by_device.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, qps)) => qps.push(i),
+                None => by_device.push((name, vec![i])),
+            }
+        }
+        let parts: Vec<String> = by_device
+            .iter()
+            .map(|(name, qps)| {
+                let list: Vec<String> = qps.iter().map(usize::to_string).collect();
+                format!("{} on {name}", list.join(", "))
+            })
+            .collect();
+        format!("data QPs {}", parts.join(", "))
     }
 
     /// Waits for the server to confirm (after checking) every message.

@@ -9,6 +9,8 @@
 //! - server → client `V n`: messages below n were verified (their slots are free again).
 //! - `S 0`, either way: Ctrl-C on the sender's side; the client stops posting.
 //! - server → client `F n`: message n failed the data check.
+//! - `J m`, either way (`--failover`): a fail-back message, its 8 bytes as `m`
+//!   (see `failback`).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -22,6 +24,7 @@ pub const QP_FAILED: u8 = b'X';
 pub const VERIFIED: u8 = b'V';
 pub const STOP: u8 = b'S';
 pub const FAILED: u8 = b'F';
+pub const FAILBACK: u8 = b'J';
 
 /// The run-time channel: non-blocking frames in and out.
 pub struct Control {

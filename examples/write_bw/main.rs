@@ -65,6 +65,7 @@ mod client;
 mod control;
 mod data;
 mod device;
+mod failback;
 mod inject;
 mod params;
 mod report;

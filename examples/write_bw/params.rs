@@ -43,7 +43,13 @@ pub struct Params {
     pub devices: usize,
     /// Both sides survive a data QP's failure (`Config::redispatch`).
     pub failover: bool,
+    /// With `failover`, how long a side that lost every data QP holds its requests
+    /// waiting for fail-back (`Config::grace_ns`).
+    pub grace: Duration,
 }
+
+/// `--grace`'s default: long enough to ride out a link that flaps for a second.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 
 impl Params {
     /// Messages that may be in flight (and buffer slots per side): about 16 MiB of
@@ -83,7 +89,7 @@ impl Params {
             String::new()
         };
         if self.failover {
-            devices.push_str(" failover=1");
+            devices.push_str(&format!(" failover=1 grace_ns={}", self.grace.as_nanos()));
         }
         format!(
             "{VERSION} size={} qps={} max_frag={} mode={} opcode={} seed={} {limit}{devices}\n",
@@ -119,6 +125,7 @@ impl Params {
                 "duration_ns" => {
                     p.limit = Limit::Time(Duration::from_nanos(number("duration_ns", v)?))
                 }
+                "grace_ns" => p.grace = Duration::from_nanos(number("grace_ns", v)?),
                 _ => p.set(&format!("--{}", k.replace('_', "-")), v)?,
             }
         }
@@ -144,6 +151,14 @@ impl Params {
                     "0" => false,
                     _ => return Err(format!("{flag}: '{v}' is not 0 or 1")),
                 }
+            }
+            "--grace" => {
+                self.grace = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s >= 0.0 && *s < MAX_SECS)
+                    .map(Duration::from_secs_f64)
+                    .ok_or_else(|| format!("{flag}: '{v}' is not a number of seconds"))?
             }
             "--mode" => {
                 self.mode = match v {
@@ -221,6 +236,7 @@ impl Default for Params {
             limit: Limit::Iters(1000),
             devices: 1,
             failover: false,
+            grace: DEFAULT_GRACE,
         }
     }
 }
@@ -273,16 +289,29 @@ mod tests {
             limit: Limit::Iters(77),
             devices: 1,
             failover: false,
+            grace: DEFAULT_GRACE,
         };
-        for (limit, devices, failover) in [
-            (Limit::Iters(77), 1, false),
-            (Limit::Time(Duration::from_millis(2500)), 3, true),
-            (Limit::Time(Duration::from_nanos(12_345_678)), 2, false),
+        for (limit, devices, failover, grace) in [
+            (Limit::Iters(77), 1, false, DEFAULT_GRACE),
+            (
+                Limit::Time(Duration::from_millis(2500)),
+                3,
+                true,
+                DEFAULT_GRACE,
+            ),
+            (Limit::Iters(5), 1, true, Duration::from_millis(300)),
+            (
+                Limit::Time(Duration::from_nanos(12_345_678)),
+                2,
+                false,
+                DEFAULT_GRACE,
+            ),
         ] {
             let p = Params {
                 limit,
                 devices,
                 failover,
+                grace,
                 ..p
             };
             assert_eq!(
@@ -300,6 +329,7 @@ mod tests {
             "write_bw/2 qps=2 devices=3",
             "write_bw/2 devices=0",
             "write_bw/2 failover=yes",
+            "write_bw/2 failover=1 grace_ns=-1",
             "hello",
             "write_bw/1 size=4096",
             "write_bw/2 iters=5 duration_ns=1000000",

@@ -74,6 +74,11 @@ pub fn link(
         qp_num,
         policy: stripe.policy,
         redispatch: p.failover,
+        grace_ns: if p.failover {
+            u64::try_from(p.grace.as_nanos()).unwrap_or(u64::MAX)
+        } else {
+            0
+        },
         weights: stripe.weights.unwrap_or([1; MAX_DEVICES]),
         ..Config::new(p.mode)
     };

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use vqp_core::{Opcode, PostRecvError, RecvWr, Wc, WcOpcode, WcStatus};
 
 use crate::args::{show_secs, Limit, Params};
-use crate::control::{Control, DONE, END, FAILED, QP_FAILED, STOP, VERIFIED};
+use crate::control::{Control, DONE, END, FAILBACK, FAILED, QP_FAILED, STOP, VERIFIED};
 use crate::data::{check, fill, slot, slot_mut};
+use crate::failback;
 use crate::run::{disconnected, poll, qp_failed, Link};
 use crate::{sigint, Fail};
 
@@ -203,7 +204,11 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
                 break;
             };
             last_move = Instant::now();
-            s.frame(tag, n)?;
+            if tag == FAILBACK {
+                failback::take(&mut conn, &mut ctl, n).map_err(|f| lost(f, s.verified))?;
+            } else {
+                s.frame(tag, n)?;
+            }
         }
         while imm && recvs < s.verified + slots {
             match conn.vqp.post_recv(&RecvWr::notification(recvs)) {
@@ -260,6 +265,9 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
                 return Err(s.client_failure(x));
             }
         }
+        // The clock of a virtual QP that lost every path (re-dispatch's grace period).
+        let since = s.start.elapsed().as_nanos();
+        conn.vqp.sample(u64::try_from(since).unwrap_or(u64::MAX));
         if let Some(st) = failure.or(conn.vqp.failure()) {
             return Err(qp_failed(st, s.verified, " verified"));
         }

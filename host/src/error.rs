@@ -4,10 +4,11 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
-use vqp_core::{BuildError, CqError};
+use vqp_core::{BuildError, CqError, RestoreError};
 
 use crate::card::CardError;
 use crate::enums::WcStatus;
+use crate::failback::FailBackError;
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -157,6 +158,16 @@ pub enum Error {
         /// What went wrong.
         what: &'static str,
     },
+    /// A fail-back message could not be taken, or the peer does not speak fail-back.
+    FailBack(FailBackError),
+    /// vqp-core refused a replacement data QP.
+    Restore(RestoreError),
+}
+
+impl From<FailBackError> for Error {
+    fn from(e: FailBackError) -> Self {
+        Error::FailBack(e)
+    }
 }
 
 impl From<CardError> for Error {
@@ -264,6 +275,8 @@ impl fmt::Display for Error {
             ),
             Error::InvalidArgument { what } => write!(f, "invalid argument: {what}"),
             Error::Card(e) => write!(f, "endpoint card: {e}"),
+            Error::FailBack(e) => write!(f, "fail-back: {e}"),
+            Error::Restore(e) => write!(f, "fail-back: {e}"),
             Error::Exchange { stage, source } => {
                 write!(f, "endpoint exchange failed to {stage}: {source}")
             }
@@ -349,6 +362,8 @@ impl std::error::Error for Error {
             | Error::Exchange { source, .. }
             | Error::PeerIo { source, .. } => Some(source),
             Error::Card(e) => Some(e),
+            Error::FailBack(e) => Some(e),
+            Error::Restore(e) => Some(e),
             Error::Build(e) => Some(e),
             Error::Cq(e) => Some(e),
             Error::NoDevices {

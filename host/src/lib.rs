@@ -78,6 +78,7 @@ pub mod endpoint;
 pub mod enums;
 pub mod error;
 pub mod exchange;
+pub mod failback;
 pub mod flags;
 #[allow(unsafe_code)]
 pub mod loader;
@@ -95,6 +96,7 @@ pub use enums::{
     WcStatus, WrOpcode,
 };
 pub use error::{Error, Result};
+pub use failback::{FailBack, FailBackError};
 pub use flags::{AccessFlags, QpAttrMask, SendFlags, WcFlags};
 pub use loader::{Verbs, VerbsTable};
 pub use poller::{Event, Handle, Idle, PollThread, PollerConfig, Refusal, Request, Stack, Stats};

@@ -80,20 +80,22 @@ fn serve_binds_its_own_listener() {
 
 #[test]
 fn a_mismatch_is_refused_by_both_sides_with_its_reason() {
-    // The server requires a capability the client does not offer: the server refuses
-    // the client's card, and the client refuses the pairing too, naming the same
-    // capability, instead of seeing a disconnect.
+    // The server requires fail-back, which the client (a build without it) does not
+    // offer: the server refuses the client's card, and the client refuses the pairing
+    // too, naming the same capability, instead of seeing a disconnect.
     let l = listener();
     let addr = l.local_addr().unwrap();
     let start = Instant::now();
     let server = thread::spawn(move || {
         let mut strict = card(0x100, 4);
-        strict.required = Capabilities(strict.required.0 | Capabilities::DUPLICATE_TOLERANT.0);
+        strict.required = Capabilities(strict.required.0 | Capabilities::FAIL_BACK.0);
         serve_on(&l, &strict).map(|(peer, _)| peer)
     });
-    let client = exchange::connect(addr, &card(0x200, 4));
+    let mut older = card(0x200, 4);
+    older.caps = older.caps.without(Capabilities::FAIL_BACK);
+    let client = exchange::connect(addr, &older);
     let server = server.join().unwrap();
-    let missing = Capabilities::DUPLICATE_TOLERANT;
+    let missing = Capabilities::FAIL_BACK;
     match server {
         Err(Error::Card(CardError::MissingCapabilities(c))) => assert_eq!(c, missing),
         other => panic!("server: {other:?}"),
@@ -103,7 +105,7 @@ fn a_mismatch_is_refused_by_both_sides_with_its_reason() {
             assert_eq!(c, missing);
             assert_eq!(
                 e.to_string(),
-                "endpoint card: the peer requires capabilities DUPLICATE_TOLERANT that this side lacks"
+                "endpoint card: the peer requires capabilities FAIL_BACK that this side lacks"
             );
         }
         other => panic!("client: {other:?}"),

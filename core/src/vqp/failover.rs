@@ -36,15 +36,23 @@ pub struct Failover {
 pub enum RestoreError {
     /// No data QP of that index.
     NoSuchQp(usize),
-    /// The data QP has not failed (or re-dispatch is off, or the virtual QP failed).
-    NotFailed(usize),
+    /// Data QP `i` cannot be replaced: re-dispatch is off, the virtual QP failed,
+    /// or the QP is healthy and the last path, with no grace period to wait in.
+    Unavailable(usize),
+    /// [`VirtualQp::resume`] of a data QP that is not waiting for its peer.
+    NotJoining(usize),
 }
 
 impl fmt::Display for RestoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Self::NoSuchQp(i) => write!(f, "no data QP {i}"),
-            Self::NotFailed(i) => write!(f, "data QP {i} has not failed: nothing to restore"),
+            Self::Unavailable(i) => write!(
+                f,
+                "data QP {i} cannot be replaced (re-dispatch is off, the virtual QP failed, \
+                 or it is the last path and no grace period is set)"
+            ),
+            Self::NotJoining(i) => write!(f, "data QP {i} has no replacement waiting to resume"),
         }
     }
 }
@@ -58,6 +66,8 @@ pub(super) enum Hold {
     No,
     /// No path is left; the grace period runs from the first sample after.
     Since(Option<u64>),
+    /// The grace period ended with no path: the virtual QP failed for it.
+    Expired,
 }
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
@@ -69,6 +79,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             healthy: self.lanes.iter().filter(|l| !l.failed).count() as u32,
             ..self.survived
         }
+    }
+
+    /// Whether the virtual QP failed because its grace period ended with no data QP
+    /// left (rather than for an error it could not survive).
+    pub fn grace_expired(&self) -> bool {
+        self.hold == Hold::Expired
     }
 
     /// Whether data QP `lane` failing is survived: re-dispatch is on, the virtual
@@ -127,37 +143,81 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// virtual QP fails with the last QP's error. Part of [`Self::sample`].
     pub(super) fn check_grace(&mut self, now: u64) {
         match self.hold {
-            Hold::No => {}
+            Hold::No | Hold::Expired => {}
             Hold::Since(None) => self.hold = Hold::Since(Some(now)),
             Hold::Since(Some(at)) if now.saturating_sub(at) >= self.cfg.grace_ns => {
                 self.fail(self.lane_error);
+                self.hold = Hold::Expired;
             }
             Hold::Since(Some(_)) => {}
         }
     }
 
-    /// Fail-back: data QP `i`, which failed, is replaced by `qp` — a fresh QP on the
-    /// same device, connected to the peer's replacement (the caller connects them,
-    /// over a channel of its own, and restores the peer's side too). Traffic spreads
-    /// over it again, the requests held for want of a path go on, and in DQPLB its
-    /// receives are posted again. Returns the failed QP, for the caller to destroy;
-    /// its late completions no longer match and are counted as strays.
+    /// Fail-back in one step: data QP `i` is replaced by `qp` — a fresh QP on the
+    /// same device, already connected to the peer's replacement, which can receive
+    /// (the caller connects them over a channel of its own and replaces the peer's
+    /// side too). [`Self::rejoin`] then [`Self::resume`]; returns the old QP, for the
+    /// caller to destroy once it wants no more of its completions.
     pub fn restore(&mut self, i: usize, qp: Q) -> Result<Q, RestoreError> {
-        let Some(lane) = self.lanes.get_mut(i) else {
+        let old = self.rejoin(i, qp)?;
+        self.resume(i)?;
+        Ok(old)
+    }
+
+    /// Fail-back, first step: data QP `i` takes `qp`, a fresh QP on the same device
+    /// in INIT or later. In DQPLB its receives are posted (before the QP reaches RTR,
+    /// so no fragment of the peer can miss one), but nothing is sent on it until
+    /// [`Self::resume`]: the peer's end may not be ready to receive yet. A QP that
+    /// has not failed is taken out first, as if it had (the peer replaces its end):
+    /// its fragments that did not complete go again on the others. Rejoining a QP
+    /// that is already waiting replaces the waiting one. Returns the old QP, for the
+    /// caller to destroy; its completions that come later still count for the
+    /// fragments that landed there.
+    pub fn rejoin(&mut self, i: usize, qp: Q) -> Result<Q, RestoreError> {
+        if i >= self.lanes.len() {
             return Err(RestoreError::NoSuchQp(i));
-        };
-        if !lane.survived || self.failed.is_some() {
-            return Err(RestoreError::NotFailed(i));
         }
+        let lane = &self.lanes[i];
+        let ok =
+            self.cfg.redispatch && self.failed.is_none() && (lane.survived || self.can_survive(i));
+        if !ok {
+            return Err(RestoreError::Unavailable(i));
+        }
+        if !lane.survived && !self.survive(i, WcStatus::WR_FLUSH_ERR) {
+            return Err(RestoreError::Unavailable(i));
+        }
+        let lane = &mut self.lanes[i];
         let old = lane.replace(qp);
+        // Failed to every sender until it resumes; only its receives are posted.
+        lane.failed = true;
+        lane.survived = true;
+        lane.joining = true;
         if self.armed {
             lane.recv_owed = self.cfg.recv_depth;
         }
+        // Its receives, and the old QP's fragments on the others.
+        self.progress();
+        Ok(old)
+    }
+
+    /// Fail-back, second step: the peer's end of data QP `i`'s replacement is ready
+    /// to receive; traffic spreads over it again and the requests held for want of
+    /// a path go on.
+    pub fn resume(&mut self, i: usize) -> Result<(), RestoreError> {
+        let Some(lane) = self.lanes.get_mut(i) else {
+            return Err(RestoreError::NoSuchQp(i));
+        };
+        if !lane.joining || self.failed.is_some() {
+            return Err(RestoreError::NotJoining(i));
+        }
+        lane.joining = false;
+        lane.failed = false;
+        lane.survived = false;
         self.room |= 1 << i;
         self.hold = Hold::No;
         self.survived.restored += 1;
         self.progress();
-        Ok(old)
+        Ok(())
     }
 
     /// Stage again, on healthy data QPs with room, the fragments failed QPs left:

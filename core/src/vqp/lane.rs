@@ -94,6 +94,9 @@ pub(crate) struct Lane<Q, const D: usize> {
     open_run: bool,
     /// The QP reported an error or refused a post: nothing more goes to it.
     pub failed: bool,
+    /// A replacement QP waits for its peer (fail-back): failed to senders, but its
+    /// receives are posted.
+    pub joining: bool,
     /// Receives posted and not yet completed.
     pub recv_outstanding: u32,
     /// DQPLB receives consumed and not yet replenished.
@@ -122,6 +125,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             retired_recvs: 0,
             open_run: false,
             failed: false,
+            joining: false,
             recv_outstanding: 0,
             recv_owed: 0,
             stats: LaneStats::default(),
@@ -482,6 +486,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         self.qp_num = qp.qp_num();
         self.failed = false;
         self.survived = false;
+        self.joining = false;
         self.open_run = false;
         self.outstanding = 0;
         self.bytes_out = 0;

@@ -317,6 +317,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
     }
 
+    /// The device data QP `i` is on; `None` past the end.
+    pub fn data_qp_device(&self, i: usize) -> Option<u8> {
+        self.lanes.get(i).map(|l| l.device)
+    }
+
     /// Whether data QP `i` failed and the virtual QP went on without it (see
     /// [`Self::restore`]); false past the end.
     pub fn data_qp_failed(&self, i: usize) -> bool {

@@ -135,7 +135,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         for k in 0..n {
             let i = (self.replenish_next as usize + k) % n;
             let lane = &mut self.lanes[i];
-            while lane.recv_owed > 0 && budget > 0 && !lane.failed {
+            while lane.recv_owed > 0 && budget > 0 && (!lane.failed || lane.joining) {
                 let wqe = RecvWqe {
                     wr_id: WrId {
                         tag,

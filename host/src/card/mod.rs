@@ -108,10 +108,19 @@ impl Capabilities {
     /// The DQPLB receiver ignores a duplicate sequence number inside its window, which
     /// a sender that re-posts a failed QP's fragments on healthy ones needs.
     pub const DUPLICATE_TOLERANT: Self = Self(1 << 3);
+    /// Replaces a failed data QP with a fresh pair through the three messages of
+    /// [`crate::failback`], over a channel of the application's.
+    pub const FAIL_BACK: Self = Self(1 << 4);
 
     /// What this build implements.
     pub const fn supported() -> Self {
-        Self(Self::SPRAY.0 | Self::DQPLB.0 | Self::PIPELINED_NOTIFY.0)
+        Self(
+            Self::SPRAY.0
+                | Self::DQPLB.0
+                | Self::PIPELINED_NOTIFY.0
+                | Self::DUPLICATE_TOLERANT.0
+                | Self::FAIL_BACK.0,
+        )
     }
 
     /// What a side running `mode` needs the peer to implement.
@@ -141,11 +150,12 @@ impl fmt::Debug for Capabilities {
 
 impl fmt::Display for Capabilities {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(Capabilities, &str); 4] = [
+        const NAMES: [(Capabilities, &str); 5] = [
             (Capabilities::SPRAY, "SPRAY"),
             (Capabilities::DQPLB, "DQPLB"),
             (Capabilities::PIPELINED_NOTIFY, "PIPELINED_NOTIFY"),
             (Capabilities::DUPLICATE_TOLERANT, "DUPLICATE_TOLERANT"),
+            (Capabilities::FAIL_BACK, "FAIL_BACK"),
         ];
         let mut rest = self.0;
         let mut first = true;

@@ -62,6 +62,45 @@ fn mtu_from_bytes(bytes: u16) -> Option<Mtu> {
     })
 }
 
+/// The path from a local QP on a port `port` of a device `attr`, whose first PSN is
+/// `local_psn`, to the peer QP `remote` of `peer`'s card, limited to the local port
+/// and device and the peer's MTU.
+fn path_to(
+    s: &Settings,
+    port: &PortAttr,
+    attr: &DeviceAttr,
+    peer: &Card,
+    remote: QpAddr,
+    local_psn: u32,
+) -> Result<Path> {
+    let theirs = peer.port_of(&remote).ok_or(CardError::UnknownPort {
+        port: remote.port,
+        ports: peer.ports.len(),
+    })?;
+    let address = match (s.gid_index, port.needs_grh()) {
+        (Some(i), _) => Address::gid(theirs.gid, i),
+        (None, true) => Address::gid(theirs.gid, 0),
+        (None, false) => Address::lid(theirs.lid),
+    };
+    let mut path =
+        Path::new(s.port, address, remote.qpn, local_psn, remote.psn).limit_to(port, attr);
+    if let Some(mtu) = mtu_from_bytes(theirs.mtu) {
+        path.mtu = path.mtu.min(mtu);
+    }
+    Ok(path)
+}
+
+/// The capacities of every physical QP of a virtual QP configured as `cfg`.
+fn qp_cap(cfg: &Config) -> QpCap {
+    QpCap {
+        max_send_wr: cfg.max_outstanding,
+        max_recv_wr: cfg.recv_depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
 /// A physical QP that is never posted to: lets [`Endpoint::create`] run vqp-core's
 /// own configuration checks before any verbs object exists.
 struct Unposted(u32);
@@ -93,9 +132,11 @@ impl PhysCq for NoCq {
     }
 }
 
+mod rejoin;
 mod settings;
 mod share;
 
+use rejoin::{Rejoin, RejoinDevice};
 use settings::random_24bit;
 pub use settings::{device_of, Settings};
 
@@ -153,6 +194,8 @@ pub struct Connected<
     /// Device 0's CQ (to arm it with [`CompletionQueue::req_notify`] when blocking);
     /// [`Connected::device_cq`] gives any device's.
     pub cq: CompletionQueue,
+    /// What fail-back needs to replace a data QP ([`Connected::offer_rejoin`]).
+    rejoin: Rejoin,
 }
 
 impl<
@@ -296,13 +339,7 @@ impl<
                 gid,
             });
         }
-        let cap = QpCap {
-            max_send_wr: cfg.max_outstanding,
-            max_recv_wr: cfg.recv_depth,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
+        let cap = qp_cap(&cfg);
         let data = (0..settings.data_qps)
             .map(|i| {
                 let d = device_of(i, devs);
@@ -363,7 +400,7 @@ impl<
         Card {
             mode: cfg.mode,
             caps: Capabilities::supported(),
-            required: Capabilities::required_for(cfg.mode),
+            required: self.settings.required(),
             max_frag: cfg.split.max_frag,
             max_outstanding: cfg.max_outstanding,
             recv_depth: cfg.recv_depth,
@@ -400,23 +437,15 @@ impl<
     /// The path from the local QP on `device` whose first PSN is `local_psn` to the
     /// peer QP `remote`, limited to the local port and device and the peer's MTU.
     fn path(&self, device: usize, peer: &Card, remote: QpAddr, local_psn: u32) -> Result<Path> {
-        let s = &self.settings;
         let local = &self.devices[device];
-        let theirs = peer.port_of(&remote).ok_or(CardError::UnknownPort {
-            port: remote.port,
-            ports: peer.ports.len(),
-        })?;
-        let address = match (s.gid_index, local.port.needs_grh()) {
-            (Some(i), _) => Address::gid(theirs.gid, i),
-            (None, true) => Address::gid(theirs.gid, 0),
-            (None, false) => Address::lid(theirs.lid),
-        };
-        let mut path = Path::new(s.port, address, remote.qpn, local_psn, remote.psn)
-            .limit_to(&local.port, &local.attr);
-        if let Some(mtu) = mtu_from_bytes(theirs.mtu) {
-            path.mtu = path.mtu.min(mtu);
-        }
-        Ok(path)
+        path_to(
+            &self.settings,
+            &local.port,
+            &local.attr,
+            peer,
+            remote,
+            local_psn,
+        )
     }
 
     /// Checks `peer` against this side's card, then connects every QP to its
@@ -430,7 +459,7 @@ impl<
     /// [`Error::Cq`] if vqp-core refuses (which [`Endpoint::create_on`]'s checks make
     /// unexpected).
     pub fn connect(self, peer: &Card) -> Result<Connected<N, D, S, W, B, DEVS>> {
-        let (vqp, vcq, cq) = self.connect_with(peer, |vqp, devices| {
+        let (vqp, vcq, rejoin) = self.connect_with(peer, |vqp, devices| {
             let mut vcq = VirtualCq::new();
             for (d, dev) in devices.iter().enumerate() {
                 vcq.add_cq(
@@ -442,20 +471,26 @@ impl<
             vcq.attach(vqp)?;
             Ok(vcq)
         })?;
-        Ok(Connected { vqp, vcq, cq })
+        let cq = rejoin.devices[0].cq.clone();
+        Ok(Connected {
+            vqp,
+            vcq,
+            cq,
+            rejoin,
+        })
     }
 
     /// The body of [`Endpoint::connect`]: the QPs to INIT, the virtual QP built and
     /// handed to `attach` (which attaches it to a virtual CQ over this endpoint's CQs,
     /// before anything is posted, so every wr_id carries its tag), then the receiver
-    /// armed and the QPs to RTS. Returns the virtual QP, what `attach` made, and device
-    /// 0's CQ.
+    /// armed and the QPs to RTS. Returns the virtual QP, what `attach` made, and what
+    /// fail-back needs.
     #[allow(clippy::type_complexity)]
     fn connect_with<T>(
         self,
         peer: &Card,
         attach: impl FnOnce(&mut VirtualQp<VerbsQp, N, D, S, W>, &[DeviceSide]) -> Result<T>,
-    ) -> Result<(VirtualQp<VerbsQp, N, D, S, W>, T, CompletionQueue)> {
+    ) -> Result<(VirtualQp<VerbsQp, N, D, S, W>, T, Rejoin)> {
         peer.validate()?;
         self.card().agree(peer)?;
         let n = self.data.len();
@@ -481,6 +516,8 @@ impl<
                 }
             }
         }
+        let settings = self.settings;
+        let cap = qp_cap(&self.settings.config);
         let Endpoint {
             devices,
             data,
@@ -507,8 +544,15 @@ impl<
                 connect::to_rts(qp.qp(), path)?;
             }
         }
-        let cq = devices[0].cq.clone();
-        Ok((vqp, made, cq))
+        let devices = devices
+            .into_iter()
+            .map(|d| RejoinDevice {
+                cq: d.cq,
+                port: d.port,
+                attr: d.attr,
+            })
+            .collect();
+        Ok((vqp, made, Rejoin::new(settings, devices, peer.clone(), cap)))
     }
 }
 

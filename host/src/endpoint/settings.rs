@@ -5,6 +5,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use vqp_core::{Config, Mode};
 
+use crate::card::Capabilities;
 use crate::connect;
 
 /// What [`Endpoint::create`](super::Endpoint::create) builds.
@@ -30,6 +31,11 @@ pub struct Settings {
     /// weight). On by default; turn it off to weigh by `config.weights` alone. Other
     /// policies ignore it (the adaptive one measures rather than trust the port).
     pub weights_from_ports: bool,
+    /// Require the peer to speak fail-back ([`Capabilities::FAIL_BACK`]): a peer
+    /// without it is refused at card exchange rather than meet a failed data QP it
+    /// cannot replace. Off by default (fail-back is still offered, and used when the
+    /// peer has it).
+    pub fail_back: bool,
 }
 
 impl Settings {
@@ -47,7 +53,22 @@ impl Settings {
             gid_index: None,
             min_cq_entries: 0,
             weights_from_ports: true,
+            fail_back: false,
         }
+    }
+
+    /// The capabilities this side requires of the peer: its mode's; in DQPLB with
+    /// re-dispatch, a receiver that ignores the duplicates re-posting makes; fail-back
+    /// when [`Settings::fail_back`] asks for it.
+    pub fn required(&self) -> Capabilities {
+        let mut bits = Capabilities::required_for(self.config.mode).0;
+        if self.config.redispatch && self.config.mode == Mode::Dqplb {
+            bits |= Capabilities::DUPLICATE_TOLERANT.0;
+        }
+        if self.fail_back {
+            bits |= Capabilities::FAIL_BACK.0;
+        }
+        Capabilities(bits)
     }
 
     /// Whether this set-up has a SPRAY notify QP.

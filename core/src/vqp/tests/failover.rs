@@ -192,9 +192,10 @@ fn with_no_path_left_requests_wait_out_the_grace_period_then_fail_once() {
     assert!(poll(&mut vcq, &mut vqp).is_empty());
     vqp.sample(5_000);
     vqp.sample(5_999);
-    assert_eq!(vqp.failure(), None);
+    assert_eq!((vqp.failure(), vqp.grace_expired()), (None, false));
     vqp.sample(6_000);
     assert_eq!(vqp.failure(), Some(WcStatus::RETRY_EXC_ERR));
+    assert!(vqp.grace_expired(), "it failed for want of a path");
     let wcs = poll(&mut vcq, &mut vqp);
     let got: Vec<u64, 4> = wcs.iter().map(|w| w.wr_id).collect();
     assert_eq!(got.as_slice(), &[1, 2]);
@@ -209,10 +210,6 @@ fn a_replacement_qp_takes_the_failed_ones_place_and_the_held_requests_go_on() {
         ..redispatching(16)
     };
     let (mut vqp, mut vcq) = build_with(&f, cfg, 2);
-    assert_eq!(
-        vqp.restore(0, MockQp { qpn: 300, f: &f }).err(),
-        Some(RestoreError::NotFailed(0))
-    );
     assert_eq!(
         vqp.restore(5, MockQp { qpn: 300, f: &f }).err(),
         Some(RestoreError::NoSuchQp(5))
@@ -238,4 +235,77 @@ fn a_replacement_qp_takes_the_failed_ones_place_and_the_held_requests_go_on() {
         (s.failovers, s.restored, s.healthy, s.redispatched),
         (2, 1, 1, 4)
     );
+}
+
+#[test]
+fn without_redispatch_or_as_the_last_path_without_grace_a_qp_is_not_replaced() {
+    let f = Fabric::default();
+    let (mut vqp, _vcq) = build_with(&f, config(Mode::Dqplb), 2);
+    assert_eq!(
+        vqp.rejoin(0, MockQp { qpn: 300, f: &f }).err(),
+        Some(RestoreError::Unavailable(0))
+    );
+    assert_eq!(vqp.resume(0), Err(RestoreError::NotJoining(0)));
+    let (mut vqp, _vcq) = build_with(&f, redispatching(16), 2);
+    assert!(vqp.fail_qp(101, 0, WcStatus::FATAL_ERR));
+    // QP 0 is the only path left and no grace period is set: taking it out for a
+    // replacement would fail the virtual QP.
+    assert_eq!(
+        vqp.restore(0, MockQp { qpn: 300, f: &f }).err(),
+        Some(RestoreError::Unavailable(0))
+    );
+    assert_eq!((vqp.data_qp_num(0), vqp.failure()), (Some(100), None));
+    assert!(f.errored.borrow().iter().all(|&q| q != 100));
+}
+
+/// The two steps of fail-back: a replacement posts its receives at once (before the
+/// peer can send to it) and carries sends only once resumed; a healthy QP the peer
+/// replaces is taken out first, its fragments going again on the others.
+#[test]
+fn a_rejoining_qp_receives_at_once_and_sends_only_once_resumed() {
+    let f = Fabric::default();
+    let (mut vqp, mut vcq) = build_with(&f, redispatching(16), 2);
+    vqp.arm_receiver();
+    vqp.post_send(&write(1, 4 << 16)).unwrap();
+    assert_eq!(placed(&f, 100).len(), 2);
+    let old = vqp.rejoin(0, MockQp { qpn: 300, f: &f }).unwrap();
+    assert_eq!(old.qpn, 100);
+    assert!(f.errored.borrow().contains(&100), "the old QP is flushed");
+    assert!(vqp.data_qp_failed(0));
+    assert_eq!(vqp.failover().healthy, 1);
+    let recvs_on_300 = f.recvs.borrow().iter().filter(|(q, _)| *q == 300).count();
+    assert_eq!(
+        recvs_on_300, 4,
+        "recv_depth receives, posted while it waits"
+    );
+    // QP 100's two fragments went to QP 101, none to the waiting QP.
+    assert_eq!(placed(&f, 101).len(), 4);
+    vqp.post_send(&write(2, 2 << 16)).unwrap();
+    assert!(placed(&f, 300).is_empty());
+    assert_eq!(placed(&f, 101).len(), 6);
+    vqp.resume(0).unwrap();
+    assert_eq!(vqp.resume(0), Err(RestoreError::NotJoining(0)));
+    vqp.post_send(&write(3, 2 << 16)).unwrap();
+    assert_eq!(
+        placed(&f, 300).len(),
+        1,
+        "resumed, it takes its share again"
+    );
+    for i in f.signaled() {
+        if f.sends.borrow()[i].0 != 100 {
+            f.complete_send(i, WcStatus::SUCCESS);
+        }
+    }
+    let wcs = poll(&mut vcq, &mut vqp);
+    let got: Vec<(u64, WcStatus), 4> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        got.as_slice(),
+        &[
+            (1, WcStatus::SUCCESS),
+            (2, WcStatus::SUCCESS),
+            (3, WcStatus::SUCCESS)
+        ]
+    );
+    let s = vqp.failover();
+    assert_eq!((s.failovers, s.restored, s.healthy), (1, 1, 2));
 }

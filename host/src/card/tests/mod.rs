@@ -281,7 +281,7 @@ fn capabilities_print_by_name() {
     assert_eq!(Capabilities::NONE.to_string(), "NONE");
     assert_eq!(
         Capabilities::supported().to_string(),
-        "SPRAY | DQPLB | PIPELINED_NOTIFY"
+        "SPRAY | DQPLB | PIPELINED_NOTIFY | DUPLICATE_TOLERANT | FAIL_BACK"
     );
     assert_eq!(Capabilities(1 << 31 | 2).to_string(), "DQPLB | 0x80000000");
 }

@@ -1,0 +1,284 @@
+//! Fail-back over in-process softverbs: a failed data QP replaced by a fresh pair
+//! through vqp-host's three messages (Offer, Answer, Ready), started by either side,
+//! with crossing offers settled; the replacement carries traffic again and every
+//! message lands whole. A peer without the capability is refused when it is required.
+
+use std::time::{Duration, Instant};
+
+use vqp::core::split::SplitPolicy;
+use vqp::core::{Config, Keys, Mode, Opcode, RecvWr, SendWr, Wc};
+use vqp::host::{
+    AccessFlags, Capabilities, CardError, Connected, Context, Endpoint, Error, FailBack,
+    FailBackError, MemoryRegion, Settings, Verbs,
+};
+use vqp_softverbs::QpSelector;
+
+type Ep = Endpoint<4, 16, 64, 256, 16>;
+type Conn = Connected<4, 16, 64, 256, 16>;
+
+const MSG: u64 = 256 << 10;
+const SLOTS: u64 = 8;
+
+fn settings(qp_num: u32) -> Settings {
+    Settings::new(
+        Config {
+            split: SplitPolicy::new(16 << 10),
+            max_outstanding: 16,
+            recv_depth: 16,
+            qp_num,
+            redispatch: true,
+            grace_ns: 5_000_000_000,
+            ..Config::new(Mode::Dqplb)
+        },
+        2,
+    )
+}
+
+/// A on soft0 sending to B on soft1, two data QPs, re-dispatch on.
+struct Pair {
+    a: Conn,
+    b: Conn,
+    mr_a: MemoryRegion,
+    mr_b: MemoryRegion,
+    /// Messages sent so far (their pattern is their number).
+    sent: u64,
+}
+
+fn pair() -> Pair {
+    // SAFETY: softverbs' table implements the libibverbs ABI.
+    let verbs = unsafe { Verbs::from_table(vqp_softverbs::verbs_table()) };
+    let open = |dev: &str| Context::open(&verbs, Some(dev)).unwrap();
+    let (pa, pb) = (
+        open("soft0").alloc_pd().unwrap(),
+        open("soft1").alloc_pd().unwrap(),
+    );
+    let ea = Ep::create(&pa, &settings(0xa), None).unwrap();
+    let eb = Ep::create(&pb, &settings(0xb), None).unwrap();
+    let (ca, cb) = (ea.card(), eb.card());
+    let len = (MSG * SLOTS) as usize;
+    Pair {
+        a: ea.connect(&cb).unwrap(),
+        b: eb.connect(&ca).unwrap(),
+        mr_a: pa.register_buffer(len, AccessFlags::ALL_REMOTE).unwrap(),
+        mr_b: pb.register_buffer(len, AccessFlags::ALL_REMOTE).unwrap(),
+        sent: 0,
+    }
+}
+
+impl Pair {
+    /// Sends `n` messages A → B (WRITE_WITH_IMM), each a pattern of its number, and
+    /// waits until both sides reported every one; checks each lands whole, in order.
+    fn transfer(&mut self, n: u64) {
+        let end = self.sent + n;
+        while self.sent < end {
+            let first = self.sent;
+            let count = SLOTS.min(end - first);
+            for id in first..first + count {
+                self.post(id);
+            }
+            self.wait(first, count);
+            self.sent += count;
+        }
+    }
+
+    /// Fills message `id`'s slot with its pattern and posts it, and B's receive.
+    fn post(&mut self, id: u64) {
+        let slot = id % SLOTS;
+        // SAFETY: nothing is in flight from this slot (the previous round completed),
+        // and the buffer is ours.
+        let buf = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.mr_a.as_ptr().add((slot * MSG) as usize),
+                MSG as usize,
+            )
+        };
+        buf.iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = (i as u64 ^ id) as u8);
+        self.b.vqp.post_recv(&RecvWr::notification(id)).unwrap();
+        let wr = SendWr::new(
+            id,
+            Opcode::RDMA_WRITE_WITH_IMM,
+            self.mr_a.addr() + slot * MSG,
+            MSG,
+            self.mr_b.addr() + slot * MSG,
+            Keys::single(self.mr_a.lkey(), self.mr_b.rkey()),
+        );
+        self.a.vqp.post_send(&wr).unwrap();
+    }
+
+    /// Polls both sides until messages `first..first + n` are reported on each,
+    /// successfully and in order, and B holds each message's pattern.
+    fn wait(&mut self, first: u64, n: u64) {
+        let (mut at_a, mut at_b) = (first, first);
+        let start = Instant::now();
+        let mut out = [Wc::EMPTY; 16];
+        while at_a < first + n || at_b < first + n {
+            for (side, at) in [(&mut self.a, &mut at_a), (&mut self.b, &mut at_b)] {
+                let got = side.vcq.poll(&mut [&mut side.vqp], &mut out).unwrap();
+                for wc in &out[..got] {
+                    assert!(wc.status.is_ok(), "{wc:?}");
+                    assert_eq!(wc.wr_id, *at);
+                    *at += 1;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "A {at_a}, B {at_b} of {first}+{n}: A {:?} / B {:?}",
+                self.a.vqp.failover(),
+                self.b.vqp.failover()
+            );
+        }
+        for id in first..first + n {
+            let slot = id % SLOTS;
+            // SAFETY: the message landed (B reported it) and nothing writes it now.
+            let got = unsafe {
+                std::slice::from_raw_parts(
+                    self.mr_b.as_ptr().add((slot * MSG) as usize),
+                    MSG as usize,
+                )
+            };
+            let bad = got
+                .iter()
+                .enumerate()
+                .position(|(i, b)| *b != (i as u64 ^ id) as u8);
+            assert_eq!(bad, None, "message {id}");
+        }
+    }
+
+    /// Bytes handed to data QP `i` of A so far.
+    fn bytes_a(&self, i: usize) -> u64 {
+        self.a.vqp.lane_stats(i).unwrap().bytes
+    }
+}
+
+/// Carries `m` to `to`, returning its answer.
+fn deliver(to: &mut Conn, m: FailBack) -> Option<FailBack> {
+    to.on_failback(m).unwrap()
+}
+
+fn fail(qpn: u32) {
+    assert_eq!(vqp_softverbs::fail_qp(QpSelector::QpNum(qpn)), 1);
+}
+
+#[test]
+fn a_failed_qp_is_replaced_by_the_side_that_lost_it_and_carries_traffic_again() {
+    let mut p = pair();
+    p.transfer(8);
+    fail(p.a.vqp.data_qp_num(1).unwrap());
+    p.transfer(8);
+    assert!(p.a.vqp.data_qp_failed(1));
+    assert_eq!(p.a.vqp.failover().healthy, 1);
+    let before = p.bytes_a(1);
+    let old = p.a.vqp.data_qp_num(1);
+    let offer = p.a.offer_rejoin(1).unwrap();
+    assert!(p.a.rejoining(1));
+    let answer = deliver(&mut p.b, offer).expect("an answer");
+    assert!(
+        matches!(answer, FailBack::Answer { lane: 1, .. }),
+        "{answer:?}"
+    );
+    let ready = deliver(&mut p.a, answer).expect("ready");
+    assert_eq!(ready, FailBack::Ready { lane: 1 });
+    assert_eq!(deliver(&mut p.b, ready), None);
+    assert!(!p.a.rejoining(1) && !p.b.rejoining(1));
+    assert_ne!(p.a.vqp.data_qp_num(1), old);
+    p.transfer(16);
+    assert!(p.bytes_a(1) > before, "the replacement carries fragments");
+    let (fa, fb) = (p.a.vqp.failover(), p.b.vqp.failover());
+    assert_eq!((fa.failovers, fa.restored, fa.healthy), (1, 1, 2));
+    assert_eq!((fb.restored, fb.healthy), (1, 2));
+}
+
+#[test]
+fn either_side_may_start_and_crossing_offers_settle_on_one() {
+    let mut p = pair();
+    p.transfer(4);
+    // B, the receiver, replaces a QP that is healthy on both sides.
+    let offer = p.b.offer_rejoin(0).unwrap();
+    let answer = deliver(&mut p.a, offer).unwrap();
+    let ready = deliver(&mut p.b, answer).unwrap();
+    assert_eq!(deliver(&mut p.a, ready), None);
+    p.transfer(8);
+    // Both offer for QP 1 at once: the lower (QP number, PSN) wins.
+    let from_a = p.a.offer_rejoin(1).unwrap();
+    let from_b = p.b.offer_rejoin(1).unwrap();
+    let at_b = deliver(&mut p.b, from_a);
+    let at_a = deliver(&mut p.a, from_b);
+    let (answer, to_a) = match (at_a, at_b) {
+        (Some(ans), None) => (ans, false),
+        (None, Some(ans)) => (ans, true),
+        other => panic!("one side answers, the other waits: {other:?}"),
+    };
+    assert!(matches!(answer, FailBack::Answer { lane: 1, .. }));
+    let ready = if to_a {
+        deliver(&mut p.a, answer).unwrap()
+    } else {
+        deliver(&mut p.b, answer).unwrap()
+    };
+    let last = if to_a {
+        deliver(&mut p.b, ready)
+    } else {
+        deliver(&mut p.a, ready)
+    };
+    assert_eq!(last, None);
+    p.transfer(16);
+    assert_eq!(p.a.vqp.failover().healthy, 2);
+    assert_eq!(p.a.vqp.failover().restored, 2);
+}
+
+#[test]
+fn messages_out_of_turn_are_refused_and_change_nothing() {
+    let mut p = pair();
+    let answer = FailBack::Answer {
+        lane: 0,
+        qpn: 5,
+        psn: 6,
+    };
+    let e = p.a.on_failback(answer).unwrap_err();
+    assert!(
+        matches!(e, Error::FailBack(FailBackError::Unexpected { .. })),
+        "{e}"
+    );
+    assert!(e.to_string().contains("not being replaced"), "{e}");
+    let e = p.a.on_failback(FailBack::Ready { lane: 9 }).unwrap_err();
+    assert!(matches!(
+        e,
+        Error::FailBack(FailBackError::NoSuchQp {
+            lane: 9,
+            data_qps: 2
+        })
+    ));
+    p.transfer(4);
+    assert_eq!(p.a.vqp.failover().healthy, 2);
+}
+
+#[test]
+fn a_peer_without_fail_back_is_refused_when_required_and_never_offered_to() {
+    // SAFETY: softverbs' table implements the libibverbs ABI.
+    let verbs = unsafe { Verbs::from_table(vqp_softverbs::verbs_table()) };
+    let ctx = Context::open(&verbs, Some("soft0")).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut strict = settings(1);
+    strict.fail_back = true;
+    let ea = Ep::create(&pd, &strict, None).unwrap();
+    assert!(ea.card().required.contains(Capabilities::FAIL_BACK));
+    let eb = Ep::create(&pd, &settings(2), None).unwrap();
+    let mut old_peer = eb.card();
+    old_peer.caps = old_peer.caps.without(Capabilities::FAIL_BACK);
+    match ea.connect(&old_peer) {
+        Err(Error::Card(CardError::MissingCapabilities(c))) => {
+            assert_eq!(c, Capabilities::FAIL_BACK)
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("connected to a peer without fail-back"),
+    }
+    // Not required: it connects, and fail-back is not offered to it.
+    let ea = Ep::create(&pd, &settings(1), None).unwrap();
+    let mut a = ea.connect(&old_peer).unwrap();
+    let e = a.offer_rejoin(0).unwrap_err();
+    assert!(
+        matches!(e, Error::FailBack(FailBackError::PeerLacks)),
+        "{e}"
+    );
+}
