@@ -5,7 +5,9 @@
 //! work handed over the way it would otherwise be written — a `std::sync::mpsc` pair
 //! each way to a thread owning the same virtual QP — and the virtual QP driven on the
 //! bench thread itself (no hand-off); then the cost of choosing to block: the round
-//! trip when the poll thread (`Idle::Block`) is asleep and must be woken. The
+//! trip when the poll thread (`Idle::Block`) is asleep and must be woken. With one in
+//! flight, the floor of any two-thread hand-off on the machine too: a counter written
+//! by one thread and echoed by the other, one cache line each way. The
 //! application thread (this one) and the other thread are pinned to cores of their own
 //! when the machine has two. The vqp loop first proves that it allocates nothing, on
 //! either thread.
@@ -13,7 +15,8 @@
 mod support;
 
 use std::hint::black_box;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -65,9 +68,8 @@ fn write(id: u64) -> SendWr {
     )
 }
 
-/// The cores of the two threads, this one and the other, when there are two (this
-/// thread is pinned by [`pin`], after the other thread started: a thread inherits its
-/// parent's affinity).
+/// The cores of the two threads, this one and the other, when there are two (each
+/// thread on the other core pins itself there).
 fn cores() -> (Option<usize>, Option<usize>) {
     let ids = core_affinity::get_core_ids().unwrap_or_default();
     if ids.len() >= 2 {
@@ -167,11 +169,90 @@ impl Drop for ChannelPeer {
     }
 }
 
-fn bench_handoff(c: &mut Criterion) {
-    let (mine, other) = cores();
+/// A cache line written by one thread and read by the other.
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// The floor of any hand-off between two threads on this machine: one cache line
+/// each way, a counter written by one thread and echoed by the other (a thread pinned
+/// to the other core), nothing else.
+struct PingPong {
+    lines: Arc<(Line, Line)>,
+    next: u64,
+    join: Option<thread::JoinHandle<()>>,
+}
+
+impl PingPong {
+    fn spawn(core: Option<usize>) -> Self {
+        let lines = Arc::new((Line(AtomicU64::new(0)), Line(AtomicU64::new(0))));
+        let theirs = Arc::clone(&lines);
+        let join = thread::spawn(move || {
+            pin(core);
+            let mut seen = 0;
+            loop {
+                let v = theirs.0 .0.load(Ordering::Acquire);
+                if v == u64::MAX {
+                    return;
+                }
+                if v != seen {
+                    seen = v;
+                    theirs.1 .0.store(v, Ordering::Release);
+                }
+                std::hint::spin_loop();
+            }
+        });
+        PingPong {
+            lines,
+            next: 0,
+            join: Some(join),
+        }
+    }
+
+    #[inline]
+    fn round_trip(&mut self) {
+        self.next += 1;
+        self.lines.0 .0.store(self.next, Ordering::Release);
+        while self.lines.1 .0.load(Ordering::Acquire) != self.next {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Drop for PingPong {
+    fn drop(&mut self) {
+        self.lines.0 .0.store(u64::MAX, Ordering::Release);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// Lets this thread (pinned to `mine`) run on `other` too for as long as `f` runs: a
+/// thread inherits its parent's cores, and a poll thread is refused a core its parent
+/// could not use.
+fn widened<T>(mine: Option<usize>, other: Option<usize>, f: impl FnOnce() -> T) -> T {
+    let (Some(a), Some(b)) = (mine, other) else {
+        return f();
+    };
+    // SAFETY: `set` is a plain bit set that CPU_ZERO/CPU_SET initialise, and
+    // sched_setaffinity only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(a, &mut set);
+        libc::CPU_SET(b, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+    let out = f();
+    pin(mine);
+    out
+}
+
+/// A poll thread on `core` over one no-op engine, idling as `idle`, and its handle.
+fn poll_thread(core: Option<usize>, idle: Idle) -> (PollThread<64>, Handle<64>) {
     let config = PollerConfig {
-        core: other,
-        idle: Idle::Spin,
+        core,
+        idle,
         ..PollerConfig::default()
     };
     let factory = || -> vqp_host::Result<Stack<NoopQp, NoopCq, 1, 64, 64, 128, 1, 32>> {
@@ -179,42 +260,45 @@ fn bench_handoff(c: &mut Criterion) {
         Ok(Stack::new(vcq, vec![vqp]))
     };
     let (poller, mut hs) = PollThread::<64>::spawn(config, 1, factory).expect("poll thread");
-    let mut h = hs.pop().expect("one handle");
-    // A poll thread that sleeps as soon as it has nothing to do (`Idle::Block` with no
-    // spins), started now: a thread inherits its parent's affinity, and this one is
-    // pinned next.
-    let sleepy = PollerConfig {
-        core: other,
-        idle: Idle::Block {
-            spins: 0,
-            timeout: Duration::from_millis(100),
-        },
-        ..PollerConfig::default()
-    };
-    let (sleeper, mut hs) = PollThread::<64>::spawn(sleepy, 1, factory).expect("poll thread");
-    let hs_sleeper = hs.pop().expect("one handle");
-    pin(mine);
-    // Warm up, then prove the round trip allocates nothing on either thread.
-    for _ in 0..1000 {
-        round_trip(&mut h, DEPTH);
-    }
-    let allocs = per_run(1000, || round_trip(&mut h, DEPTH));
-    assert_eq!(
-        allocs, 0.0,
-        "the hand-off allocated {allocs} times a round trip"
-    );
+    (poller, hs.pop().expect("one handle"))
+}
 
+fn bench_handoff(c: &mut Criterion) {
+    let (mine, other) = cores();
+    // Each thread on the other core runs alone there: the spinning poll thread is
+    // stopped before its peers are measured.
+    pin(mine);
     for depth in [1, DEPTH] {
         let mut g = c.benchmark_group(format!("hand-off round trip, {depth} in flight"));
         g.throughput(Throughput::Elements(depth as u64));
+        let (poller, mut h) = widened(mine, other, || poll_thread(other, Idle::Spin));
+        // Warm up, then prove the round trip allocates nothing on either thread.
+        for _ in 0..1000 {
+            round_trip(&mut h, depth);
+        }
+        let allocs = per_run(1000, || round_trip(&mut h, depth));
+        assert_eq!(
+            allocs, 0.0,
+            "the hand-off allocated {allocs} times a round trip"
+        );
         g.bench_function("vqp poll thread (Handle, rings)", |b| {
             b.iter(|| round_trip(&mut h, depth))
         });
+        drop(h);
+        poller
+            .drain(Duration::from_secs(5))
+            .expect("poll thread stops");
         let mut peer = ChannelPeer::spawn(other);
         g.bench_function("std::sync::mpsc pair", |b| {
             b.iter(|| peer.round_trip(depth))
         });
         drop(peer);
+        if depth == 1 {
+            let mut floor = PingPong::spawn(other);
+            g.bench_function("floor: one cache line each way, nothing else", |b| {
+                b.iter(|| floor.round_trip())
+            });
+        }
         let (mut vqp, mut vcq) = engine();
         let mut out = [Wc::EMPTY; 32];
         g.bench_function("no hand-off (post and poll on this thread)", |b| {
@@ -231,14 +315,14 @@ fn bench_handoff(c: &mut Criterion) {
         });
         g.finish();
     }
-    drop(h);
-    poller
-        .drain(Duration::from_secs(5))
-        .expect("poll thread stops");
 
-    // The cost of choosing to block: the sleeping poll thread (started with the other
-    // one, asleep meanwhile) must be woken by every request.
-    let (poller, mut h) = (sleeper, hs_sleeper);
+    // The cost of choosing to block: a poll thread that sleeps as soon as it has
+    // nothing to do (`Idle::Block` with no spins) must be woken by every request.
+    let sleepy = Idle::Block {
+        spins: 0,
+        timeout: Duration::from_millis(100),
+    };
+    let (poller, mut h) = widened(mine, other, || poll_thread(other, sleepy));
     let mut g = c.benchmark_group("hand-off round trip, 1 in flight, poll thread asleep");
     g.throughput(Throughput::Elements(1));
     g.bench_function(
