@@ -427,11 +427,14 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             *budget -= left as u32;
         }
-        // One copy of the staging loop per signaling, each with its runs known.
-        if self.cfg.signaling == Signaling::LastOfChain {
-            self.stage_spread::<true>(&req, max);
-        } else {
-            self.stage_spread::<false>(&req, max);
+        // One copy of the staging loop per signaling, each with its runs known, and
+        // per lane bookkeeping: plain round-robin keeps no per-run figures.
+        let plain = !(self.lanes[0].weigh || self.lanes[0].track);
+        match (self.cfg.signaling == Signaling::LastOfChain, plain) {
+            (true, true) => self.stage_spread::<true, true>(&req, max),
+            (true, false) => self.stage_spread::<true, false>(&req, max),
+            (false, true) => self.stage_spread::<false, true>(&req, max),
+            (false, false) => self.stage_spread::<false, false>(&req, max),
         }
         true
     }
@@ -450,7 +453,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// QP `(next_lane + k) mod n` exactly as one-by-one round-robin would place
     /// them. The caller checked that every QP has room for its share and that the
     /// DQPLB budget covers them.
-    fn stage_spread<const MERGE: bool>(&mut self, s: &Spread, max: u32) {
+    fn stage_spread<const MERGE: bool, const PLAIN: bool>(&mut self, s: &Spread, max: u32) {
         let n = self.lanes.len() as u64;
         let at = Layout::of(self.send.get(s.id), self.send_seq);
         let (first, left) = (at.first, at.count - at.first);
@@ -467,7 +470,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             let share = (whole + u64::from(k < extra)) as u32;
             let ends = k == last_k;
-            self.stage_share::<MERGE>(s, &at, l as usize, first + k, share, n, ends, max);
+            self.stage_share::<MERGE, PLAIN>(s, &at, l as usize, first + k, share, n, ends, max);
         }
         self.next_lane = ((start + left) % n) as u32;
         self.spread_done(s, left);
@@ -481,7 +484,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// staging.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn stage_share<const MERGE: bool>(
+    fn stage_share<const MERGE: bool, const PLAIN: bool>(
         &mut self,
         s: &Spread,
         at: &Layout,
@@ -511,7 +514,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let stride = d * step;
         let lane = &mut self.lanes[l];
         let shared = s.wqe(l as u64, keys, 0, step as u32, run_seq, false);
-        let run = lane.stage_run(
+        let run = lane.stage_run::<PLAIN>(
             s.id,
             run_seq,
             seq_step,
@@ -541,7 +544,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             let len = plan.fragment(0).1;
             let w = &mut run[0];
             (w.addr, w.remote_addr, w.len) = (s.local, s.remote, len);
-            lane.mend_len(0, share, MERGE, step as u32, len);
+            lane.mend_len::<PLAIN>(0, share, MERGE, step as u32, len);
         }
         if ends {
             let len = plan.fragment(count - 1).1;
@@ -552,7 +555,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 let seq = base_seq.add((count - 1 - first) as u32);
                 (w.flags, w.imm_data) = (s.last_flags, Imm::new(seq, true).to_wire());
             }
-            lane.mend_len(share - 1, share, MERGE, step as u32, len);
+            lane.mend_len::<PLAIN>(share - 1, share, MERGE, step as u32, len);
         }
         self.staged |= 1 << l;
         if !lane.has_room(max) {
@@ -625,9 +628,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             used |= 1 << l;
             let ends = i + u64::from(k) == at.count;
             if self.cfg.signaling == Signaling::LastOfChain {
-                self.stage_share::<true>(&req, &at, l, i, k, 1, ends, max);
+                self.stage_share::<true, false>(&req, &at, l, i, k, 1, ends, max);
             } else {
-                self.stage_share::<false>(&req, &at, l, i, k, 1, ends, max);
+                self.stage_share::<false, false>(&req, &at, l, i, k, 1, ends, max);
             }
             i += u64::from(k);
         }

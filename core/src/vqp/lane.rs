@@ -145,7 +145,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         len: u32,
         fragment: u32,
     ) -> &mut SendWqe {
-        &mut self.stage_run(id, seq, 0, 1, merge, len, (fragment, 1))[0]
+        &mut self.stage_run::<false>(id, seq, 0, 1, merge, len, (fragment, 1))[0]
     }
 
     /// End the open run: what is staged next starts a run of its own.
@@ -164,7 +164,18 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// WQE `j` of the `count` just staged by [`Self::stage_run`] (with `merge` as
     /// given there) carries `len` bytes rather than the `each` it was staged with.
     #[inline]
-    pub fn mend_len(&mut self, j: u32, count: u32, merge: bool, each: u32, len: u32) {
+    pub fn mend_len<const PLAIN: bool>(
+        &mut self,
+        j: u32,
+        count: u32,
+        merge: bool,
+        each: u32,
+        len: u32,
+    ) {
+        if PLAIN {
+            self.stats.bytes = self.stats.bytes + u64::from(len) - u64::from(each);
+            return;
+        }
         let back = self.runs_head + self.runs_len - 1;
         let run = if merge { back } else { back - (count - 1 - j) };
         let run = &mut self.runs[run as usize % D];
@@ -185,10 +196,12 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// without, a run each (every WQE signaled). `seq` is the DQPLB sequence number
     /// of the first, each next one `step` later; each carries `each` bytes (see
     /// [`Self::mend_len`] for one that does not); `(first, stride)`: they are the
-    /// request's fragments `first`, `first + stride`, ….
+    /// request's fragments `first`, `first + stride`, …. `PLAIN`: the lane neither
+    /// weighs its load nor tracks fragments (round-robin without re-dispatch), so only
+    /// its byte count is kept and runs carry no fragment or byte figures.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    pub fn stage_run(
+    pub fn stage_run<const PLAIN: bool>(
         &mut self,
         id: u64,
         seq: Seq,
@@ -199,11 +212,32 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         (first, stride): (u32, u32),
     ) -> &mut [SendWqe] {
         debug_assert!(self.outstanding as usize + count as usize <= D && !self.failed);
+        debug_assert!(!PLAIN || !(self.weigh || self.track));
         let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
         let bytes = u64::from(count) * u64::from(each);
-        self.bytes_out = self.bytes_out.wrapping_add(bytes);
         self.stats.bytes += bytes;
         let open = merge && self.open_run && self.runs[back].id == id;
+        if PLAIN {
+            if open {
+                self.runs[back].count += count;
+            } else {
+                let (runs, per_run) = if merge { (1, count) } else { (count, 1) };
+                for j in 0..runs {
+                    self.push_run(Run {
+                        id,
+                        count: per_run,
+                        seq: seq.add(j * step),
+                        ..Run::EMPTY
+                    });
+                }
+            }
+            self.open_run = true;
+            self.outstanding += count;
+            let at = self.staged_len as usize;
+            self.staged_len += count;
+            return &mut self.staged[at..at + count as usize];
+        }
+        self.bytes_out = self.bytes_out.wrapping_add(bytes);
         if open && self.joins(back, (first, stride), count) {
             let run = &mut self.runs[back];
             if run.count == 1 && self.track {
