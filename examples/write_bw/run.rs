@@ -85,6 +85,9 @@ pub fn link(
     let dev = &devs[0];
     let mut settings = Settings::new(cfg, p.qps);
     settings.weights_from_ports = stripe.weights.is_none();
+    // With --failover the client replaces failed QPs: a peer that cannot answer is
+    // refused at card exchange, not found out at the first failure.
+    settings.fail_back = p.failover;
     settings.port = dev.ib_port;
     settings.gid_index = dev.gid_index;
     let pds: Vec<_> = devs.iter().map(|d| &d.pd).collect();
