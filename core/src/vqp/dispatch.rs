@@ -540,21 +540,28 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         // A first fragment shortened by the alignment starts at the request's
         // start; the last one may be shorter and ends the request.
-        if i == 0 && origin != 0 {
+        let head = (i == 0 && origin != 0).then(|| {
             let len = plan.fragment(0).1;
             let w = &mut run[0];
             (w.addr, w.remote_addr, w.len) = (s.local, s.remote, len);
-            lane.mend_len::<PLAIN>(0, share, MERGE, step as u32, len);
-        }
-        if ends {
+            len
+        });
+        let tail = ends.then(|| {
             let len = plan.fragment(count - 1).1;
-            let w = &mut lane.staged_tail(share)[share as usize - 1];
+            let w = &mut run[share as usize - 1];
             w.len = len;
             if s.dqplb_imm {
                 // What `Spread::wqe` gives a last fragment, mended in place.
                 let seq = base_seq.add((count - 1 - first) as u32);
                 (w.flags, w.imm_data) = (s.last_flags, Imm::new(seq, true).to_wire());
             }
+            len
+        });
+        // The byte counts follow the lengths mended above.
+        if let Some(len) = head {
+            lane.mend_len::<PLAIN>(0, share, MERGE, step as u32, len);
+        }
+        if let Some(len) = tail {
             lane.mend_len::<PLAIN>(share - 1, share, MERGE, step as u32, len);
         }
         self.staged |= 1 << l;

@@ -13,7 +13,7 @@ use core::fmt;
 
 use super::complete::credit_data;
 use super::dispatch::{after, pick, Spread};
-use super::lane::Run;
+use super::lane::Taken;
 use super::VirtualQp;
 use crate::phys::PhysQp;
 use crate::wr::{SendFlags, WcStatus};
@@ -279,11 +279,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     }
 }
 
-impl Run {
+impl Taken {
     /// The run less its first `done` fragments.
-    fn after(self, done: u32) -> Run {
+    fn after(self, done: u32) -> Taken {
         let skip = done.wrapping_mul(self.stride);
-        Run {
+        Taken {
             count: self.count - done,
             first: self.first.wrapping_add(skip),
             seq: self.seq.add(skip),

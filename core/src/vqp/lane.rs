@@ -12,7 +12,8 @@ use crate::vqp::config::Signaling;
 use crate::wr::{SendFlags, WcStatus};
 use crate::wrid::id_before;
 
-/// WQEs of one virtual request, consecutive on one QP.
+/// WQEs of one virtual request, consecutive on one QP. 16 bytes: what every policy
+/// needs; the rest is in [`RunFigures`], beside it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Run {
     pub id: u64,
@@ -21,13 +22,6 @@ pub(crate) struct Run {
     /// an older number (a numbered request's fragment `f` here carries
     /// `seq + (f − first)`).
     pub seq: Seq,
-    /// The request's fragment index of its first WQE, and the step between its
-    /// fragments: what re-dispatch re-posts when the QP fails (kept exact only when
-    /// the lane tracks them).
-    pub first: u32,
-    pub stride: u32,
-    /// Bytes its WQEs carry.
-    pub bytes: u64,
 }
 
 impl Run {
@@ -35,10 +29,39 @@ impl Run {
         id: 0,
         count: 0,
         seq: Seq::new(0),
+    };
+}
+
+/// What a lane that weighs its load or tracks fragments keeps of each run, at the
+/// run's index in a second array: plain round-robin never writes them (they stay
+/// [`RunFigures::EMPTY`]), so its runs stay 16 bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunFigures {
+    /// The request's fragment index of the run's first WQE, and the step between its
+    /// fragments: what re-dispatch re-posts when the QP fails (kept exact only when
+    /// the lane tracks them).
+    pub first: u32,
+    pub stride: u32,
+    /// Bytes its WQEs carry (kept when the lane weighs its load).
+    pub bytes: u64,
+}
+
+impl RunFigures {
+    const EMPTY: Self = Self {
         first: 0,
         stride: 1,
         bytes: 0,
     };
+}
+
+/// A run a failed QP gave up, with its fragments: what re-dispatch posts again.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Taken {
+    pub id: u64,
+    pub count: u32,
+    pub seq: Seq,
+    pub first: u32,
+    pub stride: u32,
 }
 
 /// Per-QP counters, for tests, benches and monitoring.
@@ -63,6 +86,8 @@ pub(crate) struct Lane<Q, const D: usize> {
     /// Runs staged or in flight, oldest first, in `runs[(runs_head + i) % D]` for
     /// `i < runs_len`; their counts sum to `outstanding`, so `runs_len ≤ D`.
     runs: [Run; D],
+    /// `runs`' figures, at the same indices (written by lanes that weigh or track).
+    figures: [RunFigures; D],
     runs_head: u32,
     runs_len: u32,
     /// Send WQEs staged or in flight, never above the configured maximum (≤ D).
@@ -111,6 +136,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             qp,
             device,
             runs: [Run::EMPTY; D],
+            figures: [RunFigures::EMPTY; D],
             runs_head: 0,
             runs_len: 0,
             outstanding: 0,
@@ -154,13 +180,6 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         self.open_run = false;
     }
 
-    /// The last `count` WQEs staged, to mend in place.
-    #[inline]
-    pub fn staged_tail(&mut self, count: u32) -> &mut [SendWqe] {
-        let end = self.staged_len as usize;
-        &mut self.staged[end - count as usize..end]
-    }
-
     /// WQE `j` of the `count` just staged by [`Self::stage_run`] (with `merge` as
     /// given there) carries `len` bytes rather than the `each` it was staged with.
     #[inline]
@@ -178,7 +197,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         }
         let back = self.runs_head + self.runs_len - 1;
         let run = if merge { back } else { back - (count - 1 - j) };
-        let run = &mut self.runs[run as usize % D];
+        let run = &mut self.figures[run as usize % D];
         run.bytes = run.bytes + u64::from(len) - u64::from(each);
         self.bytes_out = self.bytes_out + u64::from(len) - u64::from(each);
         self.stats.bytes = self.stats.bytes + u64::from(len) - u64::from(each);
@@ -227,7 +246,6 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
                         id,
                         count: per_run,
                         seq: seq.add(j * step),
-                        ..Run::EMPTY
                     });
                 }
             }
@@ -239,12 +257,12 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         }
         self.bytes_out = self.bytes_out.wrapping_add(bytes);
         if open && self.joins(back, (first, stride), count) {
-            let run = &mut self.runs[back];
-            if run.count == 1 && self.track {
-                run.stride = first.wrapping_sub(run.first);
+            let fig = &mut self.figures[back];
+            if self.runs[back].count == 1 && self.track {
+                fig.stride = first.wrapping_sub(fig.first);
             }
-            run.count += count;
-            run.bytes += bytes;
+            fig.bytes += bytes;
+            self.runs[back].count += count;
         } else {
             if open {
                 // A run of the same request that does not continue the open one (its
@@ -256,14 +274,18 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             }
             let (runs, per_run) = if merge { (1, count) } else { (count, 1) };
             for j in 0..runs {
-                self.push_run(Run {
-                    id,
-                    count: per_run,
-                    seq: seq.add(j * step),
-                    first: first.wrapping_add(j * stride),
-                    stride,
-                    bytes: u64::from(per_run) * u64::from(each),
-                });
+                self.push_run_with(
+                    Run {
+                        id,
+                        count: per_run,
+                        seq: seq.add(j * step),
+                    },
+                    RunFigures {
+                        first: first.wrapping_add(j * stride),
+                        stride,
+                        bytes: u64::from(per_run) * u64::from(each),
+                    },
+                );
             }
         }
         self.open_run = true;
@@ -281,14 +303,14 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         if !self.track {
             return true;
         }
-        let run = &self.runs[back];
-        let step = if run.count == 1 {
-            first.wrapping_sub(run.first)
+        let (fig, n) = (&self.figures[back], self.runs[back].count);
+        let step = if n == 1 {
+            first.wrapping_sub(fig.first)
         } else {
-            run.stride
+            fig.stride
         };
         step != 0
-            && first == run.first.wrapping_add(run.count.wrapping_mul(step))
+            && first == fig.first.wrapping_add(n.wrapping_mul(step))
             && (count == 1 || stride == step)
     }
 
@@ -298,6 +320,13 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     fn push_run(&mut self, run: Run) {
         self.runs[(self.runs_head + self.runs_len) as usize % D] = run;
         self.runs_len += 1;
+    }
+
+    /// [`Self::push_run`] with the run's figures.
+    #[inline]
+    fn push_run_with(&mut self, run: Run, figures: RunFigures) {
+        self.figures[(self.runs_head + self.runs_len) as usize % D] = figures;
+        self.push_run(run);
     }
 
     /// Room for `count` more send WQEs under `max` (and the QP healthy).
@@ -311,12 +340,14 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         (self.runs_len != 0).then(|| &self.runs[self.runs_head as usize % D])
     }
 
+    /// The oldest run and its figures, forgotten.
     #[inline]
-    fn pop_front(&mut self) -> Option<Run> {
+    fn pop_front(&mut self) -> Option<(Run, RunFigures)> {
         let run = *self.front()?;
+        let figures = self.figures[self.runs_head as usize % D];
         self.runs_head = (self.runs_head + 1) % D as u32;
         self.runs_len -= 1;
-        Some(run)
+        Some((run, figures))
     }
 
     /// Post this round's chain with one call. On a refusal the lane is broken: every
@@ -358,16 +389,18 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     ) -> Result<(), PostFailure> {
         debug_assert!((self.outstanding as usize) < D && !self.failed && self.staged_len == 0);
         let bytes = u64::from(wqe.len);
-        self.push_run(Run {
-            id,
-            count: 1,
-            seq,
-            first: 0,
-            stride: 1,
-            bytes,
-        });
+        let run = Run { id, count: 1, seq };
+        if self.weigh || self.track {
+            let figures = RunFigures {
+                bytes,
+                ..RunFigures::EMPTY
+            };
+            self.push_run_with(run, figures);
+            self.bytes_out = self.bytes_out.wrapping_add(bytes);
+        } else {
+            self.push_run(run);
+        }
         self.outstanding += 1;
-        self.bytes_out = self.bytes_out.wrapping_add(bytes);
         self.stats.bytes += bytes;
         wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
         let result = self.qp.post_send(core::slice::from_ref(wqe));
@@ -404,7 +437,8 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         if self.runs_len == 0 || !status.is_ok() || self.failed {
             return None;
         }
-        let front = self.runs[self.runs_head as usize % D];
+        let at = self.runs_head as usize % D;
+        let front = self.runs[at];
         if front.id & crate::wrid::ID_MASK != id {
             return None;
         }
@@ -413,7 +447,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         self.runs_len -= 1;
         self.outstanding -= front.count;
         if self.weigh {
-            self.bytes_out -= front.bytes;
+            self.bytes_out -= self.figures[at].bytes;
             self.idled |= self.outstanding == 0;
         }
         Some((front.id, front.count))
@@ -460,9 +494,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         } else {
             WcStatus::SUCCESS
         };
-        while let Some(run) = self.pop_front() {
+        while let Some((run, figures)) = self.pop_front() {
             self.outstanding -= run.count;
-            self.bytes_out = self.bytes_out.wrapping_sub(run.bytes);
+            self.bytes_out = self.bytes_out.wrapping_sub(figures.bytes);
             let matched = run.id & crate::wrid::ID_MASK == id;
             credit(run.id, run.count, if matched { status } else { earlier });
             if matched {
@@ -487,9 +521,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
                 if run.id & crate::wrid::ID_MASK == id {
                     break;
                 }
-                self.pop_front();
+                let figures = self.pop_front().map_or(RunFigures::EMPTY, |(_, f)| f);
                 self.outstanding -= run.count;
-                self.bytes_out = self.bytes_out.wrapping_sub(run.bytes);
+                self.bytes_out = self.bytes_out.wrapping_sub(figures.bytes);
                 credit(run.id, run.count, WcStatus::SUCCESS);
             }
         }
@@ -503,9 +537,15 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
 
     /// Hand every run to `f`, oldest first, and forget them: the QP failed and its
     /// runs are to be posted again elsewhere.
-    pub fn take_runs(&mut self, f: &mut impl FnMut(Run)) {
-        while let Some(run) = self.pop_front() {
-            f(run);
+    pub fn take_runs(&mut self, f: &mut impl FnMut(Taken)) {
+        while let Some((run, figures)) = self.pop_front() {
+            f(Taken {
+                id: run.id,
+                count: run.count,
+                seq: run.seq,
+                first: figures.first,
+                stride: figures.stride,
+            });
         }
         self.outstanding = 0;
         self.bytes_out = 0;
@@ -532,7 +572,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
 
     /// Credit every run with `status` and forget them.
     pub fn drain(&mut self, status: WcStatus, credit: &mut impl FnMut(u64, u32, WcStatus)) {
-        while let Some(run) = self.pop_front() {
+        while let Some((run, _)) = self.pop_front() {
             credit(run.id, run.count, status);
         }
         self.outstanding = 0;

@@ -84,7 +84,7 @@ pub struct VirtualQp<
     /// Round-robin over every data QP: a request's shares may be staged in one go.
     even: bool,
     /// Runs failed data QPs left, to post again on the others.
-    redo: Deque<lane::Run, W>,
+    redo: Deque<lane::Taken, W>,
     /// Whether every data QP has failed, and since when.
     hold: failover::Hold,
     /// What re-dispatch survived.
