@@ -12,7 +12,7 @@ use loom::sync::Arc;
 use loom::thread;
 use stable_deref_trait::{CloneStableDeref, StableDeref};
 
-use vqp_core::ring::{Consumer, PopError, Producer, PushError, Ring};
+use vqp_core::ring::{Consumer, PopError, Producer, PushError, Ring, Stamp, Stamped, Unstamped};
 
 /// loom's `Arc`, made acceptable to [`Ring::try_split`].
 struct Shared<R>(Arc<R>);
@@ -36,20 +36,26 @@ unsafe impl<R> StableDeref for Shared<R> {}
 // SAFETY: clones of an `Arc` point at the same allocation.
 unsafe impl<R> CloneStableDeref for Shared<R> {}
 
-type Handles<T, const N: usize> = (Producer<Shared<Ring<T, N>>>, Consumer<Shared<Ring<T, N>>>);
+type Handles<T, const N: usize, S = Unstamped> = (
+    Producer<Shared<Ring<T, N, S>>>,
+    Consumer<Shared<Ring<T, N, S>>>,
+);
 
-fn split<T, const N: usize>(ring: Ring<T, N>) -> Handles<T, N> {
+fn split<T, const N: usize, S: Stamp>(ring: Ring<T, N, S>) -> Handles<T, N, S> {
     Ring::try_split(Shared(Arc::new(ring))).unwrap()
 }
 
-fn push_spinning<T, const N: usize>(tx: &mut Producer<Shared<Ring<T, N>>>, mut value: T) {
+fn push_spinning<T, const N: usize, S: Stamp>(
+    tx: &mut Producer<Shared<Ring<T, N, S>>>,
+    mut value: T,
+) {
     while let Err(PushError::Full(back)) = tx.push(value) {
         value = back;
         thread::yield_now();
     }
 }
 
-fn pop_spinning<T, const N: usize>(rx: &mut Consumer<Shared<Ring<T, N>>>) -> T {
+fn pop_spinning<T, const N: usize, S: Stamp>(rx: &mut Consumer<Shared<Ring<T, N, S>>>) -> T {
     loop {
         match rx.pop() {
             Ok(value) => return value,
@@ -60,8 +66,18 @@ fn pop_spinning<T, const N: usize>(rx: &mut Consumer<Shared<Ring<T, N>>>) -> T {
 
 #[test]
 fn push_pop_wraps_around_slots_and_indices() {
+    push_pop_wraps::<Unstamped>();
+}
+
+/// The same with stamps: each item is found by its slot's stamp, across the wrap.
+#[test]
+fn stamped_push_pop_wraps_around_slots_and_indices() {
+    push_pop_wraps::<Stamped>();
+}
+
+fn push_pop_wraps<S: Stamp + Send + Sync + 'static>() {
     loom::model(|| {
-        let (mut tx, mut rx) = split(Ring::<usize, 2>::starting_at(usize::MAX - 1));
+        let (mut tx, mut rx) = split(Ring::<usize, 2, S>::starting_at(usize::MAX - 1));
         let producer = thread::spawn(move || {
             for i in 0..4 {
                 push_spinning(&mut tx, i);
@@ -77,8 +93,17 @@ fn push_pop_wraps_around_slots_and_indices() {
 
 #[test]
 fn full_and_empty_are_never_wrong() {
+    full_and_empty::<Unstamped>();
+}
+
+#[test]
+fn stamped_full_and_empty_are_never_wrong() {
+    full_and_empty::<Stamped>();
+}
+
+fn full_and_empty<S: Stamp + Send + Sync + 'static>() {
     loom::model(|| {
-        let (mut tx, mut rx) = split(Ring::<usize, 2>::new());
+        let (mut tx, mut rx) = split(Ring::<usize, 2, S>::new());
         let producer = thread::spawn(move || {
             // Three tries into two slots: the third succeeds only if the consumer freed one.
             let mut pushed = 0;
@@ -106,8 +131,18 @@ fn full_and_empty_are_never_wrong() {
 
 #[test]
 fn batches_cross_threads_in_order() {
+    batches_cross::<Unstamped>();
+}
+
+/// Batches through a stamped ring, whose single pops may run ahead of `tail`.
+#[test]
+fn stamped_batches_cross_threads_in_order() {
+    batches_cross::<Stamped>();
+}
+
+fn batches_cross<S: Stamp + Send + Sync + 'static>() {
     loom::model(|| {
-        let (mut tx, mut rx) = split(Ring::<u8, 4>::starting_at(usize::MAX - 2));
+        let (mut tx, mut rx) = split(Ring::<u8, 4, S>::starting_at(usize::MAX - 2));
         let producer = thread::spawn(move || {
             let items = [0, 1, 2, 3, 4, 5];
             let mut sent = 0;
@@ -119,8 +154,18 @@ fn batches_cross_threads_in_order() {
         let mut received = Vec::new();
         let mut buf = [0u8; 3];
         while received.len() < 6 {
-            let n = rx.pop_slice(&mut buf);
-            received.extend_from_slice(&buf[..n]);
+            // A single pop, then a batch: in a stamped ring the pop may take an item
+            // whose `tail` the producer has not published yet.
+            let n = if received.len() == 1 {
+                rx.pop().map_or(0, |v| {
+                    received.push(v);
+                    1
+                })
+            } else {
+                let n = rx.pop_slice(&mut buf);
+                received.extend_from_slice(&buf[..n]);
+                n
+            };
             if n == 0 {
                 thread::yield_now();
             }

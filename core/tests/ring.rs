@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use vqp_core::ring::{Consumer, PopError, Producer, PushError, Ring, SplitError};
+use vqp_core::ring::{
+    Consumer, PopError, Producer, PushError, Ring, SplitError, Stamp, Stamped, Unstamped,
+};
 
 #[test]
 fn push_then_pop_is_fifo() {
@@ -106,8 +108,18 @@ fn errors_display_and_debug() {
 
 #[test]
 fn streams_between_threads_through_an_arc() {
+    stream::<Unstamped>();
+}
+
+/// The same through a stamped ring, whose single pops find items by their stamps.
+#[test]
+fn streams_between_threads_through_a_stamped_ring() {
+    stream::<Stamped>();
+}
+
+fn stream<S: Stamp + Send + Sync + 'static>() {
     const COUNT: u64 = 200_000;
-    let ring = Arc::new(Ring::<u64, 16>::new());
+    let ring = Arc::new(Ring::<u64, 16, S>::new());
     let (mut tx, mut rx) = Ring::try_split(ring).unwrap();
     let consumer = std::thread::spawn(move || {
         let mut expected = 0;

@@ -4,7 +4,7 @@ use core::fmt;
 use core::iter::FusedIterator;
 use core::ops::Deref;
 
-use super::{PopError, Ring};
+use super::{PopError, Ring, Stamp};
 use crate::sync::Ordering;
 
 /// The only handle that can pop from a [`Ring`].
@@ -29,9 +29,9 @@ pub struct Consumer<P> {
     cached_tail: usize,
 }
 
-impl<T, const N: usize, P> Consumer<P>
+impl<T, const N: usize, S: Stamp, P> Consumer<P>
 where
-    P: Deref<Target = Ring<T, N>>,
+    P: Deref<Target = Ring<T, N, S>>,
 {
     /// Creates the handle; `head` and `tail` are the ring's current indices.
     #[inline]
@@ -39,7 +39,7 @@ where
         Self {
             ring,
             head,
-            release_at: head.wrapping_add(Ring::<T, N>::RELEASE_BATCH),
+            release_at: head.wrapping_add(Ring::<T, N, S>::RELEASE_BATCH),
             cached_tail: tail,
         }
     }
@@ -68,17 +68,30 @@ where
     #[inline]
     pub fn pop(&mut self) -> Result<T, PopError> {
         let head = self.head;
-        if head == self.cached_tail && self.refresh_tail() == 0 {
-            self.release_if_held();
-            return Err(PopError::Empty);
+        if head == self.cached_tail {
+            let pushed = if S::KEPT {
+                // The stamp is on the item's line: waiting for an item reads that line
+                // alone. Acquire pairs with the producer's Release store of the stamp.
+                self.ring.slot(head).stamp.get() == head.wrapping_add(1)
+            } else {
+                self.refresh_tail() != 0
+            };
+            if !pushed {
+                self.release_if_held();
+                return Err(PopError::Empty);
+            }
+            if S::KEPT {
+                self.cached_tail = head.wrapping_add(1);
+            }
         }
         debug_assert!(self.cached_tail.wrapping_sub(head) <= N);
-        let value = self.ring.slot(head).with(|slot| {
+        let value = self.ring.slot(head).item.with(|item| {
             // SAFETY: `head` is in `head..cached_tail`, so the slot holds an initialised item
-            // that the producer's Release store of `tail` made visible to our Acquire load;
-            // the producer will not touch it until `released` is published past it, which
-            // comes after this read; `head` moves past it below, so it is moved out once.
-            unsafe { slot.cast::<T>().read() }
+            // that the producer's Release store of its stamp or of `tail` made visible to
+            // our Acquire load; the producer will not touch it until `released` is
+            // published past it, which comes after this read; `head` moves past it below,
+            // so it is moved out once.
+            unsafe { item.cast::<T>().read() }
         });
         self.advance(head.wrapping_add(1));
         Ok(value)
@@ -120,15 +133,15 @@ where
         }
         let (first, second) = self.ring.slot_runs(head, n);
         let (items_first, items_second) = items[..n].split_at_mut(first.len());
-        for (cell, item) in first.iter().zip(items_first) {
+        for (slot, item) in first.iter().zip(items_first) {
             // SAFETY: the `n <= held` slots from `head` on are in `head..tail`: initialised,
             // published to us by the producer's Release store of `tail`, and ours until we
             // publish `released` past them. `T: Copy`, so copying leaves nothing to drop.
-            *item = cell.with(|slot| unsafe { slot.cast::<T>().read() });
+            *item = slot.item.with(|cell| unsafe { cell.cast::<T>().read() });
         }
-        for (cell, item) in second.iter().zip(items_second) {
+        for (slot, item) in second.iter().zip(items_second) {
             // SAFETY: as above; these are the same run continued at the start of storage.
-            *item = cell.with(|slot| unsafe { slot.cast::<T>().read() });
+            *item = slot.item.with(|cell| unsafe { cell.cast::<T>().read() });
         }
         self.record_head(head.wrapping_add(n));
         self.release();
@@ -171,10 +184,15 @@ where
     #[inline]
     #[must_use]
     pub fn len(&self) -> usize {
-        // Acquire pairs with the producer's Release store of `tail`, like in `pop`.
+        // Acquire pairs with the producer's Release store of `tail`, like in
+        // `pop_slice`. In a stamped ring `tail` may be behind us for a moment (items
+        // popped by their stamps before the producer published `tail` past them): none.
         let tail = self.ring.tail.load(Ordering::Acquire);
         let len = tail.wrapping_sub(self.head);
-        debug_assert!(len <= N);
+        if len > N {
+            debug_assert!(S::KEPT && self.head.wrapping_sub(tail) <= N);
+            return 0;
+        }
         len
     }
 
@@ -214,9 +232,19 @@ where
     fn refresh_tail(&mut self) -> usize {
         // Acquire pairs with the producer's Release store of `tail` after it wrote the
         // slots, so their contents are visible to the reads that follow.
-        self.cached_tail = self.ring.tail.load(Ordering::Acquire);
-        let held = self.cached_tail.wrapping_sub(self.head);
-        debug_assert!(held <= N, "tail ran more than N past head");
+        let tail = self.ring.tail.load(Ordering::Acquire);
+        let held = tail.wrapping_sub(self.head);
+        if held > N {
+            // A stamped ring's `tail` behind us: we popped items by their stamps, which
+            // the producer stores before it publishes `tail` past them.
+            debug_assert!(
+                S::KEPT && self.head.wrapping_sub(tail) <= N,
+                "tail out of range"
+            );
+            self.cached_tail = self.head;
+            return 0;
+        }
+        self.cached_tail = tail;
         held
     }
 
@@ -230,7 +258,7 @@ where
             self.release();
         }
         debug_assert!(
-            self.release_at.wrapping_sub(head).wrapping_sub(1) < Ring::<T, N>::RELEASE_BATCH
+            self.release_at.wrapping_sub(head).wrapping_sub(1) < Ring::<T, N, S>::RELEASE_BATCH
         );
     }
 
@@ -254,7 +282,7 @@ where
     /// are held, at most a quarter of the ring, so it sees three quarters free or more.)
     #[inline(always)]
     fn release_if_held(&mut self) {
-        if self.release_at.wrapping_sub(Ring::<T, N>::RELEASE_BATCH) != self.head {
+        if self.release_at.wrapping_sub(Ring::<T, N, S>::RELEASE_BATCH) != self.head {
             self.release();
         }
     }
@@ -264,9 +292,9 @@ where
     fn release(&mut self) {
         debug_assert_eq!(
             self.ring.released.load(Ordering::Relaxed),
-            self.release_at.wrapping_sub(Ring::<T, N>::RELEASE_BATCH)
+            self.release_at.wrapping_sub(Ring::<T, N, S>::RELEASE_BATCH)
         );
-        self.release_at = self.head.wrapping_add(Ring::<T, N>::RELEASE_BATCH);
+        self.release_at = self.head.wrapping_add(Ring::<T, N, S>::RELEASE_BATCH);
         // Release pairs with the producer's Acquire load of `released`: our reads of the
         // slots, this pop's and the earlier ones' not handed back yet, happen before it
         // overwrites them.
@@ -274,9 +302,9 @@ where
     }
 }
 
-impl<T, const N: usize, P> fmt::Debug for Consumer<P>
+impl<T, const N: usize, S: Stamp, P> fmt::Debug for Consumer<P>
 where
-    P: Deref<Target = Ring<T, N>>,
+    P: Deref<Target = Ring<T, N, S>>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Consumer")
@@ -297,9 +325,9 @@ pub struct PopIter<'a, P> {
     end: usize,
 }
 
-impl<T, const N: usize, P> Iterator for PopIter<'_, P>
+impl<T, const N: usize, S: Stamp, P> Iterator for PopIter<'_, P>
 where
-    P: Deref<Target = Ring<T, N>>,
+    P: Deref<Target = Ring<T, N, S>>,
 {
     type Item = T;
 
@@ -311,7 +339,7 @@ where
             return None;
         }
         debug_assert!(self.end.wrapping_sub(head) <= N);
-        let value = consumer.ring.slot(head).with(|slot| {
+        let value = consumer.ring.slot(head).item.with(|slot| {
             // SAFETY: `head` is in `head..end`, and `end` is a `tail` we loaded with
             // Acquire, so the slot holds a published, initialised item that the producer
             // leaves alone until `released` passes it (after this read); moving `head` past
@@ -329,13 +357,19 @@ where
     }
 }
 
-impl<T, const N: usize, P> ExactSizeIterator for PopIter<'_, P> where P: Deref<Target = Ring<T, N>> {}
+impl<T, const N: usize, S: Stamp, P> ExactSizeIterator for PopIter<'_, P> where
+    P: Deref<Target = Ring<T, N, S>>
+{
+}
 
-impl<T, const N: usize, P> FusedIterator for PopIter<'_, P> where P: Deref<Target = Ring<T, N>> {}
+impl<T, const N: usize, S: Stamp, P> FusedIterator for PopIter<'_, P> where
+    P: Deref<Target = Ring<T, N, S>>
+{
+}
 
-impl<T, const N: usize, P> fmt::Debug for PopIter<'_, P>
+impl<T, const N: usize, S: Stamp, P> fmt::Debug for PopIter<'_, P>
 where
-    P: Deref<Target = Ring<T, N>>,
+    P: Deref<Target = Ring<T, N, S>>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PopIter")

@@ -57,6 +57,13 @@
 //! a slot handed back therefore cannot overwrite it before the read has finished; until
 //! then it treats the slot as taken, which is safe, only pessimistic.
 //!
+//! A [`Stamped`] ring also publishes each item by a stamp in its slot (`i + 1` for index
+//! `i`, stored with `Release` after the item, before `tail`), and a single pop that has
+//! no item left from an earlier look reads the stamp (`Acquire`) instead of `tail`: one
+//! cache line, the item's, rather than `tail`'s and then the item's. Such a pop can run
+//! ahead of the published `tail` for a moment; batch pops and counts take a `tail`
+//! behind `head` as nothing new. See [`Stamp`] for when to choose it.
+//!
 //! The consumer stores `head` after every pop with `Relaxed`. The code that relies on it
 //! holds the ring exclusively (dropping the ring, splitting it again), and whatever ended
 //! the handles' borrows or threads already ordered their stores before that; it is what
@@ -115,6 +122,7 @@
 mod consumer;
 mod error;
 mod producer;
+mod stamp;
 
 #[cfg(all(test, not(loom)))]
 mod tests;
@@ -125,6 +133,7 @@ use core::mem::MaybeUninit;
 pub use self::consumer::{Consumer, PopIter};
 pub use self::error::{PopError, PushError, SplitError};
 pub use self::producer::Producer;
+pub use self::stamp::{Stamp, Stamped, Unstamped};
 /// The bound on the pointers [`Ring::try_split`] accepts, re-exported from
 /// `stable_deref_trait`: every clone dereferences to the same, stable address.
 pub use stable_deref_trait::CloneStableDeref;
@@ -140,7 +149,7 @@ use crate::sync::{AtomicBool, AtomicUsize, CachePadded, Ordering, UnsafeCell};
 /// ```
 ///
 /// See the [module documentation](self) for how to split it into handles.
-pub struct Ring<T, const N: usize> {
+pub struct Ring<T, const N: usize, S: Stamp = Unstamped> {
     /// Slots below this index are free for the producer; wraps at `usize::MAX + 1`.
     ///
     /// Stored only by the consumer, with `Release`, after it has moved the items below it
@@ -163,7 +172,7 @@ pub struct Ring<T, const N: usize> {
     /// `head..tail` (wrapping). The consumer alone touches the occupied ones, and the
     /// slots in `released..head` until it publishes `released` past them; the producer
     /// alone the others.
-    slots: [UnsafeCell<MaybeUninit<T>>; N],
+    slots: [Slot<T, S>; N],
     /// Set by the first successful [`Ring::try_split`]; never cleared.
     split: AtomicBool,
 }
@@ -172,9 +181,9 @@ pub struct Ring<T, const N: usize> {
 // `&mut self`, `try_split` claims the `split` flag), and they touch disjoint slots, ordered
 // by the `Acquire`/`Release` pairs on `released` and `tail`. Items only move from the
 // producer's thread to the consumer's, which is exactly what `T: Send` allows.
-unsafe impl<T: Send, const N: usize> Sync for Ring<T, N> {}
+unsafe impl<T: Send, const N: usize, S: Stamp> Sync for Ring<T, N, S> {}
 
-impl<T, const N: usize> Ring<T, N> {
+impl<T, const N: usize, S: Stamp> Ring<T, N, S> {
     /// The most pops the consumer makes before it hands their slots back to the producer:
     /// a quarter of the ring, between 1 and 32.
     ///
@@ -225,7 +234,12 @@ impl<T, const N: usize> Ring<T, N> {
             released: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
             head: CachePadded::new(AtomicUsize::new(0)),
-            slots: [const { UnsafeCell::new(MaybeUninit::uninit()) }; N],
+            slots: [const {
+                Slot {
+                    stamp: S::FRESH,
+                    item: UnsafeCell::new(MaybeUninit::uninit()),
+                }
+            }; N],
             split: AtomicBool::new(false),
         }
     }
@@ -244,7 +258,10 @@ impl<T, const N: usize> Ring<T, N> {
             released: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
             head: CachePadded::new(AtomicUsize::new(0)),
-            slots: core::array::from_fn(|_| UnsafeCell::new(MaybeUninit::uninit())),
+            slots: core::array::from_fn(|_| Slot {
+                stamp: S::fresh(),
+                item: UnsafeCell::new(MaybeUninit::uninit()),
+            }),
             split: AtomicBool::new(false),
         }
     }
@@ -256,6 +273,11 @@ impl<T, const N: usize> Ring<T, N> {
     #[doc(hidden)]
     pub fn starting_at(index: usize) -> Self {
         let ring = Self::new();
+        // No slot may look stamped for an index from `index` on before it is pushed:
+        // those expect stamps `index + 1 ..= index + N`.
+        for slot in &ring.slots {
+            slot.stamp.reset(index);
+        }
         ring.released.store(index, Ordering::Relaxed);
         ring.tail.store(index, Ordering::Relaxed);
         ring.head.store(index, Ordering::Relaxed);
@@ -356,7 +378,7 @@ impl<T, const N: usize> Ring<T, N> {
     /// The slot that index `index` lives in. The mask keeps it in bounds, so the compiler
     /// drops the bounds check.
     #[inline(always)]
-    fn slot(&self, index: usize) -> &UnsafeCell<MaybeUninit<T>> {
+    fn slot(&self, index: usize) -> &Slot<T, S> {
         &self.slots[index & (N - 1)]
     }
 
@@ -364,11 +386,7 @@ impl<T, const N: usize> Ring<T, N> {
     /// followed by the wrapped-around rest of `len` from the start of storage.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
-    fn slot_runs(
-        &self,
-        index: usize,
-        len: usize,
-    ) -> (&[UnsafeCell<MaybeUninit<T>>], &[UnsafeCell<MaybeUninit<T>>]) {
+    fn slot_runs(&self, index: usize, len: usize) -> (&[Slot<T, S>], &[Slot<T, S>]) {
         debug_assert!(len <= N);
         let start = index & (N - 1);
         let first = len.min(N - start);
@@ -379,13 +397,23 @@ impl<T, const N: usize> Ring<T, N> {
     }
 }
 
-impl<T, const N: usize> Default for Ring<T, N> {
+/// One slot: its item and, in a [`Stamped`] ring, the stamp that publishes it, side by
+/// side (with [`Unstamped`] the stamp takes no room). The stamp of index `i` is
+/// `i + 1`; a slot's stamps grow by `N` a lap, so an earlier lap's never passes for
+/// the current one.
+#[repr(C)]
+struct Slot<T, S> {
+    stamp: S,
+    item: UnsafeCell<MaybeUninit<T>>,
+}
+
+impl<T, const N: usize, S: Stamp> Default for Ring<T, N, S> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T, const N: usize> fmt::Debug for Ring<T, N> {
+impl<T, const N: usize, S: Stamp> fmt::Debug for Ring<T, N, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let head = self.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Relaxed);
@@ -396,7 +424,7 @@ impl<T, const N: usize> fmt::Debug for Ring<T, N> {
     }
 }
 
-impl<T, const N: usize> Drop for Ring<T, N> {
+impl<T, const N: usize, S: Stamp> Drop for Ring<T, N, S> {
     /// Drops the items that were pushed and never popped.
     fn drop(&mut self) {
         if !core::mem::needs_drop::<T>() {
@@ -408,7 +436,7 @@ impl<T, const N: usize> Drop for Ring<T, N> {
         let tail = self.tail.load(Ordering::Relaxed);
         debug_assert!(tail.wrapping_sub(head) <= N);
         while head != tail {
-            self.slot(head).with_mut(|slot| {
+            self.slot(head).item.with_mut(|slot| {
                 // SAFETY: `head..tail` slots hold initialised items (field invariant) and
                 // each is dropped once, as `head` moves past it; no handle is left to read it.
                 unsafe { slot.cast::<T>().drop_in_place() }

@@ -4,7 +4,7 @@ use core::fmt;
 use core::mem::MaybeUninit;
 use core::ops::Deref;
 
-use super::{PushError, Ring};
+use super::{PushError, Ring, Stamp};
 use crate::sync::Ordering;
 
 /// The only handle that can push into a [`Ring`].
@@ -35,9 +35,9 @@ pub struct Producer<P> {
     cached_released: usize,
 }
 
-impl<T, const N: usize, P> Producer<P>
+impl<T, const N: usize, S: Stamp, P> Producer<P>
 where
-    P: Deref<Target = Ring<T, N>>,
+    P: Deref<Target = Ring<T, N, S>>,
 {
     /// Creates the handle; `released` and `tail` are the ring's current indices.
     #[inline]
@@ -76,13 +76,17 @@ where
             return Err(PushError::Full(value));
         }
         debug_assert!(tail.wrapping_sub(self.cached_released) < N);
-        self.ring.slot(tail).with_mut(|slot| {
+        let slot = self.ring.slot(tail);
+        slot.item.with_mut(|item| {
             // SAFETY: `tail - released < N`, so this slot is outside `released..tail`: the
             // consumer handed it back (its Release store of `released`, which our Acquire
             // load saw, follows its read of the slot) and will not read it again until
-            // `tail` is published past it.
-            unsafe { slot.write(MaybeUninit::new(value)) };
+            // its stamp or `tail` is published past it.
+            unsafe { item.write(MaybeUninit::new(value)) };
         });
+        // A stamped ring publishes the item in its slot first (Release: the write above
+        // is visible to a consumer that sees the stamp).
+        slot.stamp.set(tail.wrapping_add(1));
         self.publish(tail.wrapping_add(1));
         Ok(())
     }
@@ -117,15 +121,22 @@ where
         }
         let (first, second) = self.ring.slot_runs(tail, n);
         let (items_first, items_second) = items[..n].split_at(first.len());
-        for (cell, &item) in first.iter().zip(items_first) {
+        let mut index = tail;
+        for (slot, &item) in first.iter().zip(items_first) {
             // SAFETY: the `n <= free` slots from `tail` on are outside `released..tail`: the
             // consumer handed them back (Release/Acquire on `released`) and will not read
-            // them until `tail` moves past.
-            cell.with_mut(|slot| unsafe { slot.write(MaybeUninit::new(item)) });
+            // them until their stamps or `tail` move past.
+            slot.item
+                .with_mut(|cell| unsafe { cell.write(MaybeUninit::new(item)) });
+            index = index.wrapping_add(1);
+            slot.stamp.set(index);
         }
-        for (cell, &item) in second.iter().zip(items_second) {
+        for (slot, &item) in second.iter().zip(items_second) {
             // SAFETY: as above; these are the same run continued at the start of storage.
-            cell.with_mut(|slot| unsafe { slot.write(MaybeUninit::new(item)) });
+            slot.item
+                .with_mut(|cell| unsafe { cell.write(MaybeUninit::new(item)) });
+            index = index.wrapping_add(1);
+            slot.stamp.set(index);
         }
         self.publish(tail.wrapping_add(n));
         n
@@ -230,9 +241,9 @@ where
     }
 }
 
-impl<T, const N: usize, P> fmt::Debug for Producer<P>
+impl<T, const N: usize, S: Stamp, P> fmt::Debug for Producer<P>
 where
-    P: Deref<Target = Ring<T, N>>,
+    P: Deref<Target = Ring<T, N, S>>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Producer")

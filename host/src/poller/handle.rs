@@ -4,7 +4,7 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
-use vqp_core::ring::{Consumer, Producer, PushError, Ring};
+use vqp_core::ring::{Consumer, Producer, PushError, Ring, Stamped};
 use vqp_core::{RecvWr, SendWr};
 
 use super::msg::{Event, Request};
@@ -85,8 +85,8 @@ impl Shared {
 /// order. A request the virtual QP cannot take yet (backpressure) waits inside the
 /// poll thread, in order; it is never dropped.
 pub struct Handle<const R: usize> {
-    pub(super) requests: Producer<Arc<Ring<Request, R>>>,
-    pub(super) events: Consumer<Arc<Ring<Event, R>>>,
+    pub(super) requests: Producer<Arc<Ring<Request, R, Stamped>>>,
+    pub(super) events: Consumer<Arc<Ring<Event, R, Stamped>>>,
     pub(super) shared: Arc<Shared>,
     pub(super) index: usize,
 }

@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use vqp_core::ring::{Consumer, Producer, PushError, Ring};
+use vqp_core::ring::{Consumer, Producer, PushError, Ring, Stamped};
 use vqp_core::{
     PhysCq, PhysQp, Policy, PostRecvError, PostSendError, VirtualCq, VirtualQp, Wc, WcStatus,
 };
@@ -31,8 +31,8 @@ pub struct PollThread<const R: usize> {
 
 /// The poll thread's end of one handle, and what waits on its behalf.
 struct Lane<const R: usize> {
-    requests: Consumer<Arc<Ring<Request, R>>>,
-    events: Producer<Arc<Ring<Event, R>>>,
+    requests: Consumer<Arc<Ring<Request, R, Stamped>>>,
+    events: Producer<Arc<Ring<Event, R, Stamped>>>,
     /// A request refused for backpressure, retried before anything behind it.
     stalled: Option<Request>,
     /// Events that found the event ring full, oldest first. Capacity reserved at
@@ -122,8 +122,10 @@ impl<const R: usize> PollThread<R> {
             let split = |_| Error::Poller {
                 what: "a fresh ring refused to split",
             };
-            let (rp, rc) = Ring::try_split(Arc::new(Ring::<Request, R>::new())).map_err(split)?;
-            let (ep, ec) = Ring::try_split(Arc::new(Ring::<Event, R>::new())).map_err(split)?;
+            let (rp, rc) =
+                Ring::try_split(Arc::new(Ring::<Request, R, Stamped>::new())).map_err(split)?;
+            let (ep, ec) =
+                Ring::try_split(Arc::new(Ring::<Event, R, Stamped>::new())).map_err(split)?;
             handles.push(Handle {
                 requests: rp,
                 events: ec,
@@ -307,8 +309,8 @@ fn is_backpressure(e: &Refusal) -> bool {
 }
 
 type Ends<const R: usize> = Vec<(
-    Consumer<Arc<Ring<Request, R>>>,
-    Producer<Arc<Ring<Event, R>>>,
+    Consumer<Arc<Ring<Request, R, Stamped>>>,
+    Producer<Arc<Ring<Event, R, Stamped>>>,
 )>;
 
 /// Rounds between two readings of the clock for the adaptive striping policy and
