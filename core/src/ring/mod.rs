@@ -238,6 +238,7 @@ impl<T, const N: usize, S: Stamp> Ring<T, N, S> {
                 Slot {
                     stamp: S::FRESH,
                     item: UnsafeCell::new(MaybeUninit::uninit()),
+                    align: [],
                 }
             }; N],
             split: AtomicBool::new(false),
@@ -261,6 +262,7 @@ impl<T, const N: usize, S: Stamp> Ring<T, N, S> {
             slots: core::array::from_fn(|_| Slot {
                 stamp: S::fresh(),
                 item: UnsafeCell::new(MaybeUninit::uninit()),
+                align: [],
             }),
             split: AtomicBool::new(false),
         }
@@ -402,9 +404,11 @@ impl<T, const N: usize, S: Stamp> Ring<T, N, S> {
 /// `i + 1`; a slot's stamps grow by `N` a lap, so an earlier lap's never passes for
 /// the current one.
 #[repr(C)]
-struct Slot<T, S> {
+struct Slot<T, S: Stamp> {
     stamp: S,
     item: UnsafeCell<MaybeUninit<T>>,
+    /// Takes no room; aligns the slot as the stamp asks.
+    align: [S::Align; 0],
 }
 
 impl<T, const N: usize, S: Stamp> Default for Ring<T, N, S> {

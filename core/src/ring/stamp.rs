@@ -20,6 +20,10 @@ pub trait Stamp: sealed::Sealed + Sized {
     /// Whether slots carry stamps (the consumer then reads them, not `tail`, to find
     /// the next item).
     const KEPT: bool;
+    /// Gives a slot its alignment: a cache line for stamped slots, so that a slot no
+    /// larger than a line never straddles two; nothing for unstamped ones.
+    #[doc(hidden)]
+    type Align: Send + Sync;
     /// A stamp that no index from 0 on matches before its item is pushed.
     #[cfg(not(loom))]
     #[doc(hidden)]
@@ -47,6 +51,7 @@ impl sealed::Sealed for Unstamped {}
 
 impl Stamp for Unstamped {
     const KEPT: bool = false;
+    type Align = ();
     #[cfg(not(loom))]
     const FRESH: Self = Unstamped;
     #[inline(always)]
@@ -63,7 +68,14 @@ impl Stamp for Unstamped {
     fn reset(&self, _: usize) {}
 }
 
-/// Each slot carries its item's stamp beside it.
+/// Aligns what holds a zero-length array of it to a cache line (64 bytes; 128 would
+/// also keep the line pairs some processors fetch together, at twice the room).
+#[doc(hidden)]
+#[derive(Debug)]
+#[repr(align(64))]
+pub struct Line;
+
+/// Each slot carries its item's stamp beside it, and starts a cache line.
 #[derive(Debug)]
 pub struct Stamped(AtomicUsize);
 
@@ -71,6 +83,7 @@ impl sealed::Sealed for Stamped {}
 
 impl Stamp for Stamped {
     const KEPT: bool = true;
+    type Align = Line;
     #[cfg(not(loom))]
     const FRESH: Self = Stamped(AtomicUsize::new(0));
     #[inline(always)]

@@ -4,7 +4,7 @@
 
 use core::cell::Cell;
 
-use super::{PopError, PushError, Ring};
+use super::{PopError, PushError, Ring, Slot, Stamped, Unstamped};
 
 /// Counts its drops in a shared cell.
 #[derive(Debug)]
@@ -273,4 +273,15 @@ fn zero_sized_items() {
     assert_eq!(rx.pop(), Ok(()));
     assert_eq!(rx.pop_slice(&mut [(); 4]), 1);
     assert_eq!(rx.pop(), Err(PopError::Empty));
+}
+
+#[test]
+fn stamped_slots_start_a_line_and_unstamped_ones_take_no_more_room() {
+    use core::mem::{align_of, size_of};
+    assert_eq!(size_of::<Slot<u64, Unstamped>>(), size_of::<u64>());
+    assert_eq!(align_of::<Slot<u64, Unstamped>>(), align_of::<u64>());
+    // A 40-byte item and its stamp share one line; a 104-byte one two.
+    assert_eq!(size_of::<Slot<[u64; 5], Stamped>>(), 64);
+    assert_eq!(align_of::<Slot<[u64; 5], Stamped>>(), 64);
+    assert_eq!(size_of::<Slot<[u64; 13], Stamped>>(), 128);
 }
