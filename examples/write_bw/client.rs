@@ -82,9 +82,7 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
         prefix: 0,
         credit: 0,
         sent_done: 0,
-        rejoiner: p
-            .failover
-            .then(|| Rejoiner::new(p.qps, std::time::Instant::now())),
+        rejoiner: p.failover.then(|| Rejoiner::new(p.qps, Instant::now())),
     };
     c.run(plan)
 }

@@ -184,16 +184,8 @@ where
     #[inline]
     #[must_use]
     pub fn len(&self) -> usize {
-        // Acquire pairs with the producer's Release store of `tail`, like in
-        // `pop_slice`. In a stamped ring `tail` may be behind us for a moment (items
-        // popped by their stamps before the producer published `tail` past them): none.
-        let tail = self.ring.tail.load(Ordering::Acquire);
-        let len = tail.wrapping_sub(self.head);
-        if len > N {
-            debug_assert!(S::KEPT && self.head.wrapping_sub(tail) <= N);
-            return 0;
-        }
-        len
+        // Acquire pairs with the producer's Release store of `tail`, like in `pop_slice`.
+        self.held_by(self.ring.tail.load(Ordering::Acquire))
     }
 
     /// How many slots are free, as seen now: at most this many, since the producer may be
@@ -232,19 +224,24 @@ where
     fn refresh_tail(&mut self) -> usize {
         // Acquire pairs with the producer's Release store of `tail` after it wrote the
         // slots, so their contents are visible to the reads that follow.
-        let tail = self.ring.tail.load(Ordering::Acquire);
+        let held = self.held_by(self.ring.tail.load(Ordering::Acquire));
+        self.cached_tail = self.head.wrapping_add(held);
+        held
+    }
+
+    /// The items from `head` up to the producer's `tail`: none when a stamped ring's
+    /// `tail` is still behind us (we popped items by their stamps, which the producer
+    /// stores before it publishes `tail` past them).
+    #[inline(always)]
+    fn held_by(&self, tail: usize) -> usize {
         let held = tail.wrapping_sub(self.head);
         if held > N {
-            // A stamped ring's `tail` behind us: we popped items by their stamps, which
-            // the producer stores before it publishes `tail` past them.
             debug_assert!(
                 S::KEPT && self.head.wrapping_sub(tail) <= N,
                 "tail out of range"
             );
-            self.cached_tail = self.head;
             return 0;
         }
-        self.cached_tail = tail;
         held
     }
 

@@ -4,7 +4,8 @@
 //! With a stamp, a consumer waiting for the next item reads one cache line, the one the
 //! item is on: the stamp says the item is there. Without, it reads the producer's `tail`
 //! first and the item's line after, two lines one after the other. The stamp costs a
-//! store per pushed item and a word per slot, and batches gain nothing from it, so a
+//! store per pushed item and a word per slot, whose start it aligns to a cache line,
+//! and batches gain nothing from it, so a
 //! ring that carries one item at a time between two threads (a hand-off) takes it, and
 //! a ring that moves batches does not.
 

@@ -236,6 +236,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         let bytes = u64::from(count) * u64::from(each);
         self.stats.bytes += bytes;
         let open = merge && self.open_run && self.runs[back].id == id;
+        if !PLAIN {
+            self.bytes_out = self.bytes_out.wrapping_add(bytes);
+        }
         if PLAIN {
             if open {
                 self.runs[back].count += count;
@@ -249,14 +252,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
                     });
                 }
             }
-            self.open_run = true;
-            self.outstanding += count;
-            let at = self.staged_len as usize;
-            self.staged_len += count;
-            return &mut self.staged[at..at + count as usize];
-        }
-        self.bytes_out = self.bytes_out.wrapping_add(bytes);
-        if open && self.joins(back, (first, stride), count) {
+        } else if open && self.joins(back, (first, stride), count) {
             let fig = &mut self.figures[back];
             if self.runs[back].count == 1 && self.track {
                 fig.stride = first.wrapping_sub(fig.first);
@@ -517,11 +513,13 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     pub fn fail_at(&mut self, id: u64, credit: &mut impl FnMut(u64, u32, WcStatus)) -> bool {
         let found = self.runs_iter().any(|r| r.id & crate::wrid::ID_MASK == id);
         if found {
-            while let Some(run) = self.front().copied() {
-                if run.id & crate::wrid::ID_MASK == id {
+            while self
+                .front()
+                .is_some_and(|r| r.id & crate::wrid::ID_MASK != id)
+            {
+                let Some((run, figures)) = self.pop_front() else {
                     break;
-                }
-                let figures = self.pop_front().map_or(RunFigures::EMPTY, |(_, f)| f);
+                };
                 self.outstanding -= run.count;
                 self.bytes_out = self.bytes_out.wrapping_sub(figures.bytes);
                 credit(run.id, run.count, WcStatus::SUCCESS);
