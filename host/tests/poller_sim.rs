@@ -418,3 +418,90 @@ fn set_up_failures_are_errors() {
     let r = PollThread::<8>::spawn(cfg, 2, factory(go, btx, dtx));
     assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
 }
+
+/// A send travels in one ring slot and leaves its keys and atomic operands behind when
+/// they are the last send's (keys) or zero (operands): every request must still reach
+/// the virtual QP with its own.
+#[test]
+fn each_request_reaches_the_virtual_qp_with_its_own_keys_and_operands() {
+    let mut rig = rig::<8>(PollerConfig::default());
+    rig.go.store(true, Ordering::Relaxed);
+    let bufs = rig.bufs;
+    let counter = bufs.dst + LEN as u64 - 8;
+    let plain = |i: usize, off: u64, keys: Keys| SendWr {
+        opcode: Opcode::RDMA_WRITE,
+        keys,
+        ..write(&bufs, i, (off, 100))
+    };
+    let atomic = |i: u64, opcode, compare_add, swap| SendWr {
+        compare_add,
+        swap,
+        ..SendWr::new(i, opcode, bufs.src + LEN as u64 - 8, 8, counter, bufs.keys)
+    };
+    // Keys for a device the virtual QP does not use: refused for want of device 0's.
+    let stray = Keys::none().with(1, 1, 2);
+    let requests = [
+        plain(0, 0, bufs.keys),
+        plain(1, 100, stray),
+        atomic(2, Opcode::ATOMIC_FETCH_AND_ADD, 5, 0),
+        atomic(3, Opcode::ATOMIC_CMP_AND_SWP, 5, 42),
+        // Adds nothing: the operands of the send before must not carry over.
+        atomic(4, Opcode::ATOMIC_FETCH_AND_ADD, 0, 0),
+        plain(5, 200, bufs.keys),
+        plain(6, 300, stray),
+        plain(7, 400, bufs.keys),
+    ];
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for wr in requests {
+        // One at a time: the ring holds 8 slots and a send whose keys changed takes two.
+        while rig.a.send(wr).is_err() {
+            assert!(Instant::now() < deadline, "ring stays full");
+            std::thread::yield_now();
+        }
+        while events.len() <= wr.wr_id as usize {
+            if let Some(e) = rig.a.poll() {
+                events.push(e);
+            }
+            assert!(Instant::now() < deadline, "no event for {}", wr.wr_id);
+        }
+    }
+    for (i, e) in events.iter().enumerate() {
+        match (i, e) {
+            (1 | 6, Event::Rejected { wr_id, error }) => {
+                assert_eq!(*wr_id, i as u64);
+                assert_eq!(
+                    *error,
+                    Refusal::Send(PostSendError::MissingKey { device: 0 })
+                );
+            }
+            (_, Event::Completed(wc)) => {
+                assert_eq!(
+                    (wc.wr_id, wc.status),
+                    (i as u64, WcStatus::SUCCESS),
+                    "{e:?}"
+                );
+            }
+            _ => panic!("request {i}: {e:?}"),
+        }
+    }
+    let _ = rig.poller.drain(Duration::from_secs(10)).unwrap();
+    let dst = rig.dump.recv().unwrap();
+    let src = pattern();
+    for (off, landed) in [
+        (0, true),
+        (100, false),
+        (200, true),
+        (300, false),
+        (400, true),
+    ] {
+        let got = &dst[off..off + 100];
+        if landed {
+            assert_eq!(got, &src[off..off + 100], "write at {off}");
+        } else {
+            assert!(got.iter().all(|&b| b == 0), "refused write at {off} landed");
+        }
+    }
+    let value = u64::from_ne_bytes(dst[LEN - 8..].try_into().unwrap());
+    assert_eq!(value, 42, "add 5, swap 5 for 42, add 0");
+}

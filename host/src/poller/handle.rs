@@ -5,10 +5,11 @@ use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
 use vqp_core::ring::{Consumer, Producer, PushError, Ring, Stamped};
-use vqp_core::{RecvWr, SendWr};
+use vqp_core::{Keys, RecvWr, SendWr};
 
 use super::msg::{Event, Request};
 use super::wake::WakeFd;
+use super::wire::{self, Item};
 
 /// The poll thread keeps running.
 pub(super) const RUN: u8 = 0;
@@ -85,21 +86,45 @@ impl Shared {
 /// order. A request the virtual QP cannot take yet (backpressure) waits inside the
 /// poll thread, in order; it is never dropped.
 pub struct Handle<const R: usize> {
-    pub(super) requests: Producer<Arc<Ring<Request, R, Stamped>>>,
+    pub(super) requests: Producer<Arc<Ring<Item, R, Stamped>>>,
     pub(super) events: Consumer<Arc<Ring<Event, R, Stamped>>>,
     pub(super) shared: Arc<Shared>,
     pub(super) index: usize,
+    /// The keys last sent ahead of a send (see `wire`): the poll thread holds the same.
+    pub(super) keys: Keys,
 }
 
 impl<const R: usize> Handle<R> {
     /// Hands `request` to the poll thread.
     ///
+    /// A send takes one slot of the ring; two or three when its keys differ from the
+    /// last send's or it carries atomic operands (they go ahead of it, each in a slot).
+    ///
     /// # Errors
-    /// [`PushError::Full`] with the request when the ring is full: take some events
-    /// (the poll thread keeps taking requests as the virtual QP has room) and retry.
+    /// [`PushError::Full`] with the request when the ring has no room for it: take some
+    /// events (the poll thread keeps taking requests as the virtual QP has room) and
+    /// retry. Nothing of a refused request was handed over.
     #[inline]
     pub fn submit(&mut self, request: Request) -> Result<(), PushError<Request>> {
-        self.requests.push(request)?;
+        let parts = wire::split(&request, &self.keys);
+        let ahead = parts.ahead();
+        if ahead > 0 {
+            // Room for all, or none goes: `slots` reads the consumer's position, which a
+            // send with nothing ahead of it (the common case) does not need to.
+            if self.requests.slots() <= ahead {
+                return Err(PushError::Full(request));
+            }
+            for item in parts.ahead.into_iter().flatten() {
+                let pushed = self.requests.push(item);
+                debug_assert!(pushed.is_ok(), "room was counted");
+            }
+            if let Some(keys) = parts.keys() {
+                self.keys = keys;
+            }
+        }
+        if self.requests.push(parts.last).is_err() {
+            return Err(PushError::Full(request));
+        }
         self.shared.wake();
         Ok(())
     }
@@ -134,7 +159,9 @@ impl<const R: usize> Handle<R> {
         self.events.pop_slice(out)
     }
 
-    /// Requests submitted and not yet taken by the poll thread (at least).
+    /// Ring slots holding what was submitted and not yet taken by the poll thread (at
+    /// most: it may be taking some now): one per request, more for a send that carried
+    /// keys or operands ahead of it. Zero once it took everything.
     pub fn queued(&self) -> usize {
         self.requests.len()
     }

@@ -57,6 +57,7 @@ mod thread;
 mod wake;
 #[allow(unsafe_code)]
 mod watch;
+mod wire;
 
 use std::time::Duration;
 

@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use vqp_core::ring::{Consumer, Producer, PushError, Ring, Stamped};
 use vqp_core::{
-    PhysCq, PhysQp, Policy, PostRecvError, PostSendError, VirtualCq, VirtualQp, Wc, WcStatus,
+    Keys, PhysCq, PhysQp, Policy, PostRecvError, PostSendError, VirtualCq, VirtualQp, Wc, WcStatus,
 };
 
 use super::handle::{Handle, Shared, ABORT, DRAIN, RUN};
 use super::msg::{Event, Refusal, Request};
 use super::stack::{Blocker, Stack};
+use super::wire::{Assembly, Item};
 use super::{Idle, PollerConfig, Stats};
 use crate::error::{Error, Result};
 
@@ -31,7 +32,9 @@ pub struct PollThread<const R: usize> {
 
 /// The poll thread's end of one handle, and what waits on its behalf.
 struct Lane<const R: usize> {
-    requests: Consumer<Arc<Ring<Request, R, Stamped>>>,
+    requests: Consumer<Arc<Ring<Item, R, Stamped>>>,
+    /// What the items taken so far leave for the next request (its keys).
+    assembly: Assembly,
     events: Producer<Arc<Ring<Event, R, Stamped>>>,
     /// A request refused for backpressure, retried before anything behind it.
     stalled: Option<Request>,
@@ -123,7 +126,7 @@ impl<const R: usize> PollThread<R> {
                 what: "a fresh ring refused to split",
             };
             let (rp, rc) =
-                Ring::try_split(Arc::new(Ring::<Request, R, Stamped>::new())).map_err(split)?;
+                Ring::try_split(Arc::new(Ring::<Item, R, Stamped>::new())).map_err(split)?;
             let (ep, ec) =
                 Ring::try_split(Arc::new(Ring::<Event, R, Stamped>::new())).map_err(split)?;
             handles.push(Handle {
@@ -131,6 +134,7 @@ impl<const R: usize> PollThread<R> {
                 events: ec,
                 shared: Arc::clone(&shared),
                 index,
+                keys: Keys::none(),
             });
             ends.push((rc, ep));
         }
@@ -309,7 +313,7 @@ fn is_backpressure(e: &Refusal) -> bool {
 }
 
 type Ends<const R: usize> = Vec<(
-    Consumer<Arc<Ring<Request, R, Stamped>>>,
+    Consumer<Arc<Ring<Item, R, Stamped>>>,
     Producer<Arc<Ring<Event, R, Stamped>>>,
 )>;
 
@@ -351,6 +355,7 @@ where
         .zip(&vqps)
         .map(|((requests, events), vqp)| Lane {
             requests,
+            assembly: Assembly::default(),
             events,
             stalled: None,
             carry: VecDeque::with_capacity(2 * POLL_BATCH),
@@ -422,14 +427,20 @@ where
             if !lane.carry.is_empty() {
                 continue;
             }
-            for _ in 0..config.batch {
+            let mut taken = 0;
+            while taken < config.batch {
                 let (request, retry) = match lane.stalled.take() {
                     Some(r) => (r, true),
                     None => match lane.requests.pop() {
-                        Ok(r) => (r, false),
+                        Ok(item) => match lane.assembly.take(item) {
+                            Some(r) => (r, false),
+                            // Keys or operands for the request behind them.
+                            None => continue,
+                        },
                         Err(_) => break,
                     },
                 };
+                taken += 1;
                 busy = true;
                 let result = match request {
                     Request::Send(wr) => refs[k].post_send(&wr).map_err(Refusal::Send),
@@ -537,7 +548,12 @@ where
             .stalled
             .take()
             .into_iter()
-            .chain(lane.requests.pop_iter().collect::<Vec<_>>())
+            .chain(
+                lane.requests
+                    .pop_iter()
+                    .filter_map(|item| lane.assembly.take(item))
+                    .collect::<Vec<_>>(),
+            )
             .map(|r| Event::Rejected {
                 wr_id: r.wr_id(),
                 error: match r {
