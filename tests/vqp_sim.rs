@@ -80,6 +80,9 @@ fn run(p: &mut Pair, reqs: &[Req], steps: u64, fail_back: bool) -> Outcome {
                     p.fail_back(i);
                 }
             }
+            if p.a.vqp.notify_qp_failed() || p.b.vqp.notify_qp_failed() {
+                p.fail_back_notify();
+            }
         }
         if next == reqs.len() && sends.len() == posted.len() {
             // Let the receiver see everything that landed.
@@ -233,6 +236,7 @@ fn scenario(
     seed: u64,
     policy: ReorderPolicy,
     fails: &[(u32, u64)],
+    notify_fault: Option<(bool, u64)>,
 ) {
     let mode = if spray { Mode::Spray } else { Mode::Dqplb };
     let longest = lens.iter().map(|l| l.0).max().unwrap_or(1);
@@ -276,6 +280,17 @@ fn scenario(
         let qpn = p.a.vqp.data_qp_num((qp % qps) as usize).expect("qp");
         p.nic.fail_qp_after(qpn, after).expect("fault");
     }
+    // The sender's notify QP (SPRAY) fails after some notifies: its next one never
+    // arrives, or arrives and its acknowledgement is lost.
+    let notify_fault = notify_fault.filter(|_| spray && qps > 1);
+    if let Some((lost_ack, after)) = notify_fault {
+        let qpn = p.a.vqp.notify_qp_num().expect("a notify QP");
+        if lost_ack {
+            p.nic.lose_ack_after(qpn, after).expect("fault");
+        } else {
+            p.nic.fail_qp_after(qpn, after).expect("fault");
+        }
+    }
     // Writes carry a's lower half to the same offsets of b's lower half; READs carry
     // b's upper half back to a's upper half, so the two directions never overlap.
     let half = len as u64 / 2;
@@ -299,13 +314,15 @@ fn scenario(
         .collect();
     let o = run(&mut p, &reqs, 1 + seed % 97, striping.fail_back);
     check(&p, &o, mode, qps, &src, &remote);
-    let survivable = striping.redispatch && {
-        let mut failing: Vec<u32> = fails.iter().map(|f| f.0 % qps).collect();
-        failing.sort_unstable();
-        failing.dedup();
-        (failing.len() as u32) < qps || striping.fail_back
-    };
-    if fails.is_empty() || survivable {
+    let survivable = striping.redispatch
+        && {
+            let mut failing: Vec<u32> = fails.iter().map(|f| f.0 % qps).collect();
+            failing.sort_unstable();
+            failing.dedup();
+            (failing.len() as u32) < qps || striping.fail_back
+        }
+        && (notify_fault.is_none() || striping.fail_back);
+    if (fails.is_empty() && notify_fault.is_none()) || survivable {
         for w in &o.sends {
             assert_eq!(
                 w.status,
@@ -339,7 +356,7 @@ proptest! {
         striping in striping(),
     ) {
         let policy = if adversarial { ReorderPolicy::Adversarial } else { ReorderPolicy::Random };
-        scenario(striping, qps, spray, devices, max_frag, max_outstanding, every, &lens, seed, policy, &[]);
+        scenario(striping, qps, spray, devices, max_frag, max_outstanding, every, &lens, seed, policy, &[], None);
     }
 
     #[test]
@@ -354,7 +371,7 @@ proptest! {
         striping in striping(),
     ) {
         scenario(striping, qps, spray, 1, max_frag, 8, false, &lens, seed, ReorderPolicy::Random,
-            &[(fail_qp, fail_after)]);
+            &[(fail_qp, fail_after)], None);
     }
 
     /// Re-dispatch: data QPs fail at random times (the same QP may be named twice),
@@ -372,13 +389,39 @@ proptest! {
         every in any::<bool>(),
         lens in prop::collection::vec((1u64..200_000, any::<u8>()), 1..10),
         seed in any::<u64>(),
-        fails in prop::collection::vec((0u32..8, 0u64..40), 1..8),
+        fails in prop::collection::vec((0u32..8, 0u64..40), 0..8),
+        notify_fault in prop::option::of((any::<bool>(), 0u64..8)),
         fail_back in any::<bool>(),
         striping in striping(),
     ) {
         let striping = Striping { redispatch: true, fail_back, ..striping };
         scenario(striping, qps, spray, devices, max_frag, 8, every, &lens, seed,
-            ReorderPolicy::Random, &fails);
+            ReorderPolicy::Random, &fails, notify_fault);
+    }
+
+    /// SPRAY's notify QP fails after a few notifies — its next one never arrives, or
+    /// arrives and its acknowledgement is lost, so the sender cannot tell which — with
+    /// data QPs failing too or not. With fail-back (the notify QP pair replaced once
+    /// both sides counted what arrived on it, the requests held meanwhile) every
+    /// request is reported once, in order, successful, and every notification arrives
+    /// once; without (no grace period), the virtual QP fails as before, each request
+    /// reported once.
+    #[test]
+    fn a_failing_notify_qp_is_replaced_and_each_notify_lands_once(
+        qps in 2u32..=6,
+        max_frag in 512u32..8192,
+        every in any::<bool>(),
+        lens in prop::collection::vec((1u64..100_000, prop_oneof![Just(1u8), any::<u8>()]), 1..12),
+        seed in any::<u64>(),
+        lost_ack in any::<bool>(),
+        after in 0u64..6,
+        fails in prop::collection::vec((0u32..8, 0u64..40), 0..3),
+        fail_back in any::<bool>(),
+        striping in striping(),
+    ) {
+        let striping = Striping { redispatch: true, fail_back, ..striping };
+        scenario(striping, qps, true, 1, max_frag, 8, every, &lens, seed,
+            ReorderPolicy::Random, &fails, Some((lost_ack, after)));
     }
 }
 

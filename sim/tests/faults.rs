@@ -235,3 +235,39 @@ fn rnr_counter_restarts_for_each_wqe() {
         [(0, WcStatus::SUCCESS), (1, WcStatus::SUCCESS)]
     );
 }
+
+#[test]
+fn a_lost_acknowledgement_fails_the_requester_after_the_responder_took_the_wqe() {
+    let mut p = pair_with(NicConfig::default(), 0, 64);
+    p.nic.write(p.mr_a.at(0), &[7u8; 16]).unwrap();
+    p.b.post_recv(&[recv(500, &p.mr_b, 0, 0), recv(501, &p.mr_b, 0, 0)])
+        .unwrap();
+    let ws: Vec<SendWqe> = (0..3)
+        .map(|i| SendWqe {
+            imm_data: 40 + i as u32,
+            ..wqe(i, Opcode::RDMA_WRITE_WITH_IMM, &p.mr_a, 0, 16, &p.mr_b, 0)
+        })
+        .collect();
+    p.a.post_send(&ws).unwrap();
+    p.nic.lose_ack_after(p.a.qp_num(), 1).unwrap();
+    p.nic.run();
+    // The second write landed and consumed a receive; its requester says it failed,
+    // and the third is flushed.
+    assert_eq!(
+        ids_status(&p.cq_a.drain()),
+        [
+            (0, WcStatus::SUCCESS),
+            (1, WcStatus::RETRY_EXC_ERR),
+            (2, WcStatus::WR_FLUSH_ERR)
+        ]
+    );
+    let at_b = p.cq_b.drain();
+    assert_eq!(
+        ids_status(&at_b),
+        [(500, WcStatus::SUCCESS), (501, WcStatus::SUCCESS)]
+    );
+    assert_eq!(at_b[1].imm_data, Some(41));
+    assert_eq!(p.nic.read_vec(p.mr_b.at(0), 16).unwrap(), [7u8; 16]);
+    assert_eq!(p.a.state(), QpState::Error);
+    assert_eq!(p.b.state(), QpState::Rts, "the peer is not told");
+}

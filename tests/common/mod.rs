@@ -159,4 +159,36 @@ impl Pair {
         let _ = self.nic.fail_qp(old.qp_num());
         let _ = self.nic.fail_qp(old_b.qp_num());
     }
+
+    /// Fail-back of the notify QP (SPRAY): both sides take theirs out (the pair is
+    /// replaced whole) and, once both counted every notify that arrived on it (their
+    /// receives flushed: the caller keeps polling), a fresh pair on device 0 takes
+    /// its place, each side told how many of its notifies the other received. False
+    /// while a side is still draining.
+    pub fn fail_back_notify(&mut self) -> bool {
+        assert!(self.a.vqp.retire_notify() && self.b.vqp.retire_notify());
+        let (Some(seen_a), Some(seen_b)) = (self.a.vqp.notifies_seen(), self.b.vqp.notifies_seen())
+        else {
+            return false;
+        };
+        let cfg = *self.a.vqp.config();
+        let caps = QpCaps {
+            max_send_wr: cfg.max_outstanding,
+            max_recv_wr: cfg.recv_depth,
+        };
+        let fresh = |side: &mut Side, nic: &Nic| {
+            let cq = side.vcq.cq_mut(0).expect("cq");
+            nic.create_qp(0, cq, cq, caps).expect("qp")
+        };
+        let qa = fresh(&mut self.a, &self.nic);
+        let qb = fresh(&mut self.b, &self.nic);
+        self.nic.connect(&qa, &qb).expect("connect");
+        let old_a = self.a.vqp.rejoin_notify(qa).expect("drained");
+        let old_b = self.b.vqp.rejoin_notify(qb).expect("drained");
+        self.a.vqp.resume_notify(seen_b).expect("joining");
+        self.b.vqp.resume_notify(seen_a).expect("joining");
+        let _ = self.nic.fail_qp(old_a.qp_num());
+        let _ = self.nic.fail_qp(old_b.qp_num());
+        true
+    }
 }

@@ -107,6 +107,17 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if lane != NOTIFY_LANE {
             return self.data_completion(lane as usize, short, status);
         }
+        let Some(l) = self.notify.as_ref() else {
+            return Err(Stray);
+        };
+        if l.survived {
+            // A notify QP the virtual QP went on without: the peer's count says which
+            // of its notifies landed.
+            return Ok(());
+        }
+        if !status.is_ok() && self.try_survive_notify(status) {
+            return Ok(());
+        }
         let send = &mut self.send;
         let Some(l) = self.notify.as_mut() else {
             return Err(Stray);

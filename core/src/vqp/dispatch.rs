@@ -651,6 +651,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let Some(lane) = self.notify.as_mut() else {
             return;
         };
+        if lane.failed && self.failed.is_none() {
+            // Failed or waiting for its peer: the notifies wait for the replacement.
+            return;
+        }
         let max = self.cfg.max_outstanding;
         // Requests already reported needed no notify or have settled it.
         self.notify_next = self.notify_next.max(self.send.head);
@@ -690,6 +694,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                         swap: 0,
                     };
                     slot.notify = Notify::InFlight;
+                    slot.notify_at = self.notifies_sent;
+                    self.notifies_sent = self.notifies_sent.wrapping_add(1);
                 }
             }
             self.notify_next += 1;

@@ -34,6 +34,11 @@ pub struct Failover {
 /// A replacement QP was refused; nothing changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RestoreError {
+    /// The virtual QP has no notify QP (DQPLB, or SPRAY over one data QP).
+    NoNotifyQp,
+    /// The notify QP has not failed, or still has receives outstanding: how many
+    /// notifies it received is not final yet.
+    NotDrained,
     /// No data QP of that index.
     NoSuchQp(usize),
     /// Data QP `i` cannot be replaced: re-dispatch is off, the virtual QP failed,
@@ -53,6 +58,11 @@ impl fmt::Display for RestoreError {
                  or it is the last path and no grace period is set)"
             ),
             Self::NotJoining(i) => write!(f, "data QP {i} has no replacement waiting to resume"),
+            Self::NoNotifyQp => f.write_str("the virtual QP has no notify QP"),
+            Self::NotDrained => f.write_str(
+                "the notify QP has not failed or still has receives outstanding, so the \
+                 count of notifies it received is not final",
+            ),
         }
     }
 }
@@ -121,9 +131,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         for id in self.send.head..self.send.tail {
             self.send.get_mut(id).used &= !(1 << lane);
         }
-        if self.lanes.iter().all(|l| l.failed) && self.hold == Hold::No {
-            self.hold = Hold::Since(None);
-        }
+        self.settle_hold();
         if !fits {
             self.fail(status);
         }
@@ -137,6 +145,22 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return true;
         }
         self.can_survive(lane) && self.survive(lane, status)
+    }
+
+    /// Whether requests cannot complete for want of a QP: every data QP failed, or
+    /// the SPRAY notify QP did.
+    fn pathless(&self) -> bool {
+        self.lanes.iter().all(|l| l.failed) || self.notify.as_ref().is_some_and(|l| l.failed)
+    }
+
+    /// Start the grace period's clock when the last path went, stop it when one is
+    /// back.
+    pub(super) fn settle_hold(&mut self) {
+        match (self.pathless(), self.hold) {
+            (true, Hold::No) => self.hold = Hold::Since(None),
+            (false, Hold::Since(_)) => self.hold = Hold::No,
+            _ => {}
+        }
     }
 
     /// The grace period: with no path left since `now − grace_ns` or longer, the
@@ -214,8 +238,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         lane.failed = false;
         lane.survived = false;
         self.room |= 1 << i;
-        self.hold = Hold::No;
         self.survived.restored += 1;
+        self.settle_hold();
         self.progress();
         Ok(())
     }

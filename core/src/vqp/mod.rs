@@ -26,6 +26,7 @@ mod dispatch;
 mod error;
 mod failover;
 mod lane;
+mod notify_qp;
 mod policy;
 mod recv;
 mod send;
@@ -104,6 +105,10 @@ pub struct VirtualQp<
     dispatch: u64,
     /// Oldest request whose SPRAY notify may still need posting.
     notify_next: u64,
+    /// SPRAY notifies posted (mod 2^32): the next one's place among them.
+    notifies_sent: u32,
+    /// SPRAY notifies received, each a notification receive completed (mod 2^32).
+    notifies_seen: u32,
     /// Next DQPLB sequence number to send.
     send_seq: Seq,
     /// How far past the oldest sequence number still outstanding the next may be:
@@ -248,6 +253,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             send: Ring::new(SendSlot::EMPTY),
             dispatch: 0,
             notify_next: 0,
+            notifies_sent: 0,
+            notifies_seen: 0,
             send_seq: Seq::new(cfg.send_seq),
             seq_credit,
             recv: Ring::new(RecvSlot::EMPTY),
@@ -481,6 +488,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         match lane {
             Some(l) if l.qp_num == wc.qp_num && l.device == device => {}
             Some(l) if l.retired == Some(wc.qp_num) && l.device == device => {
+                if id.lane == NOTIFY_LANE {
+                    return Self::retired_notify_completion(id.kind, wc);
+                }
                 return self.retired_completion(id.lane as usize, id.kind, wc);
             }
             _ => return Err(Stray),
@@ -540,6 +550,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             .position(|l| l.qp_num == qp_num && l.device == device);
         match data {
             Some(k) if self.try_survive(k, status) => {}
+            // Not a data QP: the notify QP.
+            None if self.try_survive_notify(status) => {}
             _ => self.fail(status),
         }
         true
@@ -557,7 +569,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if !ours {
             return false;
         }
-        if self.notify.as_ref().is_some_and(|l| l.device == device) {
+        if self.notify.as_ref().is_some_and(|l| l.device == device)
+            && !self.try_survive_notify(status)
+        {
             self.fail(status);
             return true;
         }
@@ -586,6 +600,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         self.dispatch = self.send.tail;
         // Runs failed QPs left for re-dispatch will not be posted now.
         self.drop_redo(WcStatus::WR_FLUSH_ERR);
+        self.settle_notify(WcStatus::WR_FLUSH_ERR);
         self.hold = failover::Hold::No;
         self.fail_recvs(status);
         // Flush whatever is outstanding on every QP, so each request is reported.

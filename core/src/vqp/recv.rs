@@ -92,7 +92,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 Some(notify) if wr.len == 0 => (notify, NOTIFY_LANE),
                 _ => (&mut self.lanes[0], 0),
             };
-            if lane.failed || lane.recv_outstanding >= depth {
+            // A replacement waiting for its peer takes receives (it must have them
+            // before the peer sends), a failed QP does not.
+            if (lane.failed && !lane.joining) || lane.recv_outstanding >= depth {
                 return;
             }
             let wqe = RecvWqe {
@@ -193,16 +195,29 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         l.recv_outstanding -= 1;
         if wc.status.is_ok() {
             slot.finish(wc.status, wc.opcode, u64::from(wc.byte_len), wc.imm_data);
-        } else {
-            let opcode = if slot.wr.len == 0 {
-                WcOpcode::RECV_RDMA_WITH_IMM
-            } else {
-                WcOpcode::RECV
-            };
-            slot.finish(wc.status, opcode, 0, None);
-            l.failed = true;
-            self.fail(wc.status);
+            if lane == NOTIFY_LANE {
+                self.notifies_seen = self.notifies_seen.wrapping_add(1);
+            }
+            return Ok(());
         }
+        let opcode = if slot.wr.len == 0 {
+            WcOpcode::RECV_RDMA_WITH_IMM
+        } else {
+            WcOpcode::RECV
+        };
+        if lane == NOTIFY_LANE {
+            if self.try_survive_notify(wc.status) {
+                // Posted again on the notify QP's replacement.
+                return Ok(());
+            }
+            if let Some(l) = self.notify.as_mut() {
+                l.failed = true;
+            }
+        } else {
+            self.lanes[lane as usize].failed = true;
+        }
+        self.recv.get_mut(id).finish(wc.status, opcode, 0, None);
+        self.fail(wc.status);
         Ok(())
     }
 

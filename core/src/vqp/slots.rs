@@ -12,6 +12,9 @@ pub(crate) enum Notify {
     Waiting,
     /// Posted on the notify QP.
     InFlight,
+    /// Posted on a notify QP that failed before a completion said it landed: the
+    /// peer's count of notifies received decides, when the notify QP is replaced.
+    Unsure,
     /// Completed, or abandoned because the request failed.
     Settled,
 }
@@ -38,6 +41,8 @@ pub(crate) struct SendSlot {
     /// First error seen, or success.
     pub status: WcStatus,
     pub notify: Notify,
+    /// Its notify's place among the notifies sent (mod 2^32), once posted.
+    pub notify_at: u32,
 }
 
 impl SendSlot {
@@ -52,6 +57,7 @@ impl SendSlot {
         used: 0,
         status: WcStatus::SUCCESS,
         notify: Notify::None,
+        notify_at: 0,
     };
 
     /// Every fragment that will ever be posted was posted and has completed.

@@ -309,6 +309,21 @@ impl State {
         if let Some(n) = qp.fail_after.as_mut() {
             *n = n.saturating_sub(1);
         }
+        if qp.lose_ack_after == Some(0) {
+            // It took effect at the responder, but the requester never hears so: its
+            // retries run out, as they do when every acknowledgement is lost.
+            qp.lose_ack_after = None;
+            let (wc, cq) = (
+                error_wc(e.wqe.wr_id, WcStatus::RETRY_EXC_ERR, qp.qp_num),
+                qp.send_cq,
+            );
+            self.push_cqe(cq, wc, q, Slot::Send(e.idx));
+            self.enter_error(q);
+            return;
+        }
+        if let Some(n) = qp.lose_ack_after.as_mut() {
+            *n -= 1;
+        }
         if e.wqe.flags.contains(SendFlags::SIGNALED) {
             let wc = PhysWc {
                 wr_id: e.wqe.wr_id,
@@ -362,5 +377,6 @@ impl State {
         qp.state = QpState::Error;
         qp.rnr_attempts = 0;
         qp.fail_after = None;
+        qp.lose_ack_after = None;
     }
 }

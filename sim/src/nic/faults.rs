@@ -18,6 +18,21 @@ impl Nic {
         Ok(())
     }
 
+    /// The QP with number `qp_num` loses an acknowledgement after `n` more successful
+    /// send WQEs: the (n + 1)-th takes effect at the responder (its data lands, the
+    /// receive it consumes completes there) but completes here with `RETRY_EXC_ERR`
+    /// (signaled or not), and the QP goes to error, as when every retry's
+    /// acknowledgement is lost. The requester cannot tell this from a WQE that never
+    /// arrived. Its peer is not told. On a QP already in error it does nothing.
+    pub fn lose_ack_after(&self, qp_num: u32, n: u64) -> Result<(), SimError> {
+        let mut st = self.state.borrow_mut();
+        let i = st.qp_index(qp_num)?;
+        if st.qps[i].state != QpState::Error {
+            st.qps[i].lose_ack_after = Some(n);
+        }
+        Ok(())
+    }
+
     /// Puts the QP with number `qp_num` in error now (as an asynchronous fatal event
     /// would): no WQE fails with its own status, everything outstanding is flushed.
     pub fn fail_qp(&self, qp_num: u32) -> Result<(), SimError> {

@@ -89,6 +89,8 @@ pub(crate) struct Qp {
     pub(crate) rnr_attempts: u32,
     /// Successful send WQEs left before an injected failure.
     pub(crate) fail_after: Option<u64>,
+    /// Successful send WQEs left before one whose acknowledgement is lost.
+    pub(crate) lose_ack_after: Option<u64>,
     pub(crate) stats: QpStats,
 }
 
@@ -116,6 +118,7 @@ impl Qp {
             rq_released: 0,
             rnr_attempts: 0,
             fail_after: None,
+            lose_ack_after: None,
             stats: QpStats::default(),
         }
     }
