@@ -1,12 +1,15 @@
 //! Fail-back over in-process softverbs: a failed data QP replaced by a fresh pair
 //! through vqp-host's three messages (Offer, Answer, Ready), started by either side,
 //! with crossing offers settled; the replacement carries traffic again and every
-//! message lands whole. A peer without the capability is refused when it is required.
+//! message lands whole. SPRAY's notify QP replaced the same way, the messages held
+//! meanwhile then reported once. A peer without the capability is refused when it is
+//! required.
 
 use std::time::{Duration, Instant};
 
 use vqp::core::split::SplitPolicy;
-use vqp::core::{Config, Keys, Mode, Opcode, RecvWr, SendWr, Wc};
+use vqp::core::{Config, Keys, Mode, Opcode, RecvWr, RestoreError, SendWr, Wc};
+use vqp::host::failback::NOTIFY_QP;
 use vqp::host::{
     AccessFlags, Capabilities, CardError, Connected, Context, Endpoint, Error, FailBack,
     FailBackError, MemoryRegion, Settings, Verbs,
@@ -20,6 +23,10 @@ const MSG: u64 = 256 << 10;
 const SLOTS: u64 = 8;
 
 fn settings(qp_num: u32) -> Settings {
+    settings_in(Mode::Dqplb, qp_num)
+}
+
+fn settings_in(mode: Mode, qp_num: u32) -> Settings {
     Settings::new(
         Config {
             split: SplitPolicy::new(16 << 10),
@@ -28,7 +35,7 @@ fn settings(qp_num: u32) -> Settings {
             qp_num,
             redispatch: true,
             grace_ns: 5_000_000_000,
-            ..Config::new(Mode::Dqplb)
+            ..Config::new(mode)
         },
         2,
     )
@@ -45,6 +52,10 @@ struct Pair {
 }
 
 fn pair() -> Pair {
+    pair_in(Mode::Dqplb)
+}
+
+fn pair_in(mode: Mode) -> Pair {
     // SAFETY: softverbs' table implements the libibverbs ABI.
     let verbs = unsafe { Verbs::from_table(vqp_softverbs::verbs_table()) };
     let open = |dev: &str| Context::open(&verbs, Some(dev)).unwrap();
@@ -52,8 +63,8 @@ fn pair() -> Pair {
         open("soft0").alloc_pd().unwrap(),
         open("soft1").alloc_pd().unwrap(),
     );
-    let ea = Ep::create(&pa, &settings(0xa), None).unwrap();
-    let eb = Ep::create(&pb, &settings(0xb), None).unwrap();
+    let ea = Ep::create(&pa, &settings_in(mode, 0xa), None).unwrap();
+    let eb = Ep::create(&pb, &settings_in(mode, 0xb), None).unwrap();
     let (ca, cb) = (ea.card(), eb.card());
     let len = (MSG * SLOTS) as usize;
     Pair {
@@ -143,6 +154,15 @@ impl Pair {
                 .enumerate()
                 .position(|(i, b)| *b != (i as u64 ^ id) as u8);
             assert_eq!(bad, None, "message {id}");
+        }
+    }
+
+    /// Polls both sides once; nothing may be reported (the messages are held).
+    fn poll_held(&mut self) {
+        let mut out = [Wc::EMPTY; 16];
+        for side in [&mut self.a, &mut self.b] {
+            let got = side.vcq.poll(&mut [&mut side.vqp], &mut out).unwrap();
+            assert_eq!(got, 0, "reported while held: {:?}", &out[..got]);
         }
     }
 
@@ -281,4 +301,62 @@ fn a_peer_without_fail_back_is_refused_when_required_and_never_offered_to() {
         matches!(e, Error::FailBack(FailBackError::PeerLacks)),
         "{e}"
     );
+}
+
+#[test]
+fn a_failed_notify_qp_is_replaced_and_the_messages_it_held_land_once() {
+    let mut p = pair_in(Mode::Spray);
+    p.transfer(8);
+    let old = p.a.vqp.notify_qp_num().unwrap();
+    fail(old);
+    // Messages posted now move their data; their notifies wait for a notify QP.
+    let first = p.sent;
+    for id in first..first + 4 {
+        p.post(id);
+    }
+    let start = Instant::now();
+    let mut offer = None;
+    while offer.is_none() {
+        assert!(start.elapsed() < Duration::from_secs(10), "A never drained");
+        p.poll_held();
+        match p.a.offer_notify_rejoin() {
+            Ok(m) => offer = Some(m),
+            // Its receives are still flushing, or it has not seen the failure yet.
+            Err(Error::Restore(RestoreError::NotDrained)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(p.a.vqp.notify_qp_failed());
+    let offer = offer.unwrap();
+    assert!(
+        matches!(offer, FailBack::NotifyOffer { seen: 0, .. }),
+        "A's notify QP received nothing: {offer:?}"
+    );
+    // B's notify QP still runs: it is taken out, and the offer refused until its
+    // receives flushed; A offers again.
+    let mut reply = deliver(&mut p.b, offer).unwrap();
+    assert_eq!(reply, FailBack::Refuse { lane: NOTIFY_QP });
+    assert!(p.b.vqp.notify_qp_failed());
+    while let FailBack::Refuse { .. } = reply {
+        assert!(start.elapsed() < Duration::from_secs(10), "B never drained");
+        assert_eq!(deliver(&mut p.a, reply), None);
+        p.poll_held();
+        reply = deliver(&mut p.b, p.a.offer_notify_rejoin().unwrap()).unwrap();
+    }
+    // B received A's first 8 notifies on the old QP: A posts the other 4 again.
+    assert!(
+        matches!(reply, FailBack::NotifyAnswer { seen: 8, .. }),
+        "{reply:?}"
+    );
+    let ready = deliver(&mut p.a, reply).unwrap();
+    assert_eq!(ready, FailBack::Ready { lane: NOTIFY_QP });
+    assert_eq!(deliver(&mut p.b, ready), None);
+    assert!(!p.a.rejoining(NOTIFY_QP.into()) && !p.b.rejoining(NOTIFY_QP.into()));
+    assert_ne!(p.a.vqp.notify_qp_num(), Some(old));
+    p.wait(first, 4);
+    p.sent += 4;
+    p.transfer(16);
+    let (fa, fb) = (p.a.vqp.failover(), p.b.vqp.failover());
+    assert_eq!((fa.failovers, fa.restored, fa.healthy), (1, 1, 2));
+    assert_eq!((fb.failovers, fb.restored), (1, 1));
 }

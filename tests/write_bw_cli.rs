@@ -474,6 +474,36 @@ fn a_virtual_qp_rides_out_a_link_outage_and_comes_back_to_full_width() {
     refused("--grace 1", "give --failover too");
 }
 
+/// SPRAY's notify QP failing, on either side, and a link outage: a notify cannot
+/// simply be sent again (it carries the application's immediate), so the notify QP
+/// pair is replaced once both sides counted what arrived on it, and the run goes on
+/// with every message notified once and every byte verified.
+#[test]
+fn a_spray_virtual_qp_rides_out_its_notify_qp_failing_on_either_side() {
+    for (inject, survived) in [
+        // The notify QP, then data QPs 0 and 1 (and the notify QP again if it had a
+        // notify in flight when the link went).
+        ("1s:fail-notify,2s:link-down=soft0,2.5s:link-up=soft0", 3),
+        // The server's: the client's fails when it next sends to it.
+        ("1s:server-fail-notify", 1),
+    ] {
+        let out = write_bw(
+            &format!("--failover --mode spray --duration 3 --qps 2 --inject {inject} --json"),
+            &[],
+        );
+        let json = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{inject}: {}{json}",
+            text(&out.stderr)
+        );
+        assert!(json.contains("\"data_check\":\"passed\""), "{json}");
+        assert!(number_after(&json, "\"failovers\":") >= survived, "{json}");
+        assert!(number_after(&json, "\"restored\":") >= survived, "{json}");
+        assert_eq!(number_after(&json, "\"healthy_qps\":"), 2, "{json}");
+    }
+}
+
 /// `lat` places each side's application thread on a core of its own when asked, and
 /// refuses, with exit code 2 and a line saying why, a placement that cannot finish: two
 /// spinning threads on one core, or an application core with `--direct`.

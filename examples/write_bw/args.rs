@@ -32,7 +32,8 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
   and for any progress during the run. --max-buffer (default 1G): the largest buffer the
   server registers for a client's run. --inject (softverbs only): link events during the run,
   TIME as 2s or 250ms, ACTION rate=softN:RATE (bytes/s, K/M/G decimal; 0 unlimited),
-  link-down=softN, link-up=softN, fail-qp=I or server-fail-qp=I (that side's data QP I fails). --devices N (softverbs only): each side spreads its data QPs
+  link-down=softN, link-up=softN, fail-qp=I or server-fail-qp=I (that side's data QP I fails),
+  fail-notify or server-fail-notify (that side's SPRAY notify QP fails). --devices N (softverbs only): each side spreads its data QPs
   over N devices, data QP i on device i mod N (the client on soft0.., the server one further).
   --policy (default rr): how the client stripes fragments over its data QPs: round-robin,
   weighted by each port's speed, to the QP with the fewest bytes outstanding, or adaptive

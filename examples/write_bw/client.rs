@@ -60,6 +60,7 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
         more,
         peer,
         peer_qpns: _,
+        peer_notify: _,
         mut wire,
     } = link;
     let timeout = wire.timeout();

@@ -1,6 +1,8 @@
-//! Fail-back in a run (`--failover`): the client replaces each failed data QP once
-//! its device's port is active, through vqp-host's three fail-back messages (Offer,
-//! Answer, Ready) carried as `J` frames of the control channel; the server answers.
+//! Fail-back in a run (`--failover`): the client replaces each failed data QP, and a
+//! failed SPRAY notify QP, once its device's port is active, through vqp-host's three
+//! fail-back messages (Offer, Answer, Ready) carried as `J` frames of the control
+//! channel; the server answers. A notify QP is offered once its receives have flushed
+//! (its count of notifies received is final); the server refuses until its own have.
 //!
 //! A data QP whose replacement fails again is offered again later, 10 ms after the
 //! first try and twice as long after each try that did not last a second, up to 1 s;
@@ -8,7 +10,9 @@
 
 use std::time::{Duration, Instant};
 
-use vqp_host::FailBack;
+use vqp_core::RestoreError;
+use vqp_host::failback::NOTIFY_QP;
+use vqp_host::{Error, FailBack};
 
 use crate::control::{Control, FAILBACK};
 use crate::run::Conn;
@@ -31,9 +35,10 @@ pub fn frame(m: FailBack) -> u64 {
 pub fn take(conn: &mut Conn, ctl: &mut Control, n: u64) -> Result<(), Fail> {
     let m = FailBack::decode(&n.to_be_bytes())
         .map_err(|e| Fail::bad(format!("the peer sent a bad fail-back frame: {e}")))?;
-    let reply = conn
-        .on_failback(m)
-        .map_err(|e| Fail::bad(format!("data QP {}: {e}", m.lane())))?;
+    let reply = conn.on_failback(m).map_err(|e| match m.lane() {
+        NOTIFY_QP => Fail::bad(format!("the notify QP: {e}")),
+        lane => Fail::bad(format!("data QP {lane}: {e}")),
+    })?;
     if let Some(r) = reply {
         ctl.send(FAILBACK, frame(r))?;
     }
@@ -58,9 +63,10 @@ impl Tries {
     }
 }
 
-/// The client's side: which data QPs to offer again, and when.
+/// The client's side: which data QPs (and notify QP) to offer again, and when.
 pub struct Rejoiner {
     tries: Vec<Tries>,
+    notify: Tries,
     next_look: Instant,
 }
 
@@ -69,6 +75,7 @@ impl Rejoiner {
     pub fn new(data_qps: usize, now: Instant) -> Rejoiner {
         Rejoiner {
             tries: vec![Tries::default(); data_qps],
+            notify: Tries::default(),
             next_look: now,
         }
     }
@@ -107,6 +114,39 @@ impl Rejoiner {
             t.count += 1;
             t.last = Some(now);
         }
+        self.notify_tick(conn, ctl, now)
+    }
+
+    /// As `tick`, for the notify QP.
+    fn notify_tick(
+        &mut self,
+        conn: &mut Conn,
+        ctl: &mut Control,
+        now: Instant,
+    ) -> Result<(), Fail> {
+        let t = &mut self.notify;
+        if !conn.vqp.notify_qp_failed() {
+            if t.last.is_some_and(|at| now.duration_since(at) >= LONGEST) {
+                *t = Tries::default();
+            }
+            return Ok(());
+        }
+        let due = t.last.map_or(true, |at| now.duration_since(at) >= t.wait());
+        let unanswered = t.last.is_some_and(|at| now.duration_since(at) >= LONGEST);
+        let lane = usize::from(NOTIFY_QP);
+        if (conn.rejoining(lane) && !unanswered) || !due || !conn.port_active(lane).unwrap_or(false)
+        {
+            return Ok(());
+        }
+        let offer = match conn.offer_notify_rejoin() {
+            Ok(m) => m,
+            // Its receives are still flushing: the next look tries again.
+            Err(Error::Restore(RestoreError::NotDrained)) => return Ok(()),
+            Err(e) => return Err(Fail::bad(format!("cannot replace the notify QP: {e}"))),
+        };
+        ctl.send(FAILBACK, frame(offer))?;
+        t.count += 1;
+        t.last = Some(now);
         Ok(())
     }
 }

@@ -2,7 +2,10 @@
 //! driven from a thread of the client while it sends — a link's rate changing
 //! (`rate=soft1:0.5G`), a link going down or coming back (`link-down=soft0`,
 //! `link-up=soft0`), a data QP of the client or of the server failing (`fail-qp=1`,
-//! `server-fail-qp=3`: the QP goes to the error state at once, as a fatal QP error). They act on the softverbs this process loaded (its `vqp_soft_*`
+//! `server-fail-qp=3`: the QP goes to the error state at once, as a fatal QP error),
+//! or their SPRAY notify QP (`fail-notify`, `server-fail-notify`): the QPs the run
+//! started with, not replacements fail-back made. They act on the
+//! softverbs this process loaded (its `vqp_soft_*`
 //! controls when it is the `dlopen`ed library, else the one linked in), which in one
 //! process serves both sides.
 
@@ -29,6 +32,23 @@ pub enum Action {
     FailQp(usize),
     /// The server's data QP `i` fails.
     ServerFailQp(usize),
+    /// The client's notify QP fails.
+    FailNotify,
+    /// The server's notify QP fails.
+    ServerFailNotify,
+}
+
+/// The QPs injections act on, by number.
+#[derive(Clone, Debug, Default)]
+pub struct Targets {
+    /// The client's data QPs.
+    pub client: Vec<u32>,
+    /// The client's notify QP (SPRAY).
+    pub client_notify: Option<u32>,
+    /// The server's data QPs.
+    pub server: Vec<u32>,
+    /// The server's notify QP (SPRAY).
+    pub server_notify: Option<u32>,
 }
 
 /// One action at `at` from the start of the run.
@@ -49,6 +69,8 @@ impl std::fmt::Display for Action {
             Action::LinkUp(dev) => write!(f, "soft{dev}'s link comes up"),
             Action::FailQp(i) => write!(f, "the client's data QP {i} fails"),
             Action::ServerFailQp(i) => write!(f, "the server's data QP {i} fails"),
+            Action::FailNotify => write!(f, "the client's notify QP fails"),
+            Action::ServerFailNotify => write!(f, "the server's notify QP fails"),
         }
     }
 }
@@ -77,9 +99,8 @@ pub fn parse(spec: &str) -> Result<Vec<Injection>, String> {
             .split_once(':')
             .ok_or_else(|| bad(item, "not TIME:ACTION"))?;
         let at = time(t).ok_or_else(|| bad(item, "the time is not like 2s or 250ms"))?;
-        let (what, arg) = action
-            .split_once('=')
-            .ok_or_else(|| bad(item, "the action is not NAME=VALUE"))?;
+        // NAME=VALUE, or NAME alone for the notify QPs.
+        let (what, arg) = action.split_once('=').unwrap_or((action, ""));
         let action = match what.trim() {
             "rate" => {
                 let (dev, rate) = arg
@@ -108,11 +129,18 @@ pub fn parse(spec: &str) -> Result<Vec<Injection>, String> {
                     Action::ServerFailQp(i)
                 }
             }
+            "fail-notify" | "server-fail-notify" if action.trim() == what.trim() => {
+                if what.trim() == "fail-notify" {
+                    Action::FailNotify
+                } else {
+                    Action::ServerFailNotify
+                }
+            }
             other => {
                 return Err(bad(
                     item,
                     &format!(
-                        "'{other}' is not rate, link-down, link-up, fail-qp or server-fail-qp"
+                        "'{other}' is not rate, link-down, link-up, fail-qp, server-fail-qp, fail-notify or server-fail-notify"
                     ),
                 ))
             }
@@ -164,8 +192,8 @@ impl Controls {
         }
     }
 
-    /// Carries out `a`; `qpns` are the data QP numbers of (the client, the server).
-    fn apply(self, a: Action, qpns: &(Vec<u32>, Vec<u32>)) -> bool {
+    /// Carries out `a` on the QPs of `qpns`.
+    fn apply(self, a: Action, qpns: &Targets) -> bool {
         match a {
             Action::Rate { dev, rate } => match self {
                 Controls::Loaded { set_rate, .. } => set_rate(dev as u32, rate) == 0,
@@ -178,8 +206,10 @@ impl Controls {
                     Controls::Linked => vqp_softverbs::set_link(d, up).is_ok(),
                 }
             }
-            Action::FailQp(i) => qpns.0.get(i).is_some_and(|&q| self.fail(q)),
-            Action::ServerFailQp(i) => qpns.1.get(i).is_some_and(|&q| self.fail(q)),
+            Action::FailQp(i) => qpns.client.get(i).is_some_and(|&q| self.fail(q)),
+            Action::ServerFailQp(i) => qpns.server.get(i).is_some_and(|&q| self.fail(q)),
+            Action::FailNotify => qpns.client_notify.is_some_and(|q| self.fail(q)),
+            Action::ServerFailNotify => qpns.server_notify.is_some_and(|q| self.fail(q)),
         }
     }
 
@@ -197,16 +227,12 @@ pub struct Injector {
     join: Option<JoinHandle<()>>,
 }
 
-/// Starts carrying out `list` from now, each line told on stderr as it happens; `qpns`
-/// are the data QP numbers of the client and of the server.
+/// Starts carrying out `list` from now, each line told on stderr as it happens, on the
+/// QPs of `qpns`.
 ///
 /// # Errors
 /// When the thread cannot start.
-pub fn start(
-    verbs: &Verbs,
-    list: &[Injection],
-    qpns: (Vec<u32>, Vec<u32>),
-) -> Result<Option<Injector>, Fail> {
+pub fn start(verbs: &Verbs, list: &[Injection], qpns: Targets) -> Result<Option<Injector>, Fail> {
     if list.is_empty() {
         return Ok(None);
     }
@@ -261,7 +287,7 @@ mod tests {
     #[test]
     fn injections_parse_in_time_order_and_bad_ones_say_why() {
         assert_eq!(
-            parse("1s:fail-qp=2,2s:server-fail-qp=0").unwrap(),
+            parse("3s:server-fail-notify,1s:fail-qp=2,2s:server-fail-qp=0,4s:fail-notify").unwrap(),
             [
                 Injection {
                     at: Duration::from_secs(1),
@@ -270,6 +296,14 @@ mod tests {
                 Injection {
                     at: Duration::from_secs(2),
                     action: Action::ServerFailQp(0)
+                },
+                Injection {
+                    at: Duration::from_secs(3),
+                    action: Action::ServerFailNotify
+                },
+                Injection {
+                    at: Duration::from_secs(4),
+                    action: Action::FailNotify
                 },
             ]
         );
@@ -302,7 +336,8 @@ mod tests {
             ("2s:rate=soft1:fast", "the rate"),
             ("2s:reboot=soft1", "'reboot'"),
             ("2s:fail-qp=one", "not a number"),
-            ("2s:fail-qp=one", "not a number"),
+            ("2s:fail-qp", "not a number"),
+            ("2s:fail-notify=1", "'fail-notify'"),
         ] {
             let e = parse(spec).unwrap_err();
             assert!(e.contains(says), "{spec}: {e}");

@@ -565,8 +565,13 @@ fn connect(
     let ours = (0..link.conn.vqp.data_qps())
         .filter_map(|i| link.conn.vqp.data_qp_num(i))
         .collect();
-    let qpns = (ours, link.peer_qpns.clone());
-    let _injector = inject::start(devs[0].pd.context().verbs(), &plan.inject, qpns)?;
+    let targets = inject::Targets {
+        client: ours,
+        client_notify: link.conn.vqp.notify_qp_num(),
+        server: link.peer_qpns.clone(),
+        server_notify: link.peer_notify,
+    };
+    let _injector = inject::start(devs[0].pd.context().verbs(), &plan.inject, targets)?;
     client::client(link, p, plan)
 }
 

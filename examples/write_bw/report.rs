@@ -164,7 +164,7 @@ pub fn print_table(header: &str, size: u64, m: &Measured, check: &str, devices: 
     }
     if let Some(f) = m.failover {
         println!(
-            " failover: {} data QPs failed and were survived, {} fragments posted again, {} restored; {} of {} data QPs healthy",
+            " failover: {} QP failures survived (data and notify QPs), {} fragments posted again, {} restored; {} of {} data QPs healthy",
             f.failovers,
             f.redispatched,
             f.restored,

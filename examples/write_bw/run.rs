@@ -47,6 +47,8 @@ pub struct Link {
     pub peer: Remote,
     /// The peer's data QP numbers (from its card).
     pub peer_qpns: Vec<u32>,
+    /// The peer's notify QP number, in SPRAY.
+    pub peer_notify: Option<u32>,
     pub wire: Wire,
 }
 
@@ -94,6 +96,7 @@ pub fn link(
     let ep = Ep::create_on(&pds, &settings, &[]).map_err(host_fail(&dev.name))?;
     let card = wire.swap_cards(&ep.card())?;
     let peer_qpns = card.data.iter().map(|q| q.qpn).collect();
+    let peer_notify = card.notify.map(|q| q.qpn);
     let conn = Box::new(ep.connect(&card).map_err(host_fail(&dev.name))?);
     let len = usize::try_from(buf_len)
         .map_err(|_| Fail::bad(format!("a {buf_len}-byte buffer does not fit this machine")))?;
@@ -139,6 +142,7 @@ pub fn link(
         more,
         peer,
         peer_qpns,
+        peer_notify,
         wire,
     })
 }

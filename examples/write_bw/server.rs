@@ -164,6 +164,7 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
         more: _more,
         peer: _,
         peer_qpns: _,
+        peer_notify: _,
         mut wire,
     } = link;
     let timeout = wire.timeout();

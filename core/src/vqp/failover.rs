@@ -21,11 +21,11 @@ use crate::wr::{SendFlags, WcStatus};
 /// What a virtual QP survived (with [`Config::redispatch`](super::Config::redispatch)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Failover {
-    /// Data QPs that failed while the virtual QP went on.
+    /// QPs that failed while the virtual QP went on: data QPs, and SPRAY's notify QP.
     pub failovers: u32,
     /// Fragments posted again on another data QP.
     pub redispatched: u64,
-    /// Failed data QPs replaced by [`VirtualQp::restore`].
+    /// Failed QPs replaced ([`VirtualQp::restore`], [`VirtualQp::resume_notify`]).
     pub restored: u32,
     /// Data QPs healthy now.
     pub healthy: u32,

@@ -329,6 +329,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         self.lanes.get(i).map(|l| l.device)
     }
 
+    /// The device the SPRAY notify QP is on; `None` without one.
+    pub fn notify_qp_device(&self) -> Option<u8> {
+        self.notify.as_ref().map(|l| l.device)
+    }
+
     /// Whether data QP `i` failed and the virtual QP went on without it (see
     /// [`Self::restore`]); false past the end.
     pub fn data_qp_failed(&self, i: usize) -> bool {

@@ -1,16 +1,17 @@
-//! Fail-back on a [`Connected`] virtual QP: a failed data QP replaced by a fresh one,
-//! connected to the peer's fresh one through the three [`FailBack`] messages (see
-//! [`crate::failback`] for the protocol). The application carries the messages over
-//! its side channel; this side makes, connects and hands the QPs to vqp-core
-//! ([`VirtualQp::rejoin`](vqp_core::VirtualQp::rejoin), then
-//! [`resume`](vqp_core::VirtualQp::resume)).
+//! Fail-back on a [`Connected`] virtual QP: a failed data QP, or SPRAY's notify QP,
+//! replaced by a fresh one, connected to the peer's fresh one through the three
+//! [`FailBack`] messages (see [`crate::failback`] for the protocol). The application
+//! carries the messages over its side channel; this side makes, connects and hands
+//! the QPs to vqp-core ([`VirtualQp::rejoin`](vqp_core::VirtualQp::rejoin), then
+//! [`resume`](vqp_core::VirtualQp::resume); `rejoin_notify` and `resume_notify` for
+//! the notify QP).
 
 use super::{path_to, random_24bit, Connected, Settings};
 use crate::card::{Capabilities, Card, QpAddr};
 use crate::connect;
 use crate::enums::PortState;
 use crate::error::{Error, Result};
-use crate::failback::{FailBack, FailBackError};
+use crate::failback::{notify_psn, FailBack, FailBackError, NOTIFY_QP};
 use crate::provider::VerbsQp;
 use crate::verbs::{CompletionQueue, DeviceAttr, PortAttr, QpCap, QpInit};
 
@@ -21,8 +22,9 @@ enum Step {
     Idle,
     /// This side offered its replacement (QP number, PSN) and waits for the answer.
     Offered { qpn: u32, psn: u32 },
-    /// This side answered the peer's offer and waits for Ready.
-    Answered,
+    /// This side answered the peer's offer and waits for Ready; the peer's old
+    /// notify QP received `peer_seen` of this side's notifies (0 for a data QP).
+    Answered { peer_seen: u32 },
 }
 
 impl Step {
@@ -30,7 +32,7 @@ impl Step {
         match self {
             Step::Idle => "not being replaced",
             Step::Offered { .. } => "offered",
-            Step::Answered => "answered",
+            Step::Answered { .. } => "answered",
         }
     }
 }
@@ -43,7 +45,8 @@ pub(super) struct RejoinDevice {
     pub attr: DeviceAttr,
 }
 
-/// What a connected virtual QP keeps to replace its data QPs.
+/// What a connected virtual QP keeps to replace its QPs: one step and one retired QP
+/// per data QP, then the notify QP's.
 pub(super) struct Rejoin {
     pub settings: Settings,
     pub devices: Vec<RejoinDevice>,
@@ -58,7 +61,7 @@ pub(super) struct Rejoin {
 
 impl Rejoin {
     pub fn new(settings: Settings, devices: Vec<RejoinDevice>, peer: Card, cap: QpCap) -> Self {
-        let n = peer.data.len();
+        let n = peer.data.len() + 1;
         Rejoin {
             settings,
             devices,
@@ -91,9 +94,7 @@ impl<
     /// virtual QP failed, or it is the last path with no grace period);
     /// [`Error::Verbs`] when the QP cannot be made.
     pub fn offer_rejoin(&mut self, i: usize) -> Result<FailBack> {
-        if !self.rejoin.peer.caps.contains(Capabilities::FAIL_BACK) {
-            return Err(FailBackError::PeerLacks.into());
-        }
+        self.peer_fails_back()?;
         self.lane_index(i)?;
         let (qpn, psn) = self.replace(i)?;
         self.rejoin.steps[i] = Step::Offered { qpn, psn };
@@ -106,25 +107,48 @@ impl<
         Ok(m)
     }
 
+    /// Starts fail-back of the SPRAY notify QP, which failed
+    /// ([`VirtualQp::notify_qp_failed`](vqp_core::VirtualQp::notify_qp_failed)): once
+    /// its receives have all flushed, a fresh QP on its device, in INIT with the
+    /// notification receives that did not complete posted again, takes its place;
+    /// returns the offer, which carries how many of the peer's notifies arrived.
+    ///
+    /// # Errors
+    /// As [`offer_rejoin`](Self::offer_rejoin); [`Error::Restore`] with
+    /// [`RestoreError::NotDrained`](vqp_core::RestoreError::NotDrained) while the old
+    /// QP's receives are still flushing (keep polling, offer again), or with
+    /// `NoNotifyQp`.
+    pub fn offer_notify_rejoin(&mut self) -> Result<FailBack> {
+        self.peer_fails_back()?;
+        let seen = self.notify_seen()?;
+        let n = self.notify_index();
+        let (qpn, psn) = self.replace(n)?;
+        self.rejoin.steps[n] = Step::Offered { qpn, psn };
+        let m = FailBack::NotifyOffer { qpn, seen };
+        m.check()?;
+        Ok(m)
+    }
+
     /// Whether the port data QP `i` uses is active (`ibv_query_port`: a call into the
     /// library, for the control path). A replacement over a port that is down would
-    /// only fail again.
+    /// only fail again. [`NOTIFY_QP`] asks about the notify QP's port.
     ///
     /// # Errors
     /// [`Error::FailBack`] for no data QP `i`; [`Error::Verbs`] when the query fails.
     pub fn port_active(&self, i: usize) -> Result<bool> {
-        self.lane_index(i)?;
-        let Some(qp) = self.vqp.data_qp(i) else {
+        let i = self.index_of(i)?;
+        let Some(qp) = self.qp_at(i) else {
             return Ok(false);
         };
         let port = qp.qp().context().query_port(self.rejoin.settings.port)?;
         Ok(port.state() == PortState::Active)
     }
 
-    /// Whether fail-back of data QP `i` is under way: offered or answered, and not
-    /// yet carrying traffic on this side.
+    /// Whether fail-back of data QP `i` ([`NOTIFY_QP`]: of the notify QP) is under
+    /// way: offered or answered, and not yet carrying traffic on this side.
     pub fn rejoining(&self, i: usize) -> bool {
-        self.rejoin.steps.get(i).is_some_and(|s| *s != Step::Idle)
+        self.index_of(i)
+            .is_ok_and(|i| self.rejoin.steps.get(i).is_some_and(|s| *s != Step::Idle))
     }
 
     /// Takes a fail-back message from the peer; returns the one to send back, if any:
@@ -132,7 +156,10 @@ impl<
     /// an Answer makes this side's replacement carry traffic and is followed by
     /// Ready, a Ready makes it carry traffic here, a Refuse leaves the offered QP
     /// failed. An Offer crossing this side's own for the same QP is ignored when
-    /// this side's (QP number, PSN) is lower: the peer takes it instead.
+    /// this side's (QP number, PSN) is lower: the peer takes it instead. An offer
+    /// for the notify QP while this side's still runs takes it out (its receives
+    /// flush) and is refused; so is one while they are still flushing: the peer
+    /// offers again.
     ///
     /// # Errors
     /// [`Error::FailBack`] for a message about no data QP or that does not follow
@@ -140,9 +167,9 @@ impl<
     /// cannot be made or connected (that QP stays failed).
     pub fn on_failback(&mut self, m: FailBack) -> Result<Option<FailBack>> {
         m.check()?;
-        let i = usize::from(m.lane());
-        self.lane_index(i)?;
+        let i = self.index_of(usize::from(m.lane()))?;
         let step = self.rejoin.steps[i];
+        let lane = m.lane();
         let unexpected = || -> Error {
             FailBackError::Unexpected {
                 message: m,
@@ -150,8 +177,17 @@ impl<
             }
             .into()
         };
+        // The QP number, first PSN and count of notifies an offer or answer carries.
+        let fields = |m: FailBack| match m {
+            FailBack::Offer { qpn, psn, .. } | FailBack::Answer { qpn, psn, .. } => (qpn, psn, 0),
+            FailBack::NotifyOffer { qpn, seen } | FailBack::NotifyAnswer { qpn, seen } => {
+                (qpn, notify_psn(qpn), seen)
+            }
+            FailBack::Ready { .. } | FailBack::Refuse { .. } => (0, 0, 0),
+        };
         match m {
-            FailBack::Offer { lane, qpn, psn } => {
+            FailBack::Offer { .. } | FailBack::NotifyOffer { .. } => {
+                let (qpn, psn, peer_seen) = fields(m);
                 let (mine, my_psn) = match step {
                     Step::Offered { qpn: mq, psn: mp } if (mq, mp) < (qpn, psn) => {
                         return Ok(None);
@@ -159,21 +195,33 @@ impl<
                     // Our offer lost (or crossed an equal one): our offered QP, in
                     // INIT with its receives posted, answers theirs.
                     Step::Offered { qpn: mq, psn: mp } => (mq, mp),
-                    Step::Idle | Step::Answered => match self.replace(i) {
-                        Ok(made) => made,
-                        Err(Error::Restore(_)) => return Ok(Some(FailBack::Refuse { lane })),
-                        Err(e) => return Err(e),
-                    },
+                    Step::Idle | Step::Answered { .. } => {
+                        if i == self.notify_index() && !self.notify_drained() {
+                            return Ok(Some(FailBack::Refuse { lane }));
+                        }
+                        match self.replace(i) {
+                            Ok(made) => made,
+                            Err(Error::Restore(_)) => return Ok(Some(FailBack::Refuse { lane })),
+                            Err(e) => return Err(e),
+                        }
+                    }
                 };
                 self.connect_lane(i, qpn, psn, mine, my_psn)?;
-                self.rejoin.steps[i] = Step::Answered;
-                Ok(Some(FailBack::Answer {
-                    lane,
-                    qpn: mine,
-                    psn: my_psn,
+                self.rejoin.steps[i] = Step::Answered { peer_seen };
+                Ok(Some(if i == self.notify_index() {
+                    FailBack::NotifyAnswer {
+                        qpn: mine,
+                        seen: self.notify_seen()?,
+                    }
+                } else {
+                    FailBack::Answer {
+                        lane,
+                        qpn: mine,
+                        psn: my_psn,
+                    }
                 }))
             }
-            FailBack::Answer { lane, qpn, psn } => {
+            FailBack::Answer { .. } | FailBack::NotifyAnswer { .. } => {
                 let Step::Offered {
                     qpn: mine,
                     psn: my_psn,
@@ -181,16 +229,17 @@ impl<
                 else {
                     return Err(unexpected());
                 };
+                let (qpn, psn, peer_seen) = fields(m);
                 self.connect_lane(i, qpn, psn, mine, my_psn)?;
-                self.vqp.resume(i).map_err(Error::Restore)?;
+                self.resume(i, peer_seen)?;
                 self.rejoin.steps[i] = Step::Idle;
                 Ok(Some(FailBack::Ready { lane }))
             }
             FailBack::Ready { .. } => {
-                if step != Step::Answered {
+                let Step::Answered { peer_seen } = step else {
                     return Err(unexpected());
-                }
-                self.vqp.resume(i).map_err(Error::Restore)?;
+                };
+                self.resume(i, peer_seen)?;
                 self.rejoin.steps[i] = Step::Idle;
                 Ok(None)
             }
@@ -204,9 +253,22 @@ impl<
         }
     }
 
+    fn peer_fails_back(&self) -> Result<()> {
+        if self.rejoin.peer.caps.contains(Capabilities::FAIL_BACK) {
+            Ok(())
+        } else {
+            Err(FailBackError::PeerLacks.into())
+        }
+    }
+
+    /// Where the notify QP's step and retired QP are kept: after the data QPs'.
+    fn notify_index(&self) -> usize {
+        self.rejoin.steps.len() - 1
+    }
+
     fn lane_index(&self, i: usize) -> Result<()> {
         let data_qps = self.vqp.data_qps();
-        if i >= data_qps || i >= self.rejoin.steps.len() {
+        if i >= data_qps || i >= self.notify_index() {
             return Err(FailBackError::NoSuchQp {
                 lane: u8::try_from(i).unwrap_or(u8::MAX),
                 data_qps,
@@ -216,11 +278,63 @@ impl<
         Ok(())
     }
 
-    /// A fresh QP on data QP `i`'s device, in INIT, handed to vqp-core in its place
-    /// (receives posted, not sending); the old one is kept until the next
+    /// The index of the step kept for lane `lane` as messages name it: a data QP's
+    /// own, or the notify QP's for [`NOTIFY_QP`].
+    fn index_of(&self, lane: usize) -> Result<usize> {
+        if lane == usize::from(NOTIFY_QP) {
+            if self.vqp.notify_qp().is_none() || self.rejoin.peer.notify.is_none() {
+                return Err(FailBackError::NoNotifyQp.into());
+            }
+            return Ok(self.notify_index());
+        }
+        self.lane_index(lane)?;
+        Ok(lane)
+    }
+
+    /// The QP in place `i` (a data QP, or the notify QP past them).
+    fn qp_at(&self, i: usize) -> Option<&VerbsQp> {
+        if i == self.notify_index() {
+            self.vqp.notify_qp()
+        } else {
+            self.vqp.data_qp(i)
+        }
+    }
+
+    /// How many of the peer's notifies this side's old notify QP received, once final.
+    fn notify_seen(&self) -> Result<u32> {
+        if self.vqp.notify_qp().is_none() {
+            return Err(FailBackError::NoNotifyQp.into());
+        }
+        self.vqp
+            .notifies_seen()
+            .ok_or(Error::Restore(vqp_core::RestoreError::NotDrained))
+    }
+
+    /// Whether the notify QP's count is final; if it still ran, it is taken out now
+    /// (the peer replaces the pair), and its receives start to flush.
+    fn notify_drained(&mut self) -> bool {
+        if !self.vqp.notify_qp_failed() {
+            self.vqp.retire_notify();
+        }
+        self.vqp.notifies_seen().is_some()
+    }
+
+    /// The QP in place `i` carries traffic again: the peer's is ready.
+    fn resume(&mut self, i: usize, peer_seen: u32) -> Result<()> {
+        let resumed = if i == self.notify_index() {
+            self.vqp.resume_notify(peer_seen)
+        } else {
+            self.vqp.resume(i)
+        };
+        resumed.map_err(Error::Restore)
+    }
+
+    /// A fresh QP on the device of the QP in place `i`, in INIT, handed to vqp-core in
+    /// its place (receives posted, not sending); the old one is kept until the next
     /// replacement. Returns the new QP's number and first PSN.
     fn replace(&mut self, i: usize) -> Result<(u32, u32)> {
-        let Some(old) = self.vqp.data_qp(i) else {
+        let notify = i == self.notify_index();
+        let Some(old) = self.qp_at(i) else {
             return Err(FailBackError::NoSuchQp {
                 lane: u8::try_from(i).unwrap_or(u8::MAX),
                 data_qps: self.vqp.data_qps(),
@@ -228,41 +342,66 @@ impl<
             .into());
         };
         let pd = old.qp().pd();
-        let device = usize::from(self.vqp.data_qp_device(i).unwrap_or(0));
+        let device = if notify {
+            self.vqp.notify_qp_device()
+        } else {
+            self.vqp.data_qp_device(i)
+        };
         let r = &self.rejoin;
-        let dev = &r.devices[device];
+        let dev = &r.devices[usize::from(device.unwrap_or(0))];
+        let remote = if notify {
+            r.peer.notify
+        } else {
+            r.peer.data.get(i).copied()
+        };
+        let Some(remote) = remote else {
+            return Err(FailBackError::NoNotifyQp.into());
+        };
         let qp = pd.create_qp(&QpInit::rc(&dev.cq, r.cap))?;
-        let psn = random_24bit();
-        let remote = r.peer.data[i];
+        let qpn = qp.qp_num();
+        let psn = if notify {
+            notify_psn(qpn)
+        } else {
+            random_24bit()
+        };
         let path = path_to(&r.settings, &dev.port, &dev.attr, &r.peer, remote, psn)?;
         connect::to_init(&qp, &path)?;
-        let qpn = qp.qp_num();
-        let old = self
-            .vqp
-            .rejoin(i, VerbsQp::new(qp))
-            .map_err(Error::Restore)?;
+        let qp = VerbsQp::new(qp);
+        let old = if notify {
+            self.vqp.rejoin_notify(qp)
+        } else {
+            self.vqp.rejoin(i, qp)
+        }
+        .map_err(Error::Restore)?;
         self.rejoin.retired[i] = Some(old);
         Ok((qpn, psn))
     }
 
-    /// Data QP `i`'s replacement (QP number `mine`, first PSN `my_psn`), in INIT, to
-    /// RTR and RTS towards the peer's replacement `qpn`, first PSN `psn`.
+    /// The replacement in place `i` (QP number `mine`, first PSN `my_psn`), in INIT,
+    /// to RTR and RTS towards the peer's replacement `qpn`, first PSN `psn`.
     fn connect_lane(&mut self, i: usize, qpn: u32, psn: u32, mine: u32, my_psn: u32) -> Result<()> {
-        let device = usize::from(self.vqp.data_qp_device(i).unwrap_or(0));
-        let r = &self.rejoin;
-        let dev = &r.devices[device];
-        let remote = QpAddr {
-            qpn,
-            psn,
-            port: r.peer.data[i].port,
+        let notify = i == self.notify_index();
+        let device = if notify {
+            self.vqp.notify_qp_device()
+        } else {
+            self.vqp.data_qp_device(i)
         };
+        let r = &self.rejoin;
+        let dev = &r.devices[usize::from(device.unwrap_or(0))];
+        let port = if notify {
+            r.peer.notify
+        } else {
+            r.peer.data.get(i).copied()
+        }
+        .map_or(0, |a| a.port);
+        let remote = QpAddr { qpn, psn, port };
         let path = path_to(&r.settings, &dev.port, &dev.attr, &r.peer, remote, my_psn)?;
-        let qp = match self.vqp.data_qp(i) {
+        let qp = match self.qp_at(i) {
             Some(q) if q.qp().qp_num() == mine => q.qp(),
             _ => {
                 return Err(FailBackError::Unexpected {
                     message: FailBack::Answer {
-                        lane: i as u8,
+                        lane: u8::try_from(i).unwrap_or(NOTIFY_QP),
                         qpn,
                         psn,
                     },
