@@ -92,8 +92,15 @@ impl Pair {
         }
     }
 
-    /// Fills message `id`'s slot with its pattern and posts it, and B's receive.
+    /// Fills message `id`'s slot with its pattern and posts it (WRITE_WITH_IMM), and
+    /// B's receive.
     fn post(&mut self, id: u64) {
+        self.post_op(id, Opcode::RDMA_WRITE_WITH_IMM);
+    }
+
+    /// As [`Self::post`], with `op`: for a SEND, B's receive takes the message into
+    /// the slot a write would have written.
+    fn post_op(&mut self, id: u64, op: Opcode) {
         let slot = id % SLOTS;
         // SAFETY: nothing is in flight from this slot (the previous round completed),
         // and the buffer is ours.
@@ -106,10 +113,16 @@ impl Pair {
         buf.iter_mut()
             .enumerate()
             .for_each(|(i, b)| *b = (i as u64 ^ id) as u8);
-        self.b.vqp.post_recv(&RecvWr::notification(id)).unwrap();
+        let recv = if op == Opcode::SEND {
+            let at = self.mr_b.addr() + slot * MSG;
+            RecvWr::data(id, at, MSG as u32, self.mr_b.lkey())
+        } else {
+            RecvWr::notification(id)
+        };
+        self.b.vqp.post_recv(&recv).unwrap();
         let wr = SendWr::new(
             id,
-            Opcode::RDMA_WRITE_WITH_IMM,
+            op,
             self.mr_a.addr() + slot * MSG,
             MSG,
             self.mr_b.addr() + slot * MSG,
@@ -253,7 +266,7 @@ fn messages_out_of_turn_are_refused_and_change_nothing() {
     let answer = FailBack::Answer {
         lane: 0,
         qpn: 5,
-        psn: 6,
+        seen: 6,
     };
     let e = p.a.on_failback(answer).unwrap_err();
     assert!(
@@ -319,7 +332,7 @@ fn a_failed_notify_qp_is_replaced_and_the_messages_it_held_land_once() {
     while offer.is_none() {
         assert!(start.elapsed() < Duration::from_secs(10), "A never drained");
         p.poll_held();
-        match p.a.offer_notify_rejoin() {
+        match p.a.offer_rejoin(NOTIFY_QP.into()) {
             Ok(m) => offer = Some(m),
             // Its receives are still flushing, or it has not seen the failure yet.
             Err(Error::Restore(RestoreError::NotDrained)) => {}
@@ -329,7 +342,14 @@ fn a_failed_notify_qp_is_replaced_and_the_messages_it_held_land_once() {
     assert!(p.a.vqp.notify_qp_failed());
     let offer = offer.unwrap();
     assert!(
-        matches!(offer, FailBack::NotifyOffer { seen: 0, .. }),
+        matches!(
+            offer,
+            FailBack::Offer {
+                lane: NOTIFY_QP,
+                seen: 0,
+                ..
+            }
+        ),
         "A's notify QP received nothing: {offer:?}"
     );
     // B's notify QP still runs: it is taken out, and the offer refused until its
@@ -341,11 +361,18 @@ fn a_failed_notify_qp_is_replaced_and_the_messages_it_held_land_once() {
         assert!(start.elapsed() < Duration::from_secs(10), "B never drained");
         assert_eq!(deliver(&mut p.a, reply), None);
         p.poll_held();
-        reply = deliver(&mut p.b, p.a.offer_notify_rejoin().unwrap()).unwrap();
+        reply = deliver(&mut p.b, p.a.offer_rejoin(NOTIFY_QP.into()).unwrap()).unwrap();
     }
     // B received A's first 8 notifies on the old QP: A posts the other 4 again.
     assert!(
-        matches!(reply, FailBack::NotifyAnswer { seen: 8, .. }),
+        matches!(
+            reply,
+            FailBack::Answer {
+                lane: NOTIFY_QP,
+                seen: 8,
+                ..
+            }
+        ),
         "{reply:?}"
     );
     let ready = deliver(&mut p.a, reply).unwrap();
@@ -359,4 +386,73 @@ fn a_failed_notify_qp_is_replaced_and_the_messages_it_held_land_once() {
     let (fa, fb) = (p.a.vqp.failover(), p.b.vqp.failover());
     assert_eq!((fa.failovers, fa.restored, fa.healthy), (1, 1, 2));
     assert_eq!((fb.failovers, fb.restored), (1, 1));
+}
+
+#[test]
+fn sends_in_flight_on_a_failed_data_qp_0_land_once_after_its_replacement() {
+    let mut p = pair_in(Mode::Spray);
+    for id in 0..4 {
+        p.post_op(id, Opcode::SEND);
+    }
+    p.wait(0, 4);
+    p.sent = 4;
+    // SENDs pass through data QP 0. These reach it after it failed: they flush,
+    // and wait for its replacement (the virtual QP has a grace period).
+    fail(p.a.vqp.data_qp_num(0).unwrap());
+    let first = p.sent;
+    for id in first..first + 4 {
+        p.post_op(id, Opcode::SEND);
+    }
+    let start = Instant::now();
+    let offer = loop {
+        assert!(start.elapsed() < Duration::from_secs(10), "A never drained");
+        p.poll_held();
+        match p.a.offer_rejoin(0) {
+            Ok(m) => break m,
+            Err(Error::Restore(RestoreError::NotDrained)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(
+        matches!(
+            offer,
+            FailBack::Offer {
+                lane: 0,
+                seen: 0,
+                ..
+            }
+        ),
+        "{offer:?}"
+    );
+    // B's data QP 0 still runs, with B's receives for the held SENDs posted: it is
+    // taken out, and the offer refused until they flushed.
+    let mut reply = deliver(&mut p.b, offer).unwrap();
+    assert_eq!(reply, FailBack::Refuse { lane: 0 });
+    while let FailBack::Refuse { .. } = reply {
+        assert!(start.elapsed() < Duration::from_secs(10), "B never drained");
+        assert_eq!(deliver(&mut p.a, reply), None);
+        p.poll_held();
+        reply = deliver(&mut p.b, p.a.offer_rejoin(0).unwrap()).unwrap();
+    }
+    // B received the first 4 SENDs on the old QP: A posts the other 4 again, and B
+    // its 4 receives that flushed.
+    assert!(
+        matches!(
+            reply,
+            FailBack::Answer {
+                lane: 0,
+                seen: 4,
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+    let ready = deliver(&mut p.a, reply).unwrap();
+    assert_eq!(deliver(&mut p.b, ready), None);
+    p.wait(first, 4);
+    p.sent += 4;
+    p.transfer(8);
+    let (fa, fb) = (p.a.vqp.failover(), p.b.vqp.failover());
+    assert_eq!((fa.failovers, fa.restored, fa.healthy), (1, 1, 2));
+    assert_eq!((fb.failovers, fb.restored, fb.healthy), (1, 1, 2));
 }

@@ -1,8 +1,9 @@
 //! Fail-back in a run (`--failover`): the client replaces each failed data QP, and a
 //! failed SPRAY notify QP, once its device's port is active, through vqp-host's three
 //! fail-back messages (Offer, Answer, Ready) carried as `J` frames of the control
-//! channel; the server answers. A notify QP is offered once its receives have flushed
-//! (its count of notifies received is final); the server refuses until its own have.
+//! channel; the server answers. A QP whose sends consume the peer's receives (the
+//! notify QP, data QP 0 in SPRAY) is offered once its receives have flushed (its
+//! count is final); the server refuses until its own have.
 //!
 //! A data QP whose replacement fails again is offered again later, 10 ms after the
 //! first try and twice as long after each try that did not last a second, up to 1 s;
@@ -107,9 +108,12 @@ impl Rejoiner {
             if !up {
                 continue;
             }
-            let offer = conn
-                .offer_rejoin(i)
-                .map_err(|e| Fail::bad(format!("cannot replace data QP {i}: {e}")))?;
+            let offer = match conn.offer_rejoin(i) {
+                Ok(m) => m,
+                // Its receives are still flushing: the next look tries again.
+                Err(Error::Restore(RestoreError::NotDrained)) => continue,
+                Err(e) => return Err(Fail::bad(format!("cannot replace data QP {i}: {e}"))),
+            };
             ctl.send(FAILBACK, frame(offer))?;
             t.count += 1;
             t.last = Some(now);
@@ -138,7 +142,7 @@ impl Rejoiner {
         {
             return Ok(());
         }
-        let offer = match conn.offer_notify_rejoin() {
+        let offer = match conn.offer_rejoin(lane) {
             Ok(m) => m,
             // Its receives are still flushing: the next look tries again.
             Err(Error::Restore(RestoreError::NotDrained)) => return Ok(()),

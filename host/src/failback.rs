@@ -1,55 +1,60 @@
-//! Fail-back's messages: how two sides replace a failed data QP with a fresh pair,
-//! over a channel that does not depend on the data QPs (the TCP connection the cards
-//! went over, kept open; the application carries the 8-byte messages).
+//! Fail-back's messages: how two sides replace a failed QP — a data QP, or SPRAY's
+//! notify QP — with a fresh pair, over a channel that does not depend on the failed
+//! QPs (the TCP connection the cards went over, kept open; the application carries
+//! the 8-byte messages).
 //!
 //! Three messages, as the RDMA CM connects a QP (REQ, REP, RTU), so that neither side
 //! sends to a QP the other cannot yet receive on:
 //!
 //! ```text
 //!  A (starts)                                  B
-//!  fresh QP → INIT, receives posted
-//!  ── Offer { lane, qpn, psn } ─────────────►  fresh QP → INIT, receives posted,
-//!                                              (its old QP i taken out if healthy),
-//!                                              → RTR → RTS, not yet sending
-//!  ◄──────────────── Answer { lane, qpn, psn } ─
+//!  old QP out, drained; fresh QP → INIT,
+//!  receives posted
+//!  ── Offer { lane, qpn, seen } ────────────►  old QP out, drained; fresh QP → INIT,
+//!                                              receives posted, → RTR → RTS, not yet
+//!                                              sending
+//!  ◄─────────────── Answer { lane, qpn, seen } ─
 //!  → RTR → RTS, sending                        
 //!  ── Ready { lane } ───────────────────────►  sending
 //! ```
 //!
-//! Either side may start, for any failed data QP, at any time. When both offer for
-//! the same QP at once, the offer with the lower (QP number, PSN) wins: its sender
-//! ignores the other's offer, the other answers with the QP it had offered. A side
-//! that cannot replace its QP (re-dispatch off, its virtual QP failed) answers
+//! `seen` is how many of the peer's receive-consuming WQEs the sender's old QP
+//! received (vqp-core's `receives_seen`, `notifies_seen`), for the QPs whose WQEs
+//! consume the peer's receives (SPRAY's notify QP, data QP 0 of a SPRAY or one-QP
+//! virtual QP; 0 for the others): the peer then posts again exactly those that did
+//! not land. A side can only say so once its old QP's receives have all completed,
+//! so before offering or answering it takes its old QP out (if it still ran) and
+//! waits for them to flush; an offer that comes meanwhile is refused, and the
+//! offering side offers again later.
+//!
+//! Either side may start, for any failed QP, at any time. When both offer for the
+//! same QP at once, the offer with the lower QP number wins (on a tie, the side whose
+//! card's first sequence number is lower): its sender ignores the other's offer, the
+//! other answers with the QP it had offered. A side that cannot replace its QP
+//! (re-dispatch off, its virtual QP failed, receives still flushing) answers
 //! `Refuse`, and the offering side's QP stays failed (it may offer again later).
 //! Capability [`FAIL_BACK`](crate::Capabilities::FAIL_BACK) in the endpoint card
 //! says a side speaks this.
 //!
-//! SPRAY's notify QP is replaced the same way, with two differences. Each side's
-//! offer or answer also says how many of the peer's notifies its old notify QP
-//! received (vqp-core's `notifies_seen`), so that the peer posts again exactly the
-//! notifies that did not land: a side can only say so once its old QP's receives have
-//! all flushed, and until then it refuses an offer (after taking its notify QP out if
-//! it still ran) and the offering side offers again later. And the first PSN is not
-//! sent but follows from the QP number ([`notify_psn`]), to leave room for the count.
+//! A replacement's first PSN is not sent but follows from its QP number
+//! ([`first_psn`]), to leave room for the count: the PSN guards an RC QP against
+//! stale packets, which a fresh QP number already does, and is no secret.
 //!
 //! Wire format, 8 bytes: the kind (1 Offer, 2 Answer, 3 Ready, 4 Refuse), the data
 //! QP index ([`NOTIFY_QP`] for the notify QP), the QP number (24 bits, big-endian),
-//! the first PSN (24 bits); Ready and Refuse carry zeros in the last six bytes. The
-//! notify QP's offer and answer (kinds 5 and 6) carry the QP number in bytes 1–3 and
-//! the count of notifies received (32 bits, big-endian) in bytes 4–7.
+//! `seen` modulo 2^24 (big-endian); Ready and Refuse carry zeros in the last six bytes.
 
 use std::fmt;
 
 /// The length of an encoded message.
 pub const MESSAGE_LEN: usize = 8;
 
-/// The lane that names the SPRAY notify QP in [`FailBack::Ready`] and
-/// [`FailBack::Refuse`] (data QP indexes are below it).
+/// The lane that names the SPRAY notify QP (data QP indexes are below it).
 pub const NOTIFY_QP: u8 = u8::MAX;
 
-/// The first PSN of a replacement notify QP, which its offer or answer does not
-/// carry: the QP number mixed into 24 bits.
-pub fn notify_psn(qpn: u32) -> u32 {
+/// The first PSN of a replacement QP, which its offer or answer does not carry: the
+/// QP number mixed into 24 bits.
+pub fn first_psn(qpn: u32) -> u32 {
     qpn.wrapping_mul(0x9e37_79b1) >> 8
 }
 
@@ -58,50 +63,35 @@ const MAX_24BIT: u32 = (1 << 24) - 1;
 /// One fail-back message (see the [module documentation](self)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailBack {
-    /// The sender replaced its data QP `lane` with a QP in INIT, its receives
-    /// posted: replace yours and answer.
+    /// The sender replaced its QP `lane` with a QP in INIT, its receives posted:
+    /// replace yours and answer.
     Offer {
-        /// The data QP's index.
+        /// The data QP's index, or [`NOTIFY_QP`].
         lane: u8,
         /// The replacement's QP number.
         qpn: u32,
-        /// The first PSN it sends.
-        psn: u32,
+        /// The peer's receive-consuming WQEs the sender's old QP received (mod 2^24).
+        seen: u32,
     },
-    /// The sender's replacement of data QP `lane` is at RTS and receiving: connect
-    /// yours, send, and say Ready.
+    /// The sender's replacement of QP `lane` is at RTS and receiving: connect yours,
+    /// send, and say Ready.
     Answer {
-        /// The data QP's index.
+        /// The data QP's index, or [`NOTIFY_QP`].
         lane: u8,
         /// The replacement's QP number.
         qpn: u32,
-        /// The first PSN it sends.
-        psn: u32,
+        /// The peer's receive-consuming WQEs the sender's old QP received (mod 2^24).
+        seen: u32,
     },
-    /// The sender's replacement of data QP `lane` is at RTS and receiving.
+    /// The sender's replacement of QP `lane` is at RTS and receiving.
     Ready {
-        /// The data QP's index.
+        /// The data QP's index, or [`NOTIFY_QP`].
         lane: u8,
     },
-    /// The sender cannot replace its data QP `lane` (now).
+    /// The sender cannot replace its QP `lane` (now).
     Refuse {
-        /// The data QP's index.
+        /// The data QP's index, or [`NOTIFY_QP`].
         lane: u8,
-    },
-    /// As [`FailBack::Offer`], for the notify QP: its first PSN is
-    /// [`notify_psn`]`(qpn)`.
-    NotifyOffer {
-        /// The replacement's QP number.
-        qpn: u32,
-        /// Notifies of the peer the sender's old notify QP received (mod 2^32).
-        seen: u32,
-    },
-    /// As [`FailBack::Answer`], for the notify QP.
-    NotifyAnswer {
-        /// The replacement's QP number.
-        qpn: u32,
-        /// Notifies of the peer the sender's old notify QP received (mod 2^32).
-        seen: u32,
     },
 }
 
@@ -110,7 +100,7 @@ pub enum FailBack {
 pub enum FailBackError {
     /// The first byte is no message kind.
     Kind(u8),
-    /// A QP number or PSN above 24 bits.
+    /// A QP number above 24 bits.
     Field {
         /// Which field.
         what: &'static str,
@@ -169,38 +159,27 @@ impl fmt::Display for FailBackError {
 impl std::error::Error for FailBackError {}
 
 impl FailBack {
-    /// The data QP the message is about, or [`NOTIFY_QP`].
+    /// The QP the message is about: a data QP's index, or [`NOTIFY_QP`].
     pub fn lane(&self) -> u8 {
         match *self {
             Self::Offer { lane, .. }
             | Self::Answer { lane, .. }
             | Self::Ready { lane }
             | Self::Refuse { lane } => lane,
-            Self::NotifyOffer { .. } | Self::NotifyAnswer { .. } => NOTIFY_QP,
         }
     }
 
     /// The message on the wire.
     pub fn encode(&self) -> [u8; MESSAGE_LEN] {
-        let (kind, lane, qpn, psn) = match *self {
-            Self::Offer { lane, qpn, psn } => (1, lane, qpn, psn),
-            Self::Answer { lane, qpn, psn } => (2, lane, qpn, psn),
+        let (kind, lane, qpn, seen) = match *self {
+            Self::Offer { lane, qpn, seen } => (1, lane, qpn, seen),
+            Self::Answer { lane, qpn, seen } => (2, lane, qpn, seen),
             Self::Ready { lane } => (3, lane, 0, 0),
             Self::Refuse { lane } => (4, lane, 0, 0),
-            Self::NotifyOffer { qpn, seen } | Self::NotifyAnswer { qpn, seen } => {
-                let kind = if matches!(self, Self::NotifyOffer { .. }) {
-                    5
-                } else {
-                    6
-                };
-                let q = (qpn & MAX_24BIT).to_be_bytes();
-                let c = seen.to_be_bytes();
-                return [kind, q[1], q[2], q[3], c[0], c[1], c[2], c[3]];
-            }
         };
         let q = (qpn & MAX_24BIT).to_be_bytes();
-        let p = (psn & MAX_24BIT).to_be_bytes();
-        [kind, lane, q[1], q[2], q[3], p[1], p[2], p[3]]
+        let c = (seen & MAX_24BIT).to_be_bytes();
+        [kind, lane, q[1], q[2], q[3], c[1], c[2], c[3]]
     }
 
     /// A message from the wire.
@@ -210,38 +189,25 @@ impl FailBack {
     pub fn decode(b: &[u8; MESSAGE_LEN]) -> Result<Self, FailBackError> {
         let lane = b[1];
         let qpn = u32::from_be_bytes([0, b[2], b[3], b[4]]);
-        let psn = u32::from_be_bytes([0, b[5], b[6], b[7]]);
-        let notify_qpn = u32::from_be_bytes([0, b[1], b[2], b[3]]);
-        let seen = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        let seen = u32::from_be_bytes([0, b[5], b[6], b[7]]);
         Ok(match b[0] {
-            1 => Self::Offer { lane, qpn, psn },
-            2 => Self::Answer { lane, qpn, psn },
+            1 => Self::Offer { lane, qpn, seen },
+            2 => Self::Answer { lane, qpn, seen },
             3 => Self::Ready { lane },
             4 => Self::Refuse { lane },
-            5 => Self::NotifyOffer {
-                qpn: notify_qpn,
-                seen,
-            },
-            6 => Self::NotifyAnswer {
-                qpn: notify_qpn,
-                seen,
-            },
             k => return Err(FailBackError::Kind(k)),
         })
     }
 
-    /// Checks the 24-bit fields of a message made here (decoded ones fit).
+    /// Checks the QP number of a message made here (decoded ones fit); counts are
+    /// sent modulo 2^24.
     pub(crate) fn check(&self) -> Result<(), FailBackError> {
-        let fields = match *self {
-            Self::Offer { qpn, psn, .. } | Self::Answer { qpn, psn, .. } => Some((qpn, psn)),
-            Self::NotifyOffer { qpn, .. } | Self::NotifyAnswer { qpn, .. } => Some((qpn, 0)),
-            Self::Ready { .. } | Self::Refuse { .. } => None,
-        };
-        if let Some((qpn, psn)) = fields {
-            for (what, value) in [("QP number", qpn), ("PSN", psn)] {
-                if value > MAX_24BIT {
-                    return Err(FailBackError::Field { what, value });
-                }
+        if let Self::Offer { qpn, .. } | Self::Answer { qpn, .. } = *self {
+            if qpn > MAX_24BIT {
+                return Err(FailBackError::Field {
+                    what: "QP number",
+                    value: qpn,
+                });
             }
         }
         Ok(())
@@ -258,20 +224,15 @@ mod tests {
             FailBack::Offer {
                 lane: 3,
                 qpn: 0xab_cdef,
-                psn: 0x12_3456,
+                seen: 0x12_3456,
             },
             FailBack::Answer {
-                lane: 255,
+                lane: NOTIFY_QP,
                 qpn: 1,
-                psn: MAX_24BIT,
+                seen: MAX_24BIT,
             },
             FailBack::Ready { lane: 0 },
             FailBack::Refuse { lane: 7 },
-            FailBack::NotifyOffer {
-                qpn: 0x12_3456,
-                seen: 0xfedc_ba98,
-            },
-            FailBack::NotifyAnswer { qpn: 9, seen: 0 },
             FailBack::Ready { lane: NOTIFY_QP },
         ] {
             assert_eq!(FailBack::decode(&m.encode()), Ok(m));
@@ -280,7 +241,7 @@ mod tests {
         let offer = FailBack::Offer {
             lane: 1,
             qpn: 0x0102_0304,
-            psn: 5,
+            seen: 5,
         };
         assert_eq!(
             offer.check(),
@@ -298,15 +259,17 @@ mod tests {
             FailBack::Ready { lane: 2 }.encode(),
             [3, 2, 0, 0, 0, 0, 0, 0]
         );
+        // Counts go modulo 2^24.
         assert_eq!(
-            FailBack::NotifyOffer {
+            FailBack::Answer {
+                lane: 0,
                 qpn: 0x01_0203,
-                seen: 0x0405_0607
+                seen: 0x0904_0506
             }
             .encode(),
-            [5, 1, 2, 3, 4, 5, 6, 7]
+            [2, 0, 1, 2, 3, 4, 5, 6]
         );
-        assert_eq!(FailBack::NotifyAnswer { qpn: 1, seen: 2 }.lane(), NOTIFY_QP);
-        assert!(notify_psn(0xab_cdef) <= MAX_24BIT);
+        assert!(first_psn(0xab_cdef) <= MAX_24BIT);
+        assert_ne!(first_psn(1), first_psn(2));
     }
 }

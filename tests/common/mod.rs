@@ -129,9 +129,18 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 impl Pair {
     /// Fail-back of data QP `i`: a fresh QP pair on its device, connected, takes the
-    /// place of QP `i` on both sides (the receiver's is failed first if it still
-    /// runs: the pair is replaced whole). The old QPs are left in the error state.
-    pub fn fail_back(&mut self, i: usize) {
+    /// place of QP `i` on both sides (the receiver's is taken out first if it still
+    /// runs: the pair is replaced whole), each side told how many of its
+    /// receive-consuming WQEs the other's old QP received. The old QPs are left in
+    /// the error state. False while a side's QP is still flushing the application's
+    /// receives (the caller keeps polling).
+    pub fn fail_back(&mut self, i: usize) -> bool {
+        assert!(self.a.vqp.retire(i) && self.b.vqp.retire(i));
+        let (Some(seen_a), Some(seen_b)) =
+            (self.a.vqp.receives_seen(i), self.b.vqp.receives_seen(i))
+        else {
+            return false;
+        };
         let devices = self.nic.config().devices;
         let d = i % devices;
         let cfg = *self.a.vqp.config();
@@ -148,16 +157,13 @@ impl Pair {
             self.nic.create_qp(d, cq, cq, caps).expect("qp")
         };
         self.nic.connect(&qa, &qb).expect("connect");
-        let old_b = self.b.vqp.data_qp_num(i).expect("qp");
-        if !self.b.vqp.data_qp_failed(i) {
-            self.b
-                .vqp
-                .fail_qp(old_b, d as u8, vqp_core::WcStatus::WR_FLUSH_ERR);
-        }
-        let old = self.a.vqp.restore(i, qa).expect("a failed QP");
-        let old_b = self.b.vqp.restore(i, qb).expect("the peer's QP, failed");
+        let old = self.a.vqp.rejoin(i, qa).expect("a failed QP");
+        let old_b = self.b.vqp.rejoin(i, qb).expect("the peer's QP, failed");
+        self.a.vqp.resume_seen(i, seen_b).expect("joining");
+        self.b.vqp.resume_seen(i, seen_a).expect("joining");
         let _ = self.nic.fail_qp(old.qp_num());
         let _ = self.nic.fail_qp(old_b.qp_num());
+        true
     }
 
     /// Fail-back of the notify QP (SPRAY): both sides take theirs out (the pair is

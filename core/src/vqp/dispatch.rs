@@ -2,6 +2,7 @@
 //! chained per QP and posted once per round; SPRAY notifies in order.
 
 use super::complete::{credit_data, credit_notify};
+use super::counted::consumes;
 use super::lane::Lane;
 use super::policy::{Policy, Striping};
 use super::send::{numbered, passthrough_wqe, send_id};
@@ -241,9 +242,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return false;
         }
         let (l, mut wqe, run_seq) = if slot.passthrough {
-            let lane = &self.lanes[0];
+            let lane = &mut self.lanes[0];
             if !lane.has_room(max) {
                 return false;
+            }
+            if consumes(slot.wr.opcode) {
+                slot.order = lane.sent;
+                lane.sent = lane.sent.wrapping_add(1);
             }
             (
                 0,
@@ -293,10 +298,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// One dispatch round: stage every fragment that fits, in posting order, then the
     /// notifies that became due, then post one chain per QP.
     pub(super) fn dispatch(&mut self) {
-        if !self.redo.is_empty() {
-            self.restage();
-        }
         let max = self.cfg.max_outstanding;
+        if self.rework {
+            self.restage();
+            self.post_again(max);
+            self.rework = !self.redo.is_empty() || !self.again.is_empty();
+        }
         let merge = self.cfg.signaling == Signaling::LastOfChain;
         let n = self.lanes.len() as u32;
         let all_lanes = u64::MAX >> (64 - n);
@@ -305,18 +312,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         'requests: while self.dispatch != self.send.tail {
             let id = self.dispatch;
             let slot = self.send.get_mut(id);
-            let wr = &slot.wr;
             if slot.passthrough {
-                let lane = &mut self.lanes[0];
-                if !lane.has_room(max) {
+                if self.lanes[0].survived {
+                    self.passthrough_without_qp0(id);
+                } else if self.lanes[0].has_room(max) {
+                    self.stage_passthrough(id);
+                } else {
                     break;
-                }
-                let wqe = passthrough_wqe(wr, send_id(self.tag, id), lane.device);
-                *lane.stage(id, self.send_seq, false, wqe.len, 0) = wqe;
-                self.staged |= 1;
-                slot.posted = 1;
-                if !lane.has_room(max) {
-                    self.room &= !1;
                 }
                 self.dispatch += 1;
                 continue;
@@ -437,6 +439,41 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             (false, false) => self.stage_spread::<false, false>(&req, max),
         }
         true
+    }
+
+    /// Pass-through request `id`, not posted yet, meets a failed data QP 0: it waits
+    /// for the replacement, behind those that were in flight there, when there is a
+    /// grace period to wait in; it is reported with the QP's error otherwise (as the
+    /// virtual QP does not hold requests then).
+    #[cold]
+    fn passthrough_without_qp0(&mut self, id: u64) {
+        let slot = self.send.get_mut(id);
+        slot.posted = 1;
+        if self.cfg.grace_ns == 0 || self.again.push_back(id).is_err() {
+            credit_data(&mut self.send, id, 1, self.lane_error);
+        } else {
+            self.rework = true;
+            self.settle_hold();
+        }
+    }
+
+    /// Stage pass-through request `id` whole on data QP 0 (the caller checked its
+    /// room), numbering it among the receive-consuming WQEs when it is one.
+    pub(super) fn stage_passthrough(&mut self, id: u64) {
+        let max = self.cfg.max_outstanding;
+        let slot = self.send.get_mut(id);
+        let lane = &mut self.lanes[0];
+        let wqe = passthrough_wqe(&slot.wr, send_id(self.tag, id), lane.device);
+        if consumes(slot.wr.opcode) {
+            slot.order = lane.sent;
+            lane.sent = lane.sent.wrapping_add(1);
+        }
+        *lane.stage(id, self.send_seq, false, wqe.len, 0) = wqe;
+        self.staged |= 1;
+        slot.posted = 1;
+        if !lane.has_room(max) {
+            self.room &= !1;
+        }
     }
 
     /// Whether a round may spread a request in one go: always, but for the tests
@@ -694,8 +731,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                         swap: 0,
                     };
                     slot.notify = Notify::InFlight;
-                    slot.notify_at = self.notifies_sent;
-                    self.notifies_sent = self.notifies_sent.wrapping_add(1);
+                    slot.order = lane.sent;
+                    lane.sent = lane.sent.wrapping_add(1);
                 }
             }
             self.notify_next += 1;

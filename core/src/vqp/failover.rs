@@ -6,12 +6,15 @@
 //! RDMA WRITE and READ of the same range are idempotent, and a re-posted DQPLB
 //! fragment keeps its sequence number, which the receiver's window counts once (an
 //! arrival it already counted is a duplicate), so posting a fragment twice is
-//! harmless. What is not idempotent (SEND, atomics: the pass-through opcodes) is not
-//! posted again: such a request on the failed QP is reported with the error.
+//! harmless. What is not idempotent (the pass-through opcodes, on data QP 0) waits
+//! for data QP 0's replacement: a SEND is posted again unless the peer's count says
+//! it landed (see `counted`), an atomic in flight is reported with the error (whether
+//! it took effect cannot be known).
 
 use core::fmt;
 
 use super::complete::credit_data;
+use super::counted::park;
 use super::dispatch::{after, pick, Spread};
 use super::lane::Taken;
 use super::VirtualQp;
@@ -36,8 +39,9 @@ pub struct Failover {
 pub enum RestoreError {
     /// The virtual QP has no notify QP (DQPLB, or SPRAY over one data QP).
     NoNotifyQp,
-    /// The notify QP has not failed, or still has receives outstanding: how many
-    /// notifies it received is not final yet.
+    /// The QP (the notify QP, or data QP 0 where it takes the application's
+    /// receives) has not failed or still has receives outstanding: how many it
+    /// received is not final yet.
     NotDrained,
     /// No data QP of that index.
     NoSuchQp(usize),
@@ -60,8 +64,8 @@ impl fmt::Display for RestoreError {
             Self::NotJoining(i) => write!(f, "data QP {i} has no replacement waiting to resume"),
             Self::NoNotifyQp => f.write_str("the virtual QP has no notify QP"),
             Self::NotDrained => f.write_str(
-                "the notify QP has not failed or still has receives outstanding, so the \
-                 count of notifies it received is not final",
+                "the QP has not failed or still has receives outstanding, so the count of \
+                 what it received is not final",
             ),
         }
     }
@@ -122,9 +126,17 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             l.qp.set_error();
             self.survived.failovers += 1;
         }
-        let redo = &mut self.redo;
+        let (redo, again, send) = (&mut self.redo, &mut self.again, &mut self.send);
+        let wait = self.cfg.grace_ns > 0;
         let mut fits = true;
-        l.take_runs(&mut |run| fits &= redo.push_back(run).is_ok());
+        l.take_runs(&mut |run| {
+            fits &= if send.get(run.id).passthrough {
+                park(send, again, (run.id, run.count), wait, status)
+            } else {
+                redo.push_back(run).is_ok()
+            }
+        });
+        self.rework = true;
         self.room &= !(1 << lane);
         self.lane_error = status;
         // A request held to the QPs it used (the fan-out limit) may use another.
@@ -147,10 +159,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         self.can_survive(lane) && self.survive(lane, status)
     }
 
-    /// Whether requests cannot complete for want of a QP: every data QP failed, or
-    /// the SPRAY notify QP did.
+    /// Whether requests cannot complete for want of a QP: every data QP failed, the
+    /// SPRAY notify QP did, or data QP 0 did with pass-through requests waiting for it.
     fn pathless(&self) -> bool {
-        self.lanes.iter().all(|l| l.failed) || self.notify.as_ref().is_some_and(|l| l.failed)
+        self.lanes.iter().all(|l| l.failed)
+            || self.notify.as_ref().is_some_and(|l| l.failed)
+            || (self.lanes[0].failed && !self.again.is_empty())
     }
 
     /// Start the grace period's clock when the last path went, stop it when one is
@@ -190,7 +204,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Fail-back, first step: data QP `i` takes `qp`, a fresh QP on the same device
     /// in INIT or later. In DQPLB its receives are posted (before the QP reaches RTR,
-    /// so no fragment of the peer can miss one), but nothing is sent on it until
+    /// so no fragment of the peer can miss one); on a data QP that takes the
+    /// application's receives (see [`Self::receives_seen`]) those that did not
+    /// complete are posted again first, and it must have drained (else
+    /// [`RestoreError::NotDrained`]: keep polling). Nothing is sent on it until
     /// [`Self::resume`]: the peer's end may not be ready to receive yet. A QP that
     /// has not failed is taken out first, as if it had (the peer replaces its end):
     /// its fragments that did not complete go again on the others. Rejoining a QP
@@ -210,6 +227,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if !lane.survived && !self.survive(i, WcStatus::WR_FLUSH_ERR) {
             return Err(RestoreError::Unavailable(i));
         }
+        if self.receives_seen(i).is_none() {
+            // The application's receives on it are still flushing.
+            return Err(RestoreError::NotDrained);
+        }
+        let counted = self.counts(i);
         let lane = &mut self.lanes[i];
         let old = lane.replace(qp);
         // Failed to every sender until it resumes; only its receives are posted.
@@ -219,6 +241,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if self.armed {
             lane.recv_owed = self.cfg.recv_depth;
         }
+        if counted {
+            // The application's receives that did not complete, first.
+            self.repost_recvs(i as u8);
+        }
         // Its receives, and the old QP's fragments on the others.
         self.progress();
         Ok(old)
@@ -226,8 +252,23 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Fail-back, second step: the peer's end of data QP `i`'s replacement is ready
     /// to receive; traffic spreads over it again and the requests held for want of
-    /// a path go on.
+    /// a path go on. On data QP 0 of a one-QP or SPRAY virtual QP, a pass-through
+    /// SEND (or one-QP WRITE_WITH_IMM) that was in flight when it failed is reported
+    /// with the error: only the peer's count could say whether it landed
+    /// ([`Self::resume_seen`]).
     pub fn resume(&mut self, i: usize) -> Result<(), RestoreError> {
+        self.resume_inner(i, None)
+    }
+
+    /// [`Self::resume`], told that the peer's end received `peer_seen` of the
+    /// receive-consuming WQEs sent on data QP `i` (its [`Self::receives_seen`]):
+    /// those of the pass-through requests in flight when the QP failed that landed
+    /// complete successfully, the rest are posted again, in order.
+    pub fn resume_seen(&mut self, i: usize, peer_seen: u32) -> Result<(), RestoreError> {
+        self.resume_inner(i, Some(peer_seen))
+    }
+
+    fn resume_inner(&mut self, i: usize, peer_seen: Option<u32>) -> Result<(), RestoreError> {
         let Some(lane) = self.lanes.get_mut(i) else {
             return Err(RestoreError::NoSuchQp(i));
         };
@@ -239,26 +280,23 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         lane.survived = false;
         self.room |= 1 << i;
         self.survived.restored += 1;
+        if i == 0 {
+            self.settle_again(peer_seen);
+        }
         self.settle_hold();
         self.progress();
         Ok(())
     }
 
     /// Stage again, on healthy data QPs with room, the fragments failed QPs left:
-    /// oldest first, round-robin, each WQE signaled and a run of its own. A
-    /// pass-through request's WQE is not posted again: it is credited with the
-    /// failure.
+    /// oldest first, round-robin, each WQE signaled and a run of its own.
+    /// (Pass-through requests wait for data QP 0 instead: see `park`.)
     pub(super) fn restage(&mut self) {
         while self.room != 0 {
             let Some(&run) = self.redo.front() else {
                 return;
             };
             let slot = self.send.get(run.id);
-            if slot.passthrough {
-                self.redo.pop_front();
-                credit_data(&mut self.send, run.id, run.count, self.lane_error);
-                continue;
-            }
             let req = Spread::of(&slot.wr, run.id, self.tag, self.cfg.mode);
             let plan = slot.plan;
             let count = plan.count();

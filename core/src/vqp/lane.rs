@@ -126,6 +126,12 @@ pub(crate) struct Lane<Q, const D: usize> {
     pub recv_outstanding: u32,
     /// DQPLB receives consumed and not yet replenished.
     pub recv_owed: u32,
+    /// WQEs posted here that consume a receive of the peer's (a notify, a
+    /// pass-through SEND), mod 2^32: the role's count, kept across replacements.
+    pub sent: u32,
+    /// The application's receives that completed here successfully, mod 2^32: the
+    /// role's count too.
+    pub seen: u32,
     pub stats: LaneStats,
 }
 
@@ -154,6 +160,8 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             joining: false,
             recv_outstanding: 0,
             recv_owed: 0,
+            sent: 0,
+            seen: 0,
             stats: LaneStats::default(),
         }
     }

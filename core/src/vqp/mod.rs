@@ -22,11 +22,11 @@
 
 mod complete;
 mod config;
+mod counted;
 mod dispatch;
 mod error;
 mod failover;
 mod lane;
-mod notify_qp;
 mod policy;
 mod recv;
 mod send;
@@ -105,10 +105,11 @@ pub struct VirtualQp<
     dispatch: u64,
     /// Oldest request whose SPRAY notify may still need posting.
     notify_next: u64,
-    /// SPRAY notifies posted (mod 2^32): the next one's place among them.
-    notifies_sent: u32,
-    /// SPRAY notifies received, each a notification receive completed (mod 2^32).
-    notifies_seen: u32,
+    /// Pass-through requests that were in flight on data QP 0 when it failed, to be
+    /// posted again on its replacement (unless the peer's count says they landed).
+    again: Deque<u64, S>,
+    /// `redo` or `again` may hold something: one flag for `progress` to test.
+    rework: bool,
     /// Next DQPLB sequence number to send.
     send_seq: Seq,
     /// How far past the oldest sequence number still outstanding the next may be:
@@ -253,8 +254,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             send: Ring::new(SendSlot::EMPTY),
             dispatch: 0,
             notify_next: 0,
-            notifies_sent: 0,
-            notifies_seen: 0,
+            again: Deque::new(),
+            rework: false,
             send_seq: Seq::new(cfg.send_seq),
             seq_credit,
             recv: Ring::new(RecvSlot::EMPTY),
@@ -494,7 +495,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             Some(l) if l.qp_num == wc.qp_num && l.device == device => {}
             Some(l) if l.retired == Some(wc.qp_num) && l.device == device => {
                 if id.lane == NOTIFY_LANE {
-                    return Self::retired_notify_completion(id.kind, wc);
+                    return Self::retired_counted_completion(id.kind, wc);
                 }
                 return self.retired_completion(id.lane as usize, id.kind, wc);
             }
@@ -512,7 +513,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     #[inline]
     pub fn progress(&mut self) {
         let notifies_due = self.notify_device != 0 && self.notify_next != self.send.tail;
-        if self.dispatch != self.send.tail || notifies_due || !self.redo.is_empty() {
+        if self.dispatch != self.send.tail || notifies_due || self.rework {
             self.dispatch();
         }
         if self.recv_next != self.recv.tail || self.armed {
@@ -605,7 +606,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         self.dispatch = self.send.tail;
         // Runs failed QPs left for re-dispatch will not be posted now.
         self.drop_redo(WcStatus::WR_FLUSH_ERR);
-        self.settle_notify(WcStatus::WR_FLUSH_ERR);
+        self.settle_counted(WcStatus::WR_FLUSH_ERR);
         self.hold = failover::Hold::No;
         self.fail_recvs(status);
         // Flush whatever is outstanding on every QP, so each request is reported.

@@ -195,9 +195,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         l.recv_outstanding -= 1;
         if wc.status.is_ok() {
             slot.finish(wc.status, wc.opcode, u64::from(wc.byte_len), wc.imm_data);
-            if lane == NOTIFY_LANE {
-                self.notifies_seen = self.notifies_seen.wrapping_add(1);
-            }
+            l.seen = l.seen.wrapping_add(1);
             return Ok(());
         }
         let opcode = if slot.wr.len == 0 {
@@ -214,6 +212,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 l.failed = true;
             }
         } else {
+            if self.try_survive(lane as usize, wc.status) {
+                // Posted again on data QP 0's replacement.
+                return Ok(());
+            }
             self.lanes[lane as usize].failed = true;
         }
         self.recv.get_mut(id).finish(wc.status, opcode, 0, None);
@@ -264,6 +266,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 Ok(())
             }
             Kind::Send => Ok(()),
+            // The application's receives it flushed were posted on the replacement.
+            Kind::Recv if !wc.status.is_ok() => Ok(()),
             _ => Err(Stray),
         }
     }

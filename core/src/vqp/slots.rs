@@ -12,8 +12,10 @@ pub(crate) enum Notify {
     Waiting,
     /// Posted on the notify QP.
     InFlight,
-    /// Posted on a notify QP that failed before a completion said it landed: the
-    /// peer's count of notifies received decides, when the notify QP is replaced.
+    /// Posted on a QP that failed before a completion said it landed, and it
+    /// consumes a receive of the peer's (the notify itself, or a pass-through SEND
+    /// marked so): the peer's count of receives completed decides, when the QP is
+    /// replaced.
     Unsure,
     /// Completed, or abandoned because the request failed.
     Settled,
@@ -41,8 +43,10 @@ pub(crate) struct SendSlot {
     /// First error seen, or success.
     pub status: WcStatus,
     pub notify: Notify,
-    /// Its notify's place among the notifies sent (mod 2^32), once posted.
-    pub notify_at: u32,
+    /// Its place among the WQEs of its QP that consume a receive of the peer's (its
+    /// notify on the notify QP, itself as a pass-through SEND on data QP 0), mod
+    /// 2^32, once posted.
+    pub order: u32,
 }
 
 impl SendSlot {
@@ -57,7 +61,7 @@ impl SendSlot {
         used: 0,
         status: WcStatus::SUCCESS,
         notify: Notify::None,
-        notify_at: 0,
+        order: 0,
     };
 
     /// Every fragment that will ever be posted was posted and has completed.

@@ -6,22 +6,23 @@
 //! [`resume`](vqp_core::VirtualQp::resume); `rejoin_notify` and `resume_notify` for
 //! the notify QP).
 
-use super::{path_to, random_24bit, Connected, Settings};
+use super::{path_to, Connected, Settings};
 use crate::card::{Capabilities, Card, QpAddr};
 use crate::connect;
 use crate::enums::PortState;
 use crate::error::{Error, Result};
-use crate::failback::{notify_psn, FailBack, FailBackError, NOTIFY_QP};
+use crate::failback::{first_psn, FailBack, FailBackError, NOTIFY_QP};
 use crate::provider::VerbsQp;
 use crate::verbs::{CompletionQueue, DeviceAttr, PortAttr, QpCap, QpInit};
+use vqp_core::RestoreError;
 
 /// Where fail-back of one data QP stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
     /// Nothing under way.
     Idle,
-    /// This side offered its replacement (QP number, PSN) and waits for the answer.
-    Offered { qpn: u32, psn: u32 },
+    /// This side offered its replacement (QP number `qpn`) and waits for the answer.
+    Offered { qpn: u32 },
     /// This side answered the peer's offer and waits for Ready; the peer's old
     /// notify QP received `peer_seen` of this side's notifies (0 for a data QP).
     Answered { peer_seen: u32 },
@@ -83,48 +84,35 @@ impl<
     > Connected<N, D, S, W, B, DEVS>
 {
     /// Starts fail-back of data QP `i` (normally one that failed,
-    /// [`VirtualQp::data_qp_failed`](vqp_core::VirtualQp::data_qp_failed)): a fresh
-    /// QP on its device, in INIT with its receives posted, takes its place; returns
-    /// the Offer to send to the peer. Offering again while an offer is unanswered
-    /// replaces the offered QP.
+    /// [`VirtualQp::data_qp_failed`](vqp_core::VirtualQp::data_qp_failed)), or of the
+    /// notify QP for `i` = [`NOTIFY_QP`]
+    /// ([`VirtualQp::notify_qp_failed`](vqp_core::VirtualQp::notify_qp_failed)): the
+    /// old QP is taken out if it still ran, and once the application's receives on it
+    /// have all completed, a fresh QP on its device, in INIT with its receives posted
+    /// (those that did not complete first), takes its place; returns the Offer to
+    /// send to the peer. Offering again while an offer is unanswered replaces the
+    /// offered QP.
     ///
     /// # Errors
-    /// [`Error::FailBack`] when the peer's card lacks fail-back or there is no data
-    /// QP `i`; [`Error::Restore`] when vqp-core refuses (re-dispatch off, the
-    /// virtual QP failed, or it is the last path with no grace period);
-    /// [`Error::Verbs`] when the QP cannot be made.
+    /// [`Error::FailBack`] when the peer's card lacks fail-back or there is no such
+    /// QP; [`Error::Restore`] when vqp-core refuses: with
+    /// [`RestoreError::NotDrained`](vqp_core::RestoreError::NotDrained) while the old
+    /// QP's receives are still flushing (keep polling, offer again), or because
+    /// re-dispatch is off, the virtual QP failed, or it is the last path with no
+    /// grace period; [`Error::Verbs`] when the QP cannot be made.
     pub fn offer_rejoin(&mut self, i: usize) -> Result<FailBack> {
-        self.peer_fails_back()?;
-        self.lane_index(i)?;
-        let (qpn, psn) = self.replace(i)?;
-        self.rejoin.steps[i] = Step::Offered { qpn, psn };
+        if !self.rejoin.peer.caps.contains(Capabilities::FAIL_BACK) {
+            return Err(FailBackError::PeerLacks.into());
+        }
+        let at = self.index_of(i)?;
+        let seen = self.take_out(at)?;
+        let qpn = self.replace(at)?;
+        self.rejoin.steps[at] = Step::Offered { qpn };
         let m = FailBack::Offer {
             lane: i as u8,
             qpn,
-            psn,
+            seen,
         };
-        m.check()?;
-        Ok(m)
-    }
-
-    /// Starts fail-back of the SPRAY notify QP, which failed
-    /// ([`VirtualQp::notify_qp_failed`](vqp_core::VirtualQp::notify_qp_failed)): once
-    /// its receives have all flushed, a fresh QP on its device, in INIT with the
-    /// notification receives that did not complete posted again, takes its place;
-    /// returns the offer, which carries how many of the peer's notifies arrived.
-    ///
-    /// # Errors
-    /// As [`offer_rejoin`](Self::offer_rejoin); [`Error::Restore`] with
-    /// [`RestoreError::NotDrained`](vqp_core::RestoreError::NotDrained) while the old
-    /// QP's receives are still flushing (keep polling, offer again), or with
-    /// `NoNotifyQp`.
-    pub fn offer_notify_rejoin(&mut self) -> Result<FailBack> {
-        self.peer_fails_back()?;
-        let seen = self.notify_seen()?;
-        let n = self.notify_index();
-        let (qpn, psn) = self.replace(n)?;
-        self.rejoin.steps[n] = Step::Offered { qpn, psn };
-        let m = FailBack::NotifyOffer { qpn, seen };
         m.check()?;
         Ok(m)
     }
@@ -152,24 +140,23 @@ impl<
     }
 
     /// Takes a fail-back message from the peer; returns the one to send back, if any:
-    /// an Offer is answered (or refused, when vqp-core cannot take the replacement),
-    /// an Answer makes this side's replacement carry traffic and is followed by
-    /// Ready, a Ready makes it carry traffic here, a Refuse leaves the offered QP
-    /// failed. An Offer crossing this side's own for the same QP is ignored when
-    /// this side's (QP number, PSN) is lower: the peer takes it instead. An offer
-    /// for the notify QP while this side's still runs takes it out (its receives
-    /// flush) and is refused; so is one while they are still flushing: the peer
-    /// offers again.
+    /// an Offer is answered (or refused, when vqp-core cannot take the replacement
+    /// now: this side's old QP is then taken out, and its receives flush while the
+    /// peer offers again), an Answer makes this side's replacement carry traffic and
+    /// is followed by Ready, a Ready makes it carry traffic here, a Refuse leaves the
+    /// offered QP failed. An Offer crossing this side's own for the same QP is
+    /// ignored when this side's QP number is lower (on a tie, its first sequence
+    /// number): the peer takes it instead.
     ///
     /// # Errors
-    /// [`Error::FailBack`] for a message about no data QP or that does not follow
+    /// [`Error::FailBack`] for a message about no such QP or that does not follow
     /// from where that QP stands (nothing changed); [`Error::Verbs`] when a QP
     /// cannot be made or connected (that QP stays failed).
     pub fn on_failback(&mut self, m: FailBack) -> Result<Option<FailBack>> {
         m.check()?;
-        let i = self.index_of(usize::from(m.lane()))?;
-        let step = self.rejoin.steps[i];
         let lane = m.lane();
+        let i = self.index_of(usize::from(lane))?;
+        let step = self.rejoin.steps[i];
         let unexpected = || -> Error {
             FailBackError::Unexpected {
                 message: m,
@@ -177,61 +164,44 @@ impl<
             }
             .into()
         };
-        // The QP number, first PSN and count of notifies an offer or answer carries.
-        let fields = |m: FailBack| match m {
-            FailBack::Offer { qpn, psn, .. } | FailBack::Answer { qpn, psn, .. } => (qpn, psn, 0),
-            FailBack::NotifyOffer { qpn, seen } | FailBack::NotifyAnswer { qpn, seen } => {
-                (qpn, notify_psn(qpn), seen)
-            }
-            FailBack::Ready { .. } | FailBack::Refuse { .. } => (0, 0, 0),
-        };
         match m {
-            FailBack::Offer { .. } | FailBack::NotifyOffer { .. } => {
-                let (qpn, psn, peer_seen) = fields(m);
-                let (mine, my_psn) = match step {
-                    Step::Offered { qpn: mq, psn: mp } if (mq, mp) < (qpn, psn) => {
+            FailBack::Offer { qpn, seen, .. } => {
+                let cfg = self.vqp.config();
+                let (mine, seen_here) = match step {
+                    Step::Offered { qpn: mq } if (mq, cfg.send_seq) < (qpn, cfg.recv_seq) => {
                         return Ok(None);
                     }
                     // Our offer lost (or crossed an equal one): our offered QP, in
-                    // INIT with its receives posted, answers theirs.
-                    Step::Offered { qpn: mq, psn: mp } => (mq, mp),
+                    // INIT with its receives posted, answers theirs; our count was
+                    // final when we offered it.
+                    Step::Offered { qpn: mq } => (mq, self.seen_at(i)?),
                     Step::Idle | Step::Answered { .. } => {
-                        if i == self.notify_index() && !self.notify_drained() {
-                            return Ok(Some(FailBack::Refuse { lane }));
-                        }
+                        let seen_here = match self.take_out(i) {
+                            Ok(n) => n,
+                            Err(Error::Restore(_)) => return Ok(Some(FailBack::Refuse { lane })),
+                            Err(e) => return Err(e),
+                        };
                         match self.replace(i) {
-                            Ok(made) => made,
+                            Ok(made) => (made, seen_here),
                             Err(Error::Restore(_)) => return Ok(Some(FailBack::Refuse { lane })),
                             Err(e) => return Err(e),
                         }
                     }
                 };
-                self.connect_lane(i, qpn, psn, mine, my_psn)?;
-                self.rejoin.steps[i] = Step::Answered { peer_seen };
-                Ok(Some(if i == self.notify_index() {
-                    FailBack::NotifyAnswer {
-                        qpn: mine,
-                        seen: self.notify_seen()?,
-                    }
-                } else {
-                    FailBack::Answer {
-                        lane,
-                        qpn: mine,
-                        psn: my_psn,
-                    }
+                self.connect_lane(i, qpn, mine)?;
+                self.rejoin.steps[i] = Step::Answered { peer_seen: seen };
+                Ok(Some(FailBack::Answer {
+                    lane,
+                    qpn: mine,
+                    seen: seen_here,
                 }))
             }
-            FailBack::Answer { .. } | FailBack::NotifyAnswer { .. } => {
-                let Step::Offered {
-                    qpn: mine,
-                    psn: my_psn,
-                } = step
-                else {
+            FailBack::Answer { qpn, seen, .. } => {
+                let Step::Offered { qpn: mine } = step else {
                     return Err(unexpected());
                 };
-                let (qpn, psn, peer_seen) = fields(m);
-                self.connect_lane(i, qpn, psn, mine, my_psn)?;
-                self.resume(i, peer_seen)?;
+                self.connect_lane(i, qpn, mine)?;
+                self.resume(i, seen)?;
                 self.rejoin.steps[i] = Step::Idle;
                 Ok(Some(FailBack::Ready { lane }))
             }
@@ -250,14 +220,6 @@ impl<
                 self.rejoin.steps[i] = Step::Idle;
                 Ok(None)
             }
-        }
-    }
-
-    fn peer_fails_back(&self) -> Result<()> {
-        if self.rejoin.peer.caps.contains(Capabilities::FAIL_BACK) {
-            Ok(())
-        } else {
-            Err(FailBackError::PeerLacks.into())
         }
     }
 
@@ -300,40 +262,56 @@ impl<
         }
     }
 
-    /// How many of the peer's notifies this side's old notify QP received, once final.
-    fn notify_seen(&self) -> Result<u32> {
-        if self.vqp.notify_qp().is_none() {
-            return Err(FailBackError::NoNotifyQp.into());
+    /// Takes the QP in place `i` out if it still runs (the pair is replaced whole),
+    /// and returns its count of the peer's receive-consuming WQEs once final.
+    fn take_out(&mut self, i: usize) -> Result<u32> {
+        if i == self.notify_index() {
+            if !self.vqp.notify_qp_failed() && !self.vqp.retire_notify() {
+                return Err(Error::Restore(RestoreError::Unavailable(i)));
+            }
+        } else if !self.vqp.retire(i) {
+            return Err(Error::Restore(RestoreError::Unavailable(i)));
         }
-        self.vqp
-            .notifies_seen()
-            .ok_or(Error::Restore(vqp_core::RestoreError::NotDrained))
+        self.seen_at(i)
     }
 
-    /// Whether the notify QP's count is final; if it still ran, it is taken out now
-    /// (the peer replaces the pair), and its receives start to flush.
-    fn notify_drained(&mut self) -> bool {
-        if !self.vqp.notify_qp_failed() {
-            self.vqp.retire_notify();
-        }
-        self.vqp.notifies_seen().is_some()
+    /// The final count of the QP in place `i` (see [`Self::take_out`]).
+    fn seen_at(&self, i: usize) -> Result<u32> {
+        let seen = if i == self.notify_index() {
+            self.vqp.notifies_seen()
+        } else {
+            self.vqp.receives_seen(i)
+        };
+        seen.ok_or(Error::Restore(RestoreError::NotDrained))
     }
 
-    /// The QP in place `i` carries traffic again: the peer's is ready.
+    /// The QP in place `i` carries traffic again: the peer's is ready, and received
+    /// `peer_seen` of this side's receive-consuming WQEs on the old one.
     fn resume(&mut self, i: usize, peer_seen: u32) -> Result<()> {
         let resumed = if i == self.notify_index() {
             self.vqp.resume_notify(peer_seen)
         } else {
-            self.vqp.resume(i)
+            self.vqp.resume_seen(i, peer_seen)
         };
         resumed.map_err(Error::Restore)
     }
 
+    /// The device of the QP in place `i` and the peer's address for it.
+    fn place(&self, i: usize) -> Result<(&RejoinDevice, QpAddr)> {
+        let r = &self.rejoin;
+        let (device, remote) = if i == self.notify_index() {
+            (self.vqp.notify_qp_device(), r.peer.notify)
+        } else {
+            (self.vqp.data_qp_device(i), r.peer.data.get(i).copied())
+        };
+        let remote = remote.ok_or(FailBackError::NoNotifyQp)?;
+        Ok((&r.devices[usize::from(device.unwrap_or(0))], remote))
+    }
+
     /// A fresh QP on the device of the QP in place `i`, in INIT, handed to vqp-core in
     /// its place (receives posted, not sending); the old one is kept until the next
-    /// replacement. Returns the new QP's number and first PSN.
-    fn replace(&mut self, i: usize) -> Result<(u32, u32)> {
-        let notify = i == self.notify_index();
+    /// replacement. Returns the new QP's number (its first PSN follows from it).
+    fn replace(&mut self, i: usize) -> Result<u32> {
         let Some(old) = self.qp_at(i) else {
             return Err(FailBackError::NoSuchQp {
                 lane: u8::try_from(i).unwrap_or(u8::MAX),
@@ -342,60 +320,48 @@ impl<
             .into());
         };
         let pd = old.qp().pd();
-        let device = if notify {
-            self.vqp.notify_qp_device()
-        } else {
-            self.vqp.data_qp_device(i)
-        };
+        let (dev, remote) = self.place(i)?;
         let r = &self.rejoin;
-        let dev = &r.devices[usize::from(device.unwrap_or(0))];
-        let remote = if notify {
-            r.peer.notify
-        } else {
-            r.peer.data.get(i).copied()
-        };
-        let Some(remote) = remote else {
-            return Err(FailBackError::NoNotifyQp.into());
-        };
         let qp = pd.create_qp(&QpInit::rc(&dev.cq, r.cap))?;
         let qpn = qp.qp_num();
-        let psn = if notify {
-            notify_psn(qpn)
-        } else {
-            random_24bit()
-        };
-        let path = path_to(&r.settings, &dev.port, &dev.attr, &r.peer, remote, psn)?;
+        let path = path_to(
+            &r.settings,
+            &dev.port,
+            &dev.attr,
+            &r.peer,
+            remote,
+            first_psn(qpn),
+        )?;
         connect::to_init(&qp, &path)?;
         let qp = VerbsQp::new(qp);
-        let old = if notify {
+        let old = if i == self.notify_index() {
             self.vqp.rejoin_notify(qp)
         } else {
             self.vqp.rejoin(i, qp)
         }
         .map_err(Error::Restore)?;
         self.rejoin.retired[i] = Some(old);
-        Ok((qpn, psn))
+        Ok(qpn)
     }
 
-    /// The replacement in place `i` (QP number `mine`, first PSN `my_psn`), in INIT,
-    /// to RTR and RTS towards the peer's replacement `qpn`, first PSN `psn`.
-    fn connect_lane(&mut self, i: usize, qpn: u32, psn: u32, mine: u32, my_psn: u32) -> Result<()> {
-        let notify = i == self.notify_index();
-        let device = if notify {
-            self.vqp.notify_qp_device()
-        } else {
-            self.vqp.data_qp_device(i)
+    /// The replacement in place `i` (QP number `mine`), in INIT, to RTR and RTS
+    /// towards the peer's replacement `qpn`.
+    fn connect_lane(&mut self, i: usize, qpn: u32, mine: u32) -> Result<()> {
+        let (dev, peer) = self.place(i)?;
+        let remote = QpAddr {
+            qpn,
+            psn: first_psn(qpn),
+            port: peer.port,
         };
         let r = &self.rejoin;
-        let dev = &r.devices[usize::from(device.unwrap_or(0))];
-        let port = if notify {
-            r.peer.notify
-        } else {
-            r.peer.data.get(i).copied()
-        }
-        .map_or(0, |a| a.port);
-        let remote = QpAddr { qpn, psn, port };
-        let path = path_to(&r.settings, &dev.port, &dev.attr, &r.peer, remote, my_psn)?;
+        let path = path_to(
+            &r.settings,
+            &dev.port,
+            &dev.attr,
+            &r.peer,
+            remote,
+            first_psn(mine),
+        )?;
         let qp = match self.qp_at(i) {
             Some(q) if q.qp().qp_num() == mine => q.qp(),
             _ => {
@@ -403,7 +369,7 @@ impl<
                     message: FailBack::Answer {
                         lane: u8::try_from(i).unwrap_or(NOTIFY_QP),
                         qpn,
-                        psn,
+                        seen: 0,
                     },
                     state: "replaced again",
                 }

@@ -1,0 +1,435 @@
+//! The QPs whose sends consume the peer's receives — SPRAY's notify QP (its notifies)
+//! and data QP 0 (the pass-through SENDs, and every request of a one-QP virtual QP
+//! that carries an immediate) — failing and coming back (`Config::redispatch`).
+//!
+//! Such a WQE cannot simply be posted again: the receiver could not tell a second
+//! copy from the next message (a notify carries the application's immediate, a SEND
+//! its data), and one that completed in error at the sender may still have landed
+//! (its acknowledgement lost). What settles it is the receiver's count: each side
+//! counts, per QP role, the receive-consuming WQEs it posted and the application's
+//! receives that completed (one RC QP delivers in order, so those that landed are the
+//! first `seen` of those posted). Once the failed QP's receives have all completed
+//! (flushed), a side's count is final; the two sides exchange counts while they
+//! connect the replacement (over a channel of their own), and each sender then knows
+//! which WQEs landed (their requests complete) and which to post again (the rest, in
+//! order, on the new QP). The receiver posts the receives that did not complete
+//! again, first, on the new QP.
+//!
+//! Notify QP: [`VirtualQp::retire_notify`], [`VirtualQp::notifies_seen`],
+//! [`VirtualQp::rejoin_notify`], [`VirtualQp::resume_notify`]; requests whose notify
+//! waits are held meanwhile (data keeps moving on the data QPs), within the grace
+//! period. Data QP 0: [`VirtualQp::retire`], [`VirtualQp::receives_seen`],
+//! [`VirtualQp::rejoin`], [`VirtualQp::resume_seen`]. Pass-through requests in
+//! flight on a failed data QP 0 wait for it: a RDMA WRITE or READ (one-QP virtual QP)
+//! is posted again, an atomic is reported with the error (whether it took effect
+//! cannot be known).
+
+use super::complete::credit_data;
+use super::failover::RestoreError;
+use super::slots::{Notify, Ring, SendSlot};
+use super::{Mode, Stray, VirtualQp};
+use crate::phys::{PhysQp, PhysWc, RecvWqe};
+use crate::wr::{Opcode, RecvWr, WcOpcode, WcStatus};
+use crate::wrid::{Kind, WrId, NOTIFY_LANE};
+
+/// Whether a pass-through `op` consumes a receive of the peer's.
+#[inline]
+pub(super) fn consumes(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::SEND | Opcode::SEND_WITH_IMM | Opcode::RDMA_WRITE_WITH_IMM
+    )
+}
+
+/// A pass-through request (`count` WQEs of request `id`) that was in flight on data
+/// QP 0 when it failed: with a grace period to wait for a replacement in (`wait`),
+/// one that consumes a receive becomes unsure and waits, with RDMA WRITEs and READs,
+/// to be posted again on the replacement (`again`); an atomic, or any without a grace
+/// period, is credited with `status`. False when `again` is full (the virtual QP then
+/// fails).
+pub(super) fn park<const S: usize>(
+    send: &mut Ring<SendSlot, S>,
+    again: &mut heapless::Deque<u64, S>,
+    (id, count): (u64, u32),
+    wait: bool,
+    status: WcStatus,
+) -> bool {
+    let slot = send.get_mut(id);
+    let op = slot.wr.opcode;
+    if !wait || !(consumes(op) || op.is_rdma()) {
+        credit_data(send, id, count, status);
+        return true;
+    }
+    if consumes(op) {
+        slot.notify = Notify::Unsure;
+    }
+    again.push_back(id).is_ok()
+}
+
+impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
+    VirtualQp<Q, N, D, S, W>
+{
+    /// Whether data QP `i` takes the application's receives (data QP 0 of a one-QP
+    /// virtual QP, and of a SPRAY one for SENDs), whose count its fail-back needs.
+    pub(super) fn counts(&self, i: usize) -> bool {
+        i == 0 && (self.lanes.len() == 1 || self.cfg.mode == Mode::Spray)
+    }
+
+    /// Whether a receive request belongs to the notify QP (`true`) or data QP 0.
+    fn on_notify(&self, wr: &RecvWr) -> bool {
+        self.notify.is_some() && wr.len == 0
+    }
+
+    /// Whether the notify QP failing is survived: re-dispatch is on with a grace
+    /// period (the requests wait for its replacement), and the virtual QP has not
+    /// failed.
+    fn can_survive_notify(&self) -> bool {
+        self.cfg.redispatch
+            && self.cfg.grace_ns > 0
+            && self.failed.is_none()
+            && self.notify.is_some()
+    }
+
+    /// The notify QP fails alone: put it in error (its receives flush), and make every
+    /// notify it had in flight unsure until the peer's count settles it.
+    fn survive_notify(&mut self, status: WcStatus) {
+        let Some(lane) = self.notify.as_mut() else {
+            return;
+        };
+        if !lane.survived {
+            lane.failed = true;
+            lane.survived = true;
+            lane.joining = false;
+            lane.qp.set_error();
+            self.survived.failovers += 1;
+        }
+        let send = &mut self.send;
+        lane.take_runs(&mut |run| {
+            let slot = send.get_mut(run.id);
+            if slot.notify == Notify::InFlight {
+                slot.notify = Notify::Unsure;
+            }
+        });
+        self.lane_error = status;
+        self.settle_hold();
+    }
+
+    /// `survive_notify` where it may be: true when the notify QP failing with
+    /// `status` was survived, false when the caller must fail the virtual QP.
+    pub(super) fn try_survive_notify(&mut self, status: WcStatus) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        if self.notify.as_ref().is_some_and(|l| l.survived) {
+            return true;
+        }
+        if !self.can_survive_notify() {
+            return false;
+        }
+        self.survive_notify(status);
+        true
+    }
+
+    /// Whether the notify QP failed (or was retired) and the virtual QP went on
+    /// without it, its replacement not yet sending; false without a notify QP.
+    pub fn notify_qp_failed(&self) -> bool {
+        self.notify.as_ref().is_some_and(|l| l.survived)
+    }
+
+    /// Take the notify QP out, as if it had failed, so that the peer can replace the
+    /// pair (it asked to): its receives flush, and [`Self::notifies_seen`] says when
+    /// they have. False, and nothing changes, when that cannot be survived (no
+    /// re-dispatch or grace period, no notify QP, the virtual QP failed).
+    pub fn retire_notify(&mut self) -> bool {
+        self.try_survive_notify(WcStatus::WR_FLUSH_ERR)
+    }
+
+    /// Take data QP `i` out, as if it had failed, so that the peer can replace the
+    /// pair: what it held goes again on the others (or waits for its replacement),
+    /// its receives flush. True when it is out (or already was); false, and nothing
+    /// changes, when that cannot be survived.
+    pub fn retire(&mut self, i: usize) -> bool {
+        match self.lanes.get(i) {
+            Some(l) if l.survived => true,
+            Some(_) => self.can_survive(i) && self.survive(i, WcStatus::WR_FLUSH_ERR),
+            None => false,
+        }
+    }
+
+    /// A QP's count of the application's receives completed, once final: it failed
+    /// or was retired, and every receive posted on it completed (a replacement still
+    /// waiting for its peer was never connected: nothing arrives on it).
+    fn seen_once_drained(&self, lane: u8) -> Option<u32> {
+        let l = if lane == NOTIFY_LANE {
+            self.notify.as_ref()?
+        } else {
+            self.lanes.get(lane as usize)?
+        };
+        let drained = l.joining || l.recv_outstanding == 0;
+        (l.survived && drained && self.failed.is_none()).then_some(l.seen)
+    }
+
+    /// How many notifies the notify QP received (mod 2^32), once that count is final:
+    /// the QP failed or was retired, and every receive posted on it completed. The
+    /// peer needs it to know which of its notifies to post again.
+    pub fn notifies_seen(&self) -> Option<u32> {
+        self.seen_once_drained(NOTIFY_LANE)
+    }
+
+    /// Data QP `i`'s count of the application's receives completed (mod 2^32), as
+    /// the peer's [`Self::resume_seen`] needs it: once final (the QP failed or was
+    /// retired and its receives all completed) for a data QP that takes them (data
+    /// QP 0 of a one-QP or SPRAY virtual QP); 0 at once for the others. `None` until
+    /// then, past the end, or once the virtual QP failed.
+    pub fn receives_seen(&self, i: usize) -> Option<u32> {
+        if i >= self.lanes.len() || self.failed.is_some() {
+            return None;
+        }
+        if !self.counts(i) {
+            return Some(0);
+        }
+        self.seen_once_drained(i as u8)
+    }
+
+    /// Fail-back of the notify QP, first step: `qp`, a fresh QP on the notify QP's
+    /// device in INIT or later, takes its place, and the notification receives that
+    /// did not complete are posted on it again, in order, before any new one; nothing
+    /// is sent on it until [`Self::resume_notify`]. Returns the old QP, for the caller
+    /// to destroy.
+    ///
+    /// # Errors
+    /// [`RestoreError::NoNotifyQp`]; [`RestoreError::NotDrained`] until
+    /// [`Self::notifies_seen`] is final; [`RestoreError::Unavailable`] when the
+    /// virtual QP failed. Nothing changed then.
+    pub fn rejoin_notify(&mut self, qp: Q) -> Result<Q, RestoreError> {
+        if self.notify.is_none() {
+            return Err(RestoreError::NoNotifyQp);
+        }
+        if self.failed.is_some() {
+            return Err(RestoreError::Unavailable(self.lanes.len()));
+        }
+        if self.notifies_seen().is_none() {
+            return Err(RestoreError::NotDrained);
+        }
+        let lane = self.notify.as_mut().expect("checked");
+        let old = lane.replace(qp);
+        lane.failed = true;
+        lane.survived = true;
+        lane.joining = true;
+        self.repost_recvs(NOTIFY_LANE);
+        self.settle_hold();
+        Ok(old)
+    }
+
+    /// Fail-back of the notify QP, second step: the peer's replacement is ready to
+    /// receive, and it received `peer_seen` of this side's notifies on the old QP.
+    /// Notifies before that count landed (their requests complete as their data
+    /// says), the rest are posted again, in order, on the new QP.
+    ///
+    /// # Errors
+    /// [`RestoreError::NoNotifyQp`]; [`RestoreError::NotJoining`] (with the index
+    /// of the notify QP, `data_qps()`) when no replacement waits or the virtual QP
+    /// failed.
+    pub fn resume_notify(&mut self, peer_seen: u32) -> Result<(), RestoreError> {
+        let n = self.lanes.len();
+        let Some(lane) = self.notify.as_mut() else {
+            return Err(RestoreError::NoNotifyQp);
+        };
+        if !lane.joining || self.failed.is_some() {
+            return Err(RestoreError::NotJoining(n));
+        }
+        lane.joining = false;
+        lane.failed = false;
+        lane.survived = false;
+        lane.sent = peer_seen;
+        let mut first_again = None;
+        for id in self.send.head..self.send.tail {
+            let slot = self.send.get_mut(id);
+            if slot.notify != Notify::Unsure || slot.passthrough {
+                continue;
+            }
+            if landed(slot.order, peer_seen) {
+                slot.notify = Notify::Settled;
+            } else {
+                slot.notify = Notify::Waiting;
+                first_again.get_or_insert(id);
+            }
+        }
+        if let Some(id) = first_again {
+            self.notify_next = self.notify_next.min(id);
+        }
+        self.survived.restored += 1;
+        self.settle_hold();
+        self.progress();
+        Ok(())
+    }
+
+    /// Data QP 0 resumes: of the pass-through requests waiting for it, those whose
+    /// WQE landed by the peer's count complete (without a count, the unsure ones are
+    /// reported with the error); the others stay, to be posted again in order.
+    pub(super) fn settle_again(&mut self, peer_seen: Option<u32>) {
+        if let Some(seen) = peer_seen {
+            self.lanes[0].sent = seen;
+        }
+        let error = self.lane_error;
+        for _ in 0..self.again.len() {
+            let Some(id) = self.again.pop_front() else {
+                break;
+            };
+            let slot = self.send.get_mut(id);
+            if slot.notify == Notify::Unsure {
+                slot.notify = Notify::None;
+                match peer_seen {
+                    Some(seen) if landed(slot.order, seen) => {
+                        credit_data(&mut self.send, id, 1, WcStatus::SUCCESS);
+                        continue;
+                    }
+                    Some(_) => {}
+                    None => {
+                        credit_data(&mut self.send, id, 1, error);
+                        continue;
+                    }
+                }
+            }
+            // Room: it came out of the queue just now.
+            let _ = self.again.push_back(id);
+        }
+    }
+
+    /// Post the application's receives that did not complete on the old QP of
+    /// `lane` (the notify QP or data QP 0), oldest first, on the new one. A refused
+    /// post fails the virtual QP.
+    pub(super) fn repost_recvs(&mut self, lane: u8) {
+        let tag = self.tag;
+        let mut refused = false;
+        for id in self.recv.head..self.recv_next {
+            let wr = self.recv.get(id).wr;
+            if self.recv.get(id).done || self.on_notify(&wr) != (lane == NOTIFY_LANE) {
+                continue;
+            }
+            let l = if lane == NOTIFY_LANE {
+                self.notify.as_mut()
+            } else {
+                self.lanes.get_mut(lane as usize)
+            };
+            let Some(l) = l else {
+                return;
+            };
+            let wqe = RecvWqe {
+                wr_id: WrId {
+                    tag,
+                    lane,
+                    kind: Kind::Recv,
+                    id,
+                }
+                .encode(),
+                addr: wr.addr,
+                len: wr.len,
+                lkey: wr.lkey,
+            };
+            if l.qp.post_recv(&[wqe]).is_err() {
+                refused = true;
+                break;
+            }
+            l.recv_outstanding += 1;
+            l.stats.recvs += 1;
+        }
+        if refused {
+            self.fail(WcStatus::POST_ERR);
+        }
+    }
+
+    /// Post the pass-through requests waiting for data QP 0 again, in order, while it
+    /// is healthy and has room (before any new pass-through request).
+    pub(super) fn post_again(&mut self, max: u32) {
+        while let Some(&id) = self.again.front() {
+            let lane = &self.lanes[0];
+            if !lane.has_room(max) || self.send.get(id).notify == Notify::Unsure {
+                return;
+            }
+            self.again.pop_front();
+            self.stage_passthrough(id);
+        }
+    }
+
+    /// The virtual QP failed: WQEs that may or may not have landed are reported with
+    /// `status` (only a count from the peer could say more), so are the pass-through
+    /// requests waiting for data QP 0, and so are the application's receives a failed
+    /// QP flushed, which will not be posted again (those it still holds flush through
+    /// the usual polling).
+    pub(super) fn settle_counted(&mut self, status: WcStatus) {
+        while let Some(id) = self.again.pop_front() {
+            credit_data(&mut self.send, id, 1, status);
+        }
+        for id in self.send.head..self.send.tail {
+            let slot = self.send.get_mut(id);
+            if slot.notify == Notify::Unsure {
+                slot.notify = if slot.passthrough {
+                    Notify::None
+                } else {
+                    Notify::Settled
+                };
+                slot.fail(status);
+            }
+        }
+        self.settle_flushed(NOTIFY_LANE, status);
+        self.settle_flushed(0, status);
+    }
+
+    /// The receives of `lane` that its failed QP flushed (while the virtual QP went
+    /// on) are reported with `status`.
+    fn settle_flushed(&mut self, lane: u8, status: WcStatus) {
+        let l = if lane == NOTIFY_LANE {
+            self.notify.as_ref()
+        } else {
+            self.lanes.get(lane as usize)
+        };
+        let Some(l) = l.filter(|l| l.survived && !l.joining) else {
+            // Every receive not done is outstanding on the QP, which flushes it.
+            return;
+        };
+        let outstanding = l.recv_outstanding as usize;
+        let mine = |vqp: &Self, id: u64| {
+            let slot = vqp.recv.get(id);
+            !slot.done && vqp.on_notify(&slot.wr) == (lane == NOTIFY_LANE)
+        };
+        let waiting = (self.recv.head..self.recv_next)
+            .filter(|&id| mine(self, id))
+            .count();
+        // Receives complete in order: the flushed ones are the oldest.
+        let mut flushed = waiting.saturating_sub(outstanding);
+        for id in self.recv.head..self.recv_next {
+            if flushed == 0 {
+                break;
+            }
+            if mine(self, id) {
+                let slot = self.recv.get_mut(id);
+                let opcode = if slot.wr.len == 0 {
+                    WcOpcode::RECV_RDMA_WITH_IMM
+                } else {
+                    WcOpcode::RECV
+                };
+                slot.finish(status, opcode, 0, None);
+                flushed -= 1;
+            }
+        }
+    }
+
+    /// A completion of a QP that was replaced (the notify QP, or data QP 0's
+    /// application receives): its sends and flushed receives are over (the peer's
+    /// count settled them).
+    pub(super) fn retired_counted_completion(kind: Kind, wc: &PhysWc) -> Result<(), Stray> {
+        match kind {
+            Kind::Send => Ok(()),
+            Kind::Recv if !wc.status.is_ok() => Ok(()),
+            _ => Err(Stray),
+        }
+    }
+}
+
+/// Whether the WQE posted `order`-th on its QP landed, by the peer's count `seen`.
+/// Modulo 2^24, as the fail-back messages carry counts: those still in question are
+/// the last few posted, far fewer than 2^23.
+fn landed(order: u32, seen: u32) -> bool {
+    ((order.wrapping_sub(seen) << 8) as i32) < 0
+}
