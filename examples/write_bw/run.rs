@@ -76,6 +76,8 @@ pub fn link(
         qp_num,
         policy: stripe.policy,
         redispatch: p.failover,
+        // The report gives bytes per data QP and per device.
+        count_bytes: true,
         grace_ns: if p.failover {
             u64::try_from(p.grace.as_nanos()).unwrap_or(u64::MAX)
         } else {

@@ -68,6 +68,11 @@ pub struct Config {
     /// QPs that remain and go on with them (see `vqp::failover`). Off: any QP's
     /// failure fails the virtual QP, as before.
     pub redispatch: bool,
+    /// Keep [`LaneStats::bytes`](super::LaneStats::bytes), each data QP's count of
+    /// the bytes handed to it, under round-robin without re-dispatch too (the other
+    /// policies and re-dispatch keep it anyway, as they read it). Off by default: on
+    /// the striping path it is an add per run of fragments.
+    pub count_bytes: bool,
     /// With re-dispatch, how long the virtual QP holds its requests once every data
     /// QP has failed, waiting for [`VirtualQp::restore`](super::VirtualQp::restore),
     /// in nanoseconds of the clock [`VirtualQp::sample`](super::VirtualQp::sample)
@@ -95,6 +100,7 @@ impl Config {
             weights: [1; 4],
             fanout: 0,
             redispatch: false,
+            count_bytes: false,
             grace_ns: 0,
             adapt_ns: 2_000_000,
         }

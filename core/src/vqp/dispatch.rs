@@ -430,8 +430,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             *budget -= left as u32;
         }
         // One copy of the staging loop per signaling, each with its runs known, and
-        // per lane bookkeeping: plain round-robin keeps no per-run figures.
-        let plain = !(self.lanes[0].weigh || self.lanes[0].track);
+        // per lane bookkeeping: plain round-robin keeps no per-run figures (nor byte
+        // counts, unless asked).
+        let plain = !self.lanes[0].tally;
         match (self.cfg.signaling == Signaling::LastOfChain, plain) {
             (true, true) => self.stage_spread::<true, true>(&req, max),
             (true, false) => self.stage_spread::<true, false>(&req, max),

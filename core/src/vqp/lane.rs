@@ -69,7 +69,9 @@ pub(crate) struct Taken {
 pub struct LaneStats {
     /// Send WQEs posted.
     pub wqes: u64,
-    /// Bytes of the send WQEs handed to the QP.
+    /// Bytes of the send WQEs handed to the QP: kept under a load-aware policy, with
+    /// re-dispatch, or with [`Config::count_bytes`](super::Config::count_bytes); 0
+    /// otherwise.
     pub bytes: u64,
     /// `post_send` calls (chains).
     pub chains: u64,
@@ -107,6 +109,9 @@ pub(crate) struct Lane<Q, const D: usize> {
     /// Re-dispatch is on: each run holds fragments at one stride, so that a failed
     /// QP's runs say which fragments to post again.
     pub track: bool,
+    /// `stats.bytes` is kept: `weigh`, `track` or `Config::count_bytes`. A lane that
+    /// keeps nothing per run (round-robin, no re-dispatch) skips it when not asked.
+    pub tally: bool,
     /// The QP failed and the virtual QP went on without it: its runs are posted
     /// again elsewhere, its completions no longer count.
     pub survived: bool,
@@ -152,6 +157,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             idled: true,
             weigh: false,
             track: false,
+            tally: false,
             survived: false,
             retired: None,
             retired_recvs: 0,
@@ -200,7 +206,6 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         len: u32,
     ) {
         if PLAIN {
-            self.stats.bytes = self.stats.bytes + u64::from(len) - u64::from(each);
             return;
         }
         let back = self.runs_head + self.runs_len - 1;
@@ -208,7 +213,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         let run = &mut self.figures[run as usize % D];
         run.bytes = run.bytes + u64::from(len) - u64::from(each);
         self.bytes_out = self.bytes_out + u64::from(len) - u64::from(each);
-        self.stats.bytes = self.stats.bytes + u64::from(len) - u64::from(each);
+        if self.tally {
+            self.stats.bytes = self.stats.bytes + u64::from(len) - u64::from(each);
+        }
     }
 
     /// Bytes staged or in flight.
@@ -239,10 +246,12 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         (first, stride): (u32, u32),
     ) -> &mut [SendWqe] {
         debug_assert!(self.outstanding as usize + count as usize <= D && !self.failed);
-        debug_assert!(!PLAIN || !(self.weigh || self.track));
+        debug_assert!(!PLAIN || !self.tally);
         let back = (self.runs_head + self.runs_len).wrapping_sub(1) as usize % D;
         let bytes = u64::from(count) * u64::from(each);
-        self.stats.bytes += bytes;
+        if !PLAIN && self.tally {
+            self.stats.bytes += bytes;
+        }
         let open = merge && self.open_run && self.runs[back].id == id;
         if !PLAIN {
             self.bytes_out = self.bytes_out.wrapping_add(bytes);
@@ -405,7 +414,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             self.push_run(run);
         }
         self.outstanding += 1;
-        self.stats.bytes += bytes;
+        if self.tally {
+            self.stats.bytes += bytes;
+        }
         wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
         let result = self.qp.post_send(core::slice::from_ref(wqe));
         self.posted(result, 1, credit)

@@ -194,6 +194,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         for lane in lanes.iter_mut() {
             lane.weigh = weigh;
             lane.track = cfg.redispatch;
+            lane.tally = weigh || cfg.redispatch || cfg.count_bytes;
         }
         let striping = Striping::new(
             lanes

@@ -210,3 +210,26 @@ fn a_device_in_use_needs_a_weight() {
     let cfg = policy(Policy::Weighted, [1, 0, 1, 1]);
     assert_eq!(Vqp::new(cfg, data, None).err(), Some(BuildError::Weight(1)));
 }
+
+#[test]
+fn lane_bytes_are_kept_where_asked_for_or_read() {
+    // A spread request (2 fragments per QP), a one-fragment one, and one posted alone.
+    for (policy, count_bytes, kept) in [
+        (Policy::RoundRobin, false, false),
+        (Policy::RoundRobin, true, true),
+        (Policy::LeastOutstanding, false, true),
+    ] {
+        let f = Fabric::default();
+        let cfg = Config {
+            policy,
+            count_bytes,
+            ..config(Mode::Dqplb)
+        };
+        let (mut vqp, _) = build_with(&f, cfg, 2);
+        vqp.post_send(&write(1, (4 << 16) - 100)).unwrap();
+        vqp.post_send(&write(2, 300)).unwrap();
+        let total: u64 = (0..2).map(|i| vqp.lane_stats(i).unwrap().bytes).sum();
+        let want = if kept { (4 << 16) - 100 + 300 } else { 0 };
+        assert_eq!(total, want, "{policy:?}, count_bytes {count_bytes}");
+    }
+}
