@@ -1,6 +1,6 @@
 //! The QPs whose sends consume the peer's receives — SPRAY's notify QP (its notifies)
-//! and data QP 0 (the pass-through SENDs, and every request of a one-QP virtual QP
-//! that carries an immediate) — failing and coming back (`Config::redispatch`).
+//! and data QP 0 (the pass-through SENDs, and a one-QP virtual QP's WRITE_WITH_IMMs) —
+//! failing and coming back (`Config::redispatch` with a grace period).
 //!
 //! Such a WQE cannot simply be posted again: the receiver could not tell a second
 //! copy from the next message (a notify carries the application's immediate, a SEND

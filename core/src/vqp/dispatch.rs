@@ -6,12 +6,11 @@ use super::counted::consumes;
 use super::lane::Lane;
 use super::policy::{Policy, Striping};
 use super::send::{numbered, passthrough_wqe, send_id};
-use super::slots::{Notify, SendSlot};
+use super::slots::Notify;
 use super::{Config, Mode, Signaling, VirtualQp};
 use crate::imm::Imm;
 use crate::phys::{PhysQp, SendWqe};
 use crate::seq::Seq;
-use crate::split::Plan;
 use crate::wr::{Opcode, SendFlags, SendWr, WcStatus};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 
@@ -36,7 +35,7 @@ pub(super) fn after(l: usize, n: usize) -> u32 {
 /// The data QPs of `room` that a request's next fragment may use: all of them
 /// until its fragments went to `fanout` QPs (`used`), those after.
 #[inline]
-fn allowed(room: u64, fanout: u8, used: u64) -> u64 {
+pub(super) fn allowed(room: u64, fanout: u8, used: u64) -> u64 {
     if fanout != 0 && used.count_ones() >= u32::from(fanout) {
         room & used
     } else {
@@ -116,48 +115,18 @@ fn choose<Q: PhysQp, const N: usize, const D: usize>(
     })
 }
 
-/// Where a request's fragments lie, for staging what it has left in one go.
-#[derive(Clone, Copy)]
-struct Layout {
-    plan: Plan,
-    count: u64,
-    /// The first fragment left (the slot's `posted`).
-    first: u64,
-    /// The DQPLB number of fragment `first`.
-    base_seq: Seq,
-    /// Fragments but the first and the last are `step` long, `step` apart, from
-    /// `origin` (see [`Plan::grid`]).
-    origin: u64,
-    step: u64,
-}
-
-impl Layout {
-    #[inline(always)]
-    fn of(slot: &SendSlot, base_seq: Seq) -> Self {
-        let (origin, step) = slot.plan.grid();
-        Self {
-            plan: slot.plan,
-            count: slot.plan.count(),
-            first: slot.posted,
-            base_seq,
-            origin,
-            step,
-        }
-    }
-}
-
 /// What every fragment of one request shares.
 pub(super) struct Spread {
-    id: u64,
+    pub(super) id: u64,
     /// The request's physical wr_id with lane 0.
     base_id: u64,
     opcode: Opcode,
     fence: SendFlags,
     /// Flags of the last fragment (DQPLB adds `SOLICITED` when asked).
-    last_flags: SendFlags,
-    dqplb_imm: bool,
-    local: u64,
-    remote: u64,
+    pub(super) last_flags: SendFlags,
+    pub(super) dqplb_imm: bool,
+    pub(super) local: u64,
+    pub(super) remote: u64,
 }
 
 impl Spread {
@@ -397,7 +366,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// DQPLB sequence numbers that may be sent now: the peer's window credit less
     /// how far `next` is past the oldest number still outstanding on any data QP.
-    fn seq_budget(lanes: &[Lane<Q, D>], next: Seq, credit: u32) -> u32 {
+    pub(super) fn seq_budget(lanes: &[Lane<Q, D>], next: Seq, credit: u32) -> u32 {
         let span = lanes
             .iter()
             .filter_map(|l| l.oldest_seq())
@@ -405,41 +374,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             .max()
             .unwrap_or(0);
         credit.saturating_sub(span)
-    }
-
-    /// Stage what request `id` has left across all data QPs at once if each has
-    /// room for its share and the DQPLB budget covers it; false (nothing staged)
-    /// otherwise. Kept out of line: inlined, its state would crowd the
-    /// one-fragment path of [`Self::dispatch`].
-    #[inline(never)]
-    fn try_spread(&mut self, id: u64, max: u32, seq_budget: &mut Option<u32>) -> bool {
-        let slot = self.send.get(id);
-        let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
-        let left = slot.plan.count() - slot.posted;
-        let share = left.div_ceil(self.lanes.len() as u64) as u32;
-        if !self.lanes.iter().all(|l| l.has_room_for(share, max)) {
-            return false;
-        }
-        if req.dqplb_imm {
-            let budget = seq_budget.get_or_insert_with(|| {
-                Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
-            });
-            if u64::from(*budget) < left {
-                return false;
-            }
-            *budget -= left as u32;
-        }
-        // One copy of the staging loop per signaling, each with its runs known, and
-        // per lane bookkeeping: plain round-robin keeps no per-run figures (nor byte
-        // counts, unless asked).
-        let plain = !self.lanes[0].tally;
-        match (self.cfg.signaling == Signaling::LastOfChain, plain) {
-            (true, true) => self.stage_spread::<true, true>(&req, max),
-            (true, false) => self.stage_spread::<true, false>(&req, max),
-            (false, true) => self.stage_spread::<false, true>(&req, max),
-            (false, false) => self.stage_spread::<false, false>(&req, max),
-        }
-        true
     }
 
     /// Pass-through request `id`, not posted yet, meets a failed data QP 0: it waits
@@ -475,213 +409,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if !lane.has_room(max) {
             self.room &= !1;
         }
-    }
-
-    /// Whether a round may spread a request in one go: always, but for the tests
-    /// that compare the spread with the fragment-by-fragment round.
-    #[inline]
-    fn may_spread(&self) -> bool {
-        #[cfg(test)]
-        return !self.one_by_one;
-        #[cfg(not(test))]
-        true
-    }
-
-    /// Stage every fragment request `s.id` has left, fragment `posted + k` on data
-    /// QP `(next_lane + k) mod n` exactly as one-by-one round-robin would place
-    /// them. The caller checked that every QP has room for its share and that the
-    /// DQPLB budget covers them.
-    fn stage_spread<const MERGE: bool, const PLAIN: bool>(&mut self, s: &Spread, max: u32) {
-        let n = self.lanes.len() as u64;
-        let at = Layout::of(self.send.get(s.id), self.send_seq);
-        let (first, left) = (at.first, at.count - at.first);
-        let start = u64::from(self.next_lane);
-        // QP k of the round takes fragments first + k, first + k + n, ...: `whole`
-        // each, one more for the first `extra` QPs. The last fragment is on QP
-        // `last_k`.
-        let (whole, extra) = (left / n, left % n);
-        let last_k = if extra == 0 { n - 1 } else { extra - 1 };
-        for k in 0..left.min(n) {
-            let mut l = start + k;
-            if l >= n {
-                l -= n;
-            }
-            let share = (whole + u64::from(k < extra)) as u32;
-            let ends = k == last_k;
-            self.stage_share::<MERGE, PLAIN>(s, &at, l as usize, first + k, share, n, ends, max);
-        }
-        self.next_lane = ((start + left) % n) as u32;
-        self.spread_done(s, left);
-    }
-
-    /// Stage `share` fragments of request `s.id` on data QP `l`: fragments `i`,
-    /// `i + d`, `i + 2d`, ..., each fragment `j` numbered `send_seq + j − posted`
-    /// in DQPLB, as one run with `MERGE` (last-of-chain signaling), a run per WQE
-    /// without; `ends` when the last of them is the request's last fragment. The
-    /// caller checked that the QP has room; [`Self::spread_done`] ends the request's
-    /// staging.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn stage_share<const MERGE: bool, const PLAIN: bool>(
-        &mut self,
-        s: &Spread,
-        at: &Layout,
-        l: usize,
-        i: u64,
-        share: u32,
-        d: u64,
-        ends: bool,
-        max: u32,
-    ) {
-        let Layout {
-            plan,
-            count,
-            first,
-            base_seq,
-            origin,
-            step,
-        } = *at;
-        let keys = self.send.get(s.id).wr.keys.pair(self.lanes[l].device);
-        let run_seq = if s.dqplb_imm {
-            base_seq.add((i - first) as u32)
-        } else {
-            base_seq
-        };
-        // This share's fragments are numbered d apart.
-        let seq_step = if s.dqplb_imm { d as u32 } else { 0 };
-        let stride = d * step;
-        let lane = &mut self.lanes[l];
-        let shared = s.wqe(l as u64, keys, 0, step as u32, run_seq, false);
-        let run = lane.stage_run::<PLAIN>(
-            s.id,
-            run_seq,
-            seq_step,
-            share,
-            MERGE,
-            step as u32,
-            (i as u32, d as u32),
-        );
-        let (mut off, mut seq) = (origin.wrapping_add(i * step), run_seq);
-        for wqe in run.iter_mut() {
-            *wqe = SendWqe {
-                addr: s.local.wrapping_add(off),
-                remote_addr: s.remote.wrapping_add(off),
-                imm_data: if s.dqplb_imm {
-                    Imm::new(seq, false).to_wire()
-                } else {
-                    0
-                },
-                ..shared
-            };
-            off = off.wrapping_add(stride);
-            seq = seq.add(seq_step);
-        }
-        // A first fragment shortened by the alignment starts at the request's
-        // start; the last one may be shorter and ends the request.
-        let head = (i == 0 && origin != 0).then(|| {
-            let len = plan.fragment(0).1;
-            let w = &mut run[0];
-            (w.addr, w.remote_addr, w.len) = (s.local, s.remote, len);
-            len
-        });
-        let tail = ends.then(|| {
-            let len = plan.fragment(count - 1).1;
-            let w = &mut run[share as usize - 1];
-            w.len = len;
-            if s.dqplb_imm {
-                // What `Spread::wqe` gives a last fragment, mended in place.
-                let seq = base_seq.add((count - 1 - first) as u32);
-                (w.flags, w.imm_data) = (s.last_flags, Imm::new(seq, true).to_wire());
-            }
-            len
-        });
-        // The byte counts follow the lengths mended above.
-        if let Some(len) = head {
-            lane.mend_len::<PLAIN>(0, share, MERGE, step as u32, len);
-        }
-        if let Some(len) = tail {
-            lane.mend_len::<PLAIN>(share - 1, share, MERGE, step as u32, len);
-        }
-        self.staged |= 1 << l;
-        if !lane.has_room(max) {
-            self.room &= !(1 << l);
-        }
-    }
-
-    /// Every fragment of request `s.id`, `left` of them from its `posted`, is staged.
-    #[inline]
-    fn spread_done(&mut self, s: &Spread, left: u64) {
-        if s.dqplb_imm {
-            self.send_seq = self.send_seq.add(left as u32);
-        }
-        let slot = self.send.get_mut(s.id);
-        slot.posted = slot.plan.count();
-        slot.offset = slot.wr.len;
-    }
-
-    /// The weighted policies' counterpart of [`Self::try_spread`]: take the next
-    /// entries of the schedule, one per fragment left (within the fan-out limit),
-    /// and if every QP named has room for its share and the DQPLB budget covers
-    /// them, stage each QP's share as consecutive fragments; false, with nothing
-    /// staged and the schedule where it was, otherwise.
-    #[inline(never)]
-    fn try_scheduled(&mut self, id: u64, max: u32, seq_budget: &mut Option<u32>) -> bool {
-        let slot = self.send.get(id);
-        let left = slot.plan.count() - slot.posted;
-        // A request the round meets first has used no QP yet.
-        let mut used = if slot.posted == 0 { 0 } else { slot.used };
-        let mut shares = [0u32; N];
-        let mark = self.striping.mark();
-        let n = self.lanes.len() as u32;
-        let fanout = self.cfg.fanout;
-        if fanout == 0 || u32::from(fanout) >= n {
-            for _ in 0..left {
-                shares[self.striping.next()] += 1;
-            }
-        } else {
-            let all = u64::MAX >> (64 - n);
-            for _ in 0..left {
-                let l = self.striping.next_in(allowed(all, fanout, used));
-                used |= 1 << l;
-                shares[l] += 1;
-            }
-        }
-        let fits = shares
-            .iter()
-            .zip(&self.lanes)
-            .all(|(&k, lane)| k == 0 || lane.has_room_for(k, max));
-        let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
-        let budget_ok = !req.dqplb_imm || {
-            let budget = seq_budget.get_or_insert_with(|| {
-                Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
-            });
-            u64::from(*budget) >= left
-        };
-        if !fits || !budget_ok {
-            self.striping.rewind(mark);
-            return false;
-        }
-        if let Some(b) = seq_budget.as_mut().filter(|_| req.dqplb_imm) {
-            *b -= left as u32;
-        }
-        let at = Layout::of(slot, self.send_seq);
-        let mut i = at.first;
-        for (l, &k) in shares.iter().enumerate().take(n as usize) {
-            if k == 0 {
-                continue;
-            }
-            used |= 1 << l;
-            let ends = i + u64::from(k) == at.count;
-            if self.cfg.signaling == Signaling::LastOfChain {
-                self.stage_share::<true, false>(&req, &at, l, i, k, 1, ends, max);
-            } else {
-                self.stage_share::<false, false>(&req, &at, l, i, k, 1, ends, max);
-            }
-            i += u64::from(k);
-        }
-        self.send.get_mut(id).used = used;
-        self.spread_done(&req, left);
-        true
     }
 
     /// Stage SPRAY notifies: in posting order, each once its data completed.

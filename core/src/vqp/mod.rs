@@ -25,12 +25,14 @@ mod config;
 mod counted;
 mod dispatch;
 mod error;
+mod fail;
 mod failover;
 mod lane;
 mod policy;
 mod recv;
 mod send;
 mod slots;
+mod spread;
 
 pub use config::{BuildError, Config, Mode, Signaling};
 pub use error::{PostRecvError, PostSendError};
@@ -528,92 +530,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     pub fn drain(&mut self, out: &mut [Wc]) -> usize {
         let n = self.drain_sends(out);
         n + self.drain_recvs(&mut out[n..])
-    }
-
-    /// Stop on purpose: take no new request, and move every physical QP to the error
-    /// state so that everything outstanding is flushed and reported (with
-    /// `WR_FLUSH_ERR`) through the usual polling. For shutdown without waiting.
-    pub fn shut_down(&mut self) {
-        self.fail(WcStatus::WR_FLUSH_ERR);
-    }
-
-    /// Physical QP `qp_num` of `device` failed outside any completion (an asynchronous
-    /// event reported it: QP fatal, a remote access or request error at this side as a
-    /// responder): if it is one of this virtual QP's, the virtual QP fails with `status`
-    /// as an error completion of it would fail it. Returns whether it was ours.
-    pub fn fail_qp(&mut self, qp_num: u32, device: u8, status: WcStatus) -> bool {
-        let ours = self
-            .lanes
-            .iter()
-            .chain(self.notify.iter())
-            .any(|l| l.qp_num == qp_num && l.device == device);
-        if !ours {
-            return false;
-        }
-        // With re-dispatch, a data QP fails alone while another is healthy.
-        let data = self
-            .lanes
-            .iter()
-            .position(|l| l.qp_num == qp_num && l.device == device);
-        match data {
-            Some(k) if self.try_survive(k, status) => {}
-            // Not a data QP: the notify QP.
-            None if self.try_survive_notify(status) => {}
-            _ => self.fail(status),
-        }
-        true
-    }
-
-    /// Every physical QP on `device` failed (its port went down, the device failed):
-    /// as [`Self::fail_qp`] for any of this virtual QP's QPs there. Returns whether it
-    /// had one.
-    pub fn fail_device(&mut self, device: u8, status: WcStatus) -> bool {
-        let ours = self
-            .lanes
-            .iter()
-            .chain(self.notify.iter())
-            .any(|l| l.device == device);
-        if !ours {
-            return false;
-        }
-        if self.notify.as_ref().is_some_and(|l| l.device == device)
-            && !self.try_survive_notify(status)
-        {
-            self.fail(status);
-            return true;
-        }
-        for k in 0..self.lanes.len() {
-            let lane = &self.lanes[k];
-            if lane.device == device && !self.try_survive(k, status) {
-                self.fail(status);
-                break;
-            }
-        }
-        true
-    }
-
-    /// Mark the virtual QP failed with `status` (the first error wins): requests not
-    /// fully posted stop and will report an error; nothing new is taken.
-    fn fail(&mut self, status: WcStatus) {
-        if self.failed.is_some() {
-            return;
-        }
-        self.failed = Some(status);
-        for id in self.dispatch..self.send.tail {
-            let slot = self.send.get_mut(id);
-            slot.target = slot.posted;
-            slot.fail(WcStatus::WR_FLUSH_ERR);
-        }
-        self.dispatch = self.send.tail;
-        // Runs failed QPs left for re-dispatch will not be posted now.
-        self.drop_redo(WcStatus::WR_FLUSH_ERR);
-        self.settle_counted(WcStatus::WR_FLUSH_ERR);
-        self.hold = failover::Hold::No;
-        self.fail_recvs(status);
-        // Flush whatever is outstanding on every QP, so each request is reported.
-        for lane in self.lanes.iter_mut().chain(self.notify.iter_mut()) {
-            lane.qp.set_error();
-        }
     }
 }
 

@@ -96,7 +96,7 @@ impl<
     /// # Errors
     /// [`Error::FailBack`] when the peer's card lacks fail-back or there is no such
     /// QP; [`Error::Restore`] when vqp-core refuses: with
-    /// [`RestoreError::NotDrained`](vqp_core::RestoreError::NotDrained) while the old
+    /// [`RestoreError::NotDrained`] while the old
     /// QP's receives are still flushing (keep polling, offer again), or because
     /// re-dispatch is off, the virtual QP failed, or it is the last path with no
     /// grace period; [`Error::Verbs`] when the QP cannot be made.
