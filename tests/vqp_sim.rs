@@ -20,6 +20,16 @@ struct Req {
     imm: u32,
 }
 
+impl Req {
+    /// What a FETCH_AND_ADD adds to its counter: never 0.
+    fn addend(&self) -> u64 {
+        u64::from(self.imm) + 1
+    }
+}
+
+/// Room past the data areas for the atomics' counters, 8 bytes each.
+const ATOMICS: usize = 4096;
+
 /// What a test run observed.
 struct Outcome {
     sends: Vec<Wc>,
@@ -63,7 +73,7 @@ fn run(p: &mut Pair, reqs: &[Req], steps: u64, fail_back: bool) -> Outcome {
                     Err(_) => break,
                 }
             }
-            let wr = SendWr::new(
+            let mut wr = SendWr::new(
                 next as u64,
                 r.op,
                 p.a.buf + r.off,
@@ -72,6 +82,9 @@ fn run(p: &mut Pair, reqs: &[Req], steps: u64, fail_back: bool) -> Outcome {
                 keys,
             )
             .imm(r.imm);
+            if r.op == Opcode::ATOMIC_FETCH_AND_ADD {
+                wr.compare_add = r.addend();
+            }
             match p.a.vqp.post_send(&wr) {
                 Ok(()) => {
                     posted.push(r);
@@ -149,9 +162,24 @@ fn check(p: &Pair, o: &Outcome, mode: Mode, qps: u32, src: &[u8], remote: &[u8])
         assert_eq!(wc.byte_len, o.posted[i].len);
         assert_eq!(wc.qp_num, 1);
     }
+    // Each atomic took effect once if it succeeded (once or not at all otherwise: a
+    // failed one may have), and fetched the counter's old value, 0.
+    for (wc, r) in o.sends.iter().zip(&o.posted) {
+        if r.op != Opcode::ATOMIC_FETCH_AND_ADD {
+            continue;
+        }
+        let counter = p.nic.read_u64(p.b.buf + r.off).expect("readable");
+        if wc.status.is_ok() {
+            assert_eq!(counter, r.addend(), "atomic {} took effect once", wc.wr_id);
+            let fetched = p.nic.read_u64(p.a.buf + r.off).expect("readable");
+            assert_eq!(fetched, 0, "atomic {} fetched", wc.wr_id);
+        } else {
+            assert!([0, r.addend()].contains(&counter), "atomic {}", wc.wr_id);
+        }
+    }
     // Data of every successful request landed.
     for (wc, r) in o.sends.iter().zip(&o.posted) {
-        if !wc.status.is_ok() {
+        if !wc.status.is_ok() || r.op == Opcode::ATOMIC_FETCH_AND_ADD {
             continue;
         }
         let range = r.off as usize..(r.off + r.len) as usize;
@@ -211,7 +239,8 @@ fn check(p: &Pair, o: &Outcome, mode: Mode, qps: u32, src: &[u8], remote: &[u8])
 /// The opcode a test request of kind `k` uses: SENDs too where the virtual QP takes
 /// them (SPRAY, or one data QP).
 fn op_of(k: u8, sends: bool) -> Opcode {
-    match k % 5 {
+    match k % 6 {
+        5 => Opcode::ATOMIC_FETCH_AND_ADD,
         3 if sends => Opcode::SEND,
         4 if sends => Opcode::SEND_WITH_IMM,
         k => match k % 3 {
@@ -308,7 +337,7 @@ fn scenario(
         },
         cfg,
         qps,
-        len,
+        len + ATOMICS,
     );
     let src = pattern(len, seed);
     let remote = pattern(len, !seed);
@@ -344,13 +373,15 @@ fn scenario(
         .map(|(i, &(l, k))| {
             let op = op_of(k, spray || qps == 1);
             let off = (seed.rotate_left(i as u32) % 4096).min(half - l);
+            let (off, l) = match op {
+                Opcode::RDMA_READ => (half + off, l),
+                // Its own counter, past the data areas.
+                Opcode::ATOMIC_FETCH_AND_ADD => (len as u64 + 8 * i as u64, 8),
+                _ => (off, l),
+            };
             Req {
                 op,
-                off: if op == Opcode::RDMA_READ {
-                    half + off
-                } else {
-                    off
-                },
+                off,
                 len: l,
                 imm: (i as u32).wrapping_mul(0x9e37_79b9),
             }
@@ -368,10 +399,14 @@ fn scenario(
         && (notify_fault.is_none() || striping.fail_back);
     // SENDs pass through data QP 0: without fail-back, one that meets it failed is
     // reported with the error (nothing else can take it) while the rest go on.
-    let qp0_lost = !striping.fail_back && fails.iter().any(|f| f.0 % qps == 0);
-    let excused = |w: &Wc| {
-        let op = o.posted[w.wr_id as usize].op;
-        qp0_lost && matches!(op, Opcode::SEND | Opcode::SEND_WITH_IMM)
+    // And an atomic in flight on a failed data QP 0 is reported with the error, fail-back
+    // or not: whether it took effect cannot be known.
+    let qp0_hit = fails.iter().any(|f| f.0 % qps == 0);
+    let qp0_lost = !striping.fail_back && qp0_hit;
+    let excused = |w: &Wc| match o.posted[w.wr_id as usize].op {
+        Opcode::SEND | Opcode::SEND_WITH_IMM => qp0_lost,
+        Opcode::ATOMIC_FETCH_AND_ADD => qp0_hit,
+        _ => false,
     };
     if (fails.is_empty() && notify_fault.is_none()) || survivable {
         for w in o.sends.iter().filter(|w| !excused(w)) {
@@ -425,12 +460,15 @@ proptest! {
             &[(fail_qp, fail_after)], false, None);
     }
 
-    /// Re-dispatch: data QPs fail at random times (the same QP may be named twice),
-    /// under every policy, both modes, all opcodes. Without fail-back, any number short
-    /// of all is survived and a failure of every QP fails the requests it must, each
-    /// once; with it (each failed pair replaced as soon as seen, the requests held
-    /// meanwhile), all of them are: every request is reported once, in order,
-    /// successful, with its data.
+    /// Re-dispatch: data QPs fail at random times (the same QP may be named twice;
+    /// the failing WQE lost, or landed with its acknowledgement lost), under every
+    /// policy, both modes, one to eight data QPs, all opcodes (WRITE, WRITE_WITH_IMM,
+    /// READ, SEND and SEND_WITH_IMM where the mode takes them, FETCH_AND_ADD). Without
+    /// fail-back, any number short of all is survived and a failure of every QP fails
+    /// the requests it must, each once; with it (each failed pair replaced as soon as
+    /// seen, the requests held meanwhile), all of them are: every request is reported
+    /// once, in order, successful, with its data — but an atomic in flight on a failed
+    /// data QP 0, which is reported with the error (it took effect once or not at all).
     #[test]
     fn failing_qps_are_survived_with_redispatch(
         qps in 1u32..=8,

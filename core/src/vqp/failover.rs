@@ -207,7 +207,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// so no fragment of the peer can miss one); on a data QP that takes the
     /// application's receives (see [`Self::receives_seen`]) those that did not
     /// complete are posted again first, and it must have drained (else
-    /// [`RestoreError::NotDrained`]: keep polling). Nothing is sent on it until
+    /// [`RestoreError::NotDrained`], the old QP taken out and `qp` dropped: keep
+    /// polling, and rejoin again). Nothing is sent on it until
     /// [`Self::resume`]: the peer's end may not be ready to receive yet. A QP that
     /// has not failed is taken out first, as if it had (the peer replaces its end):
     /// its fragments that did not complete go again on the others. Rejoining a QP
