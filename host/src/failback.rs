@@ -40,8 +40,13 @@
 //! ([`first_psn`]), to leave room for the count: the PSN guards an RC QP against
 //! stale packets, which a fresh QP number already does, and is no secret.
 //!
+//! A notify QP's replacement goes on the device of the old one, or, while that one's
+//! port is down, on another device that has a data QP: the Offer or Answer says on
+//! which port ([`notify_lane`]).
+//!
 //! Wire format, 8 bytes: the kind (1 Offer, 2 Answer, 3 Ready, 4 Refuse), the data
-//! QP index ([`NOTIFY_QP`] for the notify QP), the QP number (24 bits, big-endian),
+//! QP index ([`NOTIFY_QP`], or [`notify_lane`] in an Offer or Answer, for the notify
+//! QP), the QP number (24 bits, big-endian),
 //! `seen` modulo 2^24 (big-endian); Ready and Refuse carry zeros in the last six bytes.
 
 use std::fmt;
@@ -49,8 +54,23 @@ use std::fmt;
 /// The length of an encoded message.
 pub const MESSAGE_LEN: usize = 8;
 
-/// The lane that names the SPRAY notify QP (data QP indexes are below it).
+/// The lane that names the SPRAY notify QP (data QP indexes are below it). In an
+/// Offer or Answer, the lanes just below it name it too, and say which of the
+/// sender's ports (card order) its replacement is on: [`notify_lane`].
 pub const NOTIFY_QP: u8 = u8::MAX;
+
+/// The lane an Offer or Answer for the notify QP carries when the sender's
+/// replacement is on its port `port` (< [`MAX_PORTS`](crate::card::MAX_PORTS)).
+pub fn notify_lane(port: u8) -> u8 {
+    NOTIFY_QP - port
+}
+
+/// The sender's port of a notify QP's replacement, when `lane` names the notify QP
+/// (see [`notify_lane`]); `None` for a data QP's lane.
+pub fn notify_port(lane: u8) -> Option<u8> {
+    let port = NOTIFY_QP - lane;
+    (usize::from(port) < crate::card::MAX_PORTS).then_some(port)
+}
 
 /// The first PSN of a replacement QP, which its offer or answer does not carry: the
 /// QP number mixed into 24 bits.
@@ -270,6 +290,9 @@ mod tests {
             [2, 0, 1, 2, 3, 4, 5, 6]
         );
         assert!(first_psn(0xab_cdef) <= MAX_24BIT);
+        assert_eq!(notify_port(notify_lane(3)), Some(3));
+        assert_eq!(notify_port(NOTIFY_QP), Some(0));
+        assert_eq!((notify_port(63), notify_port(251)), (None, None));
         assert_ne!(first_psn(1), first_psn(2));
     }
 }

@@ -202,8 +202,25 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// [`Self::notifies_seen`] is final; [`RestoreError::Unavailable`] when the
     /// virtual QP failed. Nothing changed then.
     pub fn rejoin_notify(&mut self, qp: Q) -> Result<Q, RestoreError> {
+        let Some(device) = self.notify_qp_device() else {
+            return Err(RestoreError::NoNotifyQp);
+        };
+        self.rejoin_notify_on(qp, device)
+    }
+
+    /// [`Self::rejoin_notify`] with the fresh QP on `device` — any device a data QP
+    /// uses, so that every request carries keys for it: the notify role may move off a
+    /// device whose port is down. The completion queue of `device` must have room for
+    /// the notify QP's completions too (vqp-host sizes each device's for it).
+    ///
+    /// # Errors
+    /// As [`Self::rejoin_notify`]; [`RestoreError::NotADataDevice`].
+    pub fn rejoin_notify_on(&mut self, qp: Q, device: u8) -> Result<Q, RestoreError> {
         if self.notify.is_none() {
             return Err(RestoreError::NoNotifyQp);
+        }
+        if device >= 8 || self.data_devices & (1 << device) == 0 {
+            return Err(RestoreError::NotADataDevice(device));
         }
         if self.failed.is_some() {
             return Err(RestoreError::Unavailable(self.lanes.len()));
@@ -213,6 +230,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         let lane = self.notify.as_mut().expect("checked");
         let old = lane.replace(qp);
+        lane.device = device;
+        self.notify_device = 1 << device;
         lane.failed = true;
         lane.survived = true;
         lane.joining = true;
@@ -379,6 +398,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// The receives of `lane` that its failed QP flushed (while the virtual QP went
     /// on) are reported with `status`.
     fn settle_flushed(&mut self, lane: u8, status: WcStatus) {
+        if lane != NOTIFY_LANE && !self.counts(lane as usize) {
+            // Its receives are DQPLB's, counted by the reorder window.
+            return;
+        }
         let l = if lane == NOTIFY_LANE {
             self.notify.as_ref()
         } else {

@@ -39,6 +39,9 @@ pub struct Failover {
 pub enum RestoreError {
     /// The virtual QP has no notify QP (DQPLB, or SPRAY over one data QP).
     NoNotifyQp,
+    /// The notify QP's replacement was offered a device no data QP uses (requests
+    /// carry no keys for it).
+    NotADataDevice(u8),
     /// The QP (the notify QP, or data QP 0 where it takes the application's
     /// receives) has not failed or still has receives outstanding: how many it
     /// received is not final yet.
@@ -63,6 +66,10 @@ impl fmt::Display for RestoreError {
             ),
             Self::NotJoining(i) => write!(f, "data QP {i} has no replacement waiting to resume"),
             Self::NoNotifyQp => f.write_str("the virtual QP has no notify QP"),
+            Self::NotADataDevice(d) => write!(
+                f,
+                "device {d} has no data QP, so requests carry no keys for a notify QP there"
+            ),
             Self::NotDrained => f.write_str(
                 "the QP has not failed or still has receives outstanding, so the count of \
                  what it received is not final",

@@ -118,6 +118,8 @@ pub(crate) struct Lane<Q, const D: usize> {
     /// The QP number of the failed QP this one replaced, whose receive completions
     /// still count (a fragment that landed is data the sender was told of).
     pub retired: Option<u32>,
+    /// The device the replaced QP is on (a notify QP's replacement may go elsewhere).
+    pub retired_device: u8,
     /// Receives the replaced QP still had posted.
     pub retired_recvs: u32,
     /// The back run belongs to `staged`, so a WQE of the same request may join it.
@@ -160,6 +162,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             tally: false,
             survived: false,
             retired: None,
+            retired_device: device,
             retired_recvs: 0,
             open_run: false,
             failed: false,
@@ -573,6 +576,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     pub fn replace(&mut self, qp: Q) -> Q {
         debug_assert!(self.runs_len == 0 && self.staged_len == 0);
         self.retired = Some(self.qp_num);
+        self.retired_device = self.device;
         self.retired_recvs = self.recv_outstanding;
         self.qp_num = qp.qp_num();
         self.failed = false;

@@ -496,7 +496,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         };
         match lane {
             Some(l) if l.qp_num == wc.qp_num && l.device == device => {}
-            Some(l) if l.retired == Some(wc.qp_num) && l.device == device => {
+            Some(l) if l.retired == Some(wc.qp_num) && l.retired_device == device => {
                 if id.lane == NOTIFY_LANE {
                     return Self::retired_counted_completion(id.kind, wc);
                 }

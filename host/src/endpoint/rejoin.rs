@@ -11,7 +11,7 @@ use crate::card::{Capabilities, Card, QpAddr};
 use crate::connect;
 use crate::enums::PortState;
 use crate::error::{Error, Result};
-use crate::failback::{first_psn, FailBack, FailBackError, NOTIFY_QP};
+use crate::failback::{first_psn, notify_lane, notify_port, FailBack, FailBackError, NOTIFY_QP};
 use crate::provider::VerbsQp;
 use crate::verbs::{CompletionQueue, DeviceAttr, PortAttr, QpCap, QpInit};
 use vqp_core::RestoreError;
@@ -109,7 +109,7 @@ impl<
         let qpn = self.replace(at)?;
         self.rejoin.steps[at] = Step::Offered { qpn };
         let m = FailBack::Offer {
-            lane: i as u8,
+            lane: self.lane_of(at),
             qpn,
             seen,
         };
@@ -125,11 +125,12 @@ impl<
     /// [`Error::FailBack`] for no data QP `i`; [`Error::Verbs`] when the query fails.
     pub fn port_active(&self, i: usize) -> Result<bool> {
         let i = self.index_of(i)?;
-        let Some(qp) = self.qp_at(i) else {
-            return Ok(false);
+        let device = if i == self.notify_index() {
+            self.notify_device_to_use()
+        } else {
+            self.vqp.data_qp_device(i).unwrap_or(0)
         };
-        let port = qp.qp().context().query_port(self.rejoin.settings.port)?;
-        Ok(port.state() == PortState::Active)
+        self.device_active(device)
     }
 
     /// Whether fail-back of data QP `i` ([`NOTIFY_QP`]: of the notify QP) is under
@@ -154,8 +155,16 @@ impl<
     /// cannot be made or connected (that QP stays failed).
     pub fn on_failback(&mut self, m: FailBack) -> Result<Option<FailBack>> {
         m.check()?;
-        let lane = m.lane();
-        let i = self.index_of(usize::from(lane))?;
+        let i = self.index_of(usize::from(m.lane()))?;
+        // How Ready and Refuse name the QP.
+        let lane = if i == self.notify_index() {
+            NOTIFY_QP
+        } else {
+            i as u8
+        };
+        // The port of the peer's replacement, for a notify QP's (its data QP's own
+        // otherwise).
+        let peer_port = notify_port(m.lane()).filter(|_| i == self.notify_index());
         let step = self.rejoin.steps[i];
         let unexpected = || -> Error {
             FailBackError::Unexpected {
@@ -188,10 +197,10 @@ impl<
                         }
                     }
                 };
-                self.connect_lane(i, qpn, mine)?;
+                self.connect_lane(i, qpn, mine, peer_port)?;
                 self.rejoin.steps[i] = Step::Answered { peer_seen: seen };
                 Ok(Some(FailBack::Answer {
-                    lane,
+                    lane: self.lane_of(i),
                     qpn: mine,
                     seen: seen_here,
                 }))
@@ -200,7 +209,7 @@ impl<
                 let Step::Offered { qpn: mine } = step else {
                     return Err(unexpected());
                 };
-                self.connect_lane(i, qpn, mine)?;
+                self.connect_lane(i, qpn, mine, peer_port)?;
                 self.resume(i, seen)?;
                 self.rejoin.steps[i] = Step::Idle;
                 Ok(Some(FailBack::Ready { lane }))
@@ -241,9 +250,10 @@ impl<
     }
 
     /// The index of the step kept for lane `lane` as messages name it: a data QP's
-    /// own, or the notify QP's for [`NOTIFY_QP`].
+    /// own, or the notify QP's for [`NOTIFY_QP`] (and the lanes [`notify_lane`]
+    /// gives).
     fn index_of(&self, lane: usize) -> Result<usize> {
-        if lane == usize::from(NOTIFY_QP) {
+        if u8::try_from(lane).ok().and_then(notify_port).is_some() {
             if self.vqp.notify_qp().is_none() || self.rejoin.peer.notify.is_none() {
                 return Err(FailBackError::NoNotifyQp.into());
             }
@@ -251,6 +261,51 @@ impl<
         }
         self.lane_index(lane)?;
         Ok(lane)
+    }
+
+    /// The lane messages name the QP in place `i` by: a data QP's index, or for the
+    /// notify QP the lane that says its device's port ([`notify_lane`]).
+    fn lane_of(&self, i: usize) -> u8 {
+        if i == self.notify_index() {
+            notify_lane(self.vqp.notify_qp_device().unwrap_or(0))
+        } else {
+            i as u8
+        }
+    }
+
+    /// One of the virtual QP's QPs on device `device`, if it has one there.
+    fn qp_on(&self, device: u8) -> Option<&VerbsQp> {
+        (0..self.vqp.data_qps())
+            .find(|&j| self.vqp.data_qp_device(j) == Some(device))
+            .and_then(|j| self.vqp.data_qp(j))
+            .or_else(|| {
+                self.vqp
+                    .notify_qp()
+                    .filter(|_| self.vqp.notify_qp_device() == Some(device))
+            })
+    }
+
+    /// Whether device `device`'s port is active (asked through one of the virtual
+    /// QP's QPs there).
+    fn device_active(&self, device: u8) -> Result<bool> {
+        let Some(qp) = self.qp_on(device) else {
+            return Ok(false);
+        };
+        let port = qp.qp().context().query_port(self.rejoin.settings.port)?;
+        Ok(port.state() == PortState::Active)
+    }
+
+    /// The device a notify QP's replacement goes on: the old one's while its port is
+    /// active, else the first device with a data QP whose port is.
+    fn notify_device_to_use(&self) -> u8 {
+        let now = self.vqp.notify_qp_device().unwrap_or(0);
+        if self.device_active(now).unwrap_or(false) {
+            return now;
+        }
+        (0..self.vqp.data_qps())
+            .filter_map(|j| self.vqp.data_qp_device(j))
+            .find(|&d| self.device_active(d).unwrap_or(false))
+            .unwrap_or(now)
     }
 
     /// The QP in place `i` (a data QP, or the notify QP past them).
@@ -308,20 +363,28 @@ impl<
         Ok((&r.devices[usize::from(device.unwrap_or(0))], remote))
     }
 
-    /// A fresh QP on the device of the QP in place `i`, in INIT, handed to vqp-core in
-    /// its place (receives posted, not sending); the old one is kept until the next
+    /// A fresh QP on the device of the QP in place `i` (for the notify QP, the device
+    /// [`Self::notify_device_to_use`] picks), in INIT, handed to vqp-core in its
+    /// place (receives posted, not sending); the old one is kept until the next
     /// replacement. Returns the new QP's number (its first PSN follows from it).
     fn replace(&mut self, i: usize) -> Result<u32> {
-        let Some(old) = self.qp_at(i) else {
+        let notify = i == self.notify_index();
+        let device = if notify {
+            self.notify_device_to_use()
+        } else {
+            self.vqp.data_qp_device(i).unwrap_or(0)
+        };
+        let Some(there) = self.qp_on(device) else {
             return Err(FailBackError::NoSuchQp {
                 lane: u8::try_from(i).unwrap_or(u8::MAX),
                 data_qps: self.vqp.data_qps(),
             }
             .into());
         };
-        let pd = old.qp().pd();
-        let (dev, remote) = self.place(i)?;
+        let pd = there.qp().pd();
+        let (_, remote) = self.place(i)?;
         let r = &self.rejoin;
+        let dev = &r.devices[usize::from(device)];
         let qp = pd.create_qp(&QpInit::rc(&dev.cq, r.cap))?;
         let qpn = qp.qp_num();
         let path = path_to(
@@ -334,8 +397,8 @@ impl<
         )?;
         connect::to_init(&qp, &path)?;
         let qp = VerbsQp::new(qp);
-        let old = if i == self.notify_index() {
-            self.vqp.rejoin_notify(qp)
+        let old = if notify {
+            self.vqp.rejoin_notify_on(qp, device)
         } else {
             self.vqp.rejoin(i, qp)
         }
@@ -345,13 +408,14 @@ impl<
     }
 
     /// The replacement in place `i` (QP number `mine`), in INIT, to RTR and RTS
-    /// towards the peer's replacement `qpn`.
-    fn connect_lane(&mut self, i: usize, qpn: u32, mine: u32) -> Result<()> {
+    /// towards the peer's replacement `qpn`, on the peer's port `peer_port` when
+    /// given (a notify QP's), else where the peer's old QP was.
+    fn connect_lane(&mut self, i: usize, qpn: u32, mine: u32, peer_port: Option<u8>) -> Result<()> {
         let (dev, peer) = self.place(i)?;
         let remote = QpAddr {
             qpn,
             psn: first_psn(qpn),
-            port: peer.port,
+            port: peer_port.unwrap_or(peer.port),
         };
         let r = &self.rejoin;
         let path = path_to(

@@ -85,12 +85,14 @@ impl Settings {
 
     /// Completion queue entries vqp-core requires of device `device`'s CQ when the
     /// QPs are spread over `devices` devices as [`Endpoint::create_on`](super::Endpoint::create_on) places them:
-    /// data QP `i` on device `i % devices`, the notify QP on device 0.
+    /// data QP `i` on device `i % devices`, the notify QP on device 0 — or, once
+    /// fail-back moved it off a device that went down, on any device with a data QP,
+    /// so each of those has room for it too.
     pub fn cq_entries_needed_on(&self, device: usize, devices: usize) -> u64 {
         let data = (0..self.data_qps)
             .filter(|&i| device_of(i, devices) == device)
             .count() as u64;
-        let notify = u64::from(self.has_notify() && device == 0);
+        let notify = u64::from(self.has_notify() && (device == 0 || data > 0));
         (data + notify) * self.entries_per_qp()
     }
 
