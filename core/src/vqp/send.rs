@@ -132,10 +132,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return Err(PostSendError::Failed(st));
         }
         let passthrough = self.classify(wr)?;
-        if passthrough && self.lanes[0].survived && self.lanes.len() > 1 {
-            // Pass-through opcodes go to data QP 0, which failed (re-dispatch); held,
-            // they would hold back every request behind them. A one-QP virtual QP
-            // holds them all until its QP is back (or the grace period ends).
+        if passthrough && self.lanes[0].survived && self.cfg.grace_ns == 0 {
+            // Pass-through opcodes go to data QP 0, which failed (re-dispatch), and
+            // nothing waits for it to come back. With a grace period they are held
+            // until it does (later requests go on meanwhile; their completions wait,
+            // in order) or the grace period ends.
             return Err(PostSendError::Failed(self.lane_error));
         }
         if self.send.is_full() {
