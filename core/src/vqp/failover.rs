@@ -16,7 +16,7 @@ use core::fmt;
 use super::complete::credit_data;
 use super::counted::park;
 use super::dispatch::{after, pick, Spread};
-use super::lane::Taken;
+use super::run::Taken;
 use super::VirtualQp;
 use crate::phys::PhysQp;
 use crate::wr::{SendFlags, WcStatus};

@@ -30,6 +30,7 @@ mod failover;
 mod lane;
 mod policy;
 mod recv;
+mod run;
 mod send;
 mod slots;
 mod spread;
@@ -37,8 +38,8 @@ mod spread;
 pub use config::{BuildError, Config, Mode, Signaling};
 pub use error::{PostRecvError, PostSendError};
 pub use failover::{Failover, RestoreError};
-pub use lane::LaneStats;
 pub use policy::Policy;
+pub use run::LaneStats;
 
 use heapless::Deque;
 
@@ -87,7 +88,7 @@ pub struct VirtualQp<
     /// Round-robin over every data QP: a request's shares may be staged in one go.
     even: bool,
     /// Runs failed data QPs left, to post again on the others.
-    redo: Deque<lane::Taken, W>,
+    redo: Deque<run::Taken, W>,
     /// Whether every data QP has failed, and since when.
     hold: failover::Hold,
     /// What re-dispatch survived.

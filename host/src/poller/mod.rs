@@ -51,6 +51,7 @@
 
 mod handle;
 mod msg;
+mod round;
 mod stack;
 mod thread;
 #[allow(unsafe_code)]
