@@ -24,7 +24,9 @@
 //! core's round-robin choice of QPs spreads consecutive fragments over the devices —
 //! and each device gets one CQ, sized for the QPs on it, which the [`VirtualCq`]
 //! polls by device. The SPRAY notify QP goes on device 0: it carries one zero-byte
-//! write per request, and a single QP keeps the notifies in order wherever it is.
+//! write per request, and a single QP keeps the notifies in order wherever it is
+//! (fail-back may move it to another device with a data QP, so each of those has
+//! room in its CQ for it).
 //! Every device uses the same port number and GID index ([`Settings::port`],
 //! [`Settings::gid_index`]).
 //!
@@ -40,55 +42,14 @@
 use vqp_core::{Config, PhysCq, PhysQp, PhysWc, PollFailure, PostFailure, RecvWqe, SendWqe};
 use vqp_core::{Policy, VirtualCq, VirtualQp};
 
-use crate::card::{Capabilities, Card, CardError, PortAddr, QpAddr};
-use crate::connect::{self, Address, Path};
-use crate::enums::Mtu;
+use crate::card::{Capabilities, Card, PortAddr, QpAddr};
+use crate::connect::{self, Path};
 use crate::error::{Error, Result};
 use crate::provider::{VerbsCq, VerbsQp};
 use crate::verbs::{
     CompletionChannel, CompletionQueue, DeviceAttr, Gid, PortAttr, ProtectionDomain, QpCap, QpInit,
     QueuePair,
 };
-
-/// The MTU whose size in bytes is `bytes`, if it is one.
-fn mtu_from_bytes(bytes: u16) -> Option<Mtu> {
-    Some(match bytes {
-        256 => Mtu::Mtu256,
-        512 => Mtu::Mtu512,
-        1024 => Mtu::Mtu1024,
-        2048 => Mtu::Mtu2048,
-        4096 => Mtu::Mtu4096,
-        _ => return None,
-    })
-}
-
-/// The path from a local QP on a port `port` of a device `attr`, whose first PSN is
-/// `local_psn`, to the peer QP `remote` of `peer`'s card, limited to the local port
-/// and device and the peer's MTU.
-fn path_to(
-    s: &Settings,
-    port: &PortAttr,
-    attr: &DeviceAttr,
-    peer: &Card,
-    remote: QpAddr,
-    local_psn: u32,
-) -> Result<Path> {
-    let theirs = peer.port_of(&remote).ok_or(CardError::UnknownPort {
-        port: remote.port,
-        ports: peer.ports.len(),
-    })?;
-    let address = match (s.gid_index, port.needs_grh()) {
-        (Some(i), _) => Address::gid(theirs.gid, i),
-        (None, true) => Address::gid(theirs.gid, 0),
-        (None, false) => Address::lid(theirs.lid),
-    };
-    let mut path =
-        Path::new(s.port, address, remote.qpn, local_psn, remote.psn).limit_to(port, attr);
-    if let Some(mtu) = mtu_from_bytes(theirs.mtu) {
-        path.mtu = path.mtu.min(mtu);
-    }
-    Ok(path)
-}
 
 /// The capacities of every physical QP of a virtual QP configured as `cfg`.
 fn qp_cap(cfg: &Config) -> QpCap {
@@ -132,6 +93,8 @@ impl PhysCq for NoCq {
     }
 }
 
+mod path;
+use path::path_to;
 mod rejoin;
 mod settings;
 mod share;
@@ -589,8 +552,6 @@ mod tests {
         let d = Settings::new(Config::new(Mode::Dqplb), 4);
         assert!(!d.has_notify());
         assert_eq!(d.cq_entries_needed(), 4 * 128);
-        assert_eq!(mtu_from_bytes(2048), Some(Mtu::Mtu2048));
-        assert_eq!(mtu_from_bytes(1500), None);
         assert!((0..100)
             .map(|_| random_24bit())
             .all(|x| x <= connect::MAX_24BIT));
