@@ -141,22 +141,7 @@ impl Pair {
         else {
             return false;
         };
-        let devices = self.nic.config().devices;
-        let d = i % devices;
-        let cfg = *self.a.vqp.config();
-        let caps = QpCaps {
-            max_send_wr: cfg.max_outstanding,
-            max_recv_wr: cfg.recv_depth,
-        };
-        let qa = {
-            let cq = self.a.vcq.cq_mut(d as u8).expect("cq");
-            self.nic.create_qp(d, cq, cq, caps).expect("qp")
-        };
-        let qb = {
-            let cq = self.b.vcq.cq_mut(d as u8).expect("cq");
-            self.nic.create_qp(d, cq, cq, caps).expect("qp")
-        };
-        self.nic.connect(&qa, &qb).expect("connect");
+        let (qa, qb) = self.fresh_pair(i % self.nic.config().devices);
         let old = self.a.vqp.rejoin(i, qa).expect("a failed QP");
         let old_b = self.b.vqp.rejoin(i, qb).expect("the peer's QP, failed");
         self.a.vqp.resume_seen(i, seen_b).expect("joining");
@@ -177,18 +162,7 @@ impl Pair {
         else {
             return false;
         };
-        let cfg = *self.a.vqp.config();
-        let caps = QpCaps {
-            max_send_wr: cfg.max_outstanding,
-            max_recv_wr: cfg.recv_depth,
-        };
-        let fresh = |side: &mut Side, nic: &Nic| {
-            let cq = side.vcq.cq_mut(0).expect("cq");
-            nic.create_qp(0, cq, cq, caps).expect("qp")
-        };
-        let qa = fresh(&mut self.a, &self.nic);
-        let qb = fresh(&mut self.b, &self.nic);
-        self.nic.connect(&qa, &qb).expect("connect");
+        let (qa, qb) = self.fresh_pair(0);
         let old_a = self.a.vqp.rejoin_notify(qa).expect("drained");
         let old_b = self.b.vqp.rejoin_notify(qb).expect("drained");
         self.a.vqp.resume_notify(seen_b).expect("joining");
@@ -196,5 +170,21 @@ impl Pair {
         let _ = self.nic.fail_qp(old_a.qp_num());
         let _ = self.nic.fail_qp(old_b.qp_num());
         true
+    }
+
+    /// A fresh QP on device `d` for each side, on that side's CQ of `d`, connected.
+    fn fresh_pair(&mut self, d: usize) -> (SimQp, SimQp) {
+        let cfg = *self.a.vqp.config();
+        let caps = QpCaps {
+            max_send_wr: cfg.max_outstanding,
+            max_recv_wr: cfg.recv_depth,
+        };
+        let fresh = |side: &mut Side| {
+            let cq = side.vcq.cq_mut(d as u8).expect("cq");
+            self.nic.create_qp(d, cq, cq, caps).expect("qp")
+        };
+        let (qa, qb) = (fresh(&mut self.a), fresh(&mut self.b));
+        self.nic.connect(&qa, &qb).expect("connect");
+        (qa, qb)
     }
 }

@@ -26,11 +26,13 @@
 
 use super::complete::credit_data;
 use super::failover::RestoreError;
+use super::lane::Lane;
+use super::recv::app_recv_wqe;
 use super::slots::{Notify, Ring, SendSlot};
 use super::{Mode, Stray, VirtualQp};
-use crate::phys::{PhysQp, PhysWc, RecvWqe};
+use crate::phys::{PhysQp, PhysWc};
 use crate::wr::{Opcode, RecvWr, WcOpcode, WcStatus};
-use crate::wrid::{Kind, WrId, NOTIFY_LANE};
+use crate::wrid::{Kind, NOTIFY_LANE};
 
 /// Whether a pass-through `op` consumes a receive of the peer's.
 #[inline]
@@ -78,6 +80,24 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Whether a receive request belongs to the notify QP (`true`) or data QP 0.
     fn on_notify(&self, wr: &RecvWr) -> bool {
         self.notify.is_some() && wr.len == 0
+    }
+
+    /// The QP in role `lane`: a data QP's index, or `NOTIFY_LANE`.
+    fn role(&self, lane: u8) -> Option<&Lane<Q, D>> {
+        if lane == NOTIFY_LANE {
+            self.notify.as_ref()
+        } else {
+            self.lanes.get(lane as usize)
+        }
+    }
+
+    /// [`Self::role`], mutably.
+    fn role_mut(&mut self, lane: u8) -> Option<&mut Lane<Q, D>> {
+        if lane == NOTIFY_LANE {
+            self.notify.as_mut()
+        } else {
+            self.lanes.get_mut(lane as usize)
+        }
     }
 
     /// Whether the notify QP failing is survived: re-dispatch is on with a grace
@@ -160,11 +180,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// or was retired, and every receive posted on it completed (a replacement still
     /// waiting for its peer was never connected: nothing arrives on it).
     fn seen_once_drained(&self, lane: u8) -> Option<u32> {
-        let l = if lane == NOTIFY_LANE {
-            self.notify.as_ref()?
-        } else {
-            self.lanes.get(lane as usize)?
-        };
+        let l = self.role(lane)?;
         let drained = l.joining || l.recv_outstanding == 0;
         (l.survived && drained && self.failed.is_none()).then_some(l.seen)
     }
@@ -326,27 +342,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             if self.recv.get(id).done || self.on_notify(&wr) != (lane == NOTIFY_LANE) {
                 continue;
             }
-            let l = if lane == NOTIFY_LANE {
-                self.notify.as_mut()
-            } else {
-                self.lanes.get_mut(lane as usize)
-            };
-            let Some(l) = l else {
+            let Some(l) = self.role_mut(lane) else {
                 return;
             };
-            let wqe = RecvWqe {
-                wr_id: WrId {
-                    tag,
-                    lane,
-                    kind: Kind::Recv,
-                    id,
-                }
-                .encode(),
-                addr: wr.addr,
-                len: wr.len,
-                lkey: wr.lkey,
-            };
-            if l.qp.post_recv(&[wqe]).is_err() {
+            if l.qp.post_recv(&[app_recv_wqe(tag, lane, id, &wr)]).is_err() {
                 refused = true;
                 break;
             }
@@ -402,12 +401,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             // Its receives are DQPLB's, counted by the reorder window.
             return;
         }
-        let l = if lane == NOTIFY_LANE {
-            self.notify.as_ref()
-        } else {
-            self.lanes.get(lane as usize)
-        };
-        let Some(l) = l.filter(|l| l.survived && !l.joining) else {
+        let Some(l) = self.role(lane).filter(|l| l.survived && !l.joining) else {
             // Every receive not done is outstanding on the QP, which flushes it.
             return;
         };

@@ -18,6 +18,23 @@ use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 /// Zero-length DQPLB receives are posted in chains of at most this many.
 const RECV_CHAIN: usize = 32;
 
+/// The WQE of the application's receive `wr`, request `id`, on QP `lane` (a data QP's
+/// index or `NOTIFY_LANE`) of the virtual QP tagged `tag`.
+pub(super) fn app_recv_wqe(tag: u8, lane: u8, id: u64, wr: &RecvWr) -> RecvWqe {
+    RecvWqe {
+        wr_id: WrId {
+            tag,
+            lane,
+            kind: Kind::Recv,
+            id,
+        }
+        .encode(),
+        addr: wr.addr,
+        len: wr.len,
+        lkey: wr.lkey,
+    }
+}
+
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     VirtualQp<Q, N, D, S, W>
 {
@@ -97,18 +114,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             if (lane.failed && !lane.joining) || lane.recv_outstanding >= depth {
                 return;
             }
-            let wqe = RecvWqe {
-                wr_id: WrId {
-                    tag: self.tag,
-                    lane: index,
-                    kind: Kind::Recv,
-                    id,
-                }
-                .encode(),
-                addr: wr.addr,
-                len: wr.len,
-                lkey: wr.lkey,
-            };
+            let wqe = app_recv_wqe(self.tag, index, id, &wr);
             if lane.qp.post_recv(&[wqe]).is_err() {
                 lane.failed = true;
                 self.fail(WcStatus::POST_ERR);

@@ -8,7 +8,7 @@
 
 use super::{path_to, Connected, Settings};
 use crate::card::{Capabilities, Card, QpAddr};
-use crate::connect;
+use crate::connect::{self, Path};
 use crate::enums::PortState;
 use crate::error::{Error, Result};
 use crate::failback::{first_psn, notify_lane, notify_port, FailBack, FailBackError, NOTIFY_QP};
@@ -125,12 +125,7 @@ impl<
     /// [`Error::FailBack`] for no data QP `i`; [`Error::Verbs`] when the query fails.
     pub fn port_active(&self, i: usize) -> Result<bool> {
         let i = self.index_of(i)?;
-        let device = if i == self.notify_index() {
-            self.notify_device_to_use()
-        } else {
-            self.vqp.data_qp_device(i).unwrap_or(0)
-        };
-        self.device_active(device)
+        self.device_active(self.device_for_replacement(i))
     }
 
     /// Whether fail-back of data QP `i` ([`NOTIFY_QP`]: of the notify QP) is under
@@ -351,29 +346,57 @@ impl<
         resumed.map_err(Error::Restore)
     }
 
-    /// The device of the QP in place `i` and the peer's address for it.
-    fn place(&self, i: usize) -> Result<(&RejoinDevice, QpAddr)> {
-        let r = &self.rejoin;
-        let (device, remote) = if i == self.notify_index() {
-            (self.vqp.notify_qp_device(), r.peer.notify)
+    /// The device of the QP in place `i` now.
+    fn device_at(&self, i: usize) -> u8 {
+        let device = if i == self.notify_index() {
+            self.vqp.notify_qp_device()
         } else {
-            (self.vqp.data_qp_device(i), r.peer.data.get(i).copied())
+            self.vqp.data_qp_device(i)
         };
-        let remote = remote.ok_or(FailBackError::NoNotifyQp)?;
-        Ok((&r.devices[usize::from(device.unwrap_or(0))], remote))
+        device.unwrap_or(0)
     }
 
-    /// A fresh QP on the device of the QP in place `i` (for the notify QP, the device
-    /// [`Self::notify_device_to_use`] picks), in INIT, handed to vqp-core in its
+    /// The device a replacement of the QP in place `i` goes on: its own, or for the
+    /// notify QP the one [`Self::notify_device_to_use`] picks.
+    fn device_for_replacement(&self, i: usize) -> u8 {
+        if i == self.notify_index() {
+            self.notify_device_to_use()
+        } else {
+            self.device_at(i)
+        }
+    }
+
+    /// The peer's address for its QP in place `i` (from its card).
+    fn peer_addr(&self, i: usize) -> Result<QpAddr> {
+        let peer = &self.rejoin.peer;
+        let addr = if i == self.notify_index() {
+            peer.notify
+        } else {
+            peer.data.get(i).copied()
+        };
+        Ok(addr.ok_or(FailBackError::NoNotifyQp)?)
+    }
+
+    /// The path from a QP on `device` whose first PSN is `local_psn` to `remote`.
+    fn path(&self, device: u8, remote: QpAddr, local_psn: u32) -> Result<Path> {
+        let r = &self.rejoin;
+        let dev = &r.devices[usize::from(device)];
+        path_to(
+            &r.settings,
+            &dev.port,
+            &dev.attr,
+            &r.peer,
+            remote,
+            local_psn,
+        )
+    }
+
+    /// A fresh QP on [`Self::device_for_replacement`], in INIT, handed to vqp-core in its
     /// place (receives posted, not sending); the old one is kept until the next
     /// replacement. Returns the new QP's number (its first PSN follows from it).
     fn replace(&mut self, i: usize) -> Result<u32> {
         let notify = i == self.notify_index();
-        let device = if notify {
-            self.notify_device_to_use()
-        } else {
-            self.vqp.data_qp_device(i).unwrap_or(0)
-        };
+        let device = self.device_for_replacement(i);
         let Some(there) = self.qp_on(device) else {
             return Err(FailBackError::NoSuchQp {
                 lane: u8::try_from(i).unwrap_or(u8::MAX),
@@ -382,19 +405,11 @@ impl<
             .into());
         };
         let pd = there.qp().pd();
-        let (_, remote) = self.place(i)?;
+        let remote = self.peer_addr(i)?;
         let r = &self.rejoin;
-        let dev = &r.devices[usize::from(device)];
-        let qp = pd.create_qp(&QpInit::rc(&dev.cq, r.cap))?;
+        let qp = pd.create_qp(&QpInit::rc(&r.devices[usize::from(device)].cq, r.cap))?;
         let qpn = qp.qp_num();
-        let path = path_to(
-            &r.settings,
-            &dev.port,
-            &dev.attr,
-            &r.peer,
-            remote,
-            first_psn(qpn),
-        )?;
+        let path = self.path(device, remote, first_psn(qpn))?;
         connect::to_init(&qp, &path)?;
         let qp = VerbsQp::new(qp);
         let old = if notify {
@@ -411,21 +426,13 @@ impl<
     /// towards the peer's replacement `qpn`, on the peer's port `peer_port` when
     /// given (a notify QP's), else where the peer's old QP was.
     fn connect_lane(&mut self, i: usize, qpn: u32, mine: u32, peer_port: Option<u8>) -> Result<()> {
-        let (dev, peer) = self.place(i)?;
+        let peer = self.peer_addr(i)?;
         let remote = QpAddr {
             qpn,
             psn: first_psn(qpn),
             port: peer_port.unwrap_or(peer.port),
         };
-        let r = &self.rejoin;
-        let path = path_to(
-            &r.settings,
-            &dev.port,
-            &dev.attr,
-            &r.peer,
-            remote,
-            first_psn(mine),
-        )?;
+        let path = self.path(self.device_at(i), remote, first_psn(mine))?;
         let qp = match self.qp_at(i) {
             Some(q) if q.qp().qp_num() == mine => q.qp(),
             _ => {
