@@ -13,8 +13,10 @@
 //! ```
 //!
 //! Arguments: request length in bytes (fragments of 64 KiB), `fifo` or `shuffled`
-//! completion order, `last` (last-of-chain) or `every` (every WQE) signaling, and the
-//! number of requests.
+//! completion order, `last` (last-of-chain) or `every` (every WQE) signaling, the
+//! number of requests, and optionally how many are in flight at once (default 1; with
+//! 32, the loop of the `A post + completion, 32 in flight` bench: post 32, then poll
+//! their 32 completions).
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -27,12 +29,21 @@ use vqp_sim::noop::{NoopOrder, RecvMode};
 #[path = "../benches/support/rig.rs"]
 mod rig;
 
-const USAGE: &str = "usage: round_trip <len> <fifo|shuffled> <last|every> <requests>";
+const USAGE: &str =
+    "usage: round_trip <len> <fifo|shuffled> <last|every> <requests> [in-flight, 1 to 32]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [len, order, signaling, count] = args.as_slice() else {
-        eprintln!("{USAGE}");
+    let (len, order, signaling, count, depth) = match args.as_slice() {
+        [l, o, s, c] => (l, o, s, c, "1"),
+        [l, o, s, c, d] => (l, o, s, c, d.as_str()),
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let Ok(depth @ 1..=32) = depth.parse::<u64>() else {
+        eprintln!("{USAGE}: at most 32 requests in flight (the virtual CQ's batch)");
         return ExitCode::from(2);
     };
     let (Ok(len @ 1..), Ok(count)) = (len.parse::<u64>(), count.parse::<u64>()) else {
@@ -57,8 +68,17 @@ fn main() -> ExitCode {
     };
     let mut r = rig::rig(4, order, signaling, RecvMode::Complete);
     let wr = rig::write(len);
-    for _ in 0..count {
-        r.post_complete(black_box(&wr));
+    if depth == 1 {
+        for _ in 0..count {
+            r.post_complete(black_box(&wr));
+        }
+    } else {
+        for _ in 0..count / depth {
+            for _ in 0..depth {
+                r.vqp.post_send(black_box(&wr)).expect("accepted");
+            }
+            r.poll_until(depth as usize);
+        }
     }
     ExitCode::SUCCESS
 }

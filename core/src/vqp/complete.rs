@@ -16,7 +16,7 @@ pub(super) fn credit_data<const S: usize>(
     st: WcStatus,
 ) {
     let slot = send.get_mut(id);
-    slot.done += u64::from(count);
+    slot.done += count;
     if !st.is_ok() {
         slot.fail(st);
     }

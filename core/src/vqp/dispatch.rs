@@ -292,7 +292,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 self.dispatch += 1;
                 continue;
             }
-            let count = slot.plan.count();
+            let count = slot.fragments();
             // Every data QP takes its share of what is left at once when all have
             // room for it: no per-fragment pick.
             if count - slot.posted >= 2 && self.may_spread() {
@@ -342,7 +342,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 slot.used |= 1 << l;
                 let lane = &mut self.lanes[l];
                 let off = slot.offset;
-                let len = slot.plan.next_len(slot.posted, off);
+                let len = slot.plan.next_len(u64::from(slot.posted), off);
                 slot.offset += u64::from(len);
                 slot.posted += 1;
                 let seq = self.send_seq;
@@ -351,7 +351,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 }
                 let keys = slot.wr.keys.pair(lane.device);
                 let wqe = req.wqe(l as u64, keys, off, len, seq, slot.posted == count);
-                let fragment = (slot.posted - 1) as u32;
+                let fragment = slot.posted - 1;
                 *lane.stage(id, seq, merge, len, fragment) = wqe;
                 self.staged |= 1 << l;
                 if !lane.has_room(max) {

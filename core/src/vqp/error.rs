@@ -22,6 +22,14 @@ pub enum PostSendError {
     },
     /// A pass-through request is longer than one WQE carries (2^31 bytes).
     TooLong(u64),
+    /// A request would be split into more fragments than one request may have
+    /// (`u32::MAX`): `len` bytes in `fragments` of the split policy's size.
+    TooManyFragments {
+        /// The request's length.
+        len: u64,
+        /// The fragments it would take.
+        fragments: u64,
+    },
     /// Two-sided SEND shares the receive queue that DQPLB keeps filled with
     /// zero-length receives: use SPRAY or a single data QP.
     SendNeedsSpray,
@@ -42,6 +50,10 @@ impl fmt::Display for PostSendError {
             ),
             Self::MissingKey { device } => write!(f, "no memory keys for device {device}"),
             Self::TooLong(len) => write!(f, "{len} bytes exceed one work request (2^31)"),
+            Self::TooManyFragments { len, fragments } => write!(
+                f,
+                "{len} bytes would take {fragments} fragments; a request may have at most 2^32 - 1"
+            ),
             Self::SendNeedsSpray => f.write_str(
                 "SEND cannot share DQPLB's receive queues: use SPRAY mode or one data QP",
             ),

@@ -337,22 +337,25 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         credit: &mut impl FnMut(u64, u32, WcStatus),
     ) -> Result<(), PostFailure> {
         debug_assert!((self.outstanding as usize) < D && !self.failed && self.staged_len == 0);
-        let bytes = u64::from(wqe.len);
         let run = Run { id, count: 1, seq };
-        if self.weigh || self.track {
-            let figures = RunFigures {
-                bytes,
-                ..RunFigures::EMPTY
-            };
-            self.push_run_with(run, figures);
-            self.bytes_out = self.bytes_out.wrapping_add(bytes);
+        // `tally` is set whenever `weigh` or `track` is: plain round-robin tests one flag.
+        if self.tally {
+            let bytes = u64::from(wqe.len);
+            self.stats.bytes += bytes;
+            if self.weigh || self.track {
+                let figures = RunFigures {
+                    bytes,
+                    ..RunFigures::EMPTY
+                };
+                self.push_run_with(run, figures);
+                self.bytes_out = self.bytes_out.wrapping_add(bytes);
+            } else {
+                self.push_run(run);
+            }
         } else {
             self.push_run(run);
         }
         self.outstanding += 1;
-        if self.tally {
-            self.stats.bytes += bytes;
-        }
         wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
         let result = self.qp.post_send(core::slice::from_ref(wqe));
         self.posted(result, 1, credit)

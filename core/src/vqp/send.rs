@@ -149,6 +149,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         } else {
             self.cfg.split.plan(wr.len, wr.remote_addr)
         };
+        if plan.count() > u64::from(u32::MAX) {
+            return Err(PostSendError::TooManyFragments {
+                len: wr.len,
+                fragments: plan.count(),
+            });
+        }
         // Field by field: a whole-slot assignment would build the slot on the stack
         // first and copy it.
         let slot = self.send.get_mut(id);
@@ -157,7 +163,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         slot.posted = 0;
         slot.offset = 0;
         slot.done = 0;
-        slot.target = plan.count();
+        slot.target = plan.count() as u32;
         slot.passthrough = passthrough;
         slot.status = WcStatus::SUCCESS;
         slot.notify = if spray_imm && !passthrough {

@@ -26,15 +26,16 @@ pub(crate) enum Notify {
 pub(crate) struct SendSlot {
     pub wr: SendWr,
     pub plan: Plan,
-    /// Fragments staged or posted.
-    pub posted: u64,
+    /// Fragments staged or posted (a request has at most `u32::MAX`, which
+    /// `post_send` checks: run figures name fragments by `u32` too).
+    pub posted: u32,
     /// Where the next fragment starts in the request.
     pub offset: u64,
     /// Fragments whose completion (own or implied) arrived.
-    pub done: u64,
+    pub done: u32,
     /// Fragments that will be posted in all: the plan's count, or what was posted
     /// when the virtual QP failed. `done ≤ posted ≤ target`.
-    pub target: u64,
+    pub target: u32,
     /// Goes whole to data QP 0 as the application gave it.
     pub passthrough: bool,
     /// Data QPs its fragments were staged on (bit per QP), for the fan-out limit;
@@ -63,6 +64,12 @@ impl SendSlot {
         notify: Notify::None,
         order: 0,
     };
+
+    /// The plan's fragments, as the `u32` that `post_send` checked they fit.
+    #[inline]
+    pub fn fragments(&self) -> u32 {
+        self.plan.count() as u32
+    }
 
     /// Every fragment that will ever be posted was posted and has completed.
     #[inline]

@@ -33,7 +33,7 @@ impl Layout {
         Self {
             plan: slot.plan,
             count: slot.plan.count(),
-            first: slot.posted,
+            first: u64::from(slot.posted),
             base_seq,
             origin,
             step,
@@ -52,7 +52,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     pub(super) fn try_spread(&mut self, id: u64, max: u32, seq_budget: &mut Option<u32>) -> bool {
         let slot = self.send.get(id);
         let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
-        let left = slot.plan.count() - slot.posted;
+        let left = slot.plan.count() - u64::from(slot.posted);
         let share = left.div_ceil(self.lanes.len() as u64) as u32;
         if !self.lanes.iter().all(|l| l.has_room_for(share, max)) {
             return false;
@@ -217,7 +217,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             self.send_seq = self.send_seq.add(left as u32);
         }
         let slot = self.send.get_mut(s.id);
-        slot.posted = slot.plan.count();
+        slot.posted = slot.fragments();
         slot.offset = slot.wr.len;
     }
 
@@ -234,7 +234,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         seq_budget: &mut Option<u32>,
     ) -> bool {
         let slot = self.send.get(id);
-        let left = slot.plan.count() - slot.posted;
+        let left = slot.plan.count() - u64::from(slot.posted);
         // A request the round meets first has used no QP yet.
         let mut used = if slot.posted == 0 { 0 } else { slot.used };
         let mut shares = [0u32; N];

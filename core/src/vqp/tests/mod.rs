@@ -221,6 +221,35 @@ fn pass_through_too_long_is_refused() {
 }
 
 #[test]
+fn a_request_of_more_than_u32_max_fragments_is_refused() {
+    let f = Fabric::default();
+    let cfg = Config {
+        split: SplitPolicy::new(1),
+        ..config(Mode::Dqplb)
+    };
+    let (mut vqp, _) = build_with(&f, cfg, 4);
+    let len = u64::from(u32::MAX) + 1;
+    assert_eq!(
+        vqp.post_send(&write(1, len)),
+        Err(PostSendError::TooManyFragments {
+            len,
+            fragments: len
+        })
+    );
+    assert!(f.sends.borrow().is_empty());
+    assert_eq!(vqp.sends_in_flight(), 0);
+    // One fragment fewer is taken.
+    assert_eq!(vqp.post_send(&write(2, len - 1)), Ok(()));
+}
+
+/// A request's slot is touched by its post and by each completion: it stays within
+/// 168 bytes (it was 184 before the fragment counters became `u32`).
+#[test]
+fn a_send_slot_stays_small() {
+    assert!(core::mem::size_of::<crate::vqp::slots::SendSlot>() <= 168);
+}
+
+#[test]
 fn one_chain_per_qp_with_only_its_last_wqe_signaled() {
     let f = Fabric::default();
     let (mut vqp, mut vcq) = build(&f, Mode::Dqplb, 4);
