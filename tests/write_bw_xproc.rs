@@ -186,31 +186,31 @@ fn run_ok(test: &str, load: Load, mode: &str, opcode: &str, qps: usize, port: u1
 
 /// One test per case.
 macro_rules! ok_runs {
-    ($($name:ident: $load:ident, $mode:literal, $opcode:literal, $qps:literal, $port:literal;)*) => {$(
+    ($($name:ident: $load:ident, $mode:literal, $opcode:literal, $qps:literal;)*) => {$(
         #[test]
         fn $name() {
-            run_ok(stringify!($name), Load::$load, $mode, $opcode, $qps, $port);
+            run_ok(stringify!($name), Load::$load, $mode, $opcode, $qps, procs::free_port());
         }
     )*};
 }
 
 ok_runs! {
-    spray_write: EnvPath, "spray", "write", 2, 18831;
-    spray_write_imm: EnvPath, "spray", "write_imm", 2, 18832;
-    spray_read: EnvPath, "spray", "read", 2, 18833;
-    dqplb_write: EnvPath, "dqplb", "write", 2, 18834;
-    dqplb_write_imm: EnvPath, "dqplb", "write_imm", 2, 18835;
-    dqplb_read: EnvPath, "dqplb", "read", 2, 18836;
-    spray_write_as_libibverbs_so_1: LibraryPath, "spray", "write", 2, 18841;
-    spray_write_imm_as_libibverbs_so_1: LibraryPath, "spray", "write_imm", 2, 18842;
-    spray_read_as_libibverbs_so_1: LibraryPath, "spray", "read", 2, 18843;
-    dqplb_write_as_libibverbs_so_1: LibraryPath, "dqplb", "write", 2, 18844;
-    dqplb_write_imm_as_libibverbs_so_1: LibraryPath, "dqplb", "write_imm", 2, 18845;
-    dqplb_read_as_libibverbs_so_1: LibraryPath, "dqplb", "read", 2, 18846;
-    spray_one_qp: EnvPath, "spray", "write_imm", 1, 18851;
-    dqplb_one_qp: EnvPath, "dqplb", "write_imm", 1, 18852;
-    spray_eight_qps: EnvPath, "spray", "write_imm", 8, 18853;
-    dqplb_eight_qps: EnvPath, "dqplb", "read", 8, 18854;
+    spray_write: EnvPath, "spray", "write", 2;
+    spray_write_imm: EnvPath, "spray", "write_imm", 2;
+    spray_read: EnvPath, "spray", "read", 2;
+    dqplb_write: EnvPath, "dqplb", "write", 2;
+    dqplb_write_imm: EnvPath, "dqplb", "write_imm", 2;
+    dqplb_read: EnvPath, "dqplb", "read", 2;
+    spray_write_as_libibverbs_so_1: LibraryPath, "spray", "write", 2;
+    spray_write_imm_as_libibverbs_so_1: LibraryPath, "spray", "write_imm", 2;
+    spray_read_as_libibverbs_so_1: LibraryPath, "spray", "read", 2;
+    dqplb_write_as_libibverbs_so_1: LibraryPath, "dqplb", "write", 2;
+    dqplb_write_imm_as_libibverbs_so_1: LibraryPath, "dqplb", "write_imm", 2;
+    dqplb_read_as_libibverbs_so_1: LibraryPath, "dqplb", "read", 2;
+    spray_one_qp: EnvPath, "spray", "write_imm", 1;
+    dqplb_one_qp: EnvPath, "dqplb", "write_imm", 1;
+    spray_eight_qps: EnvPath, "spray", "write_imm", 8;
+    dqplb_eight_qps: EnvPath, "dqplb", "read", 8;
 }
 
 /// A write_bw process whose stderr is read line by line as it runs.
@@ -455,7 +455,7 @@ fn server_killed_mid_transfer_dqplb() {
         "server_killed_mid_transfer_dqplb",
         "dqplb",
         Fault::ServerKilled,
-        18861,
+        procs::free_port(),
     );
 }
 
@@ -465,7 +465,7 @@ fn server_killed_mid_transfer_spray() {
         "server_killed_mid_transfer_spray",
         "spray",
         Fault::ServerKilled,
-        18862,
+        procs::free_port(),
     );
 }
 
@@ -475,7 +475,7 @@ fn client_killed_mid_transfer_dqplb() {
         "client_killed_mid_transfer_dqplb",
         "dqplb",
         Fault::ClientKilled,
-        18863,
+        procs::free_port(),
     );
 }
 
@@ -485,7 +485,7 @@ fn client_killed_mid_transfer_spray() {
         "client_killed_mid_transfer_spray",
         "spray",
         Fault::ClientKilled,
-        18864,
+        procs::free_port(),
     );
 }
 
@@ -495,7 +495,7 @@ fn data_qp_failing_mid_transfer_dqplb() {
         "data_qp_failing_mid_transfer_dqplb",
         "dqplb",
         Fault::QpFails("nth=2:200"),
-        18865,
+        procs::free_port(),
     );
 }
 
@@ -505,6 +505,6 @@ fn data_qp_failing_mid_transfer_spray() {
         "data_qp_failing_mid_transfer_spray",
         "spray",
         Fault::QpFails("nth=2:200"),
-        18866,
+        procs::free_port(),
     );
 }

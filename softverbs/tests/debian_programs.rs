@@ -161,7 +161,7 @@ fn rc_pingpong_between_two_devices_under_ld_preload() {
         "rc_pingpong_between_two_devices_under_ld_preload",
         Subst::Preload,
         ("soft1", "soft0"),
-        18801,
+        procs::free_port(),
     );
 }
 
@@ -171,7 +171,7 @@ fn rc_pingpong_with_both_sides_on_one_device_under_ld_preload() {
         "rc_pingpong_with_both_sides_on_one_device_under_ld_preload",
         Subst::Preload,
         ("soft0", "soft0"),
-        18802,
+        procs::free_port(),
     );
 }
 
@@ -181,7 +181,7 @@ fn rc_pingpong_between_two_devices_as_libibverbs_so_1() {
         "rc_pingpong_between_two_devices_as_libibverbs_so_1",
         Subst::LibraryPath,
         ("soft1", "soft0"),
-        18803,
+        procs::free_port(),
     );
 }
 
@@ -191,7 +191,7 @@ fn rc_pingpong_with_both_sides_on_one_device_as_libibverbs_so_1() {
         "rc_pingpong_with_both_sides_on_one_device_as_libibverbs_so_1",
         Subst::LibraryPath,
         ("soft0", "soft0"),
-        18804,
+        procs::free_port(),
     );
 }
 
@@ -205,7 +205,7 @@ fn rc_pingpong_with_completion_events_under_ld_preload() {
         Subst::Preload,
         ("soft1", "soft0"),
         &["-e"],
-        18807,
+        procs::free_port(),
     );
 }
 
@@ -217,7 +217,7 @@ fn rc_pingpong_with_completion_events_as_libibverbs_so_1() {
         Subst::LibraryPath,
         ("soft1", "soft0"),
         &["-e"],
-        18808,
+        procs::free_port(),
     );
 }
 
@@ -231,7 +231,7 @@ fn uc_pingpong_under_ld_preload() {
         Subst::Preload,
         ("soft1", "soft0"),
         &[],
-        18809,
+        procs::free_port(),
     );
 }
 
@@ -243,7 +243,7 @@ fn uc_pingpong_as_libibverbs_so_1() {
         Subst::LibraryPath,
         ("soft1", "soft0"),
         &[],
-        18810,
+        procs::free_port(),
     );
 }
 
@@ -257,7 +257,7 @@ fn ud_pingpong_under_ld_preload() {
         Subst::Preload,
         ("soft1", "soft0"),
         &["-s", "4096"],
-        18818,
+        procs::free_port(),
     );
 }
 
@@ -269,7 +269,7 @@ fn ud_pingpong_as_libibverbs_so_1() {
         Subst::LibraryPath,
         ("soft1", "soft0"),
         &["-s", "4096"],
-        18819,
+        procs::free_port(),
     );
 }
 
@@ -282,7 +282,7 @@ fn ud_pingpong_with_global_routes_under_ld_preload() {
         Subst::Preload,
         ("soft1", "soft0"),
         &["-s", "4096", "-g", "0"],
-        18828,
+        procs::free_port(),
     );
 }
 
@@ -325,12 +325,20 @@ fn srq_pingpong(test: &str, subst: Subst, port: u16) {
 
 #[test]
 fn srq_pingpong_under_ld_preload() {
-    srq_pingpong("srq_pingpong_under_ld_preload", Subst::Preload, 18805);
+    srq_pingpong(
+        "srq_pingpong_under_ld_preload",
+        Subst::Preload,
+        procs::free_port(),
+    );
 }
 
 #[test]
 fn srq_pingpong_as_libibverbs_so_1() {
-    srq_pingpong("srq_pingpong_as_libibverbs_so_1", Subst::LibraryPath, 18806);
+    srq_pingpong(
+        "srq_pingpong_as_libibverbs_so_1",
+        Subst::LibraryPath,
+        procs::free_port(),
+    );
 }
 
 /// What a perftest program reports.
@@ -391,27 +399,27 @@ fn perftest(test: &str, prog: &str, subst: Subst, table: Table, port: u16) {
 
 /// One test per program and substitution.
 macro_rules! perftests {
-    ($($name:ident: $prog:literal, $subst:ident, $table:expr, $port:literal;)*) => {$(
+    ($($name:ident: $prog:literal, $subst:ident, $table:expr;)*) => {$(
         #[test]
         fn $name() {
-            perftest(stringify!($name), $prog, Subst::$subst, $table, $port);
+            perftest(stringify!($name), $prog, Subst::$subst, $table, procs::free_port());
         }
     )*};
 }
 
 perftests! {
-    perftest_write_bw_under_ld_preload: "ib_write_bw", Preload, Table::Bw, 18811;
-    perftest_read_bw_under_ld_preload: "ib_read_bw", Preload, Table::Bw, 18812;
-    perftest_send_bw_under_ld_preload: "ib_send_bw", Preload, Table::Bw, 18813;
-    perftest_atomic_bw_under_ld_preload: "ib_atomic_bw", Preload, Table::Bw, 18814;
-    perftest_write_lat_under_ld_preload: "ib_write_lat", Preload, Table::Lat { server: true }, 18815;
-    perftest_read_lat_under_ld_preload: "ib_read_lat", Preload, Table::Lat { server: false }, 18816;
-    perftest_send_lat_under_ld_preload: "ib_send_lat", Preload, Table::Lat { server: true }, 18817;
-    perftest_write_bw_as_libibverbs_so_1: "ib_write_bw", LibraryPath, Table::Bw, 18821;
-    perftest_read_bw_as_libibverbs_so_1: "ib_read_bw", LibraryPath, Table::Bw, 18822;
-    perftest_send_bw_as_libibverbs_so_1: "ib_send_bw", LibraryPath, Table::Bw, 18823;
-    perftest_atomic_bw_as_libibverbs_so_1: "ib_atomic_bw", LibraryPath, Table::Bw, 18824;
-    perftest_write_lat_as_libibverbs_so_1: "ib_write_lat", LibraryPath, Table::Lat { server: true }, 18825;
-    perftest_read_lat_as_libibverbs_so_1: "ib_read_lat", LibraryPath, Table::Lat { server: false }, 18826;
-    perftest_send_lat_as_libibverbs_so_1: "ib_send_lat", LibraryPath, Table::Lat { server: true }, 18827;
+    perftest_write_bw_under_ld_preload: "ib_write_bw", Preload, Table::Bw;
+    perftest_read_bw_under_ld_preload: "ib_read_bw", Preload, Table::Bw;
+    perftest_send_bw_under_ld_preload: "ib_send_bw", Preload, Table::Bw;
+    perftest_atomic_bw_under_ld_preload: "ib_atomic_bw", Preload, Table::Bw;
+    perftest_write_lat_under_ld_preload: "ib_write_lat", Preload, Table::Lat { server: true };
+    perftest_read_lat_under_ld_preload: "ib_read_lat", Preload, Table::Lat { server: false };
+    perftest_send_lat_under_ld_preload: "ib_send_lat", Preload, Table::Lat { server: true };
+    perftest_write_bw_as_libibverbs_so_1: "ib_write_bw", LibraryPath, Table::Bw;
+    perftest_read_bw_as_libibverbs_so_1: "ib_read_bw", LibraryPath, Table::Bw;
+    perftest_send_bw_as_libibverbs_so_1: "ib_send_bw", LibraryPath, Table::Bw;
+    perftest_atomic_bw_as_libibverbs_so_1: "ib_atomic_bw", LibraryPath, Table::Bw;
+    perftest_write_lat_as_libibverbs_so_1: "ib_write_lat", LibraryPath, Table::Lat { server: true };
+    perftest_read_lat_as_libibverbs_so_1: "ib_read_lat", LibraryPath, Table::Lat { server: false };
+    perftest_send_lat_as_libibverbs_so_1: "ib_send_lat", LibraryPath, Table::Lat { server: true };
 }

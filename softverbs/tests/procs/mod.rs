@@ -14,6 +14,14 @@ pub fn namespace(test: &str) -> PathBuf {
     d
 }
 
+/// A TCP port free now on every address: the kernel's pick for a listener that is then
+/// closed. A test's server listens on it a moment later; unlike a fixed port, two runs
+/// of the suite at once (or anything else on the machine) do not collide on it.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("0.0.0.0:0").expect("a free port");
+    l.local_addr().expect("its address").port()
+}
+
 /// Whether something listens on TCP `port` (read from /proc, without connecting: the
 /// servers accept a single connection).
 pub fn listening(port: u16) -> bool {
