@@ -84,7 +84,7 @@
 //! # #[cfg(not(feature = "softverbs"))]
 //! # fn main() {}
 //! ```
-//! `examples/quickstart.rs` is the same with the checks written out; `examples/lat.rs`
+//! `examples/quickstart.rs` is the same with the checks written out; `examples/lat/`
 //! serves application threads from pinned poll threads; `examples/write_bw/` is the main
 //! job, also between two hosts.
 //!
