@@ -16,7 +16,7 @@
 //! completion order, `last` (last-of-chain) or `every` (every WQE) signaling, the
 //! number of requests, and optionally how many are in flight at once (default 1; with
 //! 32, the loop of the `A post + completion, 32 in flight` bench: post 32, then poll
-//! their 32 completions).
+//! their 32 completions; the number of requests is rounded down to a multiple of it).
 
 use std::hint::black_box;
 use std::process::ExitCode;
