@@ -73,7 +73,8 @@ impl Shared {
             } else {
                 Duration::from_millis(500)
             };
-            self.inbox.wait(Some(timeout));
+            self.inbox
+                .wait(Some(timeout), || self.stop.load(Ordering::Acquire));
         }
         self.running.store(false, Ordering::Release);
     }
