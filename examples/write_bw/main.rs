@@ -71,24 +71,22 @@ mod params;
 mod report;
 mod run;
 mod server;
+mod session;
 mod sigint;
 mod size;
 #[cfg(test)]
 mod tests;
 mod wire;
 
-use std::io::ErrorKind;
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::TcpListener;
 use std::process::ExitCode;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use args::{mode_name, opcode_name, Args, Limit, Params, Role};
 use device::Device;
 use report::Measured;
 use run::Plan;
-use server::Verified;
-use wire::Wire;
 
 /// A one-line error and the exit code it ends the program with.
 #[derive(Debug)]
@@ -260,13 +258,13 @@ fn both(args: &Args) -> Result<(), Fail> {
         .to_string();
     let limits = Limits::of(args);
     let server = spawn("server", move || {
-        serve(server_dev, &listener, Some(limits.timeout), &limits)
+        session::serve(server_dev, &listener, Some(limits.timeout), &limits)
     })?;
     let plan = plan(args);
     let (core, timeout) = (args.poll_core, args.timeout);
     let client = spawn("client", move || {
         pin(core)?;
-        connect(client_dev, &addr, &p, &plan, timeout)
+        session::connect(client_dev, &addr, &p, &plan, timeout)
     })?;
     let (c, s) = (join(client), join(server));
     let (m, v) = match (c, s) {
@@ -401,7 +399,7 @@ fn server_only(args: &Args) -> Result<(), Fail> {
     );
     let limits = Limits::of(args);
     let (p, v) = join(spawn("server", move || {
-        serve(vec![dev], &listener, None, &limits)
+        session::serve(vec![dev], &listener, None, &limits)
     })?)?;
     println!(
         " {}",
@@ -434,7 +432,7 @@ fn client_only(args: &Args, addr: &str) -> Result<(), Fail> {
     let timeout = args.timeout;
     let m = join(spawn("client", move || {
         pin(core)?;
-        connect(vec![dev], &a, &p, &plan, timeout)
+        session::connect(vec![dev], &a, &p, &plan, timeout)
     })?)?;
     let route = format!("{name} -> {addr}");
     let (checked, place) = if p.read() {
@@ -453,156 +451,4 @@ fn client_only(args: &Args, addr: &str) -> Result<(), Fail> {
         place,
         &[name],
     )
-}
-
-/// Accepts one client (giving up after `wait`, or at Ctrl-C), agrees on its
-/// parameters and serves its run.
-///
-/// Every parameter is checked — against the flags' rules, the device and
-/// `limits.max_buffer` — before anything is built for the client; each message of
-/// the set-up has `limits.timeout` as a whole, and so has the run for any progress.
-/// Whatever was built is freed on every error (the values drop on return).
-fn serve(
-    devs: Vec<Device>,
-    listener: &TcpListener,
-    wait: Option<Duration>,
-    limits: &Limits,
-) -> Result<(Params, Verified), Fail> {
-    let stream = accept(listener, wait)?;
-    let mut wire = Wire::new(stream, "client", limits.timeout)?;
-    let line = wire.read_line("parameters")?;
-    let checked = Params::from_line(&line).and_then(|p| {
-        args::check_buffer(&p, limits.max_buffer)?;
-        if p.devices != devs.len() {
-            return Err(format!(
-                "the client spreads its QPs over {} devices; this server has {}",
-                p.devices,
-                devs.len()
-            ));
-        }
-        for dev in &devs {
-            dev.check(&p, run::DEPTH)?;
-        }
-        Ok(p)
-    });
-    let p = match checked {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = wire.write_all(format!("error {e}\n").as_bytes(), "refusal");
-            return Err(Fail::bad(format!("refused the client's run: {e}")));
-        }
-    };
-    wire.write_all(b"ok\n", "acceptance of the run")?;
-    // The server posts no RDMA operation: its striping policy is moot.
-    let link = run::link(
-        &devs,
-        &p,
-        run::Stripe::ROUND_ROBIN,
-        wire,
-        p.server_buffer(),
-        p.client_buffer(),
-        2,
-    )?;
-    let v = server::server(link, &p)?;
-    Ok((p, v))
-}
-
-fn accept(listener: &TcpListener, wait: Option<Duration>) -> Result<TcpStream, Fail> {
-    let fail = |e: std::io::Error| Fail::bad(format!("cannot accept a client: {e}"));
-    listener.set_nonblocking(true).map_err(fail)?;
-    let start = Instant::now();
-    loop {
-        match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false).map_err(fail)?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => return Err(fail(e)),
-        }
-        if sigint::interrupted() {
-            return Err(Fail::bad("interrupted while waiting for a client"));
-        }
-        if wait.is_some_and(|w| start.elapsed() > w) {
-            return Err(Fail::peer("no client connected"));
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Connects to the server (retrying a refused connection for 2 s, in case it is
-/// still starting), proposes the run and runs it.
-fn connect(
-    devs: Vec<Device>,
-    addr: &str,
-    p: &Params,
-    plan: &Plan,
-    timeout: Duration,
-) -> Result<Measured, Fail> {
-    let targets: Vec<_> = addr
-        .to_socket_addrs()
-        .map_err(|e| Fail::bad(format!("--connect {addr}: {e}")))?
-        .collect();
-    let stream = tcp_connect(addr, &targets, timeout)?;
-    let mut wire = Wire::new(stream, "server", timeout)?;
-    wire.write_all(p.to_line().as_bytes(), "parameters")?;
-    let reply = wire.read_line("answer to the run's parameters")?;
-    if let Some(e) = reply.strip_prefix("error ") {
-        return Err(Fail::bad(format!("the server refused the run: {e}")));
-    }
-    if reply != "ok" {
-        return Err(Fail::bad(format!("{addr} is not a write_bw server")));
-    }
-    let link = run::link(
-        &devs,
-        p,
-        plan.stripe,
-        wire,
-        p.client_buffer(),
-        p.server_buffer(),
-        1,
-    )?;
-    let ours = (0..link.conn.vqp.data_qps())
-        .filter_map(|i| link.conn.vqp.data_qp_num(i))
-        .collect();
-    let targets = inject::Targets {
-        client: ours,
-        client_notify: link.conn.vqp.notify_qp_num(),
-        server: link.peer_qpns.clone(),
-        server_notify: link.peer_notify,
-    };
-    let _injector = inject::start(devs[0].pd.context().verbs(), &plan.inject, targets)?;
-    client::client(link, p, plan)
-}
-
-fn tcp_connect(
-    addr: &str,
-    targets: &[std::net::SocketAddr],
-    timeout: Duration,
-) -> Result<TcpStream, Fail> {
-    let start = Instant::now();
-    loop {
-        let mut last = None;
-        for t in targets {
-            match TcpStream::connect_timeout(t, timeout) {
-                Ok(s) => return Ok(s),
-                Err(e) => last = Some(e),
-            }
-        }
-        let e = match last {
-            Some(e) => e,
-            None => {
-                return Err(Fail::bad(format!(
-                    "--connect {addr}: no address to connect to"
-                )))
-            }
-        };
-        let retry = e.kind() == ErrorKind::ConnectionRefused
-            && start.elapsed() < Duration::from_secs(2)
-            && !sigint::interrupted();
-        if !retry {
-            return Err(Fail::bad(format!("cannot connect to {addr}: {e}")));
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
 }

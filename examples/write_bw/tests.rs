@@ -14,8 +14,9 @@ use crate::control::{DONE, END};
 use crate::device::{self, Device};
 use crate::run::{self, Link};
 use crate::server::{max_reads, Verified};
+use crate::session::serve;
 use crate::wire::Wire;
-use crate::{serve, spawn, Fail, Limits};
+use crate::{spawn, Fail, Limits};
 
 /// The server's deadline in these tests.
 const SHORT: Duration = Duration::from_millis(300);
