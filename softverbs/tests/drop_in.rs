@@ -3,6 +3,7 @@
 //! (`LD_LIBRARY_PATH`, the only libibverbs in the process). Gated on the Debian packages
 //! that hold the programs; every run is bounded in time and fails on a crash.
 
+mod procs;
 mod system;
 
 use std::path::{Path, PathBuf};
@@ -124,11 +125,7 @@ fn perftest_starts(mode: Mode, test: &str) {
         return;
     };
     let dir = system::LibDir::new(&cdylib(), &format!("bw-{mode:?}"));
-    // A port free a moment ago.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port().to_string())
-        .unwrap();
+    let port = procs::free_port().to_string();
     let server =
         system::spawn(command(&bw, mode, &dir).args(["-d", "soft0", "-p", &port, "-n", "5"]));
     std::thread::sleep(Duration::from_millis(500));

@@ -147,14 +147,15 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let plan = if passthrough {
             Plan::whole(wr.len)
         } else {
-            self.cfg.split.plan(wr.len, wr.remote_addr)
+            let plan = self.cfg.split.plan(wr.len, wr.remote_addr);
+            if plan.count() > u64::from(u32::MAX) {
+                return Err(PostSendError::TooManyFragments {
+                    len: wr.len,
+                    fragments: plan.count(),
+                });
+            }
+            plan
         };
-        if plan.count() > u64::from(u32::MAX) {
-            return Err(PostSendError::TooManyFragments {
-                len: wr.len,
-                fragments: plan.count(),
-            });
-        }
         // Field by field: a whole-slot assignment would build the slot on the stack
         // first and copy it.
         let slot = self.send.get_mut(id);
