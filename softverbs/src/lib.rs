@@ -194,6 +194,8 @@ pub use config::{
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
 pub use link::parse_rate;
 pub use locate::{cdylib_candidates, find_cdylib};
+#[doc(hidden)]
+pub use shared::hold_qp_numbers;
 pub use shared::{qp_owner_pid, ENV_DIR};
 
 /// A configuration call that could not be applied.

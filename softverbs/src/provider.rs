@@ -93,7 +93,6 @@ pub(crate) struct Provider {
     pub engine: Engine,
     pub faults: Mutex<Faults>,
     contexts: Mutex<Vec<Weak<CtxCore>>>,
-    next_qpn: AtomicU32,
     qps_created: AtomicU64,
     next_id: AtomicU32,
 }
@@ -101,9 +100,6 @@ pub(crate) struct Provider {
 static PROVIDER: OnceLock<Provider> = OnceLock::new();
 /// Device count requested by [`crate::set_device_count`] before initialisation.
 static REQUESTED_DEVICES: Mutex<Option<usize>> = Mutex::new(None);
-
-/// The first QP number handed out (0 and 1 are special in InfiniBand).
-const FIRST_QPN: u32 = 0x11;
 
 /// The provider, created on first use from the environment (and earlier API calls).
 pub(crate) fn get() -> &'static Provider {
@@ -179,7 +175,6 @@ impl Provider {
             engine: Engine::new(reorder, progress),
             faults: Mutex::new(faults),
             contexts: Mutex::new(Vec::new()),
-            next_qpn: AtomicU32::new(FIRST_QPN),
             qps_created: AtomicU64::new(0),
             next_id: AtomicU32::new(1),
         }
@@ -208,13 +203,13 @@ impl Provider {
     }
 
     /// Allocates a QP number and the QP's creation rank (from 1). Numbers are
-    /// machine-wide (the shared registry); a process that cannot join the namespace
-    /// numbers its QPs itself.
-    pub fn alloc_qpn(&self) -> (u32, u64) {
-        let qpn = crate::shared::alloc_qpn(self.devices.len())
-            .unwrap_or_else(|| self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff);
+    /// machine-wide (the shared registry), never handed out twice: when none can be had
+    /// (the table is full, or the namespace cannot be used) the error is the errno for
+    /// `ibv_create_qp`.
+    pub fn alloc_qpn(&self) -> Result<(u32, u64), i32> {
+        let qpn = crate::shared::alloc_qpn(self.devices.len())?;
         let nth = self.qps_created.fetch_add(1, Ordering::Relaxed) + 1;
-        (qpn, nth)
+        Ok((qpn, nth))
     }
 
     /// Makes a QP findable by its number, in this process and by other processes.

@@ -69,7 +69,13 @@ pub unsafe extern "C" fn ibv_create_qp(
     }
     init.cap = cap;
     let prov = provider::get();
-    let (qpn, nth) = prov.alloc_qpn();
+    let (qpn, nth) = match prov.alloc_qpn() {
+        Ok(x) => x,
+        Err(e) => {
+            set_errno(e);
+            return core::ptr::null_mut();
+        }
+    };
     let core = Arc::new(QpCore::new(
         qpn,
         init.qp_type,

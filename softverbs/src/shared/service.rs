@@ -1,11 +1,12 @@
-//! The service thread that serves a process's inbox while none of its threads polls,
-//! and the hooks that let a polling thread serve it instead; the process's exit.
+//! The service thread that serves a process's inbox while none of its threads polls
+//! (and sweeps the namespace for dead processes every [`reclaim::SWEEP_EVERY`]), and
+//! the hooks that let a polling thread serve it instead; the process's exit.
 
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{current, inbox, proc_path, remote, Shared};
+use super::{current, inbox, reclaim, remote, Shared};
 
 /// How long the service thread leaves the inbox to a polling thread of its process
 /// before it looks again (the engine's background thread does the same).
@@ -36,6 +37,7 @@ impl Shared {
         let mut idle_spins = 0u32;
         let mut next_check = std::time::Instant::now();
         let mut watching = false;
+        let mut next_sweep = next_check + reclaim::SWEEP_EVERY;
         while !self.stop.load(Ordering::Acquire) {
             let polls = engine.activity();
             let napping = engine.polling_since(last_poll);
@@ -48,6 +50,10 @@ impl Shared {
             if now >= next_check {
                 watching = remote::check_deadlines(self);
                 next_check = now + Duration::from_millis(1);
+            }
+            if now >= next_sweep {
+                self.sweep();
+                next_sweep = now + reclaim::SWEEP_EVERY;
             }
             let backlog = self.flush_outbox();
             if napping {
@@ -156,5 +162,5 @@ pub(super) extern "C" fn on_exit() {
         }
     }
     s.registry.release_all(s.me);
-    let _ = std::fs::remove_file(proc_path(&s.dir, s.me));
+    let _ = s.dir.remove(&reclaim::proc_name(s.me));
 }

@@ -1,11 +1,13 @@
 //! The operating-system calls the shared namespace needs, each wrapped once: shared
-//! mappings, `flock`, futexes and `process_vm_readv`/`process_vm_writev`.
+//! mappings, `flock`, futexes, `process_vm_readv`/`process_vm_writev` and the `*at`
+//! calls that work relative to the namespace directory's descriptor.
 //!
 //! This is the only file of the `shared` module that uses `unsafe`.
 
+use std::ffi::CStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::Duration;
@@ -266,4 +268,50 @@ pub(crate) fn euid() -> u32 {
 pub(crate) fn at_exit(f: extern "C" fn()) {
     // SAFETY: `f` is a plain function that stays mapped (the cdylib is `nodelete`).
     unsafe { libc::atexit(f) };
+}
+
+/// `openat(dir, name, flags)` with `O_NOFOLLOW | O_CLOEXEC` added: a symlink as the
+/// last component fails with `ELOOP`; `mode` applies when `O_CREAT` creates the file.
+pub(crate) fn openat(dir: &File, name: &CStr, flags: i32, mode: u32) -> io::Result<File> {
+    let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    loop {
+        // SAFETY: `dir` is an open descriptor and `name` a NUL-terminated string that
+        // outlives the call.
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) };
+        if fd >= 0 {
+            // SAFETY: a descriptor the kernel just returned, owned by nobody else.
+            return Ok(unsafe { File::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// `renameat(dir, from, dir, to)`.
+pub(crate) fn renameat(dir: &File, from: &CStr, to: &CStr) -> io::Result<()> {
+    let d = dir.as_raw_fd();
+    // SAFETY: an open descriptor and two NUL-terminated strings that outlive the call.
+    if unsafe { libc::renameat(d, from.as_ptr(), d, to.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `unlinkat(dir, name, 0)`.
+pub(crate) fn unlinkat(dir: &File, name: &CStr) -> io::Result<()> {
+    // SAFETY: an open descriptor and a NUL-terminated string that outlives the call.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The `/proc/self/fd` path of an open descriptor (lists the directory it names even if
+/// its path was replaced meanwhile).
+pub(crate) fn fd_path(f: &File) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))
 }
