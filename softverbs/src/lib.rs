@@ -84,7 +84,7 @@
 //! | `VQP_SOFT_FAIL_QP` | `SEL:N,…`: the QP goes to error at its (N+1)-th WQE | none |
 //! | `VQP_SOFT_DELAY` | `SEL:MICROS,…`: each WQE waits that long after posting | none |
 //! | `VQP_SOFT_LINK_DOWN` | device indices whose link starts down, `0,1` | none |
-//! | `VQP_SOFT_DIR` | the shared namespace directory ([`ENV_DIR`]) | `/dev/shm/vqp-softverbs-<uid>` |
+//! | `VQP_SOFT_DIR` | the shared namespace directory ([`ENV_DIR`]): a directory of the effective user, not writable by group or others, not a symlink (created 0700 when missing) | `/dev/shm/vqp-softverbs-<uid>` |
 //!
 //! `SEL` is `qpn=NUM` (decimal or `0x` hex), `nth=K` (the K-th QP created, from 1) or
 //! `all`. Values are read once, at the first verbs call; the API functions below change
@@ -104,6 +104,23 @@
 //! process's exported QP states and memory keys for the one-sided operations a
 //! requester executes itself, and `process_vm_readv`/`writev` for the data).
 //! [`qp_owner_pid`] says which process owns a QP number.
+//!
+//! The namespace steers where data goes, so it is trusted only when nobody else can
+//! write it: the directory and every file in it (`registry-2`, one `proc-<pid>-<token>`
+//! per process) are opened without following symlinks and refused unless the effective
+//! user owns them and group and others cannot write them. A namespace that cannot be
+//! used — refused (the message names the path and what is wrong: "… is a symlink",
+//! "… is writable by group/others (mode 0777)", "… is owned by uid 65534, not 0"),
+//! damaged, or of another version — is reported once on stderr, and every
+//! `ibv_create_qp` then fails: `errno` `EACCES` for a refused path, `EPROTO` for a
+//! damaged registry, the system's error otherwise. The machine-wide table holds 2^18 QP
+//! numbers; when live processes hold them all, `ibv_create_qp` fails with `ENOMEM`, as
+//! a ConnectX out of QPs does; a number is never handed out twice. What a dead process
+//! left (its file, its QP numbers) is reclaimed when a process joins, every second by
+//! each live process's service thread, and when the table is full, each time a bounded
+//! amount of work. Processes of a namespace may have different device counts
+//! (`VQP_SOFT_DEVICES`): each has all of its own, and two processes reach each other on
+//! every device both have.
 //!
 //! # Execution model
 //! Posting only queues WQEs; a progress engine executes them (see the `engine` module):

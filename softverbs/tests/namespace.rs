@@ -62,6 +62,7 @@ fn a_full_registry_fails_create_qp_with_enomem_at_once_and_never_repeats_a_numbe
     for p in [&mut a, &mut b] {
         for _ in 0..5 {
             let (r, took) = p.create("soft0");
+            println!("ibv_create_qp on a full table: {r:?} in {took:?}");
             assert_eq!(r, Err(libc::ENOMEM), "the table is full");
             assert!(
                 took < Duration::from_millis(50),
