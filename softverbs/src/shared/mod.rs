@@ -92,6 +92,7 @@
 mod sys;
 
 pub(crate) mod dir;
+mod error;
 pub(crate) mod exports;
 pub(crate) mod inbox;
 pub(crate) mod reclaim;
@@ -99,20 +100,19 @@ pub(crate) mod registry;
 pub(crate) mod remote;
 mod service;
 
+pub(crate) use error::SharedError;
 pub(crate) use service::{nudge, poll};
 use service::{on_exit, Consumer};
 
 use std::collections::HashMap;
-use std::fmt;
 use std::fs::File;
 use std::io;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 pub use dir::ENV_DIR;
-use dir::{Create, FileError, NsDir, Refusal};
+use dir::{Create, FileError, NsDir};
 use exports::{Exports, QpView};
 use inbox::Inbox;
 use reclaim::proc_name;
@@ -128,63 +128,20 @@ pub(crate) struct Owner {
     pub token: u32,
 }
 
-/// Why the shared namespace cannot be used (every `ibv_create_qp` then fails with
-/// [`SharedError::errno`]).
-#[derive(Debug)]
-pub(crate) enum SharedError {
-    /// The directory cannot be created or opened.
-    Dir(PathBuf, io::Error),
-    /// The directory or one of its files is refused: a symlink, not a directory or
-    /// regular file, another user's, or writable by group or others.
-    Refused(PathBuf, Refusal),
-    /// The registry cannot be opened, locked or mapped.
-    Registry(PathBuf, &'static str, io::Error),
-    /// The registry is damaged or holds another format (and why).
-    Format(PathBuf, String),
-    /// This process's file cannot be created.
-    Inbox(PathBuf, io::Error),
-}
+impl Owner {
+    /// The process as one number: what a slot of an inbox it claims names (56 bits).
+    pub(crate) fn id(self) -> u64 {
+        u64::from(self.pid) << 24 | u64::from(self.token & 0x00ff_ffff)
+    }
 
-impl SharedError {
-    /// The errno `ibv_create_qp` reports: `EACCES` for a refused directory or file (as
-    /// rdma-core's `ibv_open_device` reports a `/dev/infiniband/uverbs*` the user may
-    /// not open), `EPROTO` for a damaged or foreign registry, else the system's error.
-    pub(crate) fn errno(&self) -> i32 {
-        match self {
-            SharedError::Refused(..) => libc::EACCES,
-            SharedError::Format(..) => libc::EPROTO,
-            SharedError::Dir(_, e) | SharedError::Registry(_, _, e) | SharedError::Inbox(_, e) => {
-                e.raw_os_error().unwrap_or(libc::EIO)
-            }
+    /// The process an [`Owner::id`] names.
+    pub(crate) fn from_id(id: u64) -> Owner {
+        Owner {
+            pid: (id >> 24) as u32,
+            token: (id & 0x00ff_ffff) as u32,
         }
     }
 }
-
-impl fmt::Display for SharedError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SharedError::Dir(p, e) => write!(f, "cannot use directory {}: {e}", p.display()),
-            SharedError::Refused(p, why) => write!(
-                f,
-                "{} {why}; refused (set {ENV_DIR} to a directory of ours that only we can \
-                 write)",
-                p.display()
-            ),
-            SharedError::Registry(p, what, e) => {
-                write!(f, "registry {}: {what} failed: {e}", p.display())
-            }
-            SharedError::Format(p, why) => write!(
-                f,
-                "registry {} is damaged or of another version ({why}); remove it when no \
-                 process uses it",
-                p.display()
-            ),
-            SharedError::Inbox(p, e) => write!(f, "inbox {}: {e}", p.display()),
-        }
-    }
-}
-
-impl std::error::Error for SharedError {}
 
 /// This process's view of the namespace.
 pub(crate) struct Shared {
@@ -274,7 +231,8 @@ impl Shared {
         let dir = NsDir::open()?;
         let registry = Registry::attach(&dir, devices as u32)?;
         let (me, file) = Self::make_file(&dir)?;
-        let inboxed = Inbox::map(&file, true).and_then(|ib| Ok((ib, Exports::map(&file, true)?)));
+        let inboxed =
+            Inbox::map(&file, true, me.id()).and_then(|ib| Ok((ib, Exports::map(&file, true)?)));
         let (inbox, exports) = match inboxed {
             Ok(x) => x,
             Err(e) => {
@@ -391,7 +349,7 @@ impl Shared {
         }
         let p = Arc::new(Peer {
             owner: o,
-            inbox: Arc::new(Inbox::map(&f, false).ok()?),
+            inbox: Arc::new(Inbox::map(&f, false, self.me.id()).ok()?),
             exports: Exports::map(&f, false).ok()?,
             accessor: OnceLock::new(),
             seen_alive_ms: AtomicU64::new(0),

@@ -53,6 +53,9 @@ impl Shared {
             }
             if now >= next_sweep {
                 self.sweep();
+                // A slot a dead producer held since it was skipped, should nobody pop.
+                self.inbox
+                    .free_dead_claim(|id| !self.is_alive(super::Owner::from_id(id)));
                 next_sweep = now + reclaim::SWEEP_EVERY;
             }
             let backlog = self.flush_outbox();
@@ -95,7 +98,8 @@ impl Shared {
         self.flush_outbox();
         let mut n = 0;
         while n < budget {
-            let Some(rec) = self.inbox.pop(&mut c.payload) else {
+            let dead = |id| !self.is_alive(super::Owner::from_id(id));
+            let Some(rec) = self.inbox.pop(&mut c.payload, dead) else {
                 break;
             };
             let len = rec.payload_len.min(inbox::PAYLOAD);

@@ -3,8 +3,10 @@
 //! and the futex as a mutex and condition variable. Loom runs every interleaving of
 //! the threads (up to its preemption bound): records must arrive once each, in each
 //! producer's order, a skipped slot must cost its producer a `Lost` and nothing else,
-//! a consumer that goes to sleep must always be woken by a record, and a stop request
-//! must always end its sleep (loom reports a deadlock otherwise).
+//! no producer may write a slot another producer (stalled, skipped) still writes (the
+//! cells report it), a dead claimant's slot must be freed, a consumer that goes to
+//! sleep must always be woken by a record, and a stop request must always end its
+//! sleep (loom reports a deadlock otherwise).
 //!
 //! ```text
 //! RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
@@ -149,7 +151,7 @@ fn record(t: u8, i: u8) -> (Record, [u8; BYTES]) {
 fn push(m: &Model, t: u8, i: u8, may_lose: bool) {
     let (r, payload) = record(t, i);
     loop {
-        match ring::push(m, &r, &payload) {
+        match ring::push(m, u64::from(t), &r, &payload) {
             Ok(()) => return,
             Err(PushError::Full) => thread::yield_now(),
             Err(PushError::Lost) => {
@@ -170,10 +172,22 @@ fn check(r: &Record, payload: &[u8; PAYLOAD], t: usize, i: u32) {
 /// Takes `count` records, checking each producer's order, sleeping whenever the ring
 /// looks empty when `sleep`, else polling again.
 fn take(m: &Model, count: [u32; 2], sleep: bool) {
+    take_skipping(m, count, sleep, 0, |_| false);
+}
+
+/// [`take`], skipping the first `skips` claimed and unpublished slots it meets (freed
+/// when `dead(id)`, else left to their claimants).
+fn take_skipping(m: &Model, count: [u32; 2], sleep: bool, skips: u32, dead: fn(u64) -> bool) {
     let mut next = [0u32; 2];
     let mut payload = [0u8; PAYLOAD];
+    let mut skips = skips;
     while next != count {
-        match ring::pop(m, &mut payload, |_| false) {
+        let stuck = |_| {
+            let skip = skips > 0;
+            skips = skips.saturating_sub(1);
+            skip
+        };
+        match ring::pop(m, &mut payload, stuck, dead) {
             Some(r) => {
                 let t = r.src_qpn as usize;
                 check(&r, &payload, t, next[t]);
@@ -208,7 +222,7 @@ fn a_sleeping_owner_is_woken_and_a_full_ring_wraps() {
         };
         take(&m, [3, 0], true);
         producer.join().unwrap();
-        assert!(ring::pop(&*m, &mut [0; PAYLOAD], |_| false).is_none());
+        assert!(ring::pop(&*m, &mut [0; PAYLOAD], |_| false, |_| false).is_none());
     });
 }
 
@@ -229,7 +243,7 @@ fn two_producers_claim_distinct_slots() {
         for p in producers {
             p.join().unwrap();
         }
-        assert!(ring::pop(&*m, &mut [0; PAYLOAD], |_| false).is_none());
+        assert!(ring::pop(&*m, &mut [0; PAYLOAD], |_| false, |_| false).is_none());
     });
 }
 
@@ -247,14 +261,77 @@ fn a_skipped_slot_costs_its_producer_a_resend_and_nothing_else() {
         };
         let mut payload = [0u8; PAYLOAD];
         let r = loop {
-            if let Some(r) = ring::pop(&*m, &mut payload, |_| true) {
+            if let Some(r) = ring::pop(&*m, &mut payload, |_| true, |_| false) {
                 break r;
             }
             thread::yield_now();
         };
         check(&r, &payload, 0, 0);
         producer.join().unwrap();
-        assert!(ring::pop(&*m, &mut payload, |_| true).is_none());
+        assert!(ring::pop(&*m, &mut payload, |_| true, |_| false).is_none());
+    });
+}
+
+/// A producer claims a slot and the owner skips it before it writes; then, at once,
+/// that producer writes and learns `Lost` while a second producer wraps round onto the
+/// same slot: the skipped producer keeps its slot until it hands it back, so the other
+/// never writes it while it is written (the cells would report the race), and the
+/// second producer's records arrive intact, in order.
+#[test]
+fn a_skipped_producer_keeps_its_slot_until_it_hands_it_back() {
+    loom::model(|| {
+        let m = Arc::new(Model::new());
+        ring::init(&*m);
+        let pos = ring::take_slot(&*m, 0).unwrap();
+        assert!(ring::pop(&*m, &mut [0; PAYLOAD], |_| true, |_| false).is_none());
+        let stalled = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || {
+                let (r, payload) = record(0, 0);
+                assert_eq!(ring::put(&*m, 0, pos, &r, &payload), Err(PushError::Lost));
+            })
+        };
+        let later = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || {
+                for i in 0..2 {
+                    push(&m, 1, i, false);
+                }
+            })
+        };
+        stalled.join().unwrap();
+        later.join().unwrap();
+        take(&m, [0, 2], false);
+        assert!(ring::pop(&*m, &mut [0; PAYLOAD], |_| false, |_| false).is_none());
+    });
+}
+
+/// A producer that claims a slot and dies (claims, never writes): the owner frees the
+/// slot when it finds it stuck, and another producer's records, which wrap round onto
+/// it, all arrive.
+#[test]
+fn a_dead_claimants_slot_is_freed() {
+    const DEAD: u64 = 7;
+    loom::model(|| {
+        let m = Arc::new(Model::new());
+        ring::init(&*m);
+        let dying = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || {
+                let _ = ring::take_slot(&*m, DEAD);
+            })
+        };
+        dying.join().unwrap();
+        let producer = {
+            let m = Arc::clone(&m);
+            thread::spawn(move || {
+                for i in 0..2 {
+                    push(&m, 1, i, false);
+                }
+            })
+        };
+        take_skipping(&m, [0, 2], false, 1, |id| id == DEAD);
+        producer.join().unwrap();
     });
 }
 

@@ -8,10 +8,20 @@
 //! thread of the owner consumes at a time (the caller serialises), which keeps the
 //! records of one sender in the order they were pushed.
 //!
+//! A producer claims a slot by a compare-and-swap of the slot's sequence to a word that
+//! names it (its process id and token, and the lap), then moves `tail` on (any
+//! producer that finds the slot claimed helps it on), so a claimed slot always names
+//! its claimant.
+//!
 //! A producer that died between claiming and publishing would block the ring for
 //! good; the consumer therefore skips a slot that stayed claimed for [`STUCK`], by a
-//! compare-and-swap of its sequence — a producer that was merely slow then fails its
-//! own publishing compare-and-swap and sends again.
+//! compare-and-swap of its sequence. When the claimant is dead the slot is freed at
+//! once. When it lives (stalled, not dead) the slot is marked skipped and stays its
+//! claimant's: when it resumes, its publishing compare-and-swap fails, it hands the
+//! slot back for the next lap and sends its record again. Until then producers find
+//! the ring full when they come round to that slot, and a claimant found dead meanwhile
+//! has its slot freed by the consumer. So no producer ever writes a slot that another
+//! may still be writing: a stalled producer cannot tear a later record.
 //!
 //! Wake-ups: the owner sets `sleeping`, reads `futex`, re-checks the ring and its stop
 //! flag, and waits on `futex` unless one of them says not to; a producer, after
@@ -19,13 +29,6 @@
 //! separate their store from their load by a `SeqCst` fence, so one of them sees the
 //! other). A stop request sets the flag, then bumps the futex with `Release`: an owner
 //! that read the bumped word sees the flag, one that read it before is woken.
-//!
-//! A producer stalled for longer than [`STUCK`] in the middle of writing its record
-//! has its slot skipped; if it then resumes writing while a later producer reuses that
-//! slot, the later record can be torn (the stalled producer's publishing fails, but its
-//! late bytes may land in the reused slot). Records are checked when read (a malformed
-//! one is dropped), but a torn one that still decodes is not detected: the skip exists
-//! for producers that died, and a stall that long is taken as one.
 //!
 //! The protocol is in `ring.rs`, written against the memory it runs on, so that a
 //! model of that memory under loom (`loom.rs`) checks it; the records' encoding is in
@@ -81,21 +84,32 @@ pub(crate) enum PushError {
 /// One inbox mapping (our own, or a peer's that we push to).
 pub(crate) struct Inbox {
     map: Mapping,
+    /// Producer side: our id, which a slot we claim names.
+    id: u64,
     /// Consumer side: when the slot at the head was first seen claimed but unpublished.
     stuck_since: std::sync::Mutex<Option<(u64, Instant)>>,
+    /// Consumer side: when a claimant's liveness was last asked about.
+    dead_checked: std::sync::Mutex<Option<Instant>>,
 }
+
+/// How often the consumer asks whether the claimant of a stuck slot died (each ask is a
+/// few system calls).
+const DEAD_RECHECK: Duration = Duration::from_millis(100);
 
 impl Inbox {
     /// Maps the inbox at the head of a process's file (at least [`FILE_SIZE`] long);
-    /// `init` for a fresh file of its creator.
-    pub(crate) fn map(file: &File, init: bool) -> std::io::Result<Inbox> {
+    /// `init` for a fresh file of its creator; `id` names us in the slots we claim as a
+    /// producer (its low 56 bits).
+    pub(crate) fn map(file: &File, init: bool, id: u64) -> std::io::Result<Inbox> {
         if file.metadata()?.len() < FILE_SIZE as u64 {
             return Err(std::io::ErrorKind::InvalidData.into());
         }
         let map = Mapping::new(file, FILE_SIZE)?;
         let ib = Inbox {
             map,
+            id,
             stuck_since: std::sync::Mutex::new(None),
+            dead_checked: std::sync::Mutex::new(None),
         };
         if init {
             ring::init(&ib);
@@ -129,7 +143,7 @@ impl Inbox {
     /// Appends a record with its payload (at most [`PAYLOAD`] bytes; the record's
     /// `payload_len` is ignored) and wakes the owner if it sleeps.
     pub(crate) fn push(&self, r: &Record, payload: &[u8]) -> Result<(), PushError> {
-        ring::push(self, r, payload)
+        ring::push(self, self.id, r, payload)
     }
 
     /// Whether a record may be waiting (a cheap check for the polling path).
@@ -140,9 +154,35 @@ impl Inbox {
 
     /// Takes the next record, its payload copied into the first `payload_len` bytes of
     /// `payload`; the caller is the only consumer while it runs. Malformed records are
-    /// skipped, and so is a slot claimed but left unpublished for [`STUCK`].
-    pub(crate) fn pop(&self, payload: &mut [u8; PAYLOAD]) -> Option<Record> {
-        ring::pop(self, payload, |pos| self.stuck(pos))
+    /// skipped, and so is a slot claimed but left unpublished for [`STUCK`] (freed when
+    /// `dead(id)` says its claimant died, else left to it).
+    pub(crate) fn pop(
+        &self,
+        payload: &mut [u8; PAYLOAD],
+        dead: impl Fn(u64) -> bool,
+    ) -> Option<Record> {
+        ring::pop(
+            self,
+            payload,
+            |pos| self.stuck(pos),
+            |id| self.ask_dead(id, &dead),
+        )
+    }
+
+    /// Frees a slot a dead claimant held since it was skipped (see the module
+    /// documentation); for a consumer that has not popped for a while.
+    pub(crate) fn free_dead_claim(&self, dead: impl Fn(u64) -> bool) -> bool {
+        ring::free_dead_claim(self, |id| self.ask_dead(id, &dead))
+    }
+
+    /// `dead(id)`, asked at most every [`DEAD_RECHECK`] (false in between).
+    fn ask_dead(&self, id: u64, dead: &impl Fn(u64) -> bool) -> bool {
+        let mut at = self.dead_checked.lock().unwrap_or_else(|e| e.into_inner());
+        if at.is_some_and(|t| t.elapsed() < DEAD_RECHECK) {
+            return false;
+        }
+        *at = Some(Instant::now());
+        dead(id)
     }
 
     /// Whether the claimed slot at `pos` has been unpublished for [`STUCK`].

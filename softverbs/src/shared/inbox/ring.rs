@@ -15,8 +15,33 @@ pub(super) enum Word {
     Tail,
     /// The next position the consumer reads.
     Head,
-    /// The sequence word of the slot of position `pos`.
+    /// The sequence word of the slot of position `pos`: the position it is free for,
+    /// that position + 1 once its record is published, or a [`claim`] word.
     Seq(u64),
+}
+
+/// Set in a sequence word that names the producer holding the slot (a [`claim`]).
+const CLAIMED: u64 = 1 << 63;
+/// Set, with [`CLAIMED`], once the consumer skipped the slot: its claimant still holds
+/// it, and hands it back itself (or is found dead).
+const SKIPPED: u64 = 1 << 62;
+/// Bits of a producer's id in a claim.
+pub(crate) const ID_BITS: u32 = 56;
+
+/// The sequence word of a slot that producer `id` claimed for position `pos`: the flag,
+/// the low 6 bits of the lap (`pos / slots`) and the id's 56 bits.
+fn claim(id: u64, pos: u64, slots: u64) -> u64 {
+    CLAIMED | ((pos / slots) & 0x3f) << ID_BITS | id & ((1 << ID_BITS) - 1)
+}
+
+/// Whether claim word `seq` (skipped or not) is for position `pos`.
+fn claims(seq: u64, pos: u64, slots: u64) -> bool {
+    seq & CLAIMED != 0 && (seq & !SKIPPED) >> ID_BITS & 0x3f == (pos / slots) & 0x3f
+}
+
+/// The producer id in a claim word.
+fn claimant(seq: u64) -> u64 {
+    seq & ((1 << ID_BITS) - 1)
 }
 
 /// A 32-bit word of the ring's wake-up protocol.
@@ -75,43 +100,45 @@ pub(super) fn init(m: &impl Memory) {
     }
 }
 
-/// Appends a record with its payload (at most [`PAYLOAD`] bytes) and wakes the owner if
-/// it sleeps.
-pub(super) fn push(m: &impl Memory, r: &Record, payload: &[u8]) -> Result<(), PushError> {
+/// Appends a record with its payload (at most [`PAYLOAD`] bytes) as producer `id` (its
+/// low [`ID_BITS`] bits) and wakes the owner if it sleeps.
+pub(super) fn push(m: &impl Memory, id: u64, r: &Record, payload: &[u8]) -> Result<(), PushError> {
+    let pos = take_slot(m, id)?;
+    put(m, id, pos, r, payload)
+}
+
+/// Writes and publishes a record in the slot of `pos`, which producer `id` claimed with
+/// [`take_slot`], and wakes the owner if it sleeps.
+pub(super) fn put(
+    m: &impl Memory,
+    id: u64,
+    pos: u64,
+    r: &Record,
+    payload: &[u8],
+) -> Result<(), PushError> {
     let payload = &payload[..payload.len().min(PAYLOAD)];
-    let mut pos = m.load(Word::Tail, Ordering::Relaxed);
-    loop {
-        // Acquire pairs with the consumer's Release when it freed the slot.
-        let seq = m.load(Word::Seq(pos), Ordering::Acquire);
-        let dif = seq.wrapping_sub(pos) as i64;
-        if dif == 0 {
-            match m.cas_weak(
-                Word::Tail,
-                pos,
-                pos + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(p) => pos = p,
-            }
-        } else if dif < 0 {
-            return Err(PushError::Full);
-        } else {
-            pos = m.load(Word::Tail, Ordering::Relaxed);
-        }
-    }
+    let mine = claim(id, pos, m.slots());
     m.write_slot(pos, &r.encode_fixed(payload.len()), payload);
     // Release pairs with the consumer's Acquire load of the sequence.
     if m.cas(
         Word::Seq(pos),
-        pos,
+        mine,
         pos + 1,
         Ordering::Release,
         Ordering::Relaxed,
     )
     .is_err()
     {
+        // Skipped while we wrote: the slot is still ours (nobody else writes it); hand
+        // it back for the next lap. Release: our writes happen before its next
+        // producer's.
+        let _ = m.cas(
+            Word::Seq(pos),
+            mine | SKIPPED,
+            pos + m.slots(),
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
         return Err(PushError::Lost);
     }
     m.fence();
@@ -120,6 +147,66 @@ pub(super) fn push(m: &impl Memory, r: &Record, payload: &[u8]) -> Result<(), Pu
         m.futex_wake();
     }
     Ok(())
+}
+
+/// Claims the slot of the next position for producer `id` and returns the position.
+/// The claim is the compare-and-swap of the slot's sequence to a word naming `id`, so
+/// a claimed slot always names its claimant; `tail` follows, moved by the claimant or
+/// by any producer that finds the slot claimed.
+pub(super) fn take_slot(m: &impl Memory, id: u64) -> Result<u64, PushError> {
+    let slots = m.slots();
+    let mut pos = m.load(Word::Tail, Ordering::Relaxed);
+    loop {
+        // Acquire pairs with the Release that freed the slot (the consumer's, or a
+        // skipped producer's hand-back).
+        let seq = m.load(Word::Seq(pos), Ordering::Acquire);
+        if seq == pos {
+            // Weak: a spurious failure only reloads the slot.
+            if m.cas_weak(
+                Word::Seq(pos),
+                pos,
+                claim(id, pos, slots),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+            {
+                let _ = m.cas(
+                    Word::Tail,
+                    pos,
+                    pos + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                return Ok(pos);
+            }
+            continue;
+        }
+        // Claimed for this position (published, or not yet), or already consumed or
+        // freed: `tail` is behind (its claimant has not moved it yet, or `pos` is
+        // stale). Help it on.
+        let done = seq & CLAIMED == 0 && seq > pos;
+        if done || claims(seq, pos, slots) {
+            pos = match m.cas(
+                Word::Tail,
+                pos,
+                pos + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => pos + 1,
+                Err(p) => p,
+            };
+            continue;
+        }
+        // Held for the previous lap (published and not yet consumed, or skipped and not
+        // handed back): full, unless `pos` is stale. A read-modify-write reads the
+        // latest `tail`, where a load may return an old one again and again.
+        match m.cas(Word::Tail, pos, pos, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Err(PushError::Full),
+            Err(now) => pos = now,
+        }
+    }
 }
 
 /// Whether a record may be waiting (a producer claimed a position the consumer has not
@@ -132,33 +219,39 @@ pub(super) fn maybe_ready(m: &impl Memory) -> bool {
 /// Takes the next record, its payload copied into the first `payload_len` bytes of
 /// `payload`; the caller is the only consumer while it runs. Malformed records are
 /// skipped; so is a slot claimed and not published once `stuck(pos)` says it waited
-/// too long.
+/// too long: freed at once when `dead(id)` says its claimant is gone, else left to its
+/// claimant, which hands it back when it resumes (the ring's producers find it full
+/// when they come round to it again; a claimant found dead then frees it).
 pub(super) fn pop(
     m: &impl Memory,
     payload: &mut [u8; PAYLOAD],
     mut stuck: impl FnMut(u64) -> bool,
+    mut dead: impl FnMut(u64) -> bool,
 ) -> Option<Record> {
+    let slots = m.slots();
     loop {
         let pos = m.load(Word::Head, Ordering::Relaxed);
         let seq = m.load(Word::Seq(pos), Ordering::Acquire);
         if seq != pos + 1 {
-            if seq == pos && m.load(Word::Tail, Ordering::Relaxed) > pos {
-                // Claimed, not yet published.
-                if !stuck(pos) {
-                    return None;
-                }
-                // Skip it; a slow producer's publishing CAS will fail.
-                if m.cas(
-                    Word::Seq(pos),
-                    pos,
-                    pos + m.slots(),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
+            if seq & CLAIMED == 0 || !stuck(pos) {
+                return None;
+            }
+            let held = seq & SKIPPED != 0;
+            if claims(seq, pos, slots) && !held {
+                // Claimed, not published, for too long.
+                let to = if dead(claimant(seq)) {
+                    pos + slots
+                } else {
+                    seq | SKIPPED
+                };
+                if m.cas(Word::Seq(pos), seq, to, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
                 {
                     m.store(Word::Head, pos + 1, Ordering::Relaxed);
                 }
+                continue;
+            }
+            if held && free_dead_claim(m, &mut dead) {
                 continue;
             }
             return None;
@@ -170,11 +263,30 @@ pub(super) fn pop(
         });
         m.store(Word::Head, pos + 1, Ordering::Relaxed);
         // Release pairs with the producers' Acquire load: the slot is free again.
-        m.store(Word::Seq(pos), pos + m.slots(), Ordering::Release);
+        m.store(Word::Seq(pos), pos + slots, Ordering::Release);
         if let Some(r) = rec {
             return Some(r);
         }
     }
+}
+
+/// Frees the slot at the head when its claimant was skipped a lap ago and `dead(id)`
+/// says it has died since (it will never hand the slot back); true when freed.
+pub(super) fn free_dead_claim(m: &impl Memory, mut dead: impl FnMut(u64) -> bool) -> bool {
+    let slots = m.slots();
+    let pos = m.load(Word::Head, Ordering::Relaxed);
+    let seq = m.load(Word::Seq(pos), Ordering::Acquire);
+    seq & SKIPPED != 0
+        && claims(seq, pos.wrapping_sub(slots), slots)
+        && dead(claimant(seq))
+        && m.cas(
+            Word::Seq(pos),
+            seq,
+            pos,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
+        .is_ok()
 }
 
 /// Sleeps until a producer or [`wake`] wakes the owner or `timeout` passes; at once
