@@ -1,17 +1,15 @@
 //! A process's inbox: a bounded multi-producer ring of fixed-size [`Record`]s in a
 //! shared file mapping, with a futex word that wakes the owner.
 //!
-//! The ring is Vyukov's bounded MPMC queue: a producer claims position `pos` by a
-//! compare-and-swap of `tail` when slot `pos % SLOTS` carries sequence `pos`, writes
-//! the record, and publishes it by moving the sequence to `pos + 1`; the consumer reads
-//! a slot whose sequence is `head + 1` and frees it by setting `head + SLOTS`. Only one
-//! thread of the owner consumes at a time (the caller serialises), which keeps the
-//! records of one sender in the order they were pushed.
-//!
-//! A producer claims a slot by a compare-and-swap of the slot's sequence to a word that
-//! names it (its process id and token, and the lap), then moves `tail` on (any
-//! producer that finds the slot claimed helps it on), so a claimed slot always names
-//! its claimant.
+//! The ring is Vyukov's bounded MPMC queue, with the claim moved into the slot: a
+//! producer claims position `pos` when slot `pos % SLOTS` carries sequence `pos`, by a
+//! compare-and-swap of that sequence to a word that names it (its process id and
+//! token, and the lap), then moves `tail` on (any producer that finds the slot claimed
+//! helps it on), so a claimed slot always names its claimant. It writes the record and
+//! publishes it by moving the sequence to `pos + 1`; the consumer reads a slot whose
+//! sequence is `head + 1` and frees it by setting `head + SLOTS`. Only one thread of
+//! the owner consumes at a time (the caller serialises), which keeps the records of one
+//! sender in the order they were pushed.
 //!
 //! A producer that died between claiming and publishing would block the ring for
 //! good; the consumer therefore skips a slot that stayed claimed for [`STUCK`], by a
