@@ -388,6 +388,59 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// Mappings of one file racing as processes would: every number is handed out once,
+    /// the count ends exact when the table is full, and again when all are freed.
+    #[test]
+    fn racing_mappings_fill_and_empty_the_table_exactly() {
+        let (d, ns) = tmp("race");
+        let regs: Vec<Registry> = (0..4).map(|_| Registry::attach(&ns, 2).unwrap()).collect();
+        let got: Vec<Vec<u32>> = std::thread::scope(|s| {
+            let hs: Vec<_> = regs
+                .iter()
+                .enumerate()
+                .map(|(t, r)| {
+                    s.spawn(move || {
+                        let me = Owner {
+                            pid: 100 + t as u32,
+                            token: 1,
+                        };
+                        let mut mine = Vec::new();
+                        let mut n = 0;
+                        while let Some(q) = r.alloc(me) {
+                            mine.push(q);
+                            n += 1;
+                            if n % 3 == 0 && n < 3000 {
+                                // Give one back now and then, as processes do.
+                                let q = mine.swap_remove(0);
+                                r.release(q, me);
+                            }
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut all: Vec<u32> = got.iter().flatten().copied().collect();
+        assert_eq!(all.len(), SLOTS, "the table filled");
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), SLOTS, "no number twice");
+        assert_eq!(regs[0].in_use(), SLOTS as u64);
+        std::thread::scope(|s| {
+            for (t, r) in regs.iter().enumerate() {
+                s.spawn(move || {
+                    r.release_all(Owner {
+                        pid: 100 + t as u32,
+                        token: 1,
+                    })
+                });
+            }
+        });
+        assert_eq!(regs[0].in_use(), 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn dead_owners_are_swept_in_bounded_runs() {
         let (d, ns) = tmp("sweep");
