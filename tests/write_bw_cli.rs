@@ -545,3 +545,72 @@ fn lat_gives_application_threads_cores_of_their_own_and_refuses_two_spinners_on_
         assert!(err.contains(says) && err.lines().count() == 1, "{args}: {err}");
     }
 }
+
+/// `--inject` targets the run cannot have are refused before anything runs, one line
+/// naming the item and what the run has: a data QP at or above `--qps` (either side),
+/// a notify QP in a run without one, a device the run does not use, and, with
+/// `--duration`, a time at or after the run's end.
+#[test]
+fn inject_targets_the_run_cannot_have_are_refused() {
+    for (args, says) in [
+        (
+            "--inject 1s:fail-qp=99",
+            "--inject 1s:fail-qp=99: the run has data QPs 0 to 3 (--qps 4)",
+        ),
+        (
+            "--qps 4 --inject 1s:server-fail-qp=4",
+            "--inject 1s:server-fail-qp=4: the run has data QPs 0 to 3 (--qps 4)",
+        ),
+        (
+            "--inject 1s:rate=soft9:1G",
+            "--inject 1s:rate=soft9:1G: the run uses soft0 to soft1",
+        ),
+        (
+            "--devices 2 --inject 0.5s:link-down=soft3",
+            "--inject 0.5s:link-down=soft3: the run uses soft0 to soft2",
+        ),
+        (
+            "--mode dqplb --inject 1s:fail-notify",
+            "--inject 1s:fail-notify: the run has no notify QP",
+        ),
+        (
+            "--mode spray --qps 1 --inject 1s:server-fail-notify",
+            "--inject 1s:server-fail-notify: the run has no notify QP",
+        ),
+        (
+            "--duration 0.5 --inject 0.1s:link-up=soft0,2s:fail-qp=1",
+            "--inject 2s:fail-qp=1: 2 s is not before the run's end (0.5 s, --duration)",
+        ),
+    ] {
+        let out = write_bw(args, &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args}: {err}");
+        assert!(
+            err.starts_with(&format!("write_bw: {says}")) && err.lines().count() == 1,
+            "{args}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args}");
+    }
+}
+
+/// An `--iters` run that ends before an injection's time says so when it ends (its
+/// length is not known when the flags are checked); what happened is not told again.
+#[test]
+fn an_injection_the_run_ends_before_is_told() {
+    let out = write_bw(
+        "--size 4096 --iters 50 --inject 0s:rate=soft0:0,30s:fail-qp=1,40s:link-down=soft1",
+        &[],
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("s: soft0's link is unlimited"), "{err}");
+    for item in ["30s:fail-qp=1", "40s:link-down=soft1"] {
+        assert!(
+            err.contains(&format!(
+                "write_bw: --inject {item} did not happen: the run ended after "
+            )),
+            "{err}"
+        );
+    }
+    assert_eq!(err.matches("did not happen").count(), 2, "{err}");
+}
