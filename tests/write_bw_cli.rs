@@ -149,17 +149,51 @@ fn fail_at_150() -> String {
         .join(",")
 }
 
+/// A failed run's count as one side's part of `err` (`client: ...` or `server: ...`)
+/// tells it: the prefix, then `(of N posted, ... were flushed)`.
+fn count_of<'a>(err: &'a str, side: &str) -> &'a str {
+    let part = &err[err
+        .find(&format!("{side}: "))
+        .unwrap_or_else(|| panic!("no {side} part in: {err}"))..];
+    let end = part
+        .find(" were flushed")
+        .map_or(0, |e| e + " were flushed".len());
+    let start = part[..end]
+        .rfind(" messages (of ")
+        .and_then(|o| part[..o].rfind(' '))
+        .unwrap_or_else(|| panic!("no count in the {side} part of: {err}"));
+    &part[start + 1..end]
+}
+
+/// The count right after `failed after ` (or `failed after it read `) in one side's
+/// part of `err`: the number of messages that side says the run failed after.
+fn failed_after(err: &str, side: &str) -> u64 {
+    let part = &err[err
+        .find(&format!("{side}: "))
+        .unwrap_or_else(|| panic!("no {side} part in: {err}"))..];
+    let at = part
+        .find("failed after ")
+        .unwrap_or_else(|| panic!("the {side} does not say what the run failed after: {err}"));
+    let rest = &part[at + "failed after ".len()..];
+    number_after(rest.strip_prefix("it read ").unwrap_or(rest), "")
+}
+
 /// The client's failure line accounts for every message it posted: each completed
-/// (and is counted) or was flushed; none is left unreported.
+/// in order before the first failure, completed after it, or was flushed; none is
+/// left unreported. The server's line carries the same count.
 fn every_message_accounted_for(err: &str) {
-    let completed = number_after(err, "client: the virtual QP failed after ");
+    let prefix = number_after(err, "client: the virtual QP failed after ");
     let posted = number_after(err, "messages (of ");
-    let flushed = number_after(err, "posted, ");
+    let later = number_after(err, "posted, ");
+    let flushed = number_after(err, "after the first failure and ");
     assert!(
-        err.contains(&format!("(of {posted} posted, {flushed} were flushed): ")),
+        err.contains(&format!(
+            "{prefix} messages (of {posted} posted, {later} completed after the first failure and {flushed} were flushed): "
+        )),
         "{err}"
     );
-    assert_eq!(completed + flushed, posted, "{err}");
+    assert_eq!(prefix + later + flushed, posted, "{err}");
+    assert_eq!(count_of(err, "client"), count_of(err, "server"), "{err}");
 }
 
 #[test]
@@ -180,11 +214,12 @@ fn a_qp_failure_counts_every_message_that_completed() {
             "{opcode}: {err}"
         );
         every_message_accounted_for(&err);
+        let count = count_of(&err, "client");
         let server = match opcode {
-            "read" => "server: the client's virtual QP failed after it read 150 messages\n",
-            _ => "server: the client's virtual QP failed after 150 messages; 150 verified on the server\n",
+            "read" => format!("server: the client's virtual QP failed after it read {count})\n"),
+            _ => format!("server: the client's virtual QP failed after {count}); 150 verified on the server\n"),
         };
-        assert!(err.ends_with(server), "{opcode}: {err}");
+        assert!(err.ends_with(&server), "{opcode}: {err}");
     }
 }
 
@@ -199,11 +234,93 @@ fn a_spray_failure_is_counted_alike_on_both_sides() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     let client = number_after(&err, "client: the virtual QP failed after ");
     let told = number_after(&err, "server: the client's virtual QP failed after ");
-    let verified = number_after(&err, "messages; ");
+    let verified = number_after(&err, "flushed); ");
     assert_eq!((told, verified), (client, client), "{err}");
     every_message_accounted_for(&err);
     // The notify QP carries one WQE per message and fails first.
     assert_eq!(client, 150, "{err}");
+}
+
+/// After a failure anywhere — a QP of either side, at several points, in DQPLB and
+/// SPRAY, for each opcode — both sides report the same count: the messages that
+/// completed in order, and apart from them those that completed after the first
+/// failure and those flushed. `VQP_SOFT_FAIL_QP` gives every QP of the process (both
+/// sides', in the order they happen to be created) a different WQE at which it
+/// fails: whichever of the client's fails first, its others go on, so messages still
+/// complete after the first failure. `--inject` fails a given QP of either side.
+#[test]
+fn both_sides_report_the_same_count_after_any_failure() {
+    let staggered = |first: u64| -> String {
+        (1..=10)
+            .map(|k| format!("nth={k}:{}", first + 37 * k))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut later = 0;
+    for (args, rules) in [
+        // The case, and the same failing earlier.
+        (
+            "--mode dqplb --opcode write_imm --iters 2000 --size 256K --qps 4",
+            staggered(150),
+        ),
+        (
+            "--mode dqplb --opcode write_imm --iters 2000 --size 256K --qps 4",
+            staggered(20),
+        ),
+        (
+            "--mode spray --opcode write_imm --iters 2000 --size 64K --qps 4",
+            staggered(90),
+        ),
+        (
+            "--mode dqplb --opcode write --iters 2000 --size 64K --qps 3",
+            staggered(60),
+        ),
+        (
+            "--mode dqplb --opcode read --iters 2000 --size 64K --qps 4",
+            staggered(120),
+        ),
+        (
+            "--mode dqplb --opcode write --duration 2 --size 64K --inject 0.05s:fail-qp=1",
+            String::new(),
+        ),
+        (
+            "--mode dqplb --opcode write_imm --duration 2 --size 64K --inject 0.3s:server-fail-qp=2",
+            String::new(),
+        ),
+        (
+            "--mode spray --opcode read --duration 2 --size 64K --inject 0.3s:fail-qp=0",
+            String::new(),
+        ),
+        (
+            "--mode spray --opcode write_imm --duration 2 --size 64K --inject 0.3s:server-fail-notify",
+            String::new(),
+        ),
+    ] {
+        let env: Vec<(&str, &str)> = match rules.is_empty() {
+            true => vec![],
+            false => vec![("VQP_SOFT_FAIL_QP", &rules)],
+        };
+        let out = write_bw(args, &env);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args}: {err}");
+        assert_eq!(
+            failed_after(&err, "client"),
+            failed_after(&err, "server"),
+            "{args}: {err}"
+        );
+        assert_eq!(count_of(&err, "client"), count_of(&err, "server"), "{args}: {err}");
+        let posted = number_after(&err, "messages (of ");
+        let prefix = number_after(count_of(&err, "client"), "");
+        let after = number_after(&err, "posted, ");
+        let flushed = number_after(&err, "after the first failure and ");
+        assert_eq!(prefix + after + flushed, posted, "{args}: {err}");
+        later += after;
+    }
+    // What made the two sides' counts differ: messages completing after the failure.
+    assert!(
+        later > 0,
+        "no run had messages complete after its first failure"
+    );
 }
 
 /// `--devices N`: each side spreads its data QPs over N softverbs devices (the client

@@ -445,8 +445,25 @@ fn run_faulty(test: &str, mode: &str, fault: Fault, port: u16) {
             );
             let s = server.finish(NOTICE);
             assert_failed_cleanly(&s, "server");
+            // The two processes report the one count of the failed run.
+            let (cc, sc) = (failure_count(&c), failure_count(&s));
+            assert!(
+                cc.is_some() && cc == sc,
+                "the two sides count the failed run differently:\n{}\n{}",
+                c.describe("client"),
+                s.describe("server")
+            );
         }
     }
+}
+
+/// The count of a failed run in a side's error line: `N messages (of … were flushed`.
+fn failure_count(e: &Ended) -> Option<String> {
+    let line = e.stderr.iter().find(|l| l.contains(" messages (of "))?;
+    let end = line.find(" were flushed")? + " were flushed".len();
+    let of = line[..end].rfind(" messages (of ")?;
+    let start = line[..of].rfind(' ')? + 1;
+    Some(line[start..end].to_string())
 }
 
 #[test]

@@ -48,9 +48,12 @@
 //! - The server does not trust its client: every parameter is checked before anything
 //!   is built, its buffer is bounded by `--max-buffer` (1 GiB by default), and every
 //!   count the client reports is held to what it can have done (see `server`).
-//! - When the virtual QP fails, the client still collects every completion of what it
-//!   posted, so "failed after N messages" counts the messages that completed; it tells
-//!   the server N, which checks as many and says so.
+//! - When the virtual QP fails (the client's, or the server's, which tells the
+//!   client), the client still collects every completion of what it posted and both
+//!   sides report its one count (`tally`): "failed after N messages" is the messages
+//!   that completed in order before the first failure (those the server can check,
+//!   and does), then, apart, how many of those posted completed after the first
+//!   failure (on QPs still up) and how many were flushed.
 //! - Every bad flag or bad circumstance (size 0, qps 0 or above what the type or the
 //!   device allows, max-frag above the port's `max_msg_sz`, unknown device, no RDMA
 //!   device at all, refused port, a silent or stalled peer, peer gone mid-run, a QP
@@ -74,6 +77,7 @@ mod server;
 mod session;
 mod sigint;
 mod size;
+mod tally;
 #[cfg(test)]
 mod tests;
 mod wire;
