@@ -10,6 +10,7 @@ use crate::args::{show_secs, Params};
 use crate::control::{Control, DONE, END, FAILBACK, FAILED, QP_FAILED, STOP, VERIFIED};
 use crate::data::{check, fill, slot, slot_addr, slot_mut};
 use crate::failback::{self, Rejoiner};
+use crate::idle;
 use crate::report::{Measured, Progress};
 use crate::run::{disconnected, poll, qp_failed, Conn, Link, Plan};
 use crate::tally::Tally;
@@ -260,8 +261,9 @@ impl Client<'_> {
             if n == 0 && self.posted == before {
                 // Nothing to do this round: let the other side (and, on softverbs, the
                 // progress engine) have the core; a machine with fewer cores than busy
-                // threads otherwise spends its time spinning.
-                std::thread::yield_now();
+                // threads otherwise spends its time spinning. A server that stopped
+                // costs no busy core (see `idle`).
+                idle::pause(now.duration_since(last_move));
             }
             if now.duration_since(last_move) > self.timeout {
                 return Err(Fail::peer(format!(
@@ -355,6 +357,7 @@ impl Client<'_> {
     /// told apart.
     fn failed(&mut self, broke: Broke, out: &mut [Wc]) -> Fail {
         let until = Instant::now() + self.timeout;
+        let mut last = Instant::now();
         while self.reported < self.posted && Instant::now() < until {
             let n = match poll(&mut self.conn, out) {
                 Ok(n) => n,
@@ -364,7 +367,9 @@ impl Client<'_> {
                 return f;
             }
             if n == 0 {
-                std::thread::yield_now();
+                idle::pause(last.elapsed());
+            } else {
+                last = Instant::now();
             }
         }
         let tally = Tally {
@@ -428,9 +433,13 @@ impl Client<'_> {
     /// Waits for the server to confirm (after checking) every message.
     fn confirmations(&mut self) -> Result<(), Fail> {
         let until = Instant::now() + self.timeout;
+        let mut last = Instant::now();
         while self.credit < self.posted {
             match self.ctl.recv().map_err(self.lost())? {
-                Some((VERIFIED, n)) => self.credit(n)?,
+                Some((VERIFIED, n)) => {
+                    self.credit(n)?;
+                    last = Instant::now();
+                }
                 Some((QP_FAILED, n)) => {
                     let mut out = [Wc::EMPTY; 32];
                     return Err(self.failed(Broke::server(n), &mut out));
@@ -449,7 +458,7 @@ impl Client<'_> {
                         show_secs(self.timeout)
                     )))
                 }
-                None => std::thread::sleep(Duration::from_micros(20)),
+                None => idle::pause(last.elapsed()),
             }
         }
         Ok(())

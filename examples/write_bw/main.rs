@@ -69,6 +69,7 @@ mod control;
 mod data;
 mod device;
 mod failback;
+mod idle;
 mod inject;
 mod params;
 mod report;

@@ -19,6 +19,7 @@ use crate::control::{
 };
 use crate::data::{check, fill, slot, slot_mut};
 use crate::failback;
+use crate::idle;
 use crate::run::{disconnected, poll, qp_failed, Link};
 use crate::tally::Tally;
 use crate::{sigint, Fail};
@@ -379,7 +380,8 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
             )));
         }
         if n == 0 && s.verified == before {
-            std::thread::yield_now();
+            // A client that stopped costs no busy core (see `idle`).
+            idle::pause(now.duration_since(last_move));
         }
     }
     // Make sure the last credit left before this side closes the connection.
