@@ -8,6 +8,11 @@
 //! reader's counts are held to the run's `--iters` and to a rate no RDMA device
 //! reaches ([`MAX_MSG_RATE`], [`MAX_BYTE_RATE`]) over the time since the barrier.
 //! With `--iters`, `E` must equal it unless someone pressed Ctrl-C (an `S` frame).
+//!
+//! When a virtual QP fails, the server reports the client's count of the run (see
+//! `tally`), which must add up: its own failure it tells the client (`X`), credits
+//! nothing more and waits for that count, checking meanwhile the messages notified in
+//! order; a failure the client tells first it meets the same way.
 
 use std::time::{Duration, Instant};
 
