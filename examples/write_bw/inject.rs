@@ -427,6 +427,13 @@ mod tests {
                 },
             ]
         );
+        // Each action as messages name it is the item that gives it.
+        for i in parse("1s:rate=soft1:1500M,2s:rate=soft0:0,3s:link-up=soft2,4s:fail-notify,5s:server-fail-qp=3")
+            .unwrap()
+        {
+            let again = parse(&format!("1s:{}", i.action.spec())).unwrap();
+            assert_eq!(again[0].action, i.action, "{}", i.action.spec());
+        }
         for (spec, says) in [
             ("2:rate=soft1:1G", "the time"),
             ("2s", "TIME:ACTION"),
