@@ -159,9 +159,10 @@
 //! receiving process polls).
 //!
 //! # Safety fence
-//! `unsafe` code lives in three modules only: `abi` (the `extern "C"` surface: pointer
-//! casts, C structs, eventfds), `mem` (copies between registered memory) and
-//! `shared::sys` (shared mappings, `flock`, futexes, `process_vm_*`).
+//! `unsafe` code lives in four modules only: `abi` (the `extern "C"` surface: pointer
+//! casts, C structs, eventfds), `mem` (copies between registered memory),
+//! `shared::sys` (shared mappings, `flock`, futexes, `process_vm_*`) and `launch::mount`
+//! (`unshare` and `mount` for `softverbs run`).
 #![deny(unsafe_code, missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -171,6 +172,7 @@ mod abi;
 mod config;
 mod cq;
 mod engine;
+pub mod launch;
 mod link;
 mod locate;
 #[allow(unsafe_code)]
