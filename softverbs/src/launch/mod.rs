@@ -92,7 +92,7 @@ fn library(o: &Options) -> Result<PathBuf, String> {
         .or_else(|| std::env::var_os(ENV_LIB).map(PathBuf::from));
     let lib = match named {
         Some(p) => p,
-        None => crate::find_cdylib().ok_or_else(|| {
+        None => newest_cdylib().ok_or_else(|| {
             format!(
                 "libvqp_softverbs.so not found (looked at {}); build it with `cargo build -p \
                  vqp-softverbs` or name it with --lib",
@@ -108,6 +108,20 @@ fn library(o: &Options) -> Result<PathBuf, String> {
         .ok()
         .filter(|p| p.is_file())
         .ok_or_else(|| format!("{}: no such library", lib.display()))
+}
+
+/// The most recently built of the cdylibs cargo left beside this binary: a build of the
+/// binary alone refreshes `deps/libvqp_softverbs.so` while the copy in
+/// `target/<profile>/` stays as the last full build of the package left it.
+fn newest_cdylib() -> Option<PathBuf> {
+    crate::cdylib_candidates()
+        .into_iter()
+        .filter_map(|p| {
+            let built = std::fs::metadata(&p).ok()?.modified().ok()?;
+            p.is_file().then_some((built, p))
+        })
+        .max_by_key(|(built, _)| *built)
+        .map(|(_, p)| p)
 }
 
 /// The number of devices: `--devices`, else `$VQP_SOFT_DEVICES`, else the default.
