@@ -39,7 +39,10 @@
 //!   falls through to it;
 //! - vqp's host (and anything using `vqp_host::Verbs::load`):
 //!   `VQP_IBVERBS_PATH=$PWD/target/release/libvqp_softverbs.so ./your-program`;
-//! - in-process, without `dlopen`: `vqp_host::Verbs::from_table(verbs_table())`.
+//! - in-process, without `dlopen`: `vqp_host::Verbs::from_table(verbs_table())`;
+//! - with the devices presented as a kernel provider presents them
+//!   (`/dev/infiniband/uverbs*`, `/sys/class/infiniband`), which UCX and Open MPI look
+//!   for: `softverbs run -- ./your-program`, the crate's binary ([`launch`]).
 //!
 //! What the exports do: the verbs softverbs has (devices, ports, GIDs with their type,
 //! P_Keys, PD, MR with `rereg` and the `ibv_alloc_buf` buffers, CQ with resize and

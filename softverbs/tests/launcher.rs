@@ -177,6 +177,18 @@ fn the_program_s_exit_status_is_the_launcher_s() {
         "{}",
         run.describe()
     );
+    let run = system::run(
+        launcher().args(["run", "--lib", "/nonexistent/lib.so", "--", "true"]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        run.status.and_then(|s| s.code()),
+        Some(125),
+        "{}",
+        run.describe()
+    );
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.describe());
+    assert!(run.stderr.contains("no such library"), "{}", run.describe());
 }
 
 /// In a user namespace that maps no uid, a process can make no user namespace of its

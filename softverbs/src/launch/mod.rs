@@ -104,10 +104,19 @@ fn library(o: &Options) -> Result<PathBuf, String> {
             )
         })?,
     };
-    std::fs::canonicalize(&lib)
+    let lib = std::fs::canonicalize(&lib)
         .ok()
         .filter(|p| p.is_file())
-        .ok_or_else(|| format!("{}: no such library", lib.display()))
+        .ok_or_else(|| format!("{}: no such library", lib.display()))?;
+    // LD_PRELOAD separates its entries with spaces and colons.
+    if lib.to_string_lossy().contains([' ', ':']) {
+        return Err(format!(
+            "{}: LD_PRELOAD cannot name a path with a space or a colon; copy the library \
+             elsewhere and name it with --lib",
+            lib.display()
+        ));
+    }
+    Ok(lib)
 }
 
 /// The most recently built of the cdylibs cargo left beside this binary: a build of the
