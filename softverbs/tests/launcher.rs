@@ -7,6 +7,7 @@
 
 mod system;
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::process::Command;
 use std::time::Duration;
@@ -59,11 +60,31 @@ echo "preload $LD_PRELOAD"
 fn devices_are_presented(uid: Option<u32>) -> system::Run {
     let before = machine();
     let mut c = launcher();
-    c.args(["run", "--devices", "3", "--", "sh", "-c", INSIDE]);
+    let mut copy = None;
     if let Some(id) = uid {
-        c.uid(id).gid(id);
+        // The build may sit where that user cannot reach it (a checkout under /root):
+        // the launcher and the library, copied into a directory of their own, find
+        // each other there.
+        let dir = std::env::temp_dir().join(format!("vqp-launcher-as-{id}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = vqp_softverbs::find_cdylib().expect("the cdylib was built");
+        std::fs::copy(env!("CARGO_BIN_EXE_softverbs"), dir.join("softverbs")).unwrap();
+        std::fs::copy(&lib, dir.join(lib.file_name().unwrap())).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        c = Command::new(dir.join("softverbs"));
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .current_dir(&dir)
+            .uid(id)
+            .gid(id);
+        copy = Some(dir);
     }
+    c.args(["run", "--devices", "3", "--", "sh", "-c", INSIDE]);
     let run = system::run(&mut c, Duration::from_secs(30));
+    if let Some(dir) = copy {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     let after = machine();
     assert_eq!(before, after, "the machine's mounts or /dev changed");
     assert!(!after.2 || before.2, "/dev/infiniband left behind");
