@@ -4,7 +4,8 @@
 //! Loading softverbs as `libibverbs.so.1` is enough for a program that only calls
 //! libibverbs. The software above it looks further: UCX uses a device only when
 //! `/dev/infiniband/<dev_name>` is a readable and writable character device, and reads
-//! `/sys/class/infiniband/<dev>/device/{local_cpus,numa_node}` for its topology; Open
+//! `/sys/class/infiniband/<dev>/device/{local_cpus,numa_node}` for its topology and
+//! `ports/1/gid_attrs/types/<i>` for the GIDs' type; Open
 //! MPI's `openib` component requires `$(ibv_get_sysfs_path)/class/infiniband`; rdma-core
 //! reads `/sys/class/infiniband_verbs`. The launcher provides these, in a private mount
 //! namespace, and then `exec`s the program, whose exit status is therefore the
@@ -40,7 +41,9 @@
 //! Not provided: anything of a specific NIC's driver. A program that opens the
 //! character device itself to speak a kernel ABI, or takes mlx5-only paths (DEVX,
 //! `mlx5dv_*`, UCX's `rc_mlx5`/`dc_mlx5`/`ud_mlx5` transports), finds no mlx5 device
-//! here; UCX's generic `rc_verbs` and `ud_verbs` serve it.
+//! here; UCX's generic `rc_verbs` and `ud_verbs` serve it. Nor RDMA-CM: there is no
+//! `/dev/infiniband/rdma_cm`, so the system's librdmacm finds no device (UCX's `rdmacm`
+//! connection manager is absent from `ucx_info -d`).
 
 mod args;
 #[allow(unsafe_code)]
@@ -52,7 +55,6 @@ use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 
 pub use args::{parse, Command, Options, UsageError, USAGE};
-pub use mount::SetupError;
 
 /// The variable naming the cdylib to load when `--lib` is not given.
 pub const ENV_LIB: &str = "VQP_SOFT_LIB";
