@@ -83,10 +83,10 @@ fn ucx_info_lists_rc_verbs_and_ud_verbs_on_every_soft_device() {
     }
 }
 
-/// Runs `ucx_perftest` as a pair through the launcher — `server` and `client` are the
-/// arguments before the test's own (`-p PORT`, and the client's `127.0.0.1`) — and
-/// checks that both exit 0 and that the client printed its result line. `env` goes to
-/// UCX on both sides.
+/// Runs a pair through the launcher — `server` and `client` are the commands (from
+/// `ucx_perftest` or an `env` before it) without the port and the client's host, which
+/// are added — with UCX restricted to `rc_verbs`, `ud_verbs` and `self`; checks that both
+/// exit 0 and that the client printed its result line.
 fn perftest_pair(test: &str, server: &[&str], client: &[&str]) {
     let Some(_) = system::program(test, "ucx_perftest", PACKAGE) else {
         return;
