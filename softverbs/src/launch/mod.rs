@@ -142,6 +142,8 @@ fn device_count(o: &Options) -> usize {
         .unwrap_or(crate::DEFAULT_DEVICES)
 }
 
+/// `softverbs run`: the namespace, the devices in it, then `exec`; returns only on
+/// failure, with the launcher's exit status.
 fn run(o: &Options) -> i32 {
     let lib = match library(o) {
         Ok(l) => l,
@@ -158,7 +160,6 @@ fn run(o: &Options) -> i32 {
         }
     };
     let devices = device_count(o);
-    // Everything read from the machine is read before the namespace hides anything.
     let cpus = tree::Cpus::of_machine();
     let present = || {
         let rdev = mount::present_dev(devices)?;

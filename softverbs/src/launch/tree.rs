@@ -48,8 +48,8 @@ pub struct Cpus {
 }
 
 impl Cpus {
-    /// The machine's, from `/sys/devices/system/cpu/{online,possible}` (read before the
-    /// namespace hides nothing there: `/sys/devices` stays the machine's).
+    /// The machine's, from `/sys/devices/system/cpu/{online,possible}` (the namespace
+    /// leaves `/sys/devices` as it is).
     pub fn of_machine() -> Cpus {
         let read = |f: &str| {
             std::fs::read_to_string(format!("/sys/devices/system/cpu/{f}"))
