@@ -1,12 +1,12 @@
 //! The adaptive policy over the simulated NIC with rate-limited paths: four data QPs
 //! whose send queues run at most a few WQEs per tick, one of them slowed and then
-//! recovered. Under last-of-chain and every-WQE signaling and at several send-queue
-//! depths, each QP's share of the WQEs must follow the rates: the slowed QP close to
+//! recovered. Under last-of-chain and every-WQE signaling and at send-queue depths of
+//! 4, 16, 32 and 64 WQEs, each QP's share of the WQEs must follow the rates: the slowed QP close to
 //! its rate's share while slow, every QP close to an even share once it recovered.
 
 mod common;
 
-use common::{pair, Pair};
+use common::{pair_with, Pair};
 use vqp_core::split::SplitPolicy;
 use vqp_core::{Config, Mode, Opcode, Policy, PostSendError, SendWr, Signaling};
 use vqp_sim::NicConfig;
@@ -23,6 +23,8 @@ const FAST: u32 = 4;
 const SLOW: u32 = 1;
 /// The slowed QP.
 const SLOWED: usize = 1;
+/// Room for send WQEs per data QP: the deepest `max_outstanding` tested.
+const ROOM: usize = 64;
 
 /// Ticks per phase, and how many at the end of a phase are measured.
 const PHASE: u64 = 600;
@@ -38,7 +40,7 @@ struct Shares {
 
 /// Run one tick: sample, post requests until the virtual QP refuses for
 /// backpressure, let each link run its rate, and poll until nothing is left.
-fn tick(p: &mut Pair, now: &mut u64, next: &mut u64) {
+fn tick(p: &mut Pair<ROOM>, now: &mut u64, next: &mut u64) {
     *now += TICK_NS;
     p.a.vqp.sample(*now);
     let keys = p.a.keys(&p.b);
@@ -67,7 +69,7 @@ fn tick(p: &mut Pair, now: &mut u64, next: &mut u64) {
 }
 
 /// WQEs each data QP's link ran so far.
-fn executed(p: &Pair) -> [u64; QPS] {
+fn executed(p: &Pair<ROOM>) -> [u64; QPS] {
     core::array::from_fn(|i| {
         let qpn = p.a.vqp.data_qp_num(i).expect("data QP");
         p.nic.qp_stats(qpn).expect("QP").executed
@@ -82,7 +84,7 @@ fn shares(from: [u64; QPS], to: [u64; QPS]) -> [f64; QPS] {
 }
 
 /// Ticks `PHASE` times and returns the shares over the last `MEASURED` ticks.
-fn phase(p: &mut Pair, now: &mut u64, next: &mut u64) -> [f64; QPS] {
+fn phase(p: &mut Pair<ROOM>, now: &mut u64, next: &mut u64) -> [f64; QPS] {
     for _ in 0..PHASE - MEASURED {
         tick(p, now, next);
     }
@@ -103,8 +105,8 @@ fn run(signaling: Signaling, max_outstanding: u32) -> Shares {
         adapt_ns: 8 * TICK_NS,
         ..Config::new(Mode::Dqplb)
     };
-    let mut p = pair(NicConfig::default(), cfg, QPS as u32, REQ as usize);
-    let qpn = |p: &Pair, i: usize| p.a.vqp.data_qp_num(i).expect("data QP");
+    let mut p = pair_with::<ROOM>(NicConfig::default(), cfg, QPS as u32, REQ as usize);
+    let qpn = |p: &Pair<ROOM>, i: usize| p.a.vqp.data_qp_num(i).expect("data QP");
     for i in 0..QPS {
         p.nic.set_send_rate(qpn(&p, i), Some(FAST)).expect("QP");
     }
@@ -162,6 +164,11 @@ fn last_of_chain_depth_32() {
 }
 
 #[test]
+fn last_of_chain_depth_64() {
+    check(Signaling::LastOfChain, 64);
+}
+
+#[test]
 fn every_wqe_depth_4() {
     check(Signaling::Every, 4);
 }
@@ -174,4 +181,9 @@ fn every_wqe_depth_16() {
 #[test]
 fn every_wqe_depth_32() {
     check(Signaling::Every, 32);
+}
+
+#[test]
+fn every_wqe_depth_64() {
+    check(Signaling::Every, 64);
 }
