@@ -6,9 +6,9 @@ use super::{Nic, SimError};
 
 impl Nic {
     /// The QP with number `qp_num` runs at most `per_tick` steps of its send queue
-    /// (executions and RNR attempts) per tick; `None` lifts the limit. A new limit
-    /// takes effect at once, with `per_tick` steps left in the current tick. Flushes
-    /// of a QP in error are not limited.
+    /// (executions and RNR attempts) per tick; `None` lifts the limit, `Some(0)`
+    /// holds the queue. A new limit takes effect at once, with `per_tick` steps left
+    /// in the current tick. Flushes of a QP in error are not limited.
     pub fn set_send_rate(&self, qp_num: u32, per_tick: Option<u32>) -> Result<(), SimError> {
         let mut st = self.state.borrow_mut();
         let i = st.qp_index(qp_num)?;
