@@ -91,7 +91,17 @@ pub(crate) struct Qp {
     pub(crate) fail_after: Option<u64>,
     /// Successful send WQEs left before one whose acknowledgement is lost.
     pub(crate) lose_ack_after: Option<u64>,
+    /// A send rate limit: steps of the send queue per tick, and those left in this
+    /// tick (see [`Nic::tick`](super::Nic::tick)).
+    pub(crate) pace: Option<Pace>,
     pub(crate) stats: QpStats,
+}
+
+/// A QP's send rate limit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pace {
+    pub(crate) per_tick: u32,
+    pub(crate) left: u32,
 }
 
 impl Qp {
@@ -119,6 +129,7 @@ impl Qp {
             rnr_attempts: 0,
             fail_after: None,
             lose_ack_after: None,
+            pace: None,
             stats: QpStats::default(),
         }
     }
