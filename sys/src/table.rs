@@ -70,7 +70,12 @@ macro_rules! with_verbs_table {
                 fn(context: *mut ibv_context, port_num: u8, port_attr: *mut ibv_port_attr) -> c_int;
             /// `ibv_query_gid`: 0, or -1 / an errno value.
             query_gid = ibv_query_gid @ "IBVERBS_1.1":
-                fn(context: *mut ibv_context, port_num: u8, index: c_int, gid: *mut ibv_gid) -> c_int;
+                fn(
+                    context: *mut ibv_context,
+                    port_num: u8,
+                    index: c_int,
+                    gid: *mut ibv_gid,
+                ) -> c_int;
             /// `ibv_alloc_pd`: null with `errno` set on failure.
             alloc_pd = ibv_alloc_pd @ "IBVERBS_1.1":
                 fn(context: *mut ibv_context) -> *mut ibv_pd;
@@ -104,7 +109,11 @@ macro_rules! with_verbs_table {
                 fn(cq: *mut ibv_cq) -> c_int;
             /// `ibv_get_cq_event`: blocks for the next event; 0 or -1 with `errno`.
             get_cq_event = ibv_get_cq_event @ "IBVERBS_1.1":
-                fn(channel: *mut ibv_comp_channel, cq: *mut *mut ibv_cq, cq_context: *mut *mut c_void) -> c_int;
+                fn(
+                    channel: *mut ibv_comp_channel,
+                    cq: *mut *mut ibv_cq,
+                    cq_context: *mut *mut c_void,
+                ) -> c_int;
             /// `ibv_ack_cq_events`.
             ack_cq_events = ibv_ack_cq_events @ "IBVERBS_1.1":
                 fn(cq: *mut ibv_cq, nevents: c_uint);
@@ -120,7 +129,12 @@ macro_rules! with_verbs_table {
                 fn(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int;
             /// `ibv_query_qp`: 0 or an errno value.
             query_qp = ibv_query_qp @ "IBVERBS_1.1":
-                fn(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, init_attr: *mut ibv_qp_init_attr) -> c_int;
+                fn(
+                    qp: *mut ibv_qp,
+                    attr: *mut ibv_qp_attr,
+                    attr_mask: c_int,
+                    init_attr: *mut ibv_qp_init_attr,
+                ) -> c_int;
             /// `ibv_create_srq`: null with `errno` set on failure; writes the granted sizes back
             /// into `srq_init_attr.attr`.
             create_srq = ibv_create_srq @ "IBVERBS_1.1":
