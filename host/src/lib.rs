@@ -11,9 +11,11 @@
 //!  verbs     RAII objects: DeviceList, Context, ProtectionDomain, MemoryRegion,
 //!            CompletionChannel, CompletionQueue, QueuePair; data path through the
 //!            provider's ops table (post_send, post_recv, poll_cq, req_notify_cq)
-//!  loader    one table of libibverbs functions: dlopen (default), link time
+//!  loader    fills the table of libibverbs functions: dlopen (default), link time
 //!            (feature `linked`), or an in-process table (a software provider)
-//!  sys       #[repr(C)] mirrors of <infiniband/verbs.h>, checked against the header
+//!  ──────────────────────────────────────────────────────────────
+//!  sys       the crate vqp-sys, re-exported: #[repr(C)] mirrors of <infiniband/verbs.h>
+//!            (checked against the header), the function table's type, Gid
 //! ```
 //!
 //! # Loading
@@ -85,9 +87,11 @@ pub mod loader;
 pub mod poller;
 pub mod provider;
 #[allow(unsafe_code)]
-pub mod sys;
-#[allow(unsafe_code)]
 pub mod verbs;
+
+/// The libibverbs ABI (the crate vqp-sys): `#[repr(C)]` structs, constants, the
+/// function table's type and [`Gid`], shared with software providers.
+pub use vqp_sys as sys;
 
 pub use card::{Capabilities, Card, CardError, PortAddr, QpAddr};
 pub use endpoint::{Connected, Endpoint, Settings};

@@ -11,7 +11,11 @@
 //!                              engine          run queue, reorder policy, execution
 //!                              mem             memory keys, checked spans, copies
 //!                              provider, config   devices, env vars, faults
+//!  ─────────────────────────────────────────────────────────────────────────────
+//!                              vqp-sys         the C ABI's structs, constants, VerbsTable
 //! ```
+//! The ABI types come from vqp-sys, the crate under both this provider and vqp's binding
+//! (vqp-host); the provider does not depend on the binding.
 //!
 //! # Devices
 //! `soft0`, `soft1`, … ([`DEFAULT_DEVICES`] of them, or `VQP_SOFT_DEVICES`, or

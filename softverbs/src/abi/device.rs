@@ -5,7 +5,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_char, c_int};
 use std::sync::{Arc, OnceLock};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::cq::MAX_CQE;
 use super::object::{live, publish, retire, CtxObj};
