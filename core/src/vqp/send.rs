@@ -54,6 +54,21 @@ fn raw_inline(wr: &SendWr) -> bool {
     wr.flags.contains(SendFlags::INLINE) && wr.len != 0
 }
 
+/// The flags of a request to be fragmented (not empty) that is unsignaled or
+/// `INLINE`: refused when unsignaled other than RDMA_WRITE_WITH_IMM, and when
+/// `INLINE` with `CHECKED` (its payload would be given by raw address; unchecked, the
+/// flag is dropped: fragments are posted by key).
+#[inline]
+fn fragment_flags<const CHECKED: bool>(wr: &SendWr) -> Result<(), PostSendError> {
+    if CHECKED && wr.flags.contains(SendFlags::INLINE) {
+        return Err(PostSendError::RawInline);
+    }
+    if !wr.flags.contains(SendFlags::SIGNALED) && wr.opcode != Opcode::RDMA_WRITE_WITH_IMM {
+        return Err(PostSendError::Unsignaled(wr.opcode));
+    }
+    Ok(())
+}
+
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     VirtualQp<Q, N, D, S, W>
 {
@@ -70,10 +85,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// its payload would be copied from `local_addr` by the CPU, unchecked. Give it as
     /// a slice to [`post_send_inline`](Self::post_send_inline) instead.
     pub fn post_send(&mut self, wr: &SendWr) -> Result<(), PostSendError> {
-        if raw_inline(wr) {
-            return Err(PostSendError::RawInline);
+        self.accept::<true>(wr)?;
+        if !self.post_alone() {
+            self.dispatch();
         }
-        self.take(wr)
+        Ok(())
     }
 
     /// [`post_send`](Self::post_send) that also takes an `INLINE` request whose
@@ -97,7 +113,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// }
     /// ```
     pub unsafe fn post_send_unchecked(&mut self, wr: &SendWr) -> Result<(), PostSendError> {
-        self.take(wr)
+        self.accept::<false>(wr)?;
+        if !self.post_alone() {
+            self.dispatch();
+        }
+        Ok(())
     }
 
     /// Post one request whose payload is `payload`, copied into the WQE by the
@@ -133,7 +153,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 None => PostSendError::UnknownOpcode(op),
             });
         }
-        if !self.classify(&wr)? {
+        if !self.classify::<false>(&wr)? {
             return Err(PostSendError::CannotInline(op));
         }
         let qp0 = &self.lanes[0];
@@ -144,7 +164,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         {
             return Err(PostSendError::Full);
         }
-        self.take(&wr)?;
+        self.accept::<false>(&wr)?;
+        if !self.post_alone() {
+            self.dispatch();
+        }
         // Nothing waited before it and data QP 0 had room: the request was posted (or
         // refused by the provider, which failed the virtual QP), not left waiting.
         debug_assert_eq!(self.dispatch, self.send.tail);
@@ -172,16 +195,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         self.take_many::<false>(wrs)
     }
 
-    /// Accept `wr` and post what fits now; the caller checked its inline payload.
-    #[inline(always)]
-    fn take(&mut self, wr: &SendWr) -> Result<(), PostSendError> {
-        self.accept(wr)?;
-        if !self.post_alone() {
-            self.dispatch();
-        }
-        Ok(())
-    }
-
     /// Accept `wrs` up to the first refused (with `CHECKED`, one with a raw inline
     /// payload is refused), then run one dispatch round.
     fn take_many<const CHECKED: bool>(
@@ -190,11 +203,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     ) -> Result<(), (usize, PostSendError)> {
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            if CHECKED && raw_inline(wr) {
-                result = Err((i, PostSendError::RawInline));
-                break;
-            }
-            if let Err(e) = self.accept(wr) {
+            if let Err(e) = self.accept::<CHECKED>(wr) {
                 result = Err((i, e));
                 break;
             }
@@ -203,8 +212,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         result
     }
 
-    /// Whether `wr` passes through whole (`true`) or is fragmented, or why it is refused.
-    fn classify(&self, wr: &SendWr) -> Result<bool, PostSendError> {
+    /// Whether `wr` passes through whole (`true`) or is fragmented, or why it is
+    /// refused; `CHECKED` (the safe posts) refuses a raw inline payload.
+    #[inline(always)]
+    fn classify<const CHECKED: bool>(&self, wr: &SendWr) -> Result<bool, PostSendError> {
         let op = wr.opcode;
         if op.name().is_none() {
             return Err(PostSendError::UnknownOpcode(op));
@@ -214,8 +225,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             if wr.len == 0 {
                 return Err(PostSendError::ZeroLength);
             }
-            if !wr.flags.contains(SendFlags::SIGNALED) && op != Opcode::RDMA_WRITE_WITH_IMM {
-                return Err(PostSendError::Unsignaled(op));
+            // One test for the usual flags (signaled, not inline): the rest are sorted
+            // out apart, off the common path.
+            if wr.flags.0 & (SendFlags::SIGNALED.0 | SendFlags::INLINE.0) != SendFlags::SIGNALED.0 {
+                fragment_flags::<CHECKED>(wr)?;
             }
             let notify_dev = if op == Opcode::RDMA_WRITE_WITH_IMM {
                 self.notify_device
@@ -230,6 +243,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             if wr.len > MAX_WQE_BYTES {
                 return Err(PostSendError::TooLong(wr.len));
+            }
+            if CHECKED && raw_inline(wr) {
+                return Err(PostSendError::RawInline);
             }
             let touches_keys = !is_send || (wr.len > 0 && !wr.flags.contains(SendFlags::INLINE));
             (
@@ -250,12 +266,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         Ok(passthrough)
     }
 
-    /// Validate `wr` and give it a slot; posts nothing.
-    fn accept(&mut self, wr: &SendWr) -> Result<(), PostSendError> {
+    /// Validate `wr` and give it a slot; posts nothing. `CHECKED` (the safe posts)
+    /// refuses a raw inline payload.
+    fn accept<const CHECKED: bool>(&mut self, wr: &SendWr) -> Result<(), PostSendError> {
         if let Some(st) = self.failed {
             return Err(PostSendError::Failed(st));
         }
-        let passthrough = self.classify(wr)?;
+        let passthrough = self.classify::<CHECKED>(wr)?;
         if passthrough && self.lanes[0].survived && self.cfg.grace_ns == 0 {
             // Pass-through opcodes go to data QP 0, which failed (re-dispatch), and
             // nothing waits for it to come back. With a grace period they are held

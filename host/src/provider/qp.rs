@@ -17,6 +17,17 @@ use crate::verbs::QueuePair;
 /// than the storage is posted in pieces, one post call per piece (vqp-core's chains
 /// are at most `max_outstanding` long, so sizing the storage to the QP's depth, as
 /// [`VerbsQp::new`] does, keeps every chain one call).
+///
+/// Its posts are vqp-core's `unsafe` trait methods: the library copies an `INLINE`
+/// payload from the WQE's address with the CPU, checking nothing.
+///
+/// ```compile_fail,E0133
+/// use vqp_core::{PhysQp, SendWqe};
+/// // Safe code cannot hand the library an address of its choosing.
+/// fn post(qp: &mut vqp_host::VerbsQp, wqe: SendWqe) {
+///     let _ = qp.post_send(&[wqe]);
+/// }
+/// ```
 pub struct VerbsQp {
     qp: QueuePair,
     /// Send chain storage. Invariant: `send.len() == send_sge.len() >= 1`; the `next`
