@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use vqp_host::sys::*;
 
@@ -155,7 +155,13 @@ pub(super) unsafe extern "C" fn reg_mr(
     })
 }
 
+/// Set: `ibv_dereg_mr` refuses with `EBUSY` and the region stays registered.
+pub static REFUSE_DEREG: AtomicBool = AtomicBool::new(false);
+
 pub(super) unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if REFUSE_DEREG.load(Ordering::SeqCst) {
+        return libc::EBUSY;
+    }
     // SAFETY: from `reg_mr`.
     unsafe { unbox(mr) };
     0

@@ -30,6 +30,8 @@ use cq::{
     ack_cq_events, create_comp_channel, create_cq, destroy_comp_channel, destroy_cq, get_cq_event,
     wc_status_str,
 };
+#[allow(unused_imports)]
+pub use device::REFUSE_DEREG;
 use device::{
     alloc_pd, close_device, dealloc_pd, dereg_mr, free_device_list, get_device_guid,
     get_device_list, get_device_name, open_device, query_device, query_gid, query_port, reg_mr,
