@@ -18,9 +18,9 @@
 //!    access error and nothing is touched. Registering a region is therefore what hands
 //!    memory over, and the caller promises that every region its keys name was
 //!    registered soundly: over memory owned or borrowed for as long as the region is
-//!    registered (vqp-host's `register_buffer` allocates and owns it; `register_raw`,
-//!    which takes an address, is `unsafe`), with no Rust reference assuming that memory
-//!    unchanged while a request may write it.
+//!    registered (vqp-host's `register_buffer` allocates and owns it, and leaks it if
+//!    deregistration fails; `register_raw`, which takes an address, is `unsafe`), with
+//!    no Rust reference assuming that memory unchanged while a request may write it.
 //! 2. **An inline payload is read by the CPU, unchecked.** A send WQE with
 //!    [`SendFlags::INLINE`] and `len > 0` is copied from `addr..addr + len` into the
 //!    WQE during the post call itself, with no key and no bounds check. The caller
@@ -30,7 +30,8 @@
 //!    slice of WQEs.
 //!
 //! [`VirtualQp`](crate::VirtualQp) keeps the contract for its callers. Its safe posts
-//! take no inline payload by address ([`PostSendError::RawInline`](crate::PostSendError::RawInline));
+//! take no inline payload by address
+//! ([`PostSendError::RawInline`](crate::PostSendError::RawInline));
 //! [`VirtualQp::post_send_inline`](crate::VirtualQp::post_send_inline) takes it as a
 //! slice and posts it before it returns, never later (an inline request in flight on a
 //! data QP that fails is reported with the error, not posted again);
