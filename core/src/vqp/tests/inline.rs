@@ -169,3 +169,25 @@ fn the_unchecked_post_takes_a_raw_inline_payload_that_may_wait() {
     let many = unsafe { vqp.post_send_many_unchecked(&[wr]) };
     assert_eq!(many, Ok(()));
 }
+
+#[test]
+fn a_slice_payload_is_refused_while_data_qp_0_is_being_replaced() {
+    let f = Fabric::default();
+    let cfg = Config {
+        redispatch: true,
+        grace_ns: u64::MAX,
+        ..config(Mode::Spray)
+    };
+    let (mut vqp, _vcq) = build_with(&f, cfg, 2);
+    assert!(vqp.fail_qp(100, 0, WcStatus::FATAL_ERR));
+    // A plain SEND would wait for the replacement; an inline payload cannot.
+    assert_eq!(
+        vqp.post_send_inline(&send(1), b"held"),
+        Err(PostSendError::Full)
+    );
+    vqp.post_send(&send(2)).unwrap();
+    assert_eq!(vqp.sends_in_flight(), 1);
+    vqp.restore(0, MockQp { qpn: 300, f: &f }).unwrap();
+    vqp.post_send_inline(&send(3), b"now").unwrap();
+    assert_eq!(f.inline.borrow().as_slice(), b"now");
+}
