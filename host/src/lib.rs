@@ -69,7 +69,14 @@
 //!
 //! Posting takes raw `ibv_send_wr` / `ibv_recv_wr` chains ([`QueuePair::post_send`]),
 //! because the caller (vqp-core) owns the buffers and decides their lifetime; those
-//! calls are `unsafe` with the contract spelled out.
+//! calls are `unsafe` with the contract spelled out, and so is [`VerbsQp`]'s
+//! `PhysQp::post_send` (vqp-core's
+//! [post contract](vqp_core::phys#the-post-contract)). The safe surface hands memory
+//! over by registering it ([`ProtectionDomain::register_buffer`] owns the buffer for
+//! the region's life; [`ProtectionDomain::register_raw`] is `unsafe`), after which the
+//! device checks every address against its key; an inline payload, which the CPU
+//! copies unchecked, goes as a slice (`VirtualQp::post_send_inline`) or through an
+//! `unsafe` post ([`Handle::send_unchecked`]).
 #![deny(unsafe_code, missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]

@@ -106,10 +106,13 @@ fn a_chain_is_one_post_call_and_completions_convert() {
     // SAFETY: nothing else touches the buffer while the test writes it.
     unsafe { p.mr.as_mut_slice() }.unwrap()[..4].copy_from_slice(b"abcd");
     let imm = 0x8000_0042u32.to_be();
-    p.b.post_recv(&[RecvWqe {
-        wr_id: 90,
-        ..RecvWqe::default()
-    }])
+    // SAFETY: the post contract: a receive without a buffer names no memory.
+    unsafe {
+        p.b.post_recv(&[RecvWqe {
+            wr_id: 90,
+            ..RecvWqe::default()
+        }])
+    }
     .unwrap();
     let chain = [
         write(&p, 1, 0, 100, 4),
@@ -125,7 +128,8 @@ fn a_chain_is_one_post_call_and_completions_convert() {
         },
     ];
     let before = spy::post_calls().0;
-    p.a.post_send(&chain).unwrap();
+    // SAFETY: the post contract: no INLINE, every buffer with the region's keys.
+    unsafe { p.a.post_send(&chain) }.unwrap();
     assert_eq!(spy::post_calls().0 - before, 1, "one post for the chain");
 
     let sends = poll_n(&mut p.cq_a, 2);
@@ -164,7 +168,8 @@ fn long_chains_go_in_pieces_and_bad_wr_reports_the_prefix() {
     assert_eq!(p.a.chain_capacity(), (2, 2));
     let wqes: Vec<SendWqe> = (0..5).map(|i| write(&p, i + 1, 0, 64, 8)).collect();
     let before = spy::post_calls().0;
-    p.a.post_send(&wqes).unwrap();
+    // SAFETY: the post contract: no INLINE, every buffer with the region's keys.
+    unsafe { p.a.post_send(&wqes) }.unwrap();
     assert_eq!(spy::post_calls().0 - before, 3, "5 WQEs in pieces of 2");
     assert_eq!(poll_n(&mut p.cq_a, 5).len(), 5);
 
@@ -172,7 +177,8 @@ fn long_chains_go_in_pieces_and_bad_wr_reports_the_prefix() {
     let mut wqes = wqes;
     wqes[3].wr_id = spy::BAD_WR_ID;
     assert_eq!(
-        p.a.post_send(&wqes),
+        // SAFETY: as above.
+        unsafe { p.a.post_send(&wqes) },
         Err(PostFailure {
             posted: 3,
             errno: libc::EINVAL
@@ -188,13 +194,16 @@ fn long_chains_go_in_pieces_and_bad_wr_reports_the_prefix() {
         },
     ];
     assert_eq!(
-        p.b.post_recv(&recvs),
+        // SAFETY: the post contract: receives without a buffer name no memory.
+        unsafe { p.b.post_recv(&recvs) },
         Err(PostFailure {
             posted: 1,
             errno: libc::EINVAL
         })
     );
-    assert_eq!(p.a.post_send(&[]), Ok(()), "an empty chain posts nothing");
+    // SAFETY: an empty chain names no memory.
+    let empty = unsafe { p.a.post_send(&[]) };
+    assert_eq!(empty, Ok(()), "an empty chain posts nothing");
 }
 
 #[test]
@@ -209,7 +218,8 @@ fn set_error_moves_the_qp_to_err_and_flushes() {
             lkey: p.mr.lkey(),
         })
         .collect();
-    p.b.post_recv(&recvs).unwrap();
+    // SAFETY: the post contract: each buffer lies in the region its key names.
+    unsafe { p.b.post_recv(&recvs) }.unwrap();
     p.b.set_error();
     assert!(p.b.set_error_failure().is_none());
     assert_eq!(spy::qp_state(p.b.qp_num()), Some(IBV_QPS_ERR));
@@ -233,7 +243,8 @@ fn set_error_moves_the_qp_to_err_and_flushes() {
         "sized from the QP's depth"
     );
     assert_eq!(
-        fresh.post_send(&[write(&p, 1, 0, 0, 1)]),
+        // SAFETY: the post contract: no INLINE, the buffer with the region's keys.
+        unsafe { fresh.post_send(&[write(&p, 1, 0, 0, 1)]) },
         Err(PostFailure {
             posted: 0,
             errno: libc::EINVAL

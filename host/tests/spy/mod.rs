@@ -4,15 +4,18 @@
 //! see happen (data movement, the QP state machine, flushes, completion channels) is
 //! softverbs' own behaviour; this layer only counts and forwards.
 //!
-//! It does one thing softverbs cannot be asked to do: refuse a particular WR. A send or
-//! receive WR whose id is [`BAD_WR_ID`] is refused by the post (`EINVAL`, `bad_wr`
-//! pointing at it) after the WRs before it in the chain were posted, which is how the
-//! tests check that a partly accepted chain is reported as its prefix.
+//! It does two things softverbs cannot be asked to do. It refuses a particular WR: a
+//! send or receive WR whose id is [`BAD_WR_ID`] is refused by the post (`EINVAL`,
+//! `bad_wr` pointing at it) after the WRs before it in the chain were posted, which is
+//! how the tests check that a partly accepted chain is reported as its prefix. And while
+//! [`REFUSE_DEREG`] is set, `ibv_dereg_mr` answers `EBUSY` and leaves the region
+//! registered, as a provider may while the region is in use.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use vqp_host::sys::*;
@@ -242,6 +245,17 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
     rc
 }
 
+/// Set: `ibv_dereg_mr` refuses with `EBUSY` and the region stays registered.
+pub static REFUSE_DEREG: AtomicBool = AtomicBool::new(false);
+
+unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if REFUSE_DEREG.load(Ordering::SeqCst) {
+        return libc::EBUSY;
+    }
+    // SAFETY: forwarded as given (the caller's region).
+    unsafe { (soft().dereg_mr)(mr) }
+}
+
 /// softverbs, with the recording functions in its table.
 pub fn verbs() -> Verbs {
     let table = VerbsTable {
@@ -249,10 +263,12 @@ pub fn verbs() -> Verbs {
         create_qp,
         destroy_qp,
         modify_qp,
+        dereg_mr,
         ..*soft()
     };
-    // SAFETY: softverbs' table, four functions of which record and forward to softverbs'
-    // own with the same arguments; its contexts' ops likewise.
+    // SAFETY: softverbs' table, five functions of which record (or refuse, see
+    // `REFUSE_DEREG`) and forward to softverbs' own with the same arguments; its
+    // contexts' ops likewise.
     unsafe { Verbs::from_table(table) }
 }
 

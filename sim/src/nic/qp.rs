@@ -197,15 +197,13 @@ impl SimQp {
     }
 }
 
-impl PhysQp for SimQp {
-    fn qp_num(&self) -> u32 {
-        self.qp_num
-    }
-
+/// Safe posts: the simulated NIC resolves every address in its own
+/// simulated memory, checked against the keys, never in the process's.
+impl SimQp {
     /// Queues `wqes` in order. Refuses (with the accepted prefix in `posted`) a QP in
     /// `Init` or an opcode outside libibverbs' RC set with `EINVAL`, and a full send
     /// queue with `ENOMEM`. A QP in `Error` accepts the WQEs and flushes them.
-    fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+    pub fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
         let mut guard = self.state.borrow_mut();
         let st = &mut *guard;
         for (posted, wqe) in wqes.iter().enumerate() {
@@ -235,7 +233,7 @@ impl PhysQp for SimQp {
 
     /// Queues receives in order; a full receive queue fails with `ENOMEM` and the
     /// accepted prefix. Allowed in every state (flushed in `Error`).
-    fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+    pub fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
         let mut guard = self.state.borrow_mut();
         let st = &mut *guard;
         for (posted, wqe) in wqes.iter().enumerate() {
@@ -257,6 +255,31 @@ impl PhysQp for SimQp {
             });
         }
         Ok(())
+    }
+}
+
+// The trait's posts are `unsafe fn`s (vqp-core's post contract); these bodies do no
+// unsafe operation.
+#[allow(unsafe_code)]
+impl PhysQp for SimQp {
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// [`SimQp::post_send`], which is safe on this provider.
+    ///
+    /// # Safety
+    /// The trait's; this provider needs none of it (any WQE is sound here).
+    unsafe fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+        SimQp::post_send(self, wqes)
+    }
+
+    /// [`SimQp::post_recv`], which is safe on this provider.
+    ///
+    /// # Safety
+    /// The trait's; this provider needs none of it (any WQE is sound here).
+    unsafe fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+        SimQp::post_recv(self, wqes)
     }
 
     /// Moves the QP to `Error`: everything outstanding is flushed, one WQE per step.
