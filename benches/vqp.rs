@@ -16,9 +16,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use vqp_core::imm::Imm;
 use vqp_core::reorder::ReorderWindow;
 use vqp_core::seq::Seq;
-use vqp_core::{
-    Opcode, PhysCq, PhysQp, PhysWc, Policy, RecvWr, SendFlags, SendWqe, SendWr, Signaling,
-};
+use vqp_core::{Opcode, PhysCq, PhysWc, Policy, RecvWr, SendFlags, SendWqe, SendWr, Signaling};
 use vqp_sim::noop::{NoopCq, NoopOrder, NoopQp, RecvMode};
 
 use support::alloc::{per_run, Counting};

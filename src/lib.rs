@@ -24,6 +24,8 @@
 //! - [`host`] (`vqp-host`): libibverbs objects with RAII owners, QP connection, the
 //!   endpoint [`Card`](host::Card) and its TCP [`exchange`](host::exchange), and poll
 //!   threads.
+//! - [`host::sys`] (`vqp-sys`): the libibverbs C ABI (structs, constants, the function
+//!   table's type, `Gid`) that the binding and the software provider both build on.
 //! - [`softverbs`] (feature `softverbs`, on by default): a software RDMA device with
 //!   the libibverbs ABI, so code written against vqp runs and is tested without a NIC.
 //!

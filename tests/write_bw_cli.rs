@@ -7,100 +7,15 @@
 //! first test to need one runs `cargo build --example write_bw --example lat` with
 //! the same profile; when they are fresh that is a no-op.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
+#[path = "common/cli.rs"]
+mod cli;
 
-/// `target/<profile>`, where this test runs from (`deps/`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let deps = exe.parent().expect("the test lies in deps/");
-    deps.parent()
-        .expect("deps/ lies in the profile's directory")
-        .to_path_buf()
-}
+use std::process::Command;
 
-/// Builds the examples once per test process, in the profile this test was built in.
-fn build(dir: &Path) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-        "build",
-        "--quiet",
-        "--example",
-        "write_bw",
-        "--example",
-        "lat",
-    ]);
-    match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => {}
-        Some("release") => {
-            cmd.arg("--release");
-        }
-        Some(other) => {
-            cmd.args(["--profile", other]);
-        }
-        None => panic!("cannot tell the profile from {}", dir.display()),
-    }
-    let status = cmd.status().expect("cargo runs");
-    assert!(status.success(), "building the examples failed: {status}");
-}
-
-/// The path of example `name`, built if needed.
-fn example(name: &str) -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    let dir = profile_dir();
-    BUILT.get_or_init(|| build(&dir));
-    let path = dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing after the build",
-        path.display()
-    );
-    path
-}
-
-/// Runs `write_bw` with `args` and the environment `env`.
-fn write_bw(args: &str, env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(example("write_bw"));
-    cmd.args(args.split_whitespace());
-    // The tests set what they inject; nothing from the caller's shell leaks in.
-    for var in [
-        "VQP_SOFT_FAIL_QP",
-        "VQP_SOFT_DELAY",
-        "VQP_IBVERBS_PATH",
-        "VQP_SOFT_RATE",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.envs(env.iter().copied());
-    cmd.output().expect("write_bw runs")
-}
-
-/// `write_bw` with `args` exits 2 with a message containing `says`.
-fn refused(args: &str, says: &str) {
-    let out = write_bw(args, &[]);
-    assert_eq!(out.status.code(), Some(2), "{args}");
-    let err = text(&out.stderr);
-    assert!(err.contains(says), "{args}: {err}");
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// The number right after `prefix` in `s`.
-fn number_after(s: &str, prefix: &str) -> u64 {
-    let at = s
-        .find(prefix)
-        .unwrap_or_else(|| panic!("no '{prefix}' in: {s}"));
-    s[at + prefix.len()..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .unwrap_or_else(|_| panic!("no number after '{prefix}' in: {s}"))
-}
+use cli::{
+    count_of, every_message_accounted_for, example, failed_after, json_array, number_after,
+    profile_dir, refused, text, write_bw,
+};
 
 #[test]
 fn a_short_run_passes() {
@@ -149,19 +64,6 @@ fn fail_at_150() -> String {
         .join(",")
 }
 
-/// The client's failure line accounts for every message it posted: each completed
-/// (and is counted) or was flushed; none is left unreported.
-fn every_message_accounted_for(err: &str) {
-    let completed = number_after(err, "client: the virtual QP failed after ");
-    let posted = number_after(err, "messages (of ");
-    let flushed = number_after(err, "posted, ");
-    assert!(
-        err.contains(&format!("(of {posted} posted, {flushed} were flushed): ")),
-        "{err}"
-    );
-    assert_eq!(completed + flushed, posted, "{err}");
-}
-
 #[test]
 fn a_qp_failure_counts_every_message_that_completed() {
     // One data QP, one WQE per message: exactly 150 messages complete, the 151st
@@ -180,11 +82,12 @@ fn a_qp_failure_counts_every_message_that_completed() {
             "{opcode}: {err}"
         );
         every_message_accounted_for(&err);
+        let count = count_of(&err, "client");
         let server = match opcode {
-            "read" => "server: the client's virtual QP failed after it read 150 messages\n",
-            _ => "server: the client's virtual QP failed after 150 messages; 150 verified on the server\n",
+            "read" => format!("server: the client's virtual QP failed after it read {count})\n"),
+            _ => format!("server: the client's virtual QP failed after {count}); 150 verified on the server\n"),
         };
-        assert!(err.ends_with(server), "{opcode}: {err}");
+        assert!(err.ends_with(&server), "{opcode}: {err}");
     }
 }
 
@@ -199,11 +102,93 @@ fn a_spray_failure_is_counted_alike_on_both_sides() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     let client = number_after(&err, "client: the virtual QP failed after ");
     let told = number_after(&err, "server: the client's virtual QP failed after ");
-    let verified = number_after(&err, "messages; ");
+    let verified = number_after(&err, "flushed); ");
     assert_eq!((told, verified), (client, client), "{err}");
     every_message_accounted_for(&err);
     // The notify QP carries one WQE per message and fails first.
     assert_eq!(client, 150, "{err}");
+}
+
+/// After a failure anywhere — a QP of either side, at several points, in DQPLB and
+/// SPRAY, for each opcode — both sides report the same count: the messages that
+/// completed in order, and apart from them those that completed after the first
+/// failure and those flushed. `VQP_SOFT_FAIL_QP` gives every QP of the process (both
+/// sides', in the order they happen to be created) a different WQE at which it
+/// fails: whichever of the client's fails first, its others go on, so messages still
+/// complete after the first failure. `--inject` fails a given QP of either side.
+#[test]
+fn both_sides_report_the_same_count_after_any_failure() {
+    let staggered = |first: u64| -> String {
+        (1..=10)
+            .map(|k| format!("nth={k}:{}", first + 37 * k))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut later = 0;
+    for (args, rules) in [
+        // The case, and the same failing earlier.
+        (
+            "--mode dqplb --opcode write_imm --iters 2000 --size 256K --qps 4",
+            staggered(150),
+        ),
+        (
+            "--mode dqplb --opcode write_imm --iters 2000 --size 256K --qps 4",
+            staggered(20),
+        ),
+        (
+            "--mode spray --opcode write_imm --iters 2000 --size 64K --qps 4",
+            staggered(90),
+        ),
+        (
+            "--mode dqplb --opcode write --iters 2000 --size 64K --qps 3",
+            staggered(60),
+        ),
+        (
+            "--mode dqplb --opcode read --iters 2000 --size 64K --qps 4",
+            staggered(120),
+        ),
+        (
+            "--mode dqplb --opcode write --duration 2 --size 64K --inject 0.05s:fail-qp=1",
+            String::new(),
+        ),
+        (
+            "--mode dqplb --opcode write_imm --duration 2 --size 64K --inject 0.3s:server-fail-qp=2",
+            String::new(),
+        ),
+        (
+            "--mode spray --opcode read --duration 2 --size 64K --inject 0.3s:fail-qp=0",
+            String::new(),
+        ),
+        (
+            "--mode spray --opcode write_imm --duration 2 --size 64K --inject 0.3s:server-fail-notify",
+            String::new(),
+        ),
+    ] {
+        let env: Vec<(&str, &str)> = match rules.is_empty() {
+            true => vec![],
+            false => vec![("VQP_SOFT_FAIL_QP", &rules)],
+        };
+        let out = write_bw(args, &env);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args}: {err}");
+        assert_eq!(
+            failed_after(&err, "client"),
+            failed_after(&err, "server"),
+            "{args}: {err}"
+        );
+        assert_eq!(count_of(&err, "client"), count_of(&err, "server"), "{args}: {err}");
+        let posted = number_after(&err, "messages (of ");
+        let prefix = number_after(count_of(&err, "client"), "");
+        let after = number_after(&err, "posted, ");
+        let flushed = number_after(&err, "after the first failure and ");
+        assert_eq!(prefix + after + flushed, posted, "{args}: {err}");
+        later += after;
+    }
+    // What made the two sides' counts differ: messages completing after the failure.
+    assert!(
+        later > 0,
+        "no run had messages complete after its first failure"
+    );
 }
 
 /// `--devices N`: each side spreads its data QPs over N softverbs devices (the client
@@ -331,19 +316,6 @@ fn lat_takes_the_same_byte_counts() {
         .expect("lat runs");
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stderr), "lat: --size: '4X' is not a byte count\n");
-}
-
-/// The numbers of the JSON array right after `"key":[` in `json`.
-fn json_array(json: &str, key: &str) -> Vec<u64> {
-    let prefix = format!("\"{key}\":[");
-    let at = json
-        .find(&prefix)
-        .unwrap_or_else(|| panic!("no {key} in: {json}"));
-    let rest = &json[at + prefix.len()..];
-    rest[..rest.find(']').expect("a closed array")]
-        .split(',')
-        .map(|n| n.trim().parse().unwrap_or_else(|_| panic!("{key}: {json}")))
-        .collect()
 }
 
 /// `--policy` over unequal links (soft0 at 25 MB/s, soft1 at 75 MB/s, two data QPs
@@ -544,4 +516,73 @@ fn lat_gives_application_threads_cores_of_their_own_and_refuses_two_spinners_on_
         let err = text(&out.stderr);
         assert!(err.contains(says) && err.lines().count() == 1, "{args}: {err}");
     }
+}
+
+/// `--inject` targets the run cannot have are refused before anything runs, one line
+/// naming the item and what the run has: a data QP at or above `--qps` (either side),
+/// a notify QP in a run without one, a device the run does not use, and, with
+/// `--duration`, a time at or after the run's end.
+#[test]
+fn inject_targets_the_run_cannot_have_are_refused() {
+    for (args, says) in [
+        (
+            "--inject 1s:fail-qp=99",
+            "--inject 1s:fail-qp=99: the run has data QPs 0 to 3 (--qps 4)",
+        ),
+        (
+            "--qps 4 --inject 1s:server-fail-qp=4",
+            "--inject 1s:server-fail-qp=4: the run has data QPs 0 to 3 (--qps 4)",
+        ),
+        (
+            "--inject 1s:rate=soft9:1G",
+            "--inject 1s:rate=soft9:1G: the run uses soft0 to soft1",
+        ),
+        (
+            "--devices 2 --inject 0.5s:link-down=soft3",
+            "--inject 0.5s:link-down=soft3: the run uses soft0 to soft2",
+        ),
+        (
+            "--mode dqplb --inject 1s:fail-notify",
+            "--inject 1s:fail-notify: the run has no notify QP",
+        ),
+        (
+            "--mode spray --qps 1 --inject 1s:server-fail-notify",
+            "--inject 1s:server-fail-notify: the run has no notify QP",
+        ),
+        (
+            "--duration 0.5 --inject 0.1s:link-up=soft0,2s:fail-qp=1",
+            "--inject 2s:fail-qp=1: 2 s is not before the run's end (0.5 s, --duration)",
+        ),
+    ] {
+        let out = write_bw(args, &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args}: {err}");
+        assert!(
+            err.starts_with(&format!("write_bw: {says}")) && err.lines().count() == 1,
+            "{args}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args}");
+    }
+}
+
+/// An `--iters` run that ends before an injection's time says so when it ends (its
+/// length is not known when the flags are checked); what happened is not told again.
+#[test]
+fn an_injection_the_run_ends_before_is_told() {
+    let out = write_bw(
+        "--size 4096 --iters 50 --inject 0s:rate=soft0:0,30s:fail-qp=1,40s:link-down=soft1",
+        &[],
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("s: soft0's link is unlimited"), "{err}");
+    for item in ["30s:fail-qp=1", "40s:link-down=soft1"] {
+        assert!(
+            err.contains(&format!(
+                "write_bw: --inject {item} did not happen: the run ended after "
+            )),
+            "{err}"
+        );
+    }
+    assert_eq!(err.matches("did not happen").count(), 2, "{err}");
 }

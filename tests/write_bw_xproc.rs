@@ -4,25 +4,27 @@
 //! `VQP_IBVERBS_PATH`, or found as `libibverbs.so.1` on `LD_LIBRARY_PATH` (its default
 //! `dlopen`) — in both modes, all three opcodes and 1, 2 and 8 data QPs, every byte
 //! verified; and the failures: the server or the client killed mid-transfer, a data QP
-//! failing mid-transfer. Every run is bounded in time (both processes are killed past
+//! failing mid-transfer (both sides then report one count), and a client stopped
+//! mid-run, which must cost the server no busy core. Every run is bounded in time (both processes are killed past
 //! it), uses its own TCP port and namespace directory (removed at the end). No system
 //! package is needed.
 //!
 //! Needs the example built (`cargo test` builds examples; alone:
 //! `cargo build --example write_bw`).
 
+#[path = "common/live.rs"]
+mod live;
 #[path = "../softverbs/tests/procs/mod.rs"]
 mod procs;
 #[path = "../softverbs/tests/system/mod.rs"]
 mod system;
 
 use std::ffi::{OsStr, OsString};
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
-use std::thread::JoinHandle;
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use live::{Ended, Live};
 
 fn write_bw() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -213,130 +215,6 @@ ok_runs! {
     dqplb_eight_qps: EnvPath, "dqplb", "read", 8;
 }
 
-/// A write_bw process whose stderr is read line by line as it runs.
-struct Live {
-    child: Option<Child>,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-    stdout: Option<JoinHandle<String>>,
-}
-
-/// How a [`Live`] process ended.
-struct Ended {
-    /// `None`: it ran past its limit and was killed.
-    status: Option<std::process::ExitStatus>,
-    stdout: String,
-    stderr: Vec<String>,
-}
-
-impl Ended {
-    fn describe(&self, who: &str) -> String {
-        format!(
-            "{who}: status {:?}\n--- stdout\n{}--- stderr\n{}",
-            self.status,
-            self.stdout,
-            self.stderr.join("\n")
-        )
-    }
-}
-
-impl Live {
-    fn spawn(prog: &Path, args: &[String], env: &[(&str, &OsStr)]) -> Live {
-        let mut c = Command::new(prog);
-        c.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let mut child = c.spawn().expect("spawn write_bw");
-        let (tx, lines) = channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines() {
-                let Ok(l) = l else { break };
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut out = child.stdout.take().unwrap();
-        let stdout = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            s
-        });
-        Live {
-            child: Some(child),
-            lines,
-            seen: Vec::new(),
-            stdout: Some(stdout),
-        }
-    }
-
-    /// Waits at most `limit` for a stderr line that satisfies `pred`.
-    fn wait_line(&mut self, limit: Duration, pred: impl Fn(&str) -> bool) -> bool {
-        let until = Instant::now() + limit;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    let hit = pred(&l);
-                    self.seen.push(l);
-                    if hit {
-                        return true;
-                    }
-                }
-                Err(_) => return false,
-            }
-        }
-    }
-
-    /// Kills the process with SIGKILL.
-    fn kill(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-        }
-    }
-
-    /// Waits at most `limit` for the process to exit, killing it past that.
-    fn finish(mut self, limit: Duration) -> Ended {
-        let mut child = self.child.take().unwrap();
-        let until = Instant::now() + limit;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-            }
-        };
-        let stdout = self.stdout.take().unwrap().join().unwrap_or_default();
-        // The pipe closed with the process: the reader thread ends on its own.
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            self.seen.push(l);
-        }
-        Ended {
-            status,
-            stdout,
-            stderr: std::mem::take(&mut self.seen),
-        }
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// How long a side may take to notice its peer's or its QP's failure and exit.
 const NOTICE: Duration = Duration::from_secs(30);
 
@@ -445,8 +323,25 @@ fn run_faulty(test: &str, mode: &str, fault: Fault, port: u16) {
             );
             let s = server.finish(NOTICE);
             assert_failed_cleanly(&s, "server");
+            // The two processes report the one count of the failed run.
+            let (cc, sc) = (failure_count(&c), failure_count(&s));
+            assert!(
+                cc.is_some() && cc == sc,
+                "the two sides count the failed run differently:\n{}\n{}",
+                c.describe("client"),
+                s.describe("server")
+            );
         }
     }
+}
+
+/// The count of a failed run in a side's error line: `N messages (of … were flushed`.
+fn failure_count(e: &Ended) -> Option<String> {
+    let line = e.stderr.iter().find(|l| l.contains(" messages (of "))?;
+    let end = line.find(" were flushed")? + " were flushed".len();
+    let of = line[..end].rfind(" messages (of ")?;
+    let start = line[..of].rfind(' ')? + 1;
+    Some(line[start..end].to_string())
 }
 
 #[test]
@@ -507,4 +402,97 @@ fn data_qp_failing_mid_transfer_spray() {
         Fault::QpFails("nth=2:200"),
         procs::free_port(),
     );
+}
+
+/// CPU time (user and system, all threads) process `pid` has used.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // After the command name (in parentheses, possibly with spaces): fields 3 on;
+    // utime and stime are fields 14 and 15, in clock ticks.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("a stat line") + 2..]
+        .split(' ')
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let hz = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(100);
+    Duration::from_secs_f64(ticks as f64 / hz as f64)
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{signal} {pid} failed");
+}
+
+/// A client stopped mid-run (SIGSTOP) for two seconds costs the server no busy core:
+/// the server process uses under a tenth of a core meanwhile (polling without pause it
+/// takes all the core the machine gives it), and once the client resumes the run goes
+/// on to its end, every byte verified.
+#[test]
+fn a_stopped_client_costs_the_server_no_busy_core() {
+    let setup = Setup::new(
+        "a_stopped_client_costs_the_server_no_busy_core",
+        Load::EnvPath,
+    );
+    let prog = write_bw();
+    let env = setup.env();
+    let port = procs::free_port();
+    // Deadlines far beyond the stop: neither side may give up on the other.
+    let mut sargs = server_args(port);
+    sargs.extend(["--timeout", "60"].map(String::from));
+    let server = Live::spawn(&prog, &sargs, &env);
+    let until = Instant::now() + Duration::from_secs(30);
+    while !procs::listening(port) {
+        assert!(
+            Instant::now() < until,
+            "the server never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let run = ["--duration", "3", "--timeout", "60"];
+    let mut client = Live::spawn(
+        &prog,
+        &client_args(port, "dqplb", "write_imm", 2, &run),
+        &env,
+    );
+    assert!(
+        client.wait_line(Duration::from_secs(30), progressed),
+        "no data moved:\n{}",
+        client.finish(Duration::ZERO).describe("client")
+    );
+    let (spid, cpid) = (server.pid(), client.pid());
+    signal(cpid, "STOP");
+    // Past the server's spin before it sleeps (10 ms), with room to spare.
+    std::thread::sleep(Duration::from_millis(200));
+    let (used, start) = (cpu_time(spid), Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let (used, took) = (cpu_time(spid) - used, start.elapsed());
+    signal(cpid, "CONT");
+    let c = client.finish(NOTICE);
+    let s = server.finish(NOTICE);
+    assert!(
+        used < took / 10,
+        "the server used {used:?} of CPU in the {took:?} its client was stopped"
+    );
+    for (e, who) in [(&c, "client"), (&s, "server")] {
+        assert_eq!(
+            e.status.and_then(|s| s.code()),
+            Some(0),
+            "{}",
+            e.describe(who)
+        );
+    }
+    assert!(c.stdout.contains(": passed"), "{}", c.describe("client"));
 }

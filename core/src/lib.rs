@@ -16,6 +16,14 @@
 //! beside them [`ring`], the SPSC ring that carries requests and completions between
 //! application threads and a poll thread.
 //! Everything is fixed-capacity: no heap, no lock, no system call.
+//!
+//! Work requests name memory by raw address. What a provider may touch, and what a
+//! caller promises for it, is the [post contract](phys#the-post-contract): addresses
+//! with keys are checked by the device against soundly registered regions, so the safe
+//! [`VirtualQp::post_send`] takes them as they are; an inline payload is copied by the
+//! CPU unchecked, so it goes as a slice ([`VirtualQp::post_send_inline`]) or through
+//! the `unsafe` [`VirtualQp::post_send_unchecked`], and [`PhysQp`]'s posts are
+//! `unsafe`.
 #![no_std]
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]

@@ -89,7 +89,10 @@ impl SendFlags {
     pub const SIGNALED: Self = Self(2);
     /// Ask the responder for a solicited event.
     pub const SOLICITED: Self = Self(4);
-    /// Copy the payload into the WQE at post time.
+    /// Copy the payload into the WQE at post time. The provider copies it with the
+    /// CPU, checking no key, so the safe posts refuse it with a payload given by
+    /// address: see the [post contract](crate::phys#the-post-contract) and
+    /// [`VirtualQp::post_send_inline`](crate::VirtualQp::post_send_inline).
     pub const INLINE: Self = Self(8);
 
     /// True when every bit of `other` is set in `self`.
@@ -194,7 +197,8 @@ pub struct SendWr {
     pub opcode: Opcode,
     /// [`SendFlags`]; `SIGNALED` asks for a completion.
     pub flags: SendFlags,
-    /// Local buffer address.
+    /// Local buffer address, inside the region of the request's local key (the device
+    /// checks it; see the [post contract](crate::phys#the-post-contract)).
     pub local_addr: u64,
     /// Bytes to move.
     pub len: u64,
@@ -278,7 +282,9 @@ impl RecvWr {
         }
     }
 
-    /// A data receive into `[addr, +len)`.
+    /// A data receive into `[addr, +len)`, which the device writes only once it found
+    /// the range inside the region `lkey` names (the
+    /// [post contract](crate::phys#the-post-contract)), so any address is safe here.
     pub const fn data(wr_id: u64, addr: u64, len: u32, lkey: u32) -> Self {
         Self {
             wr_id,

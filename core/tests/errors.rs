@@ -22,6 +22,18 @@ fn provider_failures_name_the_count_and_the_code() {
 }
 
 #[test]
+fn inline_refusals_say_what_to_use_instead() {
+    says(
+        &PostSendError::RawInline,
+        "use post_send_inline with a slice",
+    );
+    says(
+        &PostSendError::CannotInline(Opcode::RDMA_READ),
+        "RDMA_READ cannot carry an inline payload",
+    );
+}
+
+#[test]
 fn engine_errors_read_as_sentences() {
     says(&PostSendError::ZeroLength, "must not be empty");
     says(&PostSendError::Unsignaled(Opcode::RDMA_WRITE), "RDMA_WRITE");

@@ -33,7 +33,10 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
   server registers for a client's run. --inject (softverbs only): link events during the run,
   TIME as 2s or 250ms, ACTION rate=softN:RATE (bytes/s, K/M/G decimal; 0 unlimited),
   link-down=softN, link-up=softN, fail-qp=I or server-fail-qp=I (that side's data QP I fails),
-  fail-notify or server-fail-notify (that side's SPRAY notify QP fails). --devices N (softverbs only): each side spreads its data QPs
+  fail-notify or server-fail-notify (that side's SPRAY notify QP fails). Targets are checked
+  against the run: I below --qps, a notify QP only with --mode spray and --qps 2 or more,
+  soft0 to softN for --devices N; with --duration every TIME must fall before the end, and
+  with --iters an injection the run ends before is told, one line each. --devices N (softverbs only): each side spreads its data QPs
   over N devices, data QP i on device i mod N (the client on soft0.., the server one further).
   --policy (default rr): how the client stripes fragments over its data QPs: round-robin,
   weighted by each port's speed, to the QP with the fewest bytes outstanding, or adaptive
@@ -303,6 +306,8 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     if a.device.is_some() && !a.inject.is_empty() {
         return Err("--inject drives softverbs' link controls; a real device has none".into());
     }
+    // After every flag: the QPs, devices and length the injections act on are known.
+    crate::inject::check(&a.inject, &a.params)?;
     if a.device.is_some() && a.reorder.is_some() {
         return Err("--reorder sets softverbs' cross-QP order; a real device has its own".into());
     }

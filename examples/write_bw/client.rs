@@ -10,13 +10,32 @@ use crate::args::{show_secs, Params};
 use crate::control::{Control, DONE, END, FAILBACK, FAILED, QP_FAILED, STOP, VERIFIED};
 use crate::data::{check, fill, slot, slot_addr, slot_mut};
 use crate::failback::{self, Rejoiner};
+use crate::idle;
 use crate::report::{Measured, Progress};
 use crate::run::{disconnected, poll, qp_failed, Conn, Link, Plan};
+use crate::tally::Tally;
 use crate::wire::Remote;
 use crate::{sigint, Fail};
 
 /// The longest gap between two `D` frames of a read run that completes messages.
 const BEAT: Duration = Duration::from_millis(10);
+
+/// Whose virtual QP failed.
+#[derive(Clone, Copy, Debug)]
+enum Broke {
+    /// This side's, with this status.
+    Here(WcStatus),
+    /// The server's (its `X` frame), with the status it sent.
+    Server(WcStatus),
+}
+
+impl Broke {
+    /// The server's `X` frame's value as a status: one that does not fit is shown as
+    /// an unknown status, not taken for another.
+    fn server(n: u64) -> Broke {
+        Broke::Server(WcStatus(u32::try_from(n).unwrap_or(u32::MAX)))
+    }
+}
 
 /// The client's state.
 struct Client<'a> {
@@ -89,9 +108,10 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
 }
 
 impl Client<'_> {
-    /// Tells a lost connection with how far the run got.
+    /// Tells a lost connection with how far the run got (the messages that completed
+    /// in order, as after a failure).
     fn lost(&self) -> impl Fn(Fail) -> Fail {
-        let done = self.completed;
+        let done = self.prefix;
         move |f| disconnected(f, done, "")
     }
 
@@ -134,6 +154,7 @@ impl Client<'_> {
                     }
                     STOP => interrupted = true,
                     FAILBACK => failback::take(&mut self.conn, &mut self.ctl, n)?,
+                    QP_FAILED => return Err(self.failed(Broke::server(n), &mut out)),
                     FAILED => {
                         return Err(Fail::data(format!(
                             "data check FAILED on the server: message {n}"
@@ -188,7 +209,9 @@ impl Client<'_> {
                 match self.conn.vqp.post_send(&wr) {
                     Ok(()) => self.posted += 1,
                     Err(PostSendError::Full) => break,
-                    Err(PostSendError::Failed(st)) => return Err(self.failed(st, &mut out)),
+                    Err(PostSendError::Failed(st)) => {
+                        return Err(self.failed(Broke::Here(st), &mut out))
+                    }
                     Err(e) => {
                         return Err(Fail::bad(format!(
                             "the virtual QP refused message {i}: {e}"
@@ -198,7 +221,7 @@ impl Client<'_> {
             }
             let n = poll(&mut self.conn, &mut out)?;
             if let Some(st) = self.reap(&out[..n])? {
-                return Err(self.failed(st, &mut out));
+                return Err(self.failed(Broke::Here(st), &mut out));
             }
             if n > 0 {
                 last_move = Instant::now();
@@ -223,7 +246,7 @@ impl Client<'_> {
             }
             self.ctl.flush().map_err(self.lost())?;
             if let Some(st) = self.conn.vqp.failure() {
-                return Err(self.failed(st, &mut out));
+                return Err(self.failed(Broke::Here(st), &mut out));
             }
             // A message counts once it completed here and its receiver checked it.
             let delivered = if read {
@@ -238,8 +261,9 @@ impl Client<'_> {
             if n == 0 && self.posted == before {
                 // Nothing to do this round: let the other side (and, on softverbs, the
                 // progress engine) have the core; a machine with fewer cores than busy
-                // threads otherwise spends its time spinning.
-                std::thread::yield_now();
+                // threads otherwise spends its time spinning. A server that stopped
+                // costs no busy core (see `idle`).
+                idle::pause(now.duration_since(last_move));
             }
             if now.duration_since(last_move) > self.timeout {
                 return Err(Fail::peer(format!(
@@ -320,15 +344,20 @@ impl Client<'_> {
         Ok(first)
     }
 
-    /// The virtual QP failed with `status`: posts nothing more, lets every message
-    /// posted be reported (or the timeout pass), counting those that completed
-    /// successfully, tells the server that count, and returns the error.
+    /// The virtual QP failed (this side's, or the server's as it said): posts
+    /// nothing more, lets every message posted be reported (or the timeout pass),
+    /// tells the server the count (`Tally`) and returns the error, which carries the
+    /// same count.
     ///
     /// The count is what completed, not what had been polled when the failure was
     /// seen: the virtual QP reports a failure as soon as one physical QP breaks, while
-    /// completions of earlier messages may still wait in the CQ.
-    fn failed(&mut self, status: WcStatus, out: &mut [Wc]) -> Fail {
+    /// completions of earlier messages may still wait in the CQ. The run's count is
+    /// the prefix, the messages before the first failure (the server can check those
+    /// and no others); the ones that completed after it, on the QPs still up, are
+    /// told apart.
+    fn failed(&mut self, broke: Broke, out: &mut [Wc]) -> Fail {
         let until = Instant::now() + self.timeout;
+        let mut last = Instant::now();
         while self.reported < self.posted && Instant::now() < until {
             let n = match poll(&mut self.conn, out) {
                 Ok(n) => n,
@@ -338,26 +367,31 @@ impl Client<'_> {
                 return f;
             }
             if n == 0 {
-                std::thread::yield_now();
+                idle::pause(last.elapsed());
+            } else {
+                last = Instant::now();
             }
         }
+        let tally = Tally {
+            prefix: self.prefix,
+            later: self.completed - self.prefix,
+            flushed: self.reported - self.completed,
+            posted: self.posted,
+        };
         // The server checks (plain writes) and reports as many; it may have gone, so
         // errors here change nothing.
         if self.p.opcode == Opcode::RDMA_WRITE && self.prefix > self.sent_done {
             let _ = self.ctl.send(DONE, self.prefix);
         }
-        let _ = self.ctl.send(QP_FAILED, self.prefix);
+        let _ = tally.send(&mut self.ctl);
         self.ctl.finish(self.timeout.min(Duration::from_secs(1)));
-        let flushed = self.reported - self.completed;
-        let mut more = format!(" (of {} posted, {flushed} were flushed", self.posted);
-        if self.reported < self.posted {
+        let mut more = String::new();
+        if tally.unreported() > 0 {
             more += &format!(
-                " and {} not reported within {}",
-                self.posted - self.reported,
+                " (the client waited {} for the rest)",
                 show_secs(self.timeout)
             );
         }
-        more.push(')');
         if self.conn.vqp.grace_expired() {
             more += &format!(
                 "; every path was lost ({}) and none came back within the {} grace period",
@@ -365,7 +399,12 @@ impl Client<'_> {
                 show_secs(self.p.grace)
             );
         }
-        qp_failed(status, self.completed, &more)
+        match broke {
+            Broke::Here(status) => qp_failed(status, tally, &more),
+            Broke::Server(status) => Fail::peer(format!(
+                "the server's virtual QP failed after {tally}{more}: {status} (a QP broke or the peer went away)"
+            )),
+        }
     }
 
     /// The failed data QPs and their devices: `data QPs 0, 2 on soft0, 1 on soft1`.
@@ -394,9 +433,17 @@ impl Client<'_> {
     /// Waits for the server to confirm (after checking) every message.
     fn confirmations(&mut self) -> Result<(), Fail> {
         let until = Instant::now() + self.timeout;
+        let mut last = Instant::now();
         while self.credit < self.posted {
             match self.ctl.recv().map_err(self.lost())? {
-                Some((VERIFIED, n)) => self.credit(n)?,
+                Some((VERIFIED, n)) => {
+                    self.credit(n)?;
+                    last = Instant::now();
+                }
+                Some((QP_FAILED, n)) => {
+                    let mut out = [Wc::EMPTY; 32];
+                    return Err(self.failed(Broke::server(n), &mut out));
+                }
                 Some((FAILED, n)) => {
                     return Err(Fail::data(format!(
                         "data check FAILED on the server: message {n}"
@@ -411,7 +458,7 @@ impl Client<'_> {
                         show_secs(self.timeout)
                     )))
                 }
-                None => std::thread::sleep(Duration::from_micros(20)),
+                None => idle::pause(last.elapsed()),
             }
         }
         Ok(())

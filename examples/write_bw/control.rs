@@ -5,7 +5,17 @@
 //!   server may check them; read: progress, at least every 10 ms while messages
 //!   complete, so that the server sees the run move).
 //! - client → server `E n`: the client stopped after n messages, all completed.
-//! - client → server `X n`: the client's virtual QP failed; n messages had completed.
+//! - client → server `P n`, `L n`, `U n`, then `X n`: the client's virtual QP failed
+//!   (or the server said its own did); of the n posted (`P`), n completed after the
+//!   first failure (`L`) and n completed with an error (`U`), and the first n
+//!   completed in order (`X`, which closes the count; see `tally`).
+//! - server → client `X n`: the server's virtual QP failed with status n; the client
+//!   stops and sends its count as above.
+//!
+//! The count's `P`, `L`, `U` frames and the server's `X` came after `write_bw/2` was
+//! named (`params`): a server takes an `X` without them as a count with nothing after
+//! the prefix, and the frames are sent only once a run has failed, so builds from
+//! before them still agree on every run that does not fail.
 //! - server → client `V n`: messages below n were verified (their slots are free again).
 //! - `S 0`, either way: Ctrl-C on the sender's side; the client stops posting.
 //! - server → client `F n`: message n failed the data check.
@@ -21,6 +31,9 @@ use crate::Fail;
 pub const DONE: u8 = b'D';
 pub const END: u8 = b'E';
 pub const QP_FAILED: u8 = b'X';
+pub const POSTED: u8 = b'P';
+pub const LATER: u8 = b'L';
+pub const FLUSHED: u8 = b'U';
 pub const VERIFIED: u8 = b'V';
 pub const STOP: u8 = b'S';
 pub const FAILED: u8 = b'F';

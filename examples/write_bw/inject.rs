@@ -10,13 +10,16 @@
 //! process serves both sides.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use vqp_host::Verbs;
 
+use vqp_core::Mode;
+
+use crate::params::{Limit, Params};
 use crate::Fail;
 
 /// What happens.
@@ -71,6 +74,27 @@ impl std::fmt::Display for Action {
             Action::ServerFailQp(i) => write!(f, "the server's data QP {i} fails"),
             Action::FailNotify => write!(f, "the client's notify QP fails"),
             Action::ServerFailNotify => write!(f, "the server's notify QP fails"),
+        }
+    }
+}
+
+impl Action {
+    /// The action as `--inject` spells it.
+    fn spec(self) -> String {
+        match self {
+            Action::Rate { dev, rate } => {
+                let (n, unit) = [(1_000_000_000, "G"), (1_000_000, "M"), (1_000, "K")]
+                    .into_iter()
+                    .find(|&(u, _)| rate >= u && rate % u == 0)
+                    .map_or((rate, ""), |(u, name)| (rate / u, name));
+                format!("rate=soft{dev}:{n}{unit}")
+            }
+            Action::LinkDown(dev) => format!("link-down=soft{dev}"),
+            Action::LinkUp(dev) => format!("link-up=soft{dev}"),
+            Action::FailQp(i) => format!("fail-qp={i}"),
+            Action::ServerFailQp(i) => format!("server-fail-qp={i}"),
+            Action::FailNotify => "fail-notify".into(),
+            Action::ServerFailNotify => "server-fail-notify".into(),
         }
     }
 }
@@ -151,6 +175,59 @@ pub fn parse(spec: &str) -> Result<Vec<Injection>, String> {
     Ok(out)
 }
 
+/// Refuses an injection the run described by `p` cannot carry out: a data QP index at
+/// or above `--qps`, a notify QP in a run without one (DQPLB, or SPRAY over one data
+/// QP), a device the run does not use (the client's soft0 to soft{N-1} and the
+/// server's soft1 to softN for `--devices N`), and, in a `--duration` run, a time at
+/// or after its end, when nothing is left for the injection to act on. (With
+/// `--iters` the run's length is not known beforehand: an injection that did not
+/// happen is told when the run ends, see [`Injector`].)
+pub fn check(list: &[Injection], p: &Params) -> Result<(), String> {
+    let notify = p.mode == Mode::Spray && p.qps > 1;
+    for i in list {
+        let item = format!("--inject {}s:{}", i.at.as_secs_f64(), i.action.spec());
+        let why = match i.action {
+            Action::FailQp(q) | Action::ServerFailQp(q) if q >= p.qps => Some(format!(
+                "the run has data QPs 0 to {} (--qps {})",
+                p.qps - 1,
+                p.qps
+            )),
+            Action::FailNotify | Action::ServerFailNotify if !notify => Some(
+                "the run has no notify QP (only --mode spray with --qps 2 or more has one)"
+                    .to_string(),
+            ),
+            Action::Rate { dev, .. } | Action::LinkDown(dev) | Action::LinkUp(dev)
+                if dev > p.devices =>
+            {
+                let span = |a: usize, b: usize| match a == b {
+                    true => format!("soft{a}"),
+                    false => format!("soft{a} to soft{b}"),
+                };
+                Some(format!(
+                    "the run uses {} (--devices {}: the client {}, the server {})",
+                    span(0, p.devices),
+                    p.devices,
+                    span(0, p.devices - 1),
+                    span(1, p.devices)
+                ))
+            }
+            _ => None,
+        };
+        let late = match p.limit {
+            Limit::Time(d) if i.at >= d => Some(format!(
+                "{} s is not before the run's end ({} s, --duration): it would never happen",
+                i.at.as_secs_f64(),
+                d.as_secs_f64()
+            )),
+            _ => None,
+        };
+        if let Some(why) = why.or(late) {
+            return Err(format!("{item}: {why}"));
+        }
+    }
+    Ok(())
+}
+
 type SetRate = extern "C" fn(u32, u64) -> c_int;
 type SetLink = extern "C" fn(u32, c_int) -> c_int;
 type FailQp = extern "C" fn(u32) -> c_int;
@@ -221,9 +298,17 @@ impl Controls {
     }
 }
 
-/// The thread carrying out the injections; stopped (and joined) on drop.
+/// The thread carrying out the injections; stopped (and joined) on drop, which also
+/// tells, one line each on stderr, the injections that did not happen because the run
+/// ended first (possible with `--iters`, whose length is not known when the flags are
+/// checked): a run that was meant to meet a fault and did not should not look like one
+/// that rode it out.
 pub struct Injector {
     stop: Arc<AtomicBool>,
+    /// How many of `list` were carried out (they happen in order).
+    done: Arc<AtomicUsize>,
+    list: Vec<Injection>,
+    t0: Instant,
     join: Option<JoinHandle<()>>,
 }
 
@@ -237,36 +322,42 @@ pub fn start(verbs: &Verbs, list: &[Injection], qpns: Targets) -> Result<Option<
         return Ok(None);
     }
     let controls = Controls::of(verbs);
-    let list = list.to_vec();
+    let todo = list.to_vec();
     let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
+    let done = Arc::new(AtomicUsize::new(0));
+    let (flag, count) = (Arc::clone(&stop), Arc::clone(&done));
     let t0 = Instant::now();
     let join = std::thread::Builder::new()
         .name("write_bw-inject".into())
         .spawn(move || {
-            for i in list {
+            for i in todo {
                 while t0.elapsed() < i.at {
                     if flag.load(Ordering::Relaxed) {
                         return;
                     }
                     std::thread::sleep((i.at - t0.elapsed()).min(Duration::from_millis(10)));
                 }
-                let done = controls.apply(i.action, &qpns);
+                let ok = controls.apply(i.action, &qpns);
                 eprintln!(
                     "write_bw: at {:.3} s: {}{}",
                     t0.elapsed().as_secs_f64(),
                     i.action,
-                    if done {
+                    if ok {
                         ""
                     } else {
                         " (refused: no such device or QP)"
                     }
                 );
+                // Read by `Drop` after the join, which orders it.
+                count.fetch_add(1, Ordering::Relaxed);
             }
         })
         .map_err(|e| Fail::bad(format!("cannot start the --inject thread: {e}")))?;
     Ok(Some(Injector {
         stop,
+        done,
+        list: list.to_vec(),
+        t0,
         join: Some(join),
     }))
 }
@@ -276,6 +367,14 @@ impl Drop for Injector {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(j) = self.join.take() {
             let _ = j.join();
+        }
+        let ended = self.t0.elapsed().as_secs_f64();
+        for i in &self.list[self.done.load(Ordering::Relaxed).min(self.list.len())..] {
+            eprintln!(
+                "write_bw: --inject {}s:{} did not happen: the run ended after {ended:.3} s",
+                i.at.as_secs_f64(),
+                i.action.spec()
+            );
         }
     }
 }
@@ -328,6 +427,13 @@ mod tests {
                 },
             ]
         );
+        // Each action as messages name it is the item that gives it.
+        for i in parse("1s:rate=soft1:1500M,2s:rate=soft0:0,3s:link-up=soft2,4s:fail-notify,5s:server-fail-qp=3")
+            .unwrap()
+        {
+            let again = parse(&format!("1s:{}", i.action.spec())).unwrap();
+            assert_eq!(again[0].action, i.action, "{}", i.action.spec());
+        }
         for (spec, says) in [
             ("2:rate=soft1:1G", "the time"),
             ("2s", "TIME:ACTION"),

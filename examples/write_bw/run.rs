@@ -188,10 +188,11 @@ impl Stripe {
     };
 }
 
-/// The error for a virtual QP that failed with `status` after `done` messages.
-pub fn qp_failed(status: WcStatus, done: u64, more: &str) -> Fail {
+/// The error for a virtual QP that failed with `status` after `after` (a count of
+/// messages, `Tally`'s phrase).
+pub fn qp_failed(status: WcStatus, after: impl std::fmt::Display, more: &str) -> Fail {
     Fail::peer(format!(
-        "the virtual QP failed after {done} messages{more}: {status} (a QP broke or the peer went away)"
+        "the virtual QP failed after {after}{more}: {status} (a QP broke or the peer went away)"
     ))
 }
 

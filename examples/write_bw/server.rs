@@ -8,16 +8,25 @@
 //! reader's counts are held to the run's `--iters` and to a rate no RDMA device
 //! reaches ([`MAX_MSG_RATE`], [`MAX_BYTE_RATE`]) over the time since the barrier.
 //! With `--iters`, `E` must equal it unless someone pressed Ctrl-C (an `S` frame).
+//!
+//! When a virtual QP fails, the server reports the client's count of the run (see
+//! `tally`), which must add up: its own failure it tells the client (`X`), credits
+//! nothing more and waits for that count, checking meanwhile the messages notified in
+//! order; a failure the client tells first it meets the same way.
 
 use std::time::{Duration, Instant};
 
 use vqp_core::{Opcode, PostRecvError, RecvWr, Wc, WcOpcode, WcStatus};
 
 use crate::args::{show_secs, Limit, Params};
-use crate::control::{Control, DONE, END, FAILBACK, FAILED, QP_FAILED, STOP, VERIFIED};
+use crate::control::{
+    Control, DONE, END, FAILBACK, FAILED, FLUSHED, LATER, POSTED, QP_FAILED, STOP, VERIFIED,
+};
 use crate::data::{check, fill, slot, slot_mut};
 use crate::failback;
+use crate::idle;
 use crate::run::{disconnected, poll, qp_failed, Link};
+use crate::tally::Tally;
 use crate::{sigint, Fail};
 
 /// Messages per second no RDMA device reaches (today's fastest NICs send a few
@@ -28,6 +37,10 @@ pub const MAX_BYTE_RATE: f64 = 1e12;
 /// Added to the time a reader had: its clock starts when it leaves the barrier,
 /// which may be a little before the server's.
 const CLOCK_SLACK: Duration = Duration::from_millis(10);
+/// How long, after the client's count of a failed run came and a QP broke here too,
+/// the server waits for the notifications still due before it says how many of the
+/// client's messages it verified.
+const SETTLE: Duration = Duration::from_millis(100);
 
 /// What the server checked.
 #[derive(Debug)]
@@ -56,8 +69,14 @@ struct Server<'a> {
     said: u64,
     /// The client's `E` count.
     end: Option<u64>,
-    /// The client's `X` count: its virtual QP failed.
-    client_failed: Option<u64>,
+    /// The client's count of a failed run so far (its `P`, `L`, `U` frames).
+    count: Tally,
+    /// The client's count, closed by its `X` frame: its virtual QP failed, or it
+    /// answered ours.
+    client_failed: Option<Tally>,
+    /// This side's virtual QP failed (and the client was told) before the client
+    /// said its own had.
+    own: Option<WcStatus>,
     interrupted: bool,
 }
 
@@ -124,10 +143,30 @@ impl Server<'_> {
                 self.said = n;
                 self.end = Some(n);
             }
+            POSTED => {
+                self.plausible(tag, n)?;
+                self.count.posted = n;
+            }
+            LATER => self.count.later = n,
+            FLUSHED => self.count.flushed = n,
             QP_FAILED => {
                 self.plausible(tag, n)?;
                 self.said = n;
-                self.client_failed = Some(n);
+                // A client that sends no `P` posted no more than its prefix.
+                let t = Tally {
+                    prefix: n,
+                    posted: self.count.posted.max(n),
+                    ..self.count
+                };
+                let counted = n
+                    .checked_add(t.later)
+                    .and_then(|c| c.checked_add(t.flushed));
+                if counted.map_or(true, |c| c > t.posted) {
+                    return Err(Fail::bad(format!(
+                        "the client's count of its failed run does not add up ({t}); refusing the run"
+                    )));
+                }
+                self.client_failed = Some(t);
             }
             STOP => self.interrupted = true,
             t => {
@@ -139,17 +178,24 @@ impl Server<'_> {
         Ok(())
     }
 
-    /// The error to end with once the client's virtual QP failed after `n` messages
-    /// and every one of them that the server can check was checked.
-    fn client_failure(&self, n: u64) -> Fail {
-        Fail::peer(if self.p.read() {
-            format!("the client's virtual QP failed after it read {n} messages")
-        } else {
-            format!(
-                "the client's virtual QP failed after {n} messages; {} verified on the server",
-                self.verified
-            )
-        })
+    /// The error to end with once the client sent its count `t` of the failed run
+    /// and every message of its prefix that the server can check was checked: the
+    /// client's count, the same phrase as the client's line, and what was verified.
+    fn failure(&self, t: &Tally) -> Fail {
+        let verified = match self.p.read() {
+            true => String::new(),
+            false => format!("; {} verified on the server", self.verified),
+        };
+        match (self.own, self.p.read()) {
+            (Some(st), _) => {
+                let f = qp_failed(st, t, "");
+                Fail::peer(format!("{}{verified}", f.msg))
+            }
+            (None, true) => Fail::peer(format!("the client's virtual QP failed after it read {t}")),
+            (None, false) => Fail::peer(format!(
+                "the client's virtual QP failed after {t}{verified}"
+            )),
+        }
     }
 }
 
@@ -189,18 +235,22 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
         announced: 0,
         said: 0,
         end: None,
+        count: Tally::default(),
         client_failed: None,
+        own: None,
         interrupted: false,
     };
     let mut recvs = 0u64;
     let mut stop_sent = false;
     let mut out = [Wc::EMPTY; 32];
     let mut last_move = s.start;
+    // A completion failed here, or the virtual QP did.
+    let mut broken = false;
     let lost = |f: Fail, verified: u64| disconnected(f, verified, " verified");
     loop {
         // After `E` or `X` the client may close the connection at any time: read no
-        // further.
-        while s.end.is_none() && s.client_failed.is_none() {
+        // further (unless this side failed: then the client's count is awaited).
+        while (s.end.is_none() || s.own.is_some()) && s.client_failed.is_none() {
             let Some((tag, n)) = ctl.recv().map_err(|f| lost(f, s.verified))? else {
                 break;
             };
@@ -211,10 +261,11 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
                 s.frame(tag, n)?;
             }
         }
-        while imm && recvs < s.verified + slots {
+        while imm && recvs < s.verified + slots && !broken {
             match conn.vqp.post_recv(&RecvWr::notification(recvs)) {
                 Ok(()) => recvs += 1,
-                Err(PostRecvError::Full) => break,
+                // Taken up below, from `failure()`.
+                Err(PostRecvError::Full | PostRecvError::Failed(_)) => break,
                 Err(e) => {
                     return Err(Fail::peer(format!(
                         "receive refused after {} messages: {e}",
@@ -231,17 +282,20 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
         let mut failure: Option<WcStatus> = None;
         for wc in &out[..n] {
             if !wc.status.is_ok() {
-                failure = Some(wc.status);
-                break;
+                failure = failure.or(Some(wc.status));
+                continue;
             }
             // (byte_len is not checked: a SPRAY notify is a zero-byte write.)
-            if wc.opcode != WcOpcode::RECV_RDMA_WITH_IMM || wc.wr_id != landed {
+            if wc.opcode == WcOpcode::RECV_RDMA_WITH_IMM && wc.wr_id == landed {
+                landed += 1;
+            } else if failure.is_none() && s.own.is_none() {
                 return Err(Fail::bad(format!(
                     "unexpected completion: receive {} when {landed} was due",
                     wc.wr_id
                 )));
             }
-            landed += 1;
+            // After a failure, a receive past a flushed one is not checked: the
+            // messages checked are the ones notified in order.
         }
         while s.verified < landed && !read {
             let v = s.verified;
@@ -259,20 +313,30 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
         if n > 0 || s.verified > before {
             last_move = Instant::now();
         }
-        if let Some(x) = s.client_failed {
-            // Once what the client completed is checked (or nothing more comes), say so;
-            // the client has gone, so no credit is sent.
-            if read || s.verified >= x || failure.is_some() {
-                return Err(s.client_failure(x));
+        broken |= failure.is_some() || conn.vqp.failure().is_some();
+        if let Some(t) = s.client_failed {
+            // Once the client's prefix is checked (or, with a QP broken here, nothing
+            // more comes for a while), say so; the client has gone, so no credit is
+            // sent.
+            let stuck = broken && last_move.elapsed() >= SETTLE;
+            if read || s.verified >= t.prefix || stuck {
+                return Err(s.failure(&t));
             }
         }
         // The clock of a virtual QP that lost every path (re-dispatch's grace period).
         let since = s.start.elapsed().as_nanos();
         conn.vqp.sample(u64::try_from(since).unwrap_or(u64::MAX));
         if let Some(st) = failure.or(conn.vqp.failure()) {
-            return Err(qp_failed(st, s.verified, " verified"));
+            if s.own.is_none() && s.client_failed.is_none() {
+                // The client counts what completed and sends its count (which both
+                // sides then report); until it comes, nothing is credited.
+                s.own = Some(st);
+                last_move = Instant::now();
+                ctl.send(QP_FAILED, u64::from(st.0))
+                    .map_err(|f| lost(f, s.verified))?;
+            }
         }
-        if s.client_failed.is_none() {
+        if s.client_failed.is_none() && s.own.is_none() {
             if s.verified > s.announced {
                 ctl.send(VERIFIED, s.verified)
                     .map_err(|f| lost(f, s.verified))?;
@@ -283,9 +347,12 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
                 ctl.send(STOP, 0).map_err(|f| lost(f, s.verified))?;
                 stop_sent = true;
             }
+        }
+        if s.client_failed.is_none() {
             ctl.flush().map_err(|f| lost(f, s.verified))?;
         }
         match s.end {
+            _ if s.own.is_some() => {}
             Some(e) if read => {
                 ctl.send(VERIFIED, e).map_err(|f| lost(f, s.verified))?;
                 s.verified = e;
@@ -296,9 +363,17 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
         }
         let now = Instant::now();
         if now.duration_since(last_move) > timeout {
+            if let Some(st) = s.own {
+                let f = qp_failed(st, format!("{} messages verified", s.verified), "");
+                return Err(Fail::peer(format!(
+                    "{}; the client sent no count of its messages within {}",
+                    f.msg,
+                    show_secs(timeout)
+                )));
+            }
             let got = match (read, s.client_failed) {
-                (_, Some(x)) => format!(
-                    "the client's virtual QP failed after {x} messages, {} of them verified here",
+                (_, Some(t)) => format!(
+                    "the client's virtual QP failed after {t}, {} of them verified here",
                     s.verified
                 ),
                 (true, None) => format!("the client reported {} messages read", s.said),
@@ -310,7 +385,8 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
             )));
         }
         if n == 0 && s.verified == before {
-            std::thread::yield_now();
+            // A client that stopped costs no busy core (see `idle`).
+            idle::pause(now.duration_since(last_move));
         }
     }
     // Make sure the last credit left before this side closes the connection.

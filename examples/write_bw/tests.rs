@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use vqp_core::Opcode;
 
 use crate::args::{Limit, Params};
-use crate::control::{DONE, END};
+use crate::control::{DONE, END, FLUSHED, LATER, POSTED, QP_FAILED};
 use crate::device::{self, Device};
 use crate::run::{self, Link};
 use crate::server::{max_reads, Verified};
@@ -307,5 +307,48 @@ fn a_run_without_messages_never_passes() {
     assert_eq!(
         f.msg,
         "the client ended its timed run without a message; refusing the run"
+    );
+}
+
+#[test]
+fn a_failed_run_s_count_is_told_as_the_client_sent_it_and_must_add_up() {
+    // A reader's count (the server checks none of it): said back as it came.
+    let p = params(Opcode::RDMA_READ, Limit::Iters(200));
+    let f = claim(
+        &p,
+        &[(POSTED, 60), (LATER, 7), (FLUSHED, 13), (QP_FAILED, 40)],
+    )
+    .unwrap_err();
+    assert_eq!(
+        f.msg,
+        "the client's virtual QP failed after it read 40 messages (of 60 posted, 7 completed after the first failure and 13 were flushed)"
+    );
+    // More counted than posted.
+    let f = claim(
+        &p,
+        &[(POSTED, 60), (LATER, 30), (FLUSHED, 13), (QP_FAILED, 40)],
+    )
+    .unwrap_err();
+    assert!(f.msg.contains("does not add up"), "{}", f.msg);
+    assert!(!f.peer);
+    // Counts near 2^64 do not wrap into a sum that looks right.
+    let f = claim(
+        &p,
+        &[
+            (POSTED, 60),
+            (LATER, u64::MAX),
+            (FLUSHED, 2),
+            (QP_FAILED, 40),
+        ],
+    )
+    .unwrap_err();
+    assert!(f.msg.contains("does not add up"), "{}", f.msg);
+    // A writer cannot have posted beyond its credit.
+    let w = params(Opcode::RDMA_WRITE_WITH_IMM, Limit::Iters(1000));
+    let f = claim(&w, &[(POSTED, 500), (QP_FAILED, 0)]).unwrap_err();
+    assert!(
+        f.msg.contains("the client's P frame claims 500"),
+        "{}",
+        f.msg
     );
 }

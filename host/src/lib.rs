@@ -11,9 +11,11 @@
 //!  verbs     RAII objects: DeviceList, Context, ProtectionDomain, MemoryRegion,
 //!            CompletionChannel, CompletionQueue, QueuePair; data path through the
 //!            provider's ops table (post_send, post_recv, poll_cq, req_notify_cq)
-//!  loader    one table of libibverbs functions: dlopen (default), link time
+//!  loader    fills the table of libibverbs functions: dlopen (default), link time
 //!            (feature `linked`), or an in-process table (a software provider)
-//!  sys       #[repr(C)] mirrors of <infiniband/verbs.h>, checked against the header
+//!  ──────────────────────────────────────────────────────────────
+//!  sys       the crate vqp-sys, re-exported: #[repr(C)] mirrors of <infiniband/verbs.h>
+//!            (checked against the header), the function table's type, Gid
 //! ```
 //!
 //! # Loading
@@ -67,7 +69,14 @@
 //!
 //! Posting takes raw `ibv_send_wr` / `ibv_recv_wr` chains ([`QueuePair::post_send`]),
 //! because the caller (vqp-core) owns the buffers and decides their lifetime; those
-//! calls are `unsafe` with the contract spelled out.
+//! calls are `unsafe` with the contract spelled out, and so is [`VerbsQp`]'s
+//! `PhysQp::post_send` (vqp-core's
+//! [post contract](vqp_core::phys#the-post-contract)). The safe surface hands memory
+//! over by registering it ([`ProtectionDomain::register_buffer`] owns the buffer for
+//! the region's life; [`ProtectionDomain::register_raw`] is `unsafe`), after which the
+//! device checks every address against its key; an inline payload, which the CPU
+//! copies unchecked, goes as a slice (`VirtualQp::post_send_inline`) or through an
+//! `unsafe` post ([`Handle::send_unchecked`]).
 #![deny(unsafe_code, missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -85,9 +94,11 @@ pub mod loader;
 pub mod poller;
 pub mod provider;
 #[allow(unsafe_code)]
-pub mod sys;
-#[allow(unsafe_code)]
 pub mod verbs;
+
+/// The libibverbs ABI (the crate vqp-sys): `#[repr(C)]` structs, constants, the
+/// function table's type and [`Gid`], shared with software providers.
+pub use vqp_sys as sys;
 
 pub use card::{Capabilities, Card, CardError, PortAddr, QpAddr};
 pub use endpoint::{Connected, Endpoint, Settings};

@@ -3,8 +3,16 @@
 //! device listing, opening, queries (including a port query that writes the newer,
 //! larger `ibv_port_attr`), object creation and release order, connection transitions,
 //! and the data path through the context's ops table.
+//!
+//! A fake and not softverbs (which the other provider tests use): these tests check how
+//! the wrappers take answers softverbs never gives — a port attribute in the tail that a
+//! newer library appends, device limits and a port MTU that connect must lower to, an
+//! unsupported QP type, a refused WR in a chain, a remote access error on a chosen WR,
+//! a status string of the library's own, a second `ibv_get_cq_event` with nothing
+//! pending — and read what no provider reports: every attribute passed to
+//! `ibv_modify_qp` and the order in which objects are released.
 
-#[path = "fake/absent.rs"]
+#[path = "in_process_table/absent.rs"]
 mod absent;
 #[path = "in_process_table/fake.rs"]
 mod fake;

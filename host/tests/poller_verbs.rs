@@ -1,8 +1,6 @@
-//! A poll thread over verbs (the in-process fake) in `Idle::Block`: it sleeps on the
+//! A poll thread over verbs (softverbs, in process) in `Idle::Block`: it sleeps on the
 //! completion channel and wakes for a completion, a submission and a shutdown request
 //! at once, not at its (long) timeout.
-
-mod fake;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -12,7 +10,7 @@ use vqp_core::{Config, Keys, Mode, Opcode, RecvWr, SendWr, Wc, WcOpcode};
 use vqp_host::poller::ChannelBlocker;
 use vqp_host::{
     AccessFlags, Context, Endpoint, Event, Handle, Idle, PollThread, PollerConfig, Settings, Stack,
-    VerbsCq, VerbsQp,
+    Verbs, VerbsCq, VerbsQp,
 };
 
 type Ep = Endpoint<4, 16, 64, 256, 16>;
@@ -44,19 +42,26 @@ fn wait_event(h: &mut Handle<8>, since: Instant) -> Event {
     }
 }
 
+/// softverbs' in-process function table.
+fn verbs() -> Verbs {
+    // SAFETY: softverbs implements the libibverbs ABI; its functions are static.
+    unsafe { Verbs::from_table(vqp_softverbs::verbs_table()) }
+}
+
 #[test]
 fn block_wakes_for_completions_submissions_and_shutdown() {
-    let verbs = fake::verbs();
+    let verbs = verbs();
     let ctx = Context::open(&verbs, None).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let b = Ep::create(&pd, &settings(), None).unwrap();
     let card_b = b.card();
     let (card_tx, card_rx) = mpsc::channel();
+    // Side A shares B's PD: softverbs checks keys, and B writes into the buffer
+    // registered there.
+    let pd_a = pd.clone();
     let factory = move || -> vqp_host::Result<VerbsStack> {
-        let ctx = Context::open(&verbs, None)?;
-        let pd = ctx.alloc_pd()?;
-        let channel = ctx.create_comp_channel()?;
-        let a = Ep::create(&pd, &settings(), Some(&channel))?;
+        let channel = pd_a.context().create_comp_channel()?;
+        let a = Ep::create(&pd_a, &settings(), Some(&channel))?;
         let _ = card_tx.send(a.card());
         let side = a.connect(&card_b)?;
         let blocker = ChannelBlocker::new(channel, vec![side.cq.clone()])?;

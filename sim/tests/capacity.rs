@@ -3,7 +3,7 @@
 mod common;
 
 use common::{pair, recv, wqe};
-use vqp_core::{Opcode, PhysCq, PhysQp, PhysWc, PostFailure, SendFlags, SendWqe};
+use vqp_core::{Opcode, PhysCq, PhysWc, PostFailure, SendFlags, SendWqe};
 
 const ENOMEM: i32 = 12;
 

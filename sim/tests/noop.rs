@@ -1,6 +1,6 @@
 //! The no-op provider: round trip, shuffled order, receive injection, overflow.
 
-use vqp_core::{Opcode, PhysCq, PhysQp, PhysWc, RecvWqe, SendFlags, SendWqe, WcOpcode, WcStatus};
+use vqp_core::{Opcode, PhysCq, PhysWc, RecvWqe, SendFlags, SendWqe, WcOpcode, WcStatus};
 use vqp_sim::noop::{NoopConfig, NoopCq, NoopError, NoopOrder, RecvMode};
 
 fn send(wr_id: u64, signaled: bool) -> SendWqe {

@@ -3,7 +3,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use vqp_core::{Opcode, PhysCq, PhysQp, PhysWc, RecvWqe, SendFlags, SendWqe};
+use vqp_core::{Opcode, PhysCq, PhysWc, RecvWqe, SendFlags, SendWqe};
 use vqp_sim::noop::{NoopConfig, NoopCq, NoopOrder, RecvMode};
 
 /// Counts allocations made by the current thread.

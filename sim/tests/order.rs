@@ -3,7 +3,7 @@
 mod common;
 
 use common::wqe;
-use vqp_core::{Opcode, PhysQp, PhysWc, RecvWqe, SendWqe};
+use vqp_core::{Opcode, PhysWc, RecvWqe, SendWqe};
 use vqp_sim::{Access, Nic, NicConfig, QpCaps, ReorderPolicy};
 
 const QPS: u64 = 4;

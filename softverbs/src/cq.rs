@@ -11,7 +11,7 @@ use std::io;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use vqp_host::sys::ibv_wc;
+use vqp_sys::ibv_wc;
 
 use crate::abi::fd::EventFd;
 
@@ -214,7 +214,7 @@ impl CqCore {
         let fire = match g.armed {
             Armed::No => false,
             Armed::Any => true,
-            Armed::Solicited => solicited || wc.status != vqp_host::sys::IBV_WC_SUCCESS,
+            Armed::Solicited => solicited || wc.status != vqp_sys::IBV_WC_SUCCESS,
         };
         if fire {
             g.armed = Armed::No;

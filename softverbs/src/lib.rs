@@ -11,7 +11,11 @@
 //!                              engine          run queue, reorder policy, execution
 //!                              mem             memory keys, checked spans, copies
 //!                              provider, config   devices, env vars, faults
+//!  ─────────────────────────────────────────────────────────────────────────────
+//!                              vqp-sys         the C ABI's structs, constants, VerbsTable
 //! ```
+//! The ABI types come from vqp-sys, the crate under both this provider and vqp's binding
+//! (vqp-host); the provider does not depend on the binding.
 //!
 //! # Devices
 //! `soft0`, `soft1`, … ([`DEFAULT_DEVICES`] of them, or `VQP_SOFT_DEVICES`, or
@@ -39,7 +43,10 @@
 //!   falls through to it;
 //! - vqp's host (and anything using `vqp_host::Verbs::load`):
 //!   `VQP_IBVERBS_PATH=$PWD/target/release/libvqp_softverbs.so ./your-program`;
-//! - in-process, without `dlopen`: `vqp_host::Verbs::from_table(verbs_table())`.
+//! - in-process, without `dlopen`: `vqp_host::Verbs::from_table(verbs_table())`;
+//! - with the devices presented as a kernel provider presents them
+//!   (`/dev/infiniband/uverbs*`, `/sys/class/infiniband`), which UCX and Open MPI look
+//!   for: `softverbs run -- ./your-program`, the crate's binary ([`launch`]).
 //!
 //! What the exports do: the verbs softverbs has (devices, ports, GIDs with their type,
 //! P_Keys, PD, MR with `rereg` and the `ibv_alloc_buf` buffers, CQ with resize and
@@ -176,9 +183,10 @@
 //! receiving process polls).
 //!
 //! # Safety fence
-//! `unsafe` code lives in three modules only: `abi` (the `extern "C"` surface: pointer
-//! casts, C structs, eventfds), `mem` (copies between registered memory) and
-//! `shared::sys` (shared mappings, `flock`, futexes, `process_vm_*`).
+//! `unsafe` code lives in four modules only: `abi` (the `extern "C"` surface: pointer
+//! casts, C structs, eventfds), `mem` (copies between registered memory),
+//! `shared::sys` (shared mappings, `flock`, futexes, `process_vm_*`) and `launch::mount`
+//! (`unshare` and `mount` for `softverbs run`).
 #![deny(unsafe_code, missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -188,6 +196,7 @@ mod abi;
 mod config;
 mod cq;
 mod engine;
+pub mod launch;
 mod link;
 mod locate;
 #[allow(unsafe_code)]

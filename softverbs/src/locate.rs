@@ -3,8 +3,9 @@
 //!
 //! Cargo builds the cdylib into `target/<profile>/deps/` whenever a package depends on
 //! this crate (and uplifts a copy to `target/<profile>/` when this package itself is
-//! built). Test binaries live in `deps/`, examples in `examples/`; looking in the
-//! binary's own directory, in `../deps` and in `..` covers both.
+//! built). Test binaries live in `deps/`, examples in `examples/`, the package's own
+//! binaries (`softverbs`) in `target/<profile>/`; looking in the binary's own directory,
+//! in `deps/` below it, in `../deps` and in `..` covers them all.
 
 use std::path::PathBuf;
 
@@ -21,7 +22,7 @@ pub fn cdylib_candidates() -> Vec<PathBuf> {
     else {
         return Vec::new();
     };
-    let mut out = vec![dir.join(&name)];
+    let mut out = vec![dir.join(&name), dir.join("deps").join(&name)];
     if let Some(profile) = dir.parent() {
         out.push(profile.join("deps").join(&name));
         out.push(profile.join(&name));
@@ -41,7 +42,7 @@ mod tests {
     #[test]
     fn candidates_name_the_library_beside_and_above_the_binary() {
         let c = cdylib_candidates();
-        assert_eq!(c.len(), 3);
+        assert_eq!(c.len(), 4);
         let name = format!(
             "{}vqp_softverbs{}",
             std::env::consts::DLL_PREFIX,
@@ -54,6 +55,7 @@ mod tests {
             .unwrap()
             .to_path_buf();
         assert_eq!(c[0].parent(), Some(exe_dir.as_path()));
-        assert!(c[1].parent().unwrap().ends_with("deps"));
+        assert_eq!(c[1].parent(), Some(exe_dir.join("deps").as_path()));
+        assert!(c[2].parent().unwrap().ends_with("deps"));
     }
 }

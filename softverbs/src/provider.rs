@@ -32,7 +32,7 @@ pub(crate) struct Device {
 }
 
 impl Device {
-    fn new(index: usize) -> Device {
+    pub(crate) fn new(index: usize) -> Device {
         let guid = 0x0200_5eff_fe00_0000u64 | index as u64;
         let mut gid = [0u8; 16];
         gid[0] = 0xfe;

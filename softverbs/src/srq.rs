@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, MutexGuard};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use crate::cq::{event, lock, CtxCore};
 use crate::qp::{RecvWqe, MAX_QP_WR, MAX_SGE};

@@ -4,25 +4,25 @@
 use vqp_core::{Config, Keys, Mode, PhysQp, VirtualCq, VirtualQp, Wc};
 use vqp_sim::{Access, Mr, Nic, NicConfig, QpCaps, SimCq, SimQp};
 
-/// Up to 16 data QPs, 32 WQEs each, 512 requests per direction, a window for 32
-/// receives per QP.
-pub type Vqp = VirtualQp<SimQp, 16, 32, 512, 1024>;
+/// Up to 16 data QPs, `D` WQEs each (32 unless named), 512 requests per direction, a
+/// window for 32 receives per QP.
+pub type Vqp<const D: usize = 32> = VirtualQp<SimQp, 16, D, 512, 1024>;
 /// One CQ per device, up to two devices.
 pub type Vcq = VirtualCq<SimCq, 2, 32>;
 
 /// One endpoint: its virtual QP, virtual CQ, and buffer (registered on every device).
-pub struct Side {
+pub struct Side<const D: usize = 32> {
     /// Boxed: the virtual QP is some 175 KB, too large to move around on a test
     /// thread's stack in a debug build.
-    pub vqp: Box<Vqp>,
+    pub vqp: Box<Vqp<D>>,
     pub vcq: Vcq,
     pub buf: u64,
     pub mrs: Vec<Mr>,
 }
 
-impl Side {
+impl<const D: usize> Side<D> {
     /// Keys of this side's buffer as the local side, with `peer`'s as the remote.
-    pub fn keys(&self, peer: &Side) -> Keys {
+    pub fn keys(&self, peer: &Side<D>) -> Keys {
         self.mrs
             .iter()
             .zip(&peer.mrs)
@@ -45,15 +45,20 @@ impl Side {
 type Queues = (Vec<SimCq>, Vec<(SimQp, u8)>, Option<(SimQp, u8)>);
 
 /// Sender `a` and receiver `b`, data QP `i` of each on device `i % devices`.
-pub struct Pair {
+pub struct Pair<const D: usize = 32> {
     pub nic: Nic,
-    pub a: Side,
-    pub b: Side,
+    pub a: Side<D>,
+    pub b: Side<D>,
     pub len: usize,
 }
 
 /// Build a connected pair with `qps` data QPs and buffers of `len` bytes.
 pub fn pair(nic: NicConfig, cfg: Config, qps: u32, len: usize) -> Pair {
+    pair_with(nic, cfg, qps, len)
+}
+
+/// [`pair`] with `D` WQEs of room per data QP.
+pub fn pair_with<const D: usize>(nic: NicConfig, cfg: Config, qps: u32, len: usize) -> Pair<D> {
     let nic = Nic::new(nic);
     let devices = nic.config().devices;
     let caps = QpCaps {
@@ -89,7 +94,7 @@ pub fn pair(nic: NicConfig, cfg: Config, qps: u32, len: usize) -> Pair {
     }
     let side = |cqs: Vec<SimCq>, data, notify, qp_num| {
         let mut vqp =
-            Box::new(Vqp::new(Config { qp_num, ..cfg }, data, notify).expect("valid set-up"));
+            Box::new(Vqp::<D>::new(Config { qp_num, ..cfg }, data, notify).expect("valid set-up"));
         let mut vcq = Vcq::new();
         for (d, cq) in cqs.into_iter().enumerate() {
             vcq.add_cq(cq, d as u8, cq_len as u32).expect("cq");
@@ -127,7 +132,7 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     v
 }
 
-impl Pair {
+impl<const D: usize> Pair<D> {
     /// Fail-back of data QP `i`: a fresh QP pair on its device, connected, takes the
     /// place of QP `i` on both sides (the receiver's is taken out first if it still
     /// runs: the pair is replaced whole), each side told how many of its
@@ -179,7 +184,7 @@ impl Pair {
             max_send_wr: cfg.max_outstanding,
             max_recv_wr: cfg.recv_depth,
         };
-        let fresh = |side: &mut Side| {
+        let fresh = |side: &mut Side<D>| {
             let cq = side.vcq.cq_mut(d as u8).expect("cq");
             self.nic.create_qp(d, cq, cq, caps).expect("qp")
         };

@@ -31,7 +31,7 @@ use super::recv::app_recv_wqe;
 use super::slots::{Notify, Ring, SendSlot};
 use super::{Mode, Stray, VirtualQp};
 use crate::phys::{PhysQp, PhysWc};
-use crate::wr::{Opcode, RecvWr, WcOpcode, WcStatus};
+use crate::wr::{Opcode, RecvWr, SendFlags, WcOpcode, WcStatus};
 use crate::wrid::{Kind, NOTIFY_LANE};
 
 /// Whether a pass-through `op` consumes a receive of the peer's.
@@ -46,9 +46,11 @@ pub(super) fn consumes(op: Opcode) -> bool {
 /// A pass-through request (`count` WQEs of request `id`) that was in flight on data
 /// QP 0 when it failed: with a grace period to wait for a replacement in (`wait`),
 /// one that consumes a receive becomes unsure and waits, with RDMA WRITEs and READs,
-/// to be posted again on the replacement (`again`); an atomic, or any without a grace
-/// period, is credited with `status`. False when `again` is full (the virtual QP then
-/// fails).
+/// to be posted again on the replacement (`again`); an atomic, an `INLINE` request
+/// (its payload may have been lent for its post only: see
+/// [`VirtualQp::post_send_inline`](crate::VirtualQp::post_send_inline)), or any
+/// without a grace period, is credited with `status`. False when `again` is full (the
+/// virtual QP then fails).
 pub(super) fn park<const S: usize>(
     send: &mut Ring<SendSlot, S>,
     again: &mut heapless::Deque<u64, S>,
@@ -58,7 +60,8 @@ pub(super) fn park<const S: usize>(
 ) -> bool {
     let slot = send.get_mut(id);
     let op = slot.wr.opcode;
-    if !wait || !(consumes(op) || op.is_rdma()) {
+    let inline = slot.wr.flags.contains(SendFlags::INLINE) && slot.wr.len != 0;
+    if !wait || inline || !(consumes(op) || op.is_rdma()) {
         credit_data(send, id, count, status);
         return true;
     }
@@ -345,7 +348,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             let Some(l) = self.role_mut(lane) else {
                 return;
             };
-            if l.qp.post_recv(&[app_recv_wqe(tag, lane, id, &wr)]).is_err() {
+            let wqe = app_recv_wqe(tag, lane, id, &wr);
+            // SAFETY: the post contract: the buffer comes with the key the application
+            // gave (the device checks it), or the WQE has no scatter/gather element.
+            if unsafe { l.qp.post_recv(&[wqe]) }.is_err() {
                 refused = true;
                 break;
             }

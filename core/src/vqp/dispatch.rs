@@ -109,6 +109,9 @@ fn choose<Q: PhysQp, const N: usize, const D: usize>(
                 least_loaded(lanes, striping, allowed, true)
             } else {
                 striping.back();
+                if cfg.policy == Policy::Adaptive {
+                    striping.note_wait(1 << l);
+                }
                 return None;
             }
         }
@@ -287,6 +290,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 } else if self.lanes[0].has_room(max) {
                     self.stage_passthrough(id);
                 } else {
+                    if self.cfg.policy == Policy::Adaptive {
+                        self.striping.note_wait(1);
+                    }
                     break;
                 }
                 self.dispatch += 1;
@@ -318,6 +324,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 let eligible = allowed(all_lanes, self.cfg.fanout, slot.used);
                 let allowed = eligible & self.room;
                 if allowed == 0 {
+                    if self.cfg.policy == Policy::Adaptive {
+                        self.striping.note_full(eligible, count == 1);
+                    }
                     break 'requests;
                 }
                 if dqplb_imm {

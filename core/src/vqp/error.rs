@@ -33,7 +33,20 @@ pub enum PostSendError {
     /// Two-sided SEND shares the receive queue that DQPLB keeps filled with
     /// zero-length receives: use SPRAY or a single data QP.
     SendNeedsSpray,
-    /// Every slot is taken: wait for completions (backpressure).
+    /// An `INLINE` request with a payload names it by a raw address, which the
+    /// provider would copy unchecked: give the payload as a slice
+    /// ([`VirtualQp::post_send_inline`](crate::VirtualQp::post_send_inline)), or
+    /// vouch for the address ([`VirtualQp::post_send_unchecked`](crate::VirtualQp::post_send_unchecked)).
+    RawInline,
+    /// [`VirtualQp::post_send_inline`](crate::VirtualQp::post_send_inline) with a
+    /// request that would not pass through whole to data QP 0 as a SEND or WRITE: an
+    /// inline payload is copied once, at post time, so it cannot be an RDMA READ's
+    /// target, an atomic's operand or a fragmented request's source.
+    CannotInline(Opcode),
+    /// Every slot is taken: wait for completions (backpressure). For
+    /// [`VirtualQp::post_send_inline`](crate::VirtualQp::post_send_inline), also: data
+    /// QP 0 has no room now, earlier requests still wait, or data QP 0 is being
+    /// replaced, so the payload could not be posted before the call returns.
     Full,
     /// The virtual QP failed with this status and takes no new requests.
     Failed(WcStatus),
@@ -56,6 +69,15 @@ impl fmt::Display for PostSendError {
             ),
             Self::SendNeedsSpray => f.write_str(
                 "SEND cannot share DQPLB's receive queues: use SPRAY mode or one data QP",
+            ),
+            Self::RawInline => f.write_str(
+                "an INLINE payload given by raw address is not read by the safe post: \
+                 use post_send_inline with a slice (or the unsafe post_send_unchecked)",
+            ),
+            Self::CannotInline(op) => write!(
+                f,
+                "{op} cannot carry an inline payload here: only SEND, SEND_WITH_IMM and \
+                 (over one data QP) RDMA_WRITE and RDMA_WRITE_WITH_IMM pass through whole"
             ),
             Self::Full => f.write_str("virtual QP is full: poll completions and retry"),
             Self::Failed(st) => write!(f, "virtual QP failed ({st}): no new requests"),

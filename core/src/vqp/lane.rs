@@ -319,7 +319,11 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             }
         }
         self.open_run = false;
-        let result = self.qp.post_send(staged);
+        // SAFETY: the post contract: every WQE was built from a request the virtual
+        // QP took, whose keys the device checks and whose inline payload (if any) its
+        // taker vouched for until it is posted (`post_send_unchecked`) or lent for
+        // this call (`post_send_inline`); notifies name no local memory.
+        let result = unsafe { self.qp.post_send(staged) };
         let count = self.staged_len;
         self.staged_len = 0;
         self.posted(result, count, credit)
@@ -357,7 +361,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         }
         self.outstanding += 1;
         wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
-        let result = self.qp.post_send(core::slice::from_ref(wqe));
+        // SAFETY: the post contract, as in `flush`: a WQE of a request the virtual QP
+        // took, with keys the device checks or an inline payload vouched for now.
+        let result = unsafe { self.qp.post_send(core::slice::from_ref(wqe)) };
         self.posted(result, 1, credit)
     }
 

@@ -383,12 +383,15 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             idled: false,
             failed: false,
         }; N];
-        for (s, l) in served.iter_mut().zip(self.lanes.iter_mut()) {
+        for (i, (s, l)) in served.iter_mut().zip(self.lanes.iter()).enumerate() {
             *s = Served {
                 // Handed to the QP and no longer outstanding (a QP with an error is
                 // failed, and weighed apart).
                 done: l.stats.bytes.wrapping_sub(l.bytes_out),
-                idled: l.idled,
+                // Ran dry, and never held work back: a QP that runs dry only because
+                // one completion acknowledged all it had still counts as busy when
+                // work waited for it.
+                idled: l.idled && !self.striping.waited_for(i),
                 failed: l.failed,
             };
         }

@@ -6,7 +6,11 @@
 //! one table read whatever the number of QPs; a QP without room is passed over for
 //! the next entry that has some, so a QP that falls behind does not stall the rest.
 //! The adaptive policy rebuilds the schedule from each QP's measured service rate
-//! (see [`Striping::sample`]).
+//! (see [`Striping::sample`]): completed bytes per interval, smoothed by an
+//! exponential moving average over about four intervals for a QP that was busy.
+//! Whether a QP was busy is told by whether work waited for it (a fragment the
+//! schedule gave it found it full) or it never ran dry, so that it does not
+//! depend on how many WQEs one completion acknowledges.
 
 /// How a virtual QP spreads fragments over its data QPs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,7 +26,9 @@ pub enum Policy {
     /// flight); a scan of the QPs with room, at most `N` of them.
     LeastOutstanding,
     /// Weights that follow each QP's measured service rate: started from the
-    /// configured weights and updated by [`VirtualQp::sample`](super::VirtualQp::sample).
+    /// configured weights and updated by [`VirtualQp::sample`](super::VirtualQp::sample)
+    /// (a moving average of each saturated QP's completed bytes per interval, weight
+    /// 1/4; under every signaling mode alike).
     Adaptive,
 }
 
@@ -69,6 +75,10 @@ pub(crate) struct Striping<const N: usize> {
     sampled_at: Option<u64>,
     /// Each data QP's completed bytes at the last sample.
     done_at: [u64; N],
+    /// The data QPs (a bit each) that work waited for since the last sample: a
+    /// fragment the schedule gave one of them found it full (see
+    /// [`Self::note_wait`]).
+    waited: u64,
 }
 
 /// What one data QP did between two samples.
@@ -76,8 +86,12 @@ pub(crate) struct Striping<const N: usize> {
 pub(crate) struct Served {
     /// Bytes completed in total (a running count).
     pub done: u64,
-    /// The QP ran out of work at some point since the last sample: it might have
-    /// served more.
+    /// Since the last sample the QP ran out of work at some point and no fragment
+    /// waited for it (see [`Striping::note_wait`]): it might have served more.
+    /// Running dry alone does not tell: when one completion acknowledges all a QP
+    /// has in flight (last-of-chain signaling), a QP whose chain fills its room runs
+    /// dry at every completion even while it holds the other QPs back; whether work
+    /// waited for it does not depend on how many WQEs a completion acknowledges.
     pub idled: bool,
     /// The QP failed: it gets the smallest share.
     pub failed: bool,
@@ -92,6 +106,7 @@ impl<const N: usize> Striping<N> {
             weights: [1; N],
             sampled_at: None,
             done_at: [0; N],
+            waited: 0,
         };
         for (w, given) in s.weights.iter_mut().zip(weights) {
             *w = given.max(1);
@@ -161,6 +176,33 @@ impl<const N: usize> Striping<N> {
             < u128::from(load_b) * u128::from(self.weights[a])
     }
 
+    /// A fragment waits for room on the data QPs of `qps` (a bit each): each holds
+    /// the work back, so it serves at its capacity. Kept for the adaptive policy.
+    #[inline]
+    pub fn note_wait(&mut self, qps: u64) {
+        self.waited |= qps;
+    }
+
+    /// Every data QP of `eligible` (a bit each) is full and a fragment waits: it
+    /// waits for the QP the schedule names next, or (`single`, a request of one
+    /// fragment, which goes to the least loaded QP) for any of them.
+    pub fn note_full(&mut self, eligible: u64, single: bool) {
+        if single {
+            self.note_wait(eligible);
+        } else {
+            let at = self.cursor;
+            let l = self.next_in(eligible);
+            self.cursor = at;
+            self.note_wait(1 << l);
+        }
+    }
+
+    /// Whether work waited for data QP `i` since the last sample.
+    #[inline]
+    pub fn waited_for(&self, i: usize) -> bool {
+        self.waited >> i & 1 != 0
+    }
+
     /// Whether a sample at `now` would be taken (the first is, to start the meter).
     #[inline]
     pub fn due(&self, now: u64, interval: u64) -> bool {
@@ -172,18 +214,20 @@ impl<const N: usize> Striping<N> {
     /// nanoseconds of any fixed origin), when `interval` has passed; returns whether
     /// the weights changed.
     ///
-    /// A QP that stayed busy the whole interval served at its capacity: its weight
-    /// moves a quarter of the way to the measured rate (an exponential moving
-    /// average over about four intervals). A QP that ran dry might have served more:
-    /// its weight becomes the larger of the two, plus a quarter — at most twice the
-    /// best rate a busy QP served, and not at all when no QP stayed busy (then the
-    /// shares limited nothing) — so that a QP whose share is below its capacity earns
-    /// more until it stays busy, without running away while another QP is the
+    /// A *busy* QP — one that work waited for, or that never ran dry, in the
+    /// interval (see [`Served::idled`]) — served at its capacity: its weight moves a
+    /// quarter of the way to the measured rate (an exponential moving average with
+    /// weight 1/4, about four intervals). Any other QP might have served more: its
+    /// weight becomes the larger of the two, plus a quarter — at most twice the best
+    /// rate a busy QP served, and not at all when no QP was busy (then the shares
+    /// limited nothing) — so that a QP whose share is below its capacity earns more
+    /// until work waits for it, without running away while another QP is the
     /// bottleneck. Together a path that slows loses its excess share within a few
     /// intervals, and one that speeds up gains within a few more.
     pub fn sample(&mut self, now: u64, interval: u64, served: &[Served]) -> bool {
         let Some(at) = self.sampled_at else {
             self.sampled_at = Some(now);
+            self.waited = 0;
             for (d, s) in self.done_at.iter_mut().zip(served) {
                 *d = s.done;
             }
@@ -194,6 +238,7 @@ impl<const N: usize> Striping<N> {
             return false;
         }
         self.sampled_at = Some(now);
+        self.waited = 0;
         let mut rates = [0u64; N];
         // The largest rate a QP that stayed busy served: what a probe may reach twice.
         let mut busy_top = 0;

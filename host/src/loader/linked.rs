@@ -1,6 +1,6 @@
-//! Compile-time proof that our ABI types match `rdma-sys`' (bindgen over the same
-//! `<infiniband/verbs.h>`), which is what makes [`VerbsTable::linked`](super::VerbsTable)
-//! sound: its function pointers are `rdma-sys`' functions seen through our types.
+//! Compile-time proof that our ABI types (vqp-sys') match `rdma-sys`' (bindgen over the
+//! same `<infiniband/verbs.h>`), which is what makes `table::linked` sound: its function
+//! pointers are `rdma-sys`' functions seen through our types.
 //!
 //! `ibv_port_attr` is the one deliberate difference: ours has reserved tail space and
 //! must be at least as large as the header's, with every shared field at the same offset.

@@ -109,7 +109,7 @@ impl Verbs {
         // SAFETY: forwarded from this function's contract.
         let lib = unsafe { Library::open(path) }?;
         // SAFETY: the caller vouches that `lib` implements the libibverbs ABI.
-        let table = unsafe { VerbsTable::resolve(&lib) }?;
+        let table = unsafe { table::resolve(&lib) }?;
         Ok(Verbs {
             shared: Arc::new(Shared {
                 table,
@@ -123,7 +123,7 @@ impl Verbs {
     pub fn linked() -> Verbs {
         Verbs {
             shared: Arc::new(Shared {
-                table: VerbsTable::linked(),
+                table: table::linked(),
                 origin: Origin::Linked,
             }),
         }

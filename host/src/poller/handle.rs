@@ -106,7 +106,14 @@ impl<const R: usize> Handle<R> {
     /// retry. Nothing of a refused request was handed over.
     #[inline]
     pub fn submit(&mut self, request: Request) -> Result<(), PushError<Request>> {
-        let parts = wire::split(&request, &self.keys);
+        self.push(request, false)
+    }
+
+    /// [`submit`](Self::submit); `vouched` marks a send whose inline payload's address
+    /// the caller vouched for ([`send_unchecked`](Self::send_unchecked)).
+    #[inline(always)]
+    fn push(&mut self, request: Request, vouched: bool) -> Result<(), PushError<Request>> {
+        let parts = wire::split(&request, &self.keys, vouched);
         let ahead = parts.ahead();
         if ahead > 0 {
             // Room for all, or none goes: `slots` reads the consumer's position, which a
@@ -131,11 +138,45 @@ impl<const R: usize> Handle<R> {
 
     /// Submits a send request.
     ///
+    /// The poll thread posts it with the safe
+    /// [`VirtualQp::post_send`](vqp_core::VirtualQp::post_send), so an `INLINE` request
+    /// with a payload given by address is refused
+    /// ([`PostSendError::RawInline`](vqp_core::PostSendError::RawInline), in an
+    /// [`Event::Rejected`](super::Event::Rejected)): the payload would be read on
+    /// another thread, later, unchecked. See [`send_unchecked`](Self::send_unchecked).
+    ///
     /// # Errors
     /// As [`submit`](Self::submit).
     #[inline]
     pub fn send(&mut self, wr: SendWr) -> Result<(), PushError<Request>> {
         self.submit(Request::Send(wr))
+    }
+
+    /// Submits a send request that may carry an `INLINE` payload given by address; the
+    /// poll thread posts it with
+    /// [`VirtualQp::post_send_unchecked`](vqp_core::VirtualQp::post_send_unchecked).
+    ///
+    /// # Safety
+    /// When `wr` has `INLINE` and `len > 0`, `local_addr..local_addr + len` is
+    /// initialised memory of this process that stays readable, and is not written,
+    /// until the poll thread has posted the request, which may be long after this call
+    /// returns. It has been posted, or never will be, once this handle reports the
+    /// event of this request or of a later send, or the poll thread has stopped
+    /// (`drain`, `abort` or `join` returned).
+    ///
+    /// ```compile_fail,E0133
+    /// // The hand-off reads the payload later, on the poll thread: it needs `unsafe`.
+    /// fn submit<const R: usize>(h: &mut vqp_host::Handle<R>, wr: vqp_core::SendWr) {
+    ///     let _ = h.send_unchecked(wr);
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit).
+    #[inline]
+    #[allow(unsafe_code)] // an unsafe contract, no unsafe operation
+    pub unsafe fn send_unchecked(&mut self, wr: SendWr) -> Result<(), PushError<Request>> {
+        self.push(Request::Send(wr), true)
     }
 
     /// Submits a receive request.

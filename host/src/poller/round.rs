@@ -28,8 +28,9 @@ struct Lane<const R: usize> {
     /// What the items taken so far leave for the next request (its keys).
     assembly: Assembly,
     events: Producer<Arc<Ring<Event, R, Stamped>>>,
-    /// A request refused for backpressure, retried before anything behind it.
-    stalled: Option<Request>,
+    /// A request refused for backpressure, retried before anything behind it, and
+    /// whether its submitter vouched for its inline payload.
+    stalled: Option<(Request, bool)>,
     /// Events that found the event ring full, oldest first. Capacity reserved at
     /// start; the loop never lets more than `POLL_BATCH` wait (it stops polling and
     /// taking requests for a lane whose events wait).
@@ -235,10 +236,10 @@ where
             }
             let mut taken = 0;
             while taken < config.batch {
-                let (request, retry) = match lane.stalled.take() {
+                let ((request, vouched), retry) = match lane.stalled.take() {
                     Some(r) => (r, true),
                     None => match lane.requests.pop() {
-                        Ok(item) => match lane.assembly.take(item) {
+                        Ok(item) => match lane.assembly.take_vouched(item) {
                             Some(r) => (r, false),
                             // Keys or operands for the request behind them.
                             None => continue,
@@ -249,13 +250,20 @@ where
                 taken += 1;
                 busy = true;
                 let result = match request {
+                    Request::Send(wr) if vouched => {
+                        // SAFETY: submitted through `Handle::send_unchecked`, whose
+                        // caller keeps an inline payload readable until it is posted.
+                        #[allow(unsafe_code)]
+                        let r = unsafe { refs[k].post_send_unchecked(&wr) };
+                        r.map_err(Refusal::Send)
+                    }
                     Request::Send(wr) => refs[k].post_send(&wr).map_err(Refusal::Send),
                     Request::Recv(wr) => refs[k].post_recv(&wr).map_err(Refusal::Recv),
                 };
                 match result {
                     Ok(()) => stats.submitted += 1,
                     Err(e) if is_backpressure(&e) => {
-                        lane.stalled = Some(request);
+                        lane.stalled = Some((request, vouched));
                         if !retry {
                             stats.backpressure += 1;
                         }
@@ -357,10 +365,10 @@ where
             .chain(
                 lane.requests
                     .pop_iter()
-                    .filter_map(|item| lane.assembly.take(item))
+                    .filter_map(|item| lane.assembly.take_vouched(item))
                     .collect::<Vec<_>>(),
             )
-            .map(|r| Event::Rejected {
+            .map(|(r, _)| Event::Rejected {
                 wr_id: r.wr_id(),
                 error: match r {
                     Request::Send(_) => Refusal::Send(PostSendError::Failed(failed)),

@@ -29,6 +29,9 @@ pub(super) enum Item {
         opcode: Opcode,
         flags: SendFlags,
         imm_data: u32,
+        /// Submitted through [`Handle::send_unchecked`](super::Handle::send_unchecked):
+        /// its submitter vouched for an inline payload's address.
+        vouched: bool,
     },
     /// A receive, whole.
     Recv(RecvWr),
@@ -64,9 +67,10 @@ impl Parts {
     }
 }
 
-/// Cuts `request` into its items, given the keys last sent on its handle.
+/// Cuts `request` into its items, given the keys last sent on its handle; `vouched`
+/// marks a send whose inline payload's address its submitter vouched for.
 #[inline]
-pub(super) fn split(request: &Request, keys: &Keys) -> Parts {
+pub(super) fn split(request: &Request, keys: &Keys, vouched: bool) -> Parts {
     match *request {
         Request::Send(wr) => Parts {
             ahead: [
@@ -84,6 +88,7 @@ pub(super) fn split(request: &Request, keys: &Keys) -> Parts {
                 opcode: wr.opcode,
                 flags: wr.flags,
                 imm_data: wr.imm_data,
+                vouched,
             },
         },
         Request::Recv(wr) => Parts {
@@ -104,8 +109,15 @@ pub(super) struct Assembly {
 impl Assembly {
     /// Takes one item: the request it completes, or `None` for an item that only
     /// carries something forward.
+    #[cfg(test)]
+    fn take(&mut self, item: Item) -> Option<Request> {
+        self.take_vouched(item).map(|(r, _)| r)
+    }
+
+    /// [`take`](Self::take), with whether the request's submitter vouched for its
+    /// inline payload's address (only ever true for a send).
     #[inline]
-    pub(super) fn take(&mut self, item: Item) -> Option<Request> {
+    pub(super) fn take_vouched(&mut self, item: Item) -> Option<(Request, bool)> {
         match item {
             Item::Send {
                 wr_id,
@@ -115,6 +127,7 @@ impl Assembly {
                 opcode,
                 flags,
                 imm_data,
+                vouched,
             } => {
                 let wr = SendWr {
                     wr_id,
@@ -130,9 +143,9 @@ impl Assembly {
                 };
                 self.compare_add = 0;
                 self.swap = 0;
-                Some(Request::Send(wr))
+                Some((Request::Send(wr), vouched))
             }
-            Item::Recv(wr) => Some(Request::Recv(wr)),
+            Item::Recv(wr) => Some((Request::Recv(wr), false)),
             Item::Keys(keys) => {
                 self.keys = keys;
                 None
@@ -156,7 +169,7 @@ mod tests {
         requests
             .iter()
             .map(|r| {
-                let parts = split(r, &sent);
+                let parts = split(r, &sent, false);
                 if let Some(k) = parts.keys() {
                     sent = k;
                 }

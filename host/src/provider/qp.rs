@@ -17,6 +17,17 @@ use crate::verbs::QueuePair;
 /// than the storage is posted in pieces, one post call per piece (vqp-core's chains
 /// are at most `max_outstanding` long, so sizing the storage to the QP's depth, as
 /// [`VerbsQp::new`] does, keeps every chain one call).
+///
+/// Its posts are vqp-core's `unsafe` trait methods: the library copies an `INLINE`
+/// payload from the WQE's address with the CPU, checking nothing.
+///
+/// ```compile_fail,E0133
+/// use vqp_core::{PhysQp, SendWqe};
+/// // Safe code cannot hand the library an address of its choosing.
+/// fn post(qp: &mut vqp_host::VerbsQp, wqe: SendWqe) {
+///     let _ = qp.post_send(&[wqe]);
+/// }
+/// ```
 pub struct VerbsQp {
     qp: QueuePair,
     /// Send chain storage. Invariant: `send.len() == send_sge.len() >= 1`; the `next`
@@ -228,7 +239,15 @@ impl PhysQp for VerbsQp {
         self.qp.qp_num()
     }
 
-    fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+    /// Posts `wqes` as linked `ibv_send_wr` chains, one library call per piece of
+    /// [`chain_capacity`](Self::chain_capacity).
+    ///
+    /// # Safety
+    /// vqp-core's [post contract](vqp_core::phys#the-post-contract): keys name soundly
+    /// registered regions (the device checks every other address against them), and an
+    /// `INLINE` WQE's payload is readable memory of this process during the call (the
+    /// library copies it with the CPU, unchecked).
+    unsafe fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
         let cap = self.send.len();
         let mut posted = 0;
         for piece in wqes.chunks(cap) {
@@ -239,8 +258,9 @@ impl PhysQp for VerbsQp {
             // `piece.len()` requests inside `self.send`, each `sg_list` pointing at its
             // own entry of `self.send_sge` (or null with `num_sge` 0), and the `wr`
             // union member matching the opcode; the library reads them during this call
-            // only. The buffers the entries name are the caller's (vqp-core's contract:
-            // registered memory that stays valid until the completion).
+            // only. The buffers the entries name are this function's caller's: checked by
+            // the device against their keys, or inline payloads readable now (vqp-core's
+            // post contract, this function's `# Safety`).
             let result = unsafe { self.qp.post_send(head) };
             if let Err(e) = result {
                 return Err(post_failure(posted, &e));
@@ -250,7 +270,12 @@ impl PhysQp for VerbsQp {
         Ok(())
     }
 
-    fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+    /// Posts `wqes` as linked `ibv_recv_wr` chains.
+    ///
+    /// # Safety
+    /// vqp-core's [post contract](vqp_core::phys#the-post-contract): each buffer's key
+    /// names a soundly registered region, which the device checks before writing.
+    unsafe fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
         let cap = self.recv.len();
         let mut posted = 0;
         for piece in wqes.chunks(cap) {
@@ -259,7 +284,9 @@ impl PhysQp for VerbsQp {
             let head = unsafe { &mut *head };
             // SAFETY: `build_recv` returned the head of a null-terminated chain inside
             // `self.recv`, each `sg_list` pointing at its own entry of `self.recv_sge`
-            // (or null with `num_sge` 0); the buffers are the caller's registered memory.
+            // (or null with `num_sge` 0); the buffers are registered memory the device
+            // checks against their keys (vqp-core's post contract, this function's
+            // `# Safety`).
             let result = unsafe { self.qp.post_recv(head) };
             if let Err(e) = result {
                 return Err(post_failure(posted, &e));

@@ -5,11 +5,12 @@ use core::ptr::NonNull;
 use std::ffi::CStr;
 use std::sync::Arc;
 
-use super::attr::{DeviceAttr, Gid, PortAttr};
+use super::attr::{DeviceAttr, PortAttr};
 use super::channel::CompletionChannel;
 use super::cq::CompletionQueue;
 use super::device_list::DeviceList;
 use super::pd::ProtectionDomain;
+use super::Gid;
 use crate::error::{Error, Result};
 use crate::loader::Verbs;
 use crate::sys;

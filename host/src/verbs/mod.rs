@@ -29,7 +29,7 @@ mod qp;
 mod srq;
 mod wc;
 
-pub use attr::{DeviceAttr, Gid, PortAttr};
+pub use attr::{DeviceAttr, PortAttr};
 pub use channel::{CompletionChannel, CqEvent};
 pub use context::Context;
 pub use cq::CompletionQueue;
@@ -39,6 +39,7 @@ pub use mr::MemoryRegion;
 pub use pd::ProtectionDomain;
 pub use qp::{QpCap, QpInit, QueuePair};
 pub use srq::SharedReceiveQueue;
+pub use vqp_sys::Gid;
 pub use wc::Wc;
 
 // Every owner may move to, and be shared with, other threads: libibverbs is thread-safe

@@ -30,9 +30,18 @@ unsafe impl Send for MemoryRegion {}
 unsafe impl Sync for MemoryRegion {}
 
 impl Drop for MemoryRegion {
+    /// Deregisters the region, then frees an owned buffer. When the library refuses
+    /// (the region stays registered, so the device may still reach the memory by its
+    /// keys), the buffer is leaked instead: memory is handed to the device for the
+    /// whole life of its registration (vqp-core's post contract).
     fn drop(&mut self) {
         // SAFETY: `mr` came from `ibv_reg_mr` and is deregistered once.
-        let _ = unsafe { (self.pd.ctx.verbs.table().dereg_mr)(self.mr.as_ptr()) };
+        let rc = unsafe { (self.pd.ctx.verbs.table().dereg_mr)(self.mr.as_ptr()) };
+        if rc != 0 {
+            if let Some(buffer) = self.owned.take() {
+                core::mem::forget(buffer);
+            }
+        }
     }
 }
 

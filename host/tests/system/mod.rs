@@ -1,4 +1,4 @@
-//! Gates for the tests that need a system package (the real libibverbs, its header).
+//! Gates for the tests that need a system package (the real libibverbs).
 //!
 //! On a machine with only the Rust toolchain such a test is skipped: it passes after
 //! writing one line to the terminal that names the Debian package it needs. CI installs
@@ -8,13 +8,11 @@
 //! Each test binary that includes it uses only some of its gates.
 #![allow(dead_code)]
 
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use vqp_host::{Error, Verbs};
 
-#[path = "gate.rs"]
+#[path = "../../../sys/tests/system/gate.rs"]
 mod gate;
 pub use gate::skip;
 
@@ -35,41 +33,5 @@ pub fn libibverbs(test: &str) -> Option<Verbs> {
             None
         }
         Err(e) => panic!("libibverbs.so.1 is installed but does not load: {e}"),
-    }
-}
-
-/// Whether `<infiniband/verbs.h>` can be included with the C compiler `cc`; when it
-/// cannot, [`skip`]s `test` and returns `false`.
-pub fn verbs_header(test: &str, cc: &str) -> bool {
-    let probe = Command::new(cc)
-        .args(["-E", "-x", "c", "-o", "/dev/null", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .and_then(|mut child| {
-            if let Some(mut stdin) = child.stdin.take() {
-                stdin.write_all(b"#include <infiniband/verbs.h>\n")?;
-            }
-            child.wait()
-        });
-    match probe {
-        Ok(status) if status.success() => true,
-        Ok(_) => {
-            skip(
-                test,
-                "libibverbs-dev",
-                "<infiniband/verbs.h> is not installed",
-            );
-            false
-        }
-        Err(e) => {
-            skip(
-                test,
-                "gcc",
-                &format!("the C compiler {cc:?} does not run ({e})"),
-            );
-            false
-        }
     }
 }

@@ -1,4 +1,5 @@
-//! The memory the simulated NIC reads and writes, and the only `unsafe` in the crate.
+//! The memory the simulated NIC reads and writes, and the only unsafe operations in the
+//! crate.
 //!
 //! Memory is a list of *spans*, each valid for reads and writes for as long as it is
 //! listed:

@@ -54,6 +54,9 @@ impl State {
             },
             QpState::Rts => {
                 let head = qp.sq.front()?;
+                if qp.pace.is_some_and(|p| p.left == 0) {
+                    return None;
+                }
                 let blocked = self.config.rnr_retry >= RNR_INFINITE
                     && qp.fail_after != Some(0)
                     && needs_recv(head.wqe.opcode)
@@ -74,7 +77,12 @@ impl State {
         self.stats.steps += 1;
         match self.qps[q].state {
             QpState::Error => self.flush_one(q),
-            QpState::Rts => self.execute(q),
+            QpState::Rts => {
+                if let Some(p) = self.qps[q].pace.as_mut() {
+                    p.left -= 1;
+                }
+                self.execute(q);
+            }
             QpState::Init => debug_assert!(false, "QP in Init picked"),
         }
         true

@@ -49,6 +49,9 @@
 //! - **CQ overflow**: a completion that finds its CQ full is dropped, the CQ's overflow
 //!   counter grows, and the QP that produced it goes to error. Nothing panics.
 //! - **Faults**: [`Nic::fail_qp_after`], [`Nic::fail_qp`], [`Nic::set_link_down`].
+//! - **Rates**: [`Nic::set_send_rate`] limits a QP to some steps of its send queue per
+//!   *tick*; [`Nic::tick`] starts a tick and runs until nothing is runnable. A QP whose
+//!   steps for this tick are spent is not runnable until the next.
 //!
 //! # Example
 //! Two QPs on two devices, connected; an RDMA_WRITE_WITH_IMM from one to the other.
@@ -86,6 +89,7 @@ mod dma;
 mod engine;
 mod faults;
 mod mem;
+mod pace;
 mod qp;
 pub(crate) mod rng;
 

@@ -91,7 +91,17 @@ pub(crate) struct Qp {
     pub(crate) fail_after: Option<u64>,
     /// Successful send WQEs left before one whose acknowledgement is lost.
     pub(crate) lose_ack_after: Option<u64>,
+    /// A send rate limit: steps of the send queue per tick, and those left in this
+    /// tick (see [`Nic::tick`](super::Nic::tick)).
+    pub(crate) pace: Option<Pace>,
     pub(crate) stats: QpStats,
+}
+
+/// A QP's send rate limit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pace {
+    pub(crate) per_tick: u32,
+    pub(crate) left: u32,
 }
 
 impl Qp {
@@ -119,6 +129,7 @@ impl Qp {
             rnr_attempts: 0,
             fail_after: None,
             lose_ack_after: None,
+            pace: None,
             stats: QpStats::default(),
         }
     }
@@ -186,15 +197,13 @@ impl SimQp {
     }
 }
 
-impl PhysQp for SimQp {
-    fn qp_num(&self) -> u32 {
-        self.qp_num
-    }
-
+/// Safe posts: the simulated NIC resolves every address in its own
+/// simulated memory, checked against the keys, never in the process's.
+impl SimQp {
     /// Queues `wqes` in order. Refuses (with the accepted prefix in `posted`) a QP in
     /// `Init` or an opcode outside libibverbs' RC set with `EINVAL`, and a full send
     /// queue with `ENOMEM`. A QP in `Error` accepts the WQEs and flushes them.
-    fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+    pub fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
         let mut guard = self.state.borrow_mut();
         let st = &mut *guard;
         for (posted, wqe) in wqes.iter().enumerate() {
@@ -224,7 +233,7 @@ impl PhysQp for SimQp {
 
     /// Queues receives in order; a full receive queue fails with `ENOMEM` and the
     /// accepted prefix. Allowed in every state (flushed in `Error`).
-    fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+    pub fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
         let mut guard = self.state.borrow_mut();
         let st = &mut *guard;
         for (posted, wqe) in wqes.iter().enumerate() {
@@ -246,6 +255,31 @@ impl PhysQp for SimQp {
             });
         }
         Ok(())
+    }
+}
+
+// The trait's posts are `unsafe fn`s (vqp-core's post contract); these bodies do no
+// unsafe operation.
+#[allow(unsafe_code)]
+impl PhysQp for SimQp {
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// [`SimQp::post_send`], which is safe on this provider.
+    ///
+    /// # Safety
+    /// The trait's; this provider needs none of it (any WQE is sound here).
+    unsafe fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+        SimQp::post_send(self, wqes)
+    }
+
+    /// [`SimQp::post_recv`], which is safe on this provider.
+    ///
+    /// # Safety
+    /// The trait's; this provider needs none of it (any WQE is sound here).
+    unsafe fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+        SimQp::post_recv(self, wqes)
     }
 
     /// Moves the QP to `Error`: everything outstanding is flushed, one WQE per step.

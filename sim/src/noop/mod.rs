@@ -12,7 +12,7 @@
 //! [`NoopCq::overflows`] and dropped, never a reallocation.
 //!
 //! ```
-//! use vqp_core::{Opcode, PhysCq, PhysQp, PhysWc, SendFlags, SendWqe};
+//! use vqp_core::{Opcode, PhysCq, PhysWc, SendFlags, SendWqe};
 //! use vqp_sim::noop::{NoopConfig, NoopCq};
 //!
 //! let mut cq = NoopCq::new(NoopConfig::default());
@@ -360,14 +360,12 @@ pub struct NoopQp {
     qp_num: u32,
 }
 
-impl PhysQp for NoopQp {
-    fn qp_num(&self) -> u32 {
-        self.qp_num
-    }
-
+/// Safe posts: the no-op provider reads and writes no memory at the
+/// WQEs' addresses.
+impl NoopQp {
     /// Records a success for each `SIGNALED` WQE (opcode from the request, `byte_len`
     /// its length). Always accepts the whole chain; a full CQ counts overflows.
-    fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+    pub fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
         let mut sh = self.shared.borrow_mut();
         if sh.config.order != NoopOrder::Fifo {
             sh.post_shuffled(self.slot, self.qp_num, wqes);
@@ -383,7 +381,7 @@ impl PhysQp for NoopQp {
 
     /// Completes each receive at once ([`RecvMode::Complete`]) or holds it
     /// ([`RecvMode::Hold`]; a full receive ring counts an overflow). Always accepts.
-    fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+    pub fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
         let mut sh = self.shared.borrow_mut();
         for r in wqes {
             match sh.config.recv_mode {
@@ -408,6 +406,31 @@ impl PhysQp for NoopQp {
             }
         }
         Ok(())
+    }
+}
+
+// The trait's posts are `unsafe fn`s (vqp-core's post contract); these bodies do no
+// unsafe operation.
+#[allow(unsafe_code)]
+impl PhysQp for NoopQp {
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// [`NoopQp::post_send`], which is safe on this provider.
+    ///
+    /// # Safety
+    /// The trait's; this provider needs none of it (any WQE is sound here).
+    unsafe fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+        NoopQp::post_send(self, wqes)
+    }
+
+    /// [`NoopQp::post_recv`], which is safe on this provider.
+    ///
+    /// # Safety
+    /// The trait's; this provider needs none of it (any WQE is sound here).
+    unsafe fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+        NoopQp::post_recv(self, wqes)
     }
 
     /// Does nothing: a no-op QP has no state to fail.

@@ -5,7 +5,7 @@
 
 use core::ffi::c_int;
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 
 use core::ffi::{c_int, c_void};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::object::{live, PdObj};
 use super::{ibv_reg_mr_iova2, set_errno};

@@ -6,7 +6,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::device::ctx;
 use super::object::{live, live_or_closing, publish, retire, ChannelObj, CqObj};

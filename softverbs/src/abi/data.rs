@@ -6,7 +6,7 @@
 
 use core::ffi::c_int;
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::object::{unchecked, AhObj, CqObj, QpObj, SrqObj};
 use crate::provider;

@@ -5,7 +5,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{c_char, c_int};
 use std::sync::{Arc, OnceLock};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::cq::MAX_CQE;
 use super::object::{live, publish, retire, CtxObj};
@@ -63,6 +63,9 @@ fn fill(dst: &mut [c_char], s: &str) {
     }
     dst[n] = 0;
 }
+
+/// `ibv_device_attr.vendor_id` of every soft device: "no IEEE OUI", as `rdma_rxe` reports.
+pub const VENDOR_ID: u32 = 0x00ff_ffff;
 
 fn device_index(dev: *mut ibv_device) -> Option<usize> {
     devices().iter().position(|&d| d == dev)
@@ -211,7 +214,11 @@ pub unsafe extern "C" fn ibv_query_device(
         sys_image_guid: d.guid.to_be(),
         max_mr_size: 1 << 46,
         page_size_cap: 0xffff_f000,
-        vendor_id: 0,
+        // No IEEE OUI is ours: 0xffffff, the value the kernel's software RoCE provider
+        // reports for the same reason (`RXE_VENDOR_ID`, drivers/infiniband/sw/rxe/
+        // rxe_param.h). Not Mellanox's 0x02c9: UCX and Open MPI would then take
+        // mlx5-only paths; Open MPI's openib uses its `[default]` parameters for it.
+        vendor_id: VENDOR_ID,
         vendor_part_id: 0,
         hw_ver: 1,
         max_qp: 1 << 20,
@@ -226,7 +233,10 @@ pub unsafe extern "C" fn ibv_query_device(
         max_qp_rd_atom: c_int::from(MAX_RD_ATOMIC),
         max_res_rd_atom: c_int::from(MAX_RD_ATOMIC) << 16,
         max_qp_init_rd_atom: c_int::from(MAX_RD_ATOMIC),
-        atomic_cap: IBV_ATOMIC_GLOB,
+        // What a ConnectX reports (Linux drivers/infiniband/hw/mlx5/main.c,
+        // `get_atomic_caps`): atomic against the device's other atomics, which softverbs
+        // guarantees across processes; UCX offers 64-bit atomics only for `HCA`.
+        atomic_cap: IBV_ATOMIC_HCA,
         max_pkeys: 1,
         max_ah: 1 << 16,
         max_srq: 1 << 16,

@@ -1,11 +1,11 @@
 //! Asynchronous events: `struct ibv_async_event` and `ibv_get_async_event` /
-//! `ibv_ack_async_event` over the context's `async_fd` (the struct is `vqp_host::sys`'s).
+//! `ibv_ack_async_event` over the context's `async_fd` (the struct is vqp-sys').
 
 use core::ffi::c_int;
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
-pub use vqp_host::sys::{ibv_async_event, ibv_async_event_element};
+pub use vqp_sys::{ibv_async_event, ibv_async_event_element};
 
 use super::device::ctx;
 use super::set_errno;

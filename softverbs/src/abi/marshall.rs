@@ -5,7 +5,7 @@
 //! (`ibv_copy_qp_attr_from_kern`, like rdma-core's, leaves `qp_state` and `rate_limit`
 //! alone). The kernel structs are frozen ABI, mirrored here with their sizes checked.
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 /// `struct ib_uverbs_global_route`.
 #[repr(C)]

@@ -48,8 +48,8 @@ mod unsupported;
 
 use core::ffi::c_int;
 
-use vqp_host::sys::*;
-use vqp_host::VerbsTable;
+use vqp_sys::VerbsTable;
+use vqp_sys::*;
 
 pub use address::*;
 pub use buf::*;

@@ -29,7 +29,7 @@ use core::ffi::c_int;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use crate::cq::{lock, ChannelCore, CqCore, CtxCore};
 use crate::qp::QpCore;

@@ -5,7 +5,7 @@ use core::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::device::ctx;
 use super::object::{live, publish, retire, MrObj, PdCore, PdObj};

@@ -7,7 +7,7 @@
 
 use core::ffi::{c_int, c_uint, c_void};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::object::{live, CtxObj, QpObj};
 use super::set_errno;

@@ -4,7 +4,7 @@ use core::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::object::{live, CqObj, MrObj, PdObj};
 use super::pd_mr::MR_ACCESS;

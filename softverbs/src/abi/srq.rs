@@ -8,7 +8,7 @@ use core::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::object::{live, publish, retire, PdObj, SrqObj};
 use super::set_errno;

@@ -3,7 +3,7 @@
 
 use core::ffi::{c_char, c_int, c_uint, CStr};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 /// `ibv_wc_status_str`: libibverbs' text for a completion status.
 #[cfg_attr(feature = "c-symbols", no_mangle)]

@@ -66,6 +66,54 @@ fn soft_attribute(d: &Device, file: &str) -> Option<String> {
     })
 }
 
+/// The attribute files a soft device's `ibdev_path` holds, relative to it: every name
+/// [`soft_attribute`] answers.
+const SOFT_FILES: &[&str] = &[
+    "node_type",
+    "node_guid",
+    "sys_image_guid",
+    "node_desc",
+    "fw_ver",
+    "hca_type",
+    "hw_rev",
+    "board_id",
+    "ports/1/state",
+    "ports/1/phys_state",
+    "ports/1/lid",
+    "ports/1/sm_lid",
+    "ports/1/sm_sl",
+    "ports/1/lid_mask_count",
+    "ports/1/cap_mask",
+    "ports/1/rate",
+    "ports/1/link_layer",
+    "ports/1/gids/0",
+    "ports/1/gid_attrs/types/0",
+    "ports/1/pkeys/0",
+];
+
+/// The attribute files of soft device `index` (path relative to its `ibdev_path`, and
+/// content with its newline), as a process with this environment will answer them when
+/// it starts (`VQP_SOFT_LINK_DOWN` and `VQP_SOFT_RATE` are applied): what `softverbs
+/// run` writes into the sysfs tree it presents. Starts no provider.
+pub fn soft_sysfs_files(index: usize) -> Vec<(&'static str, String)> {
+    let d = Device::new(index);
+    use crate::config::env_parsed;
+    if env_parsed(crate::config::ENV_LINK_DOWN, crate::config::parse_indices)
+        .is_some_and(|down| down.contains(&index))
+    {
+        d.link_up.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+    if let Some((_, rate)) = env_parsed(crate::config::ENV_RATE, crate::link::parse_rates)
+        .and_then(|rates| rates.into_iter().find(|(i, _)| *i == index))
+    {
+        d.link.set_rate(rate);
+    }
+    SOFT_FILES
+        .iter()
+        .filter_map(|&f| soft_attribute(&d, f).map(|text| (f, text + "\n")))
+        .collect()
+}
+
 /// What `ibv_read_sysfs_file(dir, file)` reads: a soft device's attribute, or the file.
 /// `Err` is the errno of a failed open or read.
 fn read(dir: &str, file: &str, size: usize) -> Result<Vec<u8>, c_int> {
@@ -202,6 +250,18 @@ mod tests {
             read_attr(&dir, "no_such", 64),
             (-1, String::new(), libc::ENOENT)
         );
+    }
+
+    #[test]
+    fn the_launcher_s_files_are_the_ones_the_provider_answers() {
+        let d = &provider::get().devices[1];
+        let files = soft_sysfs_files(1);
+        assert_eq!(files.len(), SOFT_FILES.len());
+        for (name, text) in &files {
+            assert_eq!(Some(text.trim_end()), soft_attribute(d, name).as_deref());
+            assert!(text.ends_with('\n'));
+        }
+        assert!(files.contains(&("ports/1/state", "4: ACTIVE\n".into())));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::set_errno;
 

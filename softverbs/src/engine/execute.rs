@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::respond::{respond, LocalMover, Requester, Response};
 use super::Step;
@@ -132,7 +132,7 @@ fn peer(p: &Provider, g: &mut QpInner) -> Option<Arc<QpCore>> {
 
 /// The device index an address vector points at.
 pub(crate) fn resolve_av(p: &Provider, ah: &ibv_ah_attr) -> Option<usize> {
-    let gid = (ah.is_global != 0).then(|| *vqp_host::Gid::from_sys(&ah.grh.dgid).as_bytes());
+    let gid = (ah.is_global != 0).then(|| *vqp_sys::Gid::from_sys(&ah.grh.dgid).as_bytes());
     p.resolve(ah.dlid, gid.as_ref()).map(|d| d.index)
 }
 

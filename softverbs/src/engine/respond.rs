@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::resolve_av;
 use crate::mem::{self, KeyError, MrTable, Span};

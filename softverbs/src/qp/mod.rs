@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use crate::cq::{event, lock, CqCore, CtxCore};
 

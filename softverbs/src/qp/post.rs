@@ -1,7 +1,7 @@
 //! Posting: the checks of a send or receive request (opcode, SGE count, inline size,
 //! queue room) and its queueing, as `ibv_post_send` / `ibv_post_recv` do them.
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::*;
 

@@ -2,7 +2,7 @@
 //! attributes each one requires or accepts, their values, and `ibv_modify_qp` /
 //! `ibv_query_qp`.
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use std::sync::atomic::Ordering;
 use std::sync::Weak;

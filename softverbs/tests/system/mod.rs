@@ -4,14 +4,14 @@
 //! On a machine without the package such a test is skipped: it passes after writing one
 //! line to the terminal that names the Debian package it needs. CI installs the packages
 //! and sets `VQP_REQUIRE_SYSTEM_PACKAGES=1`, which turns every skip into a failure, so a gated test can never
-//! pass silently there. (The same rules as vqp-host's `tests/system`.)
+//! pass silently there. (The same rules as vqp-sys' `tests/system`.)
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "../../../host/tests/system/gate.rs"]
+#[path = "../../../sys/tests/system/gate.rs"]
 mod gate;
 pub use gate::skip;
 

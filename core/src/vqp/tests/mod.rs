@@ -18,6 +18,8 @@ struct Fabric {
     sends: RefCell<Vec<(u32, SendWqe), 512>>,
     recvs: RefCell<Vec<(u32, RecvWqe), 512>>,
     send_calls: Cell<u32>,
+    /// The inline payloads posted, copied at post time.
+    inline: RefCell<Vec<u8, 256>>,
     refuse: Cell<bool>,
     errored: RefCell<Vec<u32, 16>>,
     cqes: RefCell<Deque<PhysWc, 512>>,
@@ -32,7 +34,9 @@ impl PhysQp for MockQp<'_> {
     fn qp_num(&self) -> u32 {
         self.qpn
     }
-    fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
+    /// Records the chain, and copies inline payloads during the call as a provider
+    /// does.
+    unsafe fn post_send(&mut self, wqes: &[SendWqe]) -> Result<(), PostFailure> {
         if self.f.refuse.get() {
             return Err(PostFailure {
                 posted: 0,
@@ -42,10 +46,17 @@ impl PhysQp for MockQp<'_> {
         self.f.send_calls.set(self.f.send_calls.get() + 1);
         for w in wqes {
             self.f.sends.borrow_mut().push((self.qpn, *w)).unwrap();
+            if w.flags.contains(SendFlags::INLINE) && w.len != 0 {
+                // SAFETY: the post contract: an inline payload is initialised memory
+                // of this process, readable during the call.
+                let bytes =
+                    unsafe { core::slice::from_raw_parts(w.addr as *const u8, w.len as usize) };
+                self.f.inline.borrow_mut().extend_from_slice(bytes).unwrap();
+            }
         }
         Ok(())
     }
-    fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
+    unsafe fn post_recv(&mut self, wqes: &[RecvWqe]) -> Result<(), PostFailure> {
         for w in wqes {
             self.f.recvs.borrow_mut().push((self.qpn, *w)).unwrap();
         }
@@ -167,6 +178,7 @@ fn poll<'f>(vcq: &mut Vcq<'f>, vqp: &mut Vqp<'f>) -> Vec<Wc, 64> {
 mod build;
 mod failover;
 mod failure;
+mod inline;
 mod numbering;
 mod recv;
 mod send;

@@ -196,6 +196,41 @@ fn adaptive_weights_follow_what_each_qp_completes() {
 }
 
 #[test]
+fn a_qp_that_work_waits_for_is_busy_though_each_completion_empties_it() {
+    // Last-of-chain signaling, 4 WQEs of room: one completion acknowledges all QP
+    // 101 has in flight, so it runs dry at every completion. It completes only every
+    // fourth round, and fragments wait for it: it is the bottleneck, and QP 100 (which
+    // completes at once) must gain on it.
+    let f = Fabric::default();
+    let cfg = Config {
+        adapt_ns: 4000,
+        max_outstanding: 4,
+        signaling: Signaling::LastOfChain,
+        ..policy(Policy::Adaptive, [1; 4])
+    };
+    let (mut vqp, mut vcq) = on_devices(&f, cfg, &[0, 0]);
+    vqp.sample(0);
+    let mut completed = [false; 512];
+    let mut next = 0;
+    for round in 1..=40u64 {
+        while vqp.post_send(&write(next, 4 << 16)).is_ok() {
+            next += 1;
+        }
+        let sends = f.sends.borrow().clone();
+        for k in f.signaled() {
+            if !completed[k] && (sends[k].0 == 100 || round % 4 == 0) {
+                f.complete_send(k, WcStatus::SUCCESS);
+                completed[k] = true;
+            }
+        }
+        poll(&mut vcq, &mut vqp);
+        vqp.sample(round * 1000);
+    }
+    let (fast, slow) = (vqp.weight(0).unwrap(), vqp.weight(1).unwrap());
+    assert!(2 * fast >= 3 * slow, "{fast} vs {slow}");
+}
+
+#[test]
 fn a_device_in_use_needs_a_weight() {
     let f = Fabric::default();
     let data = [0u8, 1].map(|d| {

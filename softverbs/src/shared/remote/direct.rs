@@ -15,7 +15,7 @@
 //! else, including a copy that fails, goes through the inbox, where the responder
 //! reports it as before.
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::Link;
 use crate::mem::Span;

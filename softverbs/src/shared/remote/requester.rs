@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::{direct, lock, InFlight, Link, MAX_IN_FLIGHT, RESP_OK, RESP_RNR};
 use crate::engine::{complete, fail, resolve_av, Step};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vqp_host::sys::*;
+use vqp_sys::*;
 
 use super::{lock, RespSeq, RESP_ERR, RESP_OK, RESP_RNR};
 use crate::engine::{respond, MoveError, Mover, Requester, Response};

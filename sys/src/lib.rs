@@ -1,14 +1,29 @@
-//! `#[repr(C)]` mirrors of rdma-core's public ABI, as `<infiniband/verbs.h>` declares it.
+//! vqp-sys: the libibverbs C ABI, shared by vqp's binding and its software provider.
 //!
-//! Names, field order and types follow the C header one for one, so that a pointer handed
-//! out by libibverbs (or by any provider that speaks its ABI) can be read through these
-//! types directly. The definitions are the same in every build: the `linked` feature only
-//! changes where the function table comes from, never these layouts.
+//! ```text
+//!  vqp-host       the binding: loads libibverbs (dlopen or link time) and fills
+//!                 the function table; safe wrappers over these types
+//!  vqp-softverbs  a provider: implements the functions and the objects behind them
+//!  ─────────────────────────────────────────────────────────────────────────────
+//!  vqp-sys        #[repr(C)] structs and constants of <infiniband/verbs.h>,
+//!                 the function table (VerbsTable), Gid
+//! ```
+//!
+//! Both sides of the ABI build on this crate and on nothing else of vqp, so the provider
+//! does not depend on the binding. It holds no code that calls into a library: loading
+//! and calling are vqp-host's.
+//!
+//! # The mirrors
+//! Names, field order and types follow rdma-core's public `<infiniband/verbs.h>` one for
+//! one, so that a pointer handed out by libibverbs (or by any provider that speaks its
+//! ABI) can be read through these types directly. The definitions are the same in every
+//! build: vqp-host's `linked` feature only changes where the function table comes from,
+//! never these layouts.
 //!
 //! Conventions:
 //! - Values the C header types as an `enum` are plain integers here (`u32`, or `i32`
 //!   where the C enum has negative members). A library newer than this crate may return
-//!   values we do not know; the Rust enums in [`crate::enums`] turn those into
+//!   values we do not know; the Rust enums in vqp-host's `enums` module turn those into
 //!   `Unknown(n)` instead of trusting them.
 //! - C anonymous unions get a named field (`ibv_send_wr::imm`, `ibv_wc::imm`,
 //!   `ibv_send_wr::bind_mw_tso`) of a named union type; the byte layout is unchanged.
@@ -19,23 +34,30 @@
 //!   function pointers, zero integers), which is what `Default` returns.
 //!
 //! The layouts are proven against the system header by `tests/layout.rs` (a C probe built
-//! from the same list of structs and fields) and, with `--features linked`, against
-//! `rdma-sys` at compile time.
+//! from the same list of structs and fields) and, with vqp-host's `linked` feature,
+//! against `rdma-sys` at compile time.
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 #![allow(non_camel_case_types)]
 
 mod device;
 mod event;
+mod gid;
 mod object;
 mod ops;
 mod qp;
+mod table;
 mod wc;
 mod wr;
 
 pub use device::*;
 pub use event::*;
+pub use gid::Gid;
 pub use object::*;
 pub use ops::*;
 pub use qp::*;
+pub use table::VerbsTable;
 pub use wc::*;
 pub use wr::*;
 

@@ -1,4 +1,4 @@
-//! Proves that `vqp_host::sys` matches the system's `<infiniband/verbs.h>`.
+//! Proves that vqp-sys matches the system's `<infiniband/verbs.h>`.
 //!
 //! One list below names every struct, every field (nested union members by their C
 //! path) and every constant we mirror. From it the test generates a C program, compiles
@@ -18,7 +18,7 @@ use std::mem::{align_of, size_of, MaybeUninit};
 use std::path::PathBuf;
 use std::process::Command;
 
-use vqp_host::sys;
+use vqp_sys as sys;
 
 /// One struct or union as Rust lays it out.
 struct Layout {
