@@ -24,52 +24,13 @@
 //! is posted again, an atomic is reported with the error (whether it took effect
 //! cannot be known).
 
-use super::complete::credit_data;
-use super::failover::RestoreError;
 use super::lane::Lane;
 use super::recv::app_recv_wqe;
-use super::slots::{Notify, Ring, SendSlot};
-use super::{Mode, Stray, VirtualQp};
+use super::slots::{credit_data, Notify};
+use super::{Mode, RestoreError, Stray, VirtualQp};
 use crate::phys::{PhysQp, PhysWc};
-use crate::wr::{Opcode, RecvWr, SendFlags, WcOpcode, WcStatus};
+use crate::wr::{RecvWr, WcOpcode, WcStatus};
 use crate::wrid::{Kind, NOTIFY_LANE};
-
-/// Whether a pass-through `op` consumes a receive of the peer's.
-#[inline]
-pub(super) fn consumes(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::SEND | Opcode::SEND_WITH_IMM | Opcode::RDMA_WRITE_WITH_IMM
-    )
-}
-
-/// A pass-through request (`count` WQEs of request `id`) that was in flight on data
-/// QP 0 when it failed: with a grace period to wait for a replacement in (`wait`),
-/// one that consumes a receive becomes unsure and waits, with RDMA WRITEs and READs,
-/// to be posted again on the replacement (`again`); an atomic, an `INLINE` request
-/// (its payload may have been lent for its post only: see
-/// [`VirtualQp::post_send_inline`](crate::VirtualQp::post_send_inline)), or any
-/// without a grace period, is credited with `status`. False when `again` is full (the
-/// virtual QP then fails).
-pub(super) fn park<const S: usize>(
-    send: &mut Ring<SendSlot, S>,
-    again: &mut heapless::Deque<u64, S>,
-    (id, count): (u64, u32),
-    wait: bool,
-    status: WcStatus,
-) -> bool {
-    let slot = send.get_mut(id);
-    let op = slot.wr.opcode;
-    let inline = slot.wr.flags.contains(SendFlags::INLINE) && slot.wr.len != 0;
-    if !wait || inline || !(consumes(op) || op.is_rdma()) {
-        credit_data(send, id, count, status);
-        return true;
-    }
-    if consumes(op) {
-        slot.notify = Notify::Unsure;
-    }
-    again.push_back(id).is_ok()
-}
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     VirtualQp<Q, N, D, S, W>

@@ -20,6 +20,7 @@
 //! run (a run per WQE when every WQE is signaled). On the completion side, a success
 //! naming the oldest run of a healthy QP is credited without the general path.
 
+mod choice;
 mod complete;
 mod config;
 mod counted;
@@ -27,6 +28,7 @@ mod dispatch;
 mod error;
 mod fail;
 mod failover;
+mod fragment;
 mod lane;
 mod policy;
 mod recv;
@@ -36,8 +38,8 @@ mod slots;
 mod spread;
 
 pub use config::{BuildError, Config, Mode, Signaling};
-pub use error::{PostRecvError, PostSendError};
-pub use failover::{Failover, RestoreError};
+pub use error::{PostRecvError, PostSendError, RestoreError};
+pub use failover::Failover;
 pub use policy::Policy;
 pub use run::LaneStats;
 

@@ -3,49 +3,9 @@
 
 use super::slots::Notify;
 use super::{Mode, PostSendError, VirtualQp};
-use crate::phys::{PhysQp, SendWqe};
+use crate::phys::PhysQp;
 use crate::split::{Plan, MAX_WQE_BYTES};
 use crate::wr::{Opcode, SendFlags, SendWr, WcStatus};
-use crate::wrid::{Kind, WrId};
-
-/// The physical wr_id of request `id`'s send WQEs on data QP 0 of the virtual QP
-/// tagged `tag` (other data QPs add their index at bit 48).
-#[inline]
-pub(super) fn send_id(tag: u8, id: u64) -> u64 {
-    WrId {
-        tag,
-        lane: 0,
-        kind: Kind::Send,
-        id,
-    }
-    .encode()
-}
-
-/// Whether the fragments of `wr` carry DQPLB sequence numbers.
-#[inline]
-pub(super) fn numbered(wr: &SendWr, mode: Mode) -> bool {
-    mode == Mode::Dqplb && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM
-}
-
-/// The WQE of a request that passes through whole, with wr_id `wr_id` and the keys
-/// of `device`.
-#[inline]
-pub(super) fn passthrough_wqe(wr: &SendWr, wr_id: u64, device: u8) -> SendWqe {
-    let (lkey, rkey) = wr.keys.pair(device);
-    SendWqe {
-        wr_id,
-        opcode: wr.opcode,
-        flags: wr.flags,
-        addr: wr.local_addr,
-        len: wr.len as u32,
-        lkey,
-        remote_addr: wr.remote_addr,
-        rkey,
-        imm_data: wr.imm_data,
-        compare_add: wr.compare_add,
-        swap: wr.swap,
-    }
-}
 
 /// Whether `wr` asks the provider to copy a payload from its raw `local_addr` (the
 /// safe posts refuse it: see the [post contract](crate::phys#the-post-contract)).

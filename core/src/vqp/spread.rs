@@ -3,7 +3,8 @@
 //! and fall back, staging nothing, to the fragment-by-fragment round
 //! (`dispatch`) when a QP lacks room.
 
-use super::dispatch::{allowed, Spread};
+use super::choice::allowed;
+use super::fragment::Spread;
 use super::slots::SendSlot;
 use super::{Signaling, VirtualQp};
 use crate::imm::Imm;
