@@ -45,6 +45,7 @@ pub use run::LaneStats;
 
 use heapless::Deque;
 
+use crate::caps;
 use crate::phys::{PhysQp, PhysWc};
 use crate::reorder::ReorderWindow;
 use crate::seq::Seq;
@@ -60,10 +61,11 @@ pub struct Stray;
 
 /// One virtual QP over up to `N` data QPs (plus a SPRAY notify QP).
 ///
-/// Capacities are type parameters, checked at compile time: `D` send WQEs tracked
-/// per physical QP (≥ `max_outstanding`), `S` virtual requests in flight per
-/// direction (a power of two), `W` the DQPLB reorder window (a power of two, at
-/// least `N·D`, the most fragments a peer of the same type can have in flight).
+/// Capacities are type parameters, checked at compile time (see [`caps`] for their
+/// one order and defaults): `D` send WQEs tracked per physical QP (≥
+/// `max_outstanding`), `S` virtual requests in flight per direction (a power of
+/// two), `W` the DQPLB reorder window (a power of two, at least `N·D`, the most
+/// fragments a peer of the same type can have in flight).
 ///
 /// All work happens inside [`post_send`](Self::post_send),
 /// [`post_recv`](Self::post_recv) and the owning
@@ -71,10 +73,10 @@ pub struct Stray;
 /// beyond what the physical QP's own post does.
 pub struct VirtualQp<
     Q,
-    const N: usize = 8,
-    const D: usize = 128,
-    const S: usize = 512,
-    const W: usize = 1024,
+    const N: usize = { caps::DATA_QPS },
+    const D: usize = { caps::WQES },
+    const S: usize = { caps::SLOTS },
+    const W: usize = { caps::WINDOW },
 > {
     cfg: Config,
     /// Index within the owning virtual CQ, carried in every physical wr_id.
