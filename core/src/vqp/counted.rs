@@ -29,7 +29,7 @@ use super::recv::app_recv_wqe;
 use super::slots::{credit_data, Notify};
 use super::{Mode, RestoreError, Stray, VirtualQp};
 use crate::phys::{PhysQp, PhysWc};
-use crate::wr::{RecvWr, WcOpcode, WcStatus};
+use crate::wr::{RecvWr, WcStatus};
 use crate::wrid::{Kind, NOTIFY_LANE};
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
@@ -301,9 +301,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     pub(super) fn repost_recvs(&mut self, lane: u8) {
         let tag = self.tag;
         let mut refused = false;
-        for id in self.recv.head..self.recv_next {
-            let wr = self.recv.get(id).wr;
-            if self.recv.get(id).done || self.on_notify(&wr) != (lane == NOTIFY_LANE) {
+        for id in self.rx.posted() {
+            let wr = self.rx.slot(id).wr;
+            if self.rx.slot(id).done || self.on_notify(&wr) != (lane == NOTIFY_LANE) {
                 continue;
             }
             let Some(l) = self.role_mut(lane) else {
@@ -374,26 +374,18 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         };
         let outstanding = l.recv_outstanding as usize;
         let mine = |vqp: &Self, id: u64| {
-            let slot = vqp.recv.get(id);
+            let slot = vqp.rx.slot(id);
             !slot.done && vqp.on_notify(&slot.wr) == (lane == NOTIFY_LANE)
         };
-        let waiting = (self.recv.head..self.recv_next)
-            .filter(|&id| mine(self, id))
-            .count();
+        let waiting = self.rx.posted().filter(|&id| mine(self, id)).count();
         // Receives complete in order: the flushed ones are the oldest.
         let mut flushed = waiting.saturating_sub(outstanding);
-        for id in self.recv.head..self.recv_next {
+        for id in self.rx.posted() {
             if flushed == 0 {
                 break;
             }
             if mine(self, id) {
-                let slot = self.recv.get_mut(id);
-                let opcode = if slot.wr.len == 0 {
-                    WcOpcode::RECV_RDMA_WITH_IMM
-                } else {
-                    WcOpcode::RECV
-                };
-                slot.finish(status, opcode, 0, None);
+                self.rx.end(id, status);
                 flushed -= 1;
             }
         }

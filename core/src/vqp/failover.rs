@@ -198,7 +198,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         lane.failed = true;
         lane.survived = true;
         lane.joining = true;
-        if self.armed {
+        if self.rx.armed() {
             lane.recv_owed = self.cfg.recv_depth;
         }
         if counted {

@@ -31,6 +31,7 @@ mod failover;
 mod fragment;
 mod lane;
 mod policy;
+mod receiver;
 mod recv;
 mod run;
 mod send;
@@ -47,13 +48,13 @@ use heapless::Deque;
 
 use crate::caps;
 use crate::phys::{PhysQp, PhysWc};
-use crate::reorder::ReorderWindow;
 use crate::seq::Seq;
 use crate::wr::{Wc, WcStatus, MAX_DEVICES};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 use lane::Lane;
 use policy::{Served, Striping};
-use slots::{RecvSlot, Ring, SendSlot};
+use receiver::Receiver;
+use slots::{Ring, SendSlot};
 
 /// A physical completion that no in-flight request of this virtual QP owns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,15 +123,8 @@ pub struct VirtualQp<
     /// How far past the oldest sequence number still outstanding the next may be:
     /// the peer's window `W` less the arrivals it may hold unprocessed (`N·recv_depth`).
     seq_credit: u32,
-    recv: Ring<RecvSlot, S>,
-    /// Oldest receive not yet posted (or, in DQPLB, not yet matched to a message).
-    recv_next: u64,
-    window: ReorderWindow<W>,
-    /// DQPLB messages delivered before any receive waited for them (their lengths).
-    backlog: Deque<u64, S>,
-    armed: bool,
-    /// The data QP DQPLB replenishment starts with.
-    replenish_next: u32,
+    /// The receive side's state.
+    rx: Receiver<S, W>,
     /// The first error; once set, no new request is taken.
     failed: Option<WcStatus>,
     strays: u64,
@@ -266,12 +260,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             rework: false,
             send_seq: Seq::new(cfg.send_seq),
             seq_credit,
-            recv: Ring::new(RecvSlot::EMPTY),
-            recv_next: 0,
-            window: ReorderWindow::new(Seq::new(cfg.recv_seq)),
-            backlog: Deque::new(),
-            armed: false,
-            replenish_next: 0,
+            rx: Receiver::new(Seq::new(cfg.recv_seq)),
             failed: None,
             strays: 0,
             #[cfg(test)]
@@ -424,7 +413,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Virtual receive requests taken and not yet reported.
     pub fn recvs_in_flight(&self) -> usize {
-        self.recv.len()
+        self.rx.len()
     }
 
     /// Physical completions that named this virtual QP but no request in flight.
@@ -434,12 +423,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// The DQPLB receiver's next expected sequence number.
     pub fn recv_seq(&self) -> Seq {
-        self.window.next()
+        self.rx.recv_seq()
     }
 
     /// DQPLB fragments that arrived ahead of an earlier one, in total.
     pub fn reordered_arrivals(&self) -> u64 {
-        self.window.reordered()
+        self.rx.reordered()
     }
 
     /// The next DQPLB sequence number this side sends.
@@ -527,7 +516,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if self.dispatch != self.send.tail || notifies_due || self.rework {
             self.dispatch();
         }
-        if self.recv_next != self.recv.tail || self.armed {
+        if self.rx.has_work() {
             self.post_recvs();
         }
     }
