@@ -26,7 +26,7 @@
 
 use super::lane::Lane;
 use super::recv::app_recv_wqe;
-use super::slots::{credit_data, Notify};
+use super::slots::Notify;
 use super::{Mode, RestoreError, Stray, VirtualQp};
 use crate::phys::{PhysQp, PhysWc};
 use crate::wr::{RecvWr, WcStatus};
@@ -85,7 +85,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             lane.survived = true;
             lane.joining = false;
             lane.qp.set_error();
-            self.survived.failovers += 1;
+            self.rec.count_failover();
         }
         let send = &mut self.send;
         lane.take_runs(&mut |run| {
@@ -94,7 +94,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 slot.notify = Notify::Unsure;
             }
         });
-        self.lane_error = status;
+        self.rec.set_error(status);
         self.settle_hold();
     }
 
@@ -257,7 +257,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if let Some(id) = first_again {
             self.notify_next = self.notify_next.min(id);
         }
-        self.survived.restored += 1;
+        self.rec.count_restored();
         self.settle_hold();
         self.progress();
         Ok(())
@@ -270,29 +270,18 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if let Some(seen) = peer_seen {
             self.lanes[0].sent = seen;
         }
-        let error = self.lane_error;
-        for _ in 0..self.again.len() {
-            let Some(id) = self.again.pop_front() else {
-                break;
-            };
-            let slot = self.send.get_mut(id);
-            if slot.notify == Notify::Unsure {
-                slot.notify = Notify::None;
-                match peer_seen {
-                    Some(seen) if landed(slot.order, seen) => {
-                        credit_data(&mut self.send, id, 1, WcStatus::SUCCESS);
-                        continue;
-                    }
-                    Some(_) => {}
-                    None => {
-                        credit_data(&mut self.send, id, 1, error);
-                        continue;
-                    }
-                }
+        let error = self.rec.error();
+        self.rec.settle_again(&mut self.send, |slot| {
+            if slot.notify != Notify::Unsure {
+                return None;
             }
-            // Room: it came out of the queue just now.
-            let _ = self.again.push_back(id);
-        }
+            slot.notify = Notify::None;
+            match peer_seen {
+                Some(seen) if landed(slot.order, seen) => Some(WcStatus::SUCCESS),
+                Some(_) => None,
+                None => Some(error),
+            }
+        });
     }
 
     /// Post the application's receives that did not complete on the old QP of
@@ -327,12 +316,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Post the pass-through requests waiting for data QP 0 again, in order, while it
     /// is healthy and has room (before any new pass-through request).
     pub(super) fn post_again(&mut self, max: u32) {
-        while let Some(&id) = self.again.front() {
+        while let Some(id) = self.rec.next_again() {
             let lane = &self.lanes[0];
             if !lane.has_room(max) || self.send.get(id).notify == Notify::Unsure {
                 return;
             }
-            self.again.pop_front();
+            self.rec.pop_again();
             self.stage_passthrough(id);
         }
     }
@@ -343,9 +332,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// QP flushed, which will not be posted again (those it still holds flush through
     /// the usual polling).
     pub(super) fn settle_counted(&mut self, status: WcStatus) {
-        while let Some(id) = self.again.pop_front() {
-            credit_data(&mut self.send, id, 1, status);
-        }
+        self.rec.drop_again(&mut self.send, status);
         for id in self.send.head..self.send.tail {
             let slot = self.send.get_mut(id);
             if slot.notify == Notify::Unsure {

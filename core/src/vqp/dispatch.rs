@@ -89,10 +89,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// notifies that became due, then post one chain per QP.
     pub(super) fn dispatch(&mut self) {
         let max = self.cfg.max_outstanding;
-        if self.rework {
+        if self.rec.pending() {
             self.restage();
             self.post_again(max);
-            self.rework = !self.redo.is_empty() || !self.again.is_empty();
+            self.rec.resettle();
         }
         let merge = self.cfg.signaling == Signaling::LastOfChain;
         let n = self.lanes.len() as u32;
@@ -211,10 +211,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     fn passthrough_without_qp0(&mut self, id: u64) {
         let slot = self.send.get_mut(id);
         slot.posted = 1;
-        if self.cfg.grace_ns == 0 || self.again.push_back(id).is_err() {
-            credit_data(&mut self.send, id, 1, self.lane_error);
-        } else {
-            self.rework = true;
+        if self
+            .rec
+            .wait_for_qp0(&mut self.send, id, self.cfg.grace_ns > 0)
+        {
             self.settle_hold();
         }
     }

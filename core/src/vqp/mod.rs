@@ -19,6 +19,23 @@
 //! and a fragmented request whose shares all fit is staged QP by QP, each share as one
 //! run (a run per WQE when every WQE is signaled). On the completion side, a success
 //! naming the oldest run of a healthy QP is credited without the general path.
+//!
+//! # Parts
+//! [`VirtualQp`] is the parent of parts that own their state and the methods on it
+//! and import nothing of the virtual QP: the lanes (`lane`, one physical QP each,
+//! with its runs in `run`), the send slot ring (`slots`, crediting included), the
+//! receive side (`receiver`: the application's receives, DQPLB's reorder window and
+//! held messages), the failover state (`recovery`: what waits to be posted again, the
+//! grace period's hold, what was survived), the striping policies (`policy`) and the
+//! data QP choice (`choice`), what a request's WQEs are made of (`fragment`), the
+//! configuration (`config`) and the refusals (`error`). Where work needs several
+//! parts at once (posting on the lanes what the send ring holds, routing a
+//! completion, failing over), it is the parent's, in the files named for that work
+//! (`send`, `dispatch`, `spread`, `complete`, `recv`, `failover`, `counted`,
+//! `fail`), which pass each part the state of the others it needs.
+//!
+//! Capacities come in the one order of [`caps`]; each part takes only
+//! those it holds (a lane `D`, the slot rings `S`, the reorder window `W`).
 
 mod choice;
 mod complete;
@@ -32,6 +49,7 @@ mod fragment;
 mod lane;
 mod policy;
 mod receiver;
+mod recovery;
 mod recv;
 mod run;
 mod send;
@@ -40,11 +58,9 @@ mod spread;
 
 pub use config::{BuildError, Config, Mode, Signaling};
 pub use error::{PostRecvError, PostSendError, RestoreError};
-pub use failover::Failover;
 pub use policy::Policy;
+pub use recovery::Failover;
 pub use run::LaneStats;
-
-use heapless::Deque;
 
 use crate::caps;
 use crate::phys::{PhysQp, PhysWc};
@@ -54,6 +70,7 @@ use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 use lane::Lane;
 use policy::{Served, Striping};
 use receiver::Receiver;
+use recovery::Recovery;
 use slots::{Ring, SendSlot};
 
 /// A physical completion that no in-flight request of this virtual QP owns.
@@ -92,14 +109,6 @@ pub struct VirtualQp<
     striping: Striping<N>,
     /// Round-robin over every data QP: a request's shares may be staged in one go.
     even: bool,
-    /// Runs failed data QPs left, to post again on the others.
-    redo: Deque<run::Taken, W>,
-    /// Whether every data QP has failed, and since when.
-    hold: failover::Hold,
-    /// What re-dispatch survived.
-    survived: Failover,
-    /// The error of the last data QP that failed alone.
-    lane_error: WcStatus,
     /// A weighted or adaptive policy: a request's shares follow the schedule.
     scheduled: bool,
     /// Bit `i` set: data QP `i` has a chain staged this round.
@@ -113,11 +122,6 @@ pub struct VirtualQp<
     dispatch: u64,
     /// Oldest request whose SPRAY notify may still need posting.
     notify_next: u64,
-    /// Pass-through requests that were in flight on data QP 0 when it failed, to be
-    /// posted again on its replacement (unless the peer's count says they landed).
-    again: Deque<u64, S>,
-    /// `redo` or `again` may hold something: one flag for `progress` to test.
-    rework: bool,
     /// Next DQPLB sequence number to send.
     send_seq: Seq,
     /// How far past the oldest sequence number still outstanding the next may be:
@@ -125,6 +129,8 @@ pub struct VirtualQp<
     seq_credit: u32,
     /// The receive side's state.
     rx: Receiver<S, W>,
+    /// What failover keeps: runs and pass-through requests to post again, the hold.
+    rec: Recovery<S, W>,
     /// The first error; once set, no new request is taken.
     failed: Option<WcStatus>,
     strays: u64,
@@ -242,22 +248,17 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             notify,
             room,
             next_lane: 0,
+            rec: Recovery::new(),
             striping,
             even: cfg.policy == Policy::RoundRobin
                 && (cfg.fanout == 0 || usize::from(cfg.fanout) >= given),
             scheduled: matches!(cfg.policy, Policy::Weighted | Policy::Adaptive),
-            redo: Deque::new(),
-            hold: failover::Hold::No,
-            survived: Failover::default(),
-            lane_error: WcStatus::SUCCESS,
             staged: 0,
             data_devices,
             notify_device,
             send: Ring::new(SendSlot::EMPTY),
             dispatch: 0,
             notify_next: 0,
-            again: Deque::new(),
-            rework: false,
             send_seq: Seq::new(cfg.send_seq),
             seq_credit,
             rx: Receiver::new(Seq::new(cfg.recv_seq)),
@@ -365,7 +366,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// when nothing is due); the caller owns the clock, so the core reads none.
     /// Returns whether the weights changed.
     pub fn sample(&mut self, now_ns: u64) -> bool {
-        if self.hold != failover::Hold::No {
+        if self.rec.held() {
             self.check_grace(now_ns);
         }
         if self.cfg.policy != Policy::Adaptive || !self.striping.due(now_ns, self.cfg.adapt_ns) {
@@ -513,7 +514,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     #[inline]
     pub fn progress(&mut self) {
         let notifies_due = self.notify_device != 0 && self.notify_next != self.send.tail;
-        if self.dispatch != self.send.tail || notifies_due || self.rework {
+        if self.dispatch != self.send.tail || notifies_due || self.rec.pending() {
             self.dispatch();
         }
         if self.rx.has_work() {

@@ -118,7 +118,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         let qp0 = &self.lanes[0];
         if self.dispatch != self.send.tail
-            || self.rework
+            || self.rec.pending()
             || qp0.failed
             || !qp0.has_room(self.cfg.max_outstanding)
         {
@@ -238,7 +238,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             // nothing waits for it to come back. With a grace period they are held
             // until it does (later requests go on meanwhile; their completions wait,
             // in order) or the grace period ends.
-            return Err(PostSendError::Failed(self.lane_error));
+            return Err(PostSendError::Failed(self.rec.error()));
         }
         if self.send.is_full() {
             return Err(PostSendError::Full);
