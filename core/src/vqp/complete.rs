@@ -1,8 +1,9 @@
 //! Send completions: crediting each physical completion to its request, and
 //! reporting finished requests in posting order.
 
+use super::error::Stray;
 use super::slots::{credit_data, credit_notify};
-use super::{Stray, VirtualQp};
+use super::VirtualQp;
 use crate::phys::PhysQp;
 use crate::wr::{SendFlags, Wc, WcStatus};
 use crate::wrid::NOTIFY_LANE;

@@ -24,10 +24,12 @@
 //! is posted again, an atomic is reported with the error (whether it took effect
 //! cannot be known).
 
+use super::config::Mode;
+use super::error::{RestoreError, Stray};
+use super::fragment::app_recv_wqe;
 use super::lane::Lane;
-use super::recv::app_recv_wqe;
 use super::slots::Notify;
-use super::{Mode, RestoreError, Stray, VirtualQp};
+use super::VirtualQp;
 use crate::phys::{PhysQp, PhysWc};
 use crate::wr::{RecvWr, WcStatus};
 use crate::wrid::{Kind, NOTIFY_LANE};

@@ -2,11 +2,12 @@
 //! chained per QP and posted once per round; SPRAY notifies in order.
 
 use super::choice::{after, allowed, choose, pick};
+use super::config::Signaling;
 use super::fragment::{consumes, numbered, passthrough_wqe, send_id, Spread};
 use super::lane::Lane;
 use super::policy::Policy;
 use super::slots::{credit_data, credit_notify, Notify};
-use super::{Signaling, VirtualQp};
+use super::VirtualQp;
 use crate::phys::{PhysQp, SendWqe};
 use crate::seq::Seq;
 use crate::wr::{Opcode, SendFlags, WcStatus};

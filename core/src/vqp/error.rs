@@ -158,3 +158,7 @@ impl fmt::Display for RestoreError {
 }
 
 impl core::error::Error for RestoreError {}
+
+/// A physical completion that no in-flight request of this virtual QP owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stray;

@@ -12,8 +12,10 @@
 //! it took effect cannot be known).
 
 use super::choice::{after, pick};
+use super::error::RestoreError;
 use super::fragment::Spread;
-use super::{Failover, RestoreError, VirtualQp};
+use super::recovery::Failover;
+use super::VirtualQp;
 use crate::phys::PhysQp;
 use crate::wr::{SendFlags, WcStatus};
 

@@ -1,11 +1,12 @@
 //! What a request's WQEs are made of: the physical wr_id, whether its fragments are
-//! numbered, the WQE of a pass-through request, and what every fragment shares.
+//! numbered, the WQE of a pass-through request, what every fragment shares, and the
+//! WQE of an application's receive.
 
 use super::config::Mode;
 use crate::imm::Imm;
-use crate::phys::SendWqe;
+use crate::phys::{RecvWqe, SendWqe};
 use crate::seq::Seq;
-use crate::wr::{Opcode, SendFlags, SendWr};
+use crate::wr::{Opcode, RecvWr, SendFlags, SendWr};
 use crate::wrid::{Kind, WrId};
 
 /// Whether a pass-through `op` consumes a receive of the peer's.
@@ -129,5 +130,22 @@ impl Spread {
             compare_add: 0,
             swap: 0,
         }
+    }
+}
+
+/// The WQE of the application's receive `wr`, request `id`, on QP `lane` (a data QP's
+/// index or `NOTIFY_LANE`) of the virtual QP tagged `tag`.
+pub(super) fn app_recv_wqe(tag: u8, lane: u8, id: u64, wr: &RecvWr) -> RecvWqe {
+    RecvWqe {
+        wr_id: WrId {
+            tag,
+            lane,
+            kind: Kind::Recv,
+            id,
+        }
+        .encode(),
+        addr: wr.addr,
+        len: wr.len,
+        lkey: wr.lkey,
     }
 }

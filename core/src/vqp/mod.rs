@@ -57,7 +57,7 @@ mod slots;
 mod spread;
 
 pub use config::{BuildError, Config, Mode, Signaling};
-pub use error::{PostRecvError, PostSendError, RestoreError};
+pub use error::{PostRecvError, PostSendError, RestoreError, Stray};
 pub use policy::Policy;
 pub use recovery::Failover;
 pub use run::LaneStats;
@@ -72,10 +72,6 @@ use policy::{Served, Striping};
 use receiver::Receiver;
 use recovery::Recovery;
 use slots::{Ring, SendSlot};
-
-/// A physical completion that no in-flight request of this virtual QP owns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stray;
 
 /// One virtual QP over up to `N` data QPs (plus a SPRAY notify QP).
 ///

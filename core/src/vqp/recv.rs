@@ -11,7 +11,10 @@
 //!   notify bit. Messages that complete before any receive waits for them are kept
 //!   (their lengths) and complete the next receives at once.
 
-use super::{Mode, PostRecvError, Stray, VirtualQp};
+use super::config::Mode;
+use super::error::{PostRecvError, Stray};
+use super::fragment::app_recv_wqe;
+use super::VirtualQp;
 use crate::imm::Imm;
 use crate::phys::{PhysQp, PhysWc, RecvWqe};
 use crate::wr::{RecvWr, Wc, WcStatus};
@@ -19,23 +22,6 @@ use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 
 /// Zero-length DQPLB receives are posted in chains of at most this many.
 const RECV_CHAIN: usize = 32;
-
-/// The WQE of the application's receive `wr`, request `id`, on QP `lane` (a data QP's
-/// index or `NOTIFY_LANE`) of the virtual QP tagged `tag`.
-pub(super) fn app_recv_wqe(tag: u8, lane: u8, id: u64, wr: &RecvWr) -> RecvWqe {
-    RecvWqe {
-        wr_id: WrId {
-            tag,
-            lane,
-            kind: Kind::Recv,
-            id,
-        }
-        .encode(),
-        addr: wr.addr,
-        len: wr.len,
-        lkey: wr.lkey,
-    }
-}
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     VirtualQp<Q, N, D, S, W>

@@ -1,8 +1,10 @@
 //! The send side's entry: validating a request and accepting it whole or not at all.
 //! Dispatch (`dispatch`) and completion (`complete`) are beside it.
 
+use super::config::Mode;
+use super::error::PostSendError;
 use super::slots::Notify;
-use super::{Mode, PostSendError, VirtualQp};
+use super::VirtualQp;
 use crate::phys::PhysQp;
 use crate::split::{Plan, MAX_WQE_BYTES};
 use crate::wr::{Opcode, SendFlags, SendWr, WcStatus};

@@ -4,9 +4,10 @@
 //! (`dispatch`) when a QP lacks room.
 
 use super::choice::allowed;
+use super::config::Signaling;
 use super::fragment::Spread;
 use super::slots::SendSlot;
-use super::{Signaling, VirtualQp};
+use super::VirtualQp;
 use crate::imm::Imm;
 use crate::phys::{PhysQp, SendWqe};
 use crate::seq::Seq;
