@@ -4,12 +4,10 @@
 use super::choice::{after, allowed, choose, pick};
 use super::config::Signaling;
 use super::fragment::{consumes, numbered, passthrough_wqe, send_id, Spread};
-use super::lane::Lane;
 use super::policy::Policy;
 use super::slots::{credit_data, credit_notify, Notify};
 use super::VirtualQp;
 use crate::phys::{PhysQp, SendWqe};
-use crate::seq::Seq;
 use crate::wr::{Opcode, SendFlags, WcStatus};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 
@@ -44,18 +42,18 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             (
                 0,
                 passthrough_wqe(&slot.wr, send_id(self.tag, id), lane.device),
-                self.send_seq,
+                self.num.next(),
             )
         } else {
             if slot.plan.count() != 1 || self.room == 0 {
                 return false;
             }
-            let seq = self.send_seq;
+            let seq = self.num.next();
             if numbered(&slot.wr, self.cfg.mode) {
-                if Self::seq_budget(&self.lanes, seq, self.seq_credit) == 0 {
+                if self.num.budget(&self.lanes) == 0 {
                     return false;
                 }
-                self.send_seq = seq.add(1);
+                self.num.skip(1);
             }
             let l = pick(self.room, self.next_lane);
             self.next_lane = after(l, self.lanes.len());
@@ -149,9 +147,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     break 'requests;
                 }
                 if dqplb_imm {
-                    let budget = seq_budget.get_or_insert_with(|| {
-                        Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
-                    });
+                    let budget = seq_budget.get_or_insert_with(|| self.num.budget(&self.lanes));
                     if *budget == 0 {
                         break 'requests;
                     }
@@ -173,9 +169,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 let len = slot.plan.next_len(u64::from(slot.posted), off);
                 slot.offset += u64::from(len);
                 slot.posted += 1;
-                let seq = self.send_seq;
+                let seq = self.num.next();
                 if dqplb_imm {
-                    self.send_seq = seq.add(1);
+                    self.num.skip(1);
                 }
                 let keys = slot.wr.keys.pair(lane.device);
                 let wqe = req.wqe(l as u64, keys, off, len, seq, slot.posted == count);
@@ -190,18 +186,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         self.dispatch_notifies();
         self.flush();
-    }
-
-    /// DQPLB sequence numbers that may be sent now: the peer's window credit less
-    /// how far `next` is past the oldest number still outstanding on any data QP.
-    pub(super) fn seq_budget(lanes: &[Lane<Q, D>], next: Seq, credit: u32) -> u32 {
-        let span = lanes
-            .iter()
-            .filter_map(|l| l.oldest_seq())
-            .map(|s| next.since(s))
-            .max()
-            .unwrap_or(0);
-        credit.saturating_sub(span)
     }
 
     /// Pass-through request `id`, not posted yet, meets a failed data QP 0: it waits
@@ -231,7 +215,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             slot.order = lane.sent;
             lane.sent = lane.sent.wrapping_add(1);
         }
-        *lane.stage(id, self.send_seq, false, wqe.len, 0) = wqe;
+        *lane.stage(id, self.num.next(), false, wqe.len, 0) = wqe;
         self.staged |= 1;
         slot.posted = 1;
         if !lane.has_room(max) {
@@ -267,7 +251,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                         break;
                     }
                     let (_, rkey) = slot.wr.keys.pair(lane.device);
-                    *lane.stage(id, self.send_seq, false, 0, 0) = SendWqe {
+                    *lane.stage(id, self.num.next(), false, 0, 0) = SendWqe {
                         wr_id: WrId {
                             tag: self.tag,
                             lane: NOTIFY_LANE,

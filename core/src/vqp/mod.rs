@@ -23,19 +23,20 @@
 //! # Parts
 //! [`VirtualQp`] is the parent of parts that own their state and the methods on it
 //! and import nothing of the virtual QP: the lanes (`lane`, one physical QP each,
-//! with its runs in `run`), the send slot ring (`slots`, crediting included), the
-//! receive side (`receiver`: the application's receives, DQPLB's reorder window and
-//! held messages), the failover state (`recovery`: what waits to be posted again, the
-//! grace period's hold, what was survived), the striping policies (`policy`) and the
-//! data QP choice (`choice`), what a request's WQEs are made of (`fragment`), the
-//! configuration (`config`) and the refusals (`error`). Where work needs several
-//! parts at once (posting on the lanes what the send ring holds, routing a
-//! completion, failing over), it is the parent's, in the files named for that work
-//! (`send`, `dispatch`, `spread`, `complete`, `recv`, `failover`, `counted`,
-//! `fail`), which pass each part the state of the others it needs.
+//! with its runs in `run`), the send slot ring (`slots`, crediting included), DQPLB's
+//! send numbering (`numbering`), the receive side (`receiver`: the application's
+//! receives, DQPLB's reorder window and held messages), the failover state
+//! (`recovery`: what waits to be posted again, the grace period's hold, what was
+//! survived), the striping policies (`policy`) and the data QP choice (`choice`),
+//! what a request's WQEs are made of (`fragment`), the configuration (`config`) and
+//! the refusals (`error`). Where work needs several parts at once (posting on the
+//! lanes what the send ring holds, routing a completion, failing over), it is the
+//! parent's, in the files named for that work (`send`, `dispatch`, `spread`,
+//! `complete`, `recv`, `failover`, `counted`, `fail`), which pass each part the
+//! state of the others it needs.
 //!
-//! Capacities come in the one order of [`caps`]; each part takes only
-//! those it holds (a lane `D`, the slot rings `S`, the reorder window `W`).
+//! Capacities come in the one order of [`caps`]; each part takes only those it holds
+//! (a lane `D`, the slot rings `S`, the reorder window `W`).
 
 mod choice;
 mod complete;
@@ -47,6 +48,7 @@ mod fail;
 mod failover;
 mod fragment;
 mod lane;
+mod numbering;
 mod policy;
 mod receiver;
 mod recovery;
@@ -68,6 +70,7 @@ use crate::seq::Seq;
 use crate::wr::{Wc, WcStatus, MAX_DEVICES};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 use lane::Lane;
+use numbering::Numbering;
 use policy::{Served, Striping};
 use receiver::Receiver;
 use recovery::Recovery;
@@ -118,11 +121,8 @@ pub struct VirtualQp<
     dispatch: u64,
     /// Oldest request whose SPRAY notify may still need posting.
     notify_next: u64,
-    /// Next DQPLB sequence number to send.
-    send_seq: Seq,
-    /// How far past the oldest sequence number still outstanding the next may be:
-    /// the peer's window `W` less the arrivals it may hold unprocessed (`N·recv_depth`).
-    seq_credit: u32,
+    /// DQPLB's next sequence number to send and its window credit.
+    num: Numbering,
     /// The receive side's state.
     rx: Receiver<S, W>,
     /// What failover keeps: runs and pass-through requests to post again, the hold.
@@ -255,8 +255,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             send: Ring::new(SendSlot::EMPTY),
             dispatch: 0,
             notify_next: 0,
-            send_seq: Seq::new(cfg.send_seq),
-            seq_credit,
+            num: Numbering::new(Seq::new(cfg.send_seq), seq_credit),
             rx: Receiver::new(Seq::new(cfg.recv_seq)),
             failed: None,
             strays: 0,
@@ -430,7 +429,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// The next DQPLB sequence number this side sends.
     pub fn send_seq(&self) -> Seq {
-        self.send_seq
+        self.num.next()
     }
 
     pub(crate) fn set_tag(&mut self, tag: u8) {
