@@ -23,8 +23,8 @@ use vqp::core::{Config, Keys, Mode, Opcode, RecvWr, SendWr, Wc};
 use vqp::host::{AccessFlags, Connected, Context, Endpoint, MemoryRegion, Settings, Verbs};
 use vqp_softverbs::QpSelector;
 
-type Ep = Endpoint<2, 64, 256, 512, 16>;
-type Conn = Connected<2, 64, 256, 512, 16>;
+type Ep = Endpoint<2, 64, 256, 512, 1, 16>;
+type Conn = Connected<2, 64, 256, 512, 1, 16>;
 
 const MSG: u64 = 512 << 10;
 

@@ -16,8 +16,8 @@ use vqp::host::{
 };
 use vqp_softverbs::QpSelector;
 
-type Ep = Endpoint<4, 16, 64, 256, 16>;
-type Conn = Connected<4, 16, 64, 256, 16>;
+type Ep = Endpoint<4, 16, 64, 256, 1, 16>;
+type Conn = Connected<4, 16, 64, 256, 1, 16>;
 
 const MSG: u64 = 256 << 10;
 const SLOTS: u64 = 8;

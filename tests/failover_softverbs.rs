@@ -15,8 +15,8 @@ use vqp::host::{
 };
 use vqp_softverbs::QpSelector;
 
-type Ep = Endpoint<4, 16, 64, 256, 16>;
-type Conn = Connected<4, 16, 64, 256, 16>;
+type Ep = Endpoint<4, 16, 64, 256, 1, 16>;
+type Conn = Connected<4, 16, 64, 256, 1, 16>;
 
 /// Bytes per slot: the largest request.
 const SLOT: u64 = 96 << 10;

@@ -16,8 +16,8 @@ use vqp_host::{
     PollerConfig, Refusal, Settings, Stack, Verbs, VerbsCq, VerbsQp,
 };
 
-type Ep = Endpoint<1, 16, 64, 128, 32>;
-type Side = Connected<1, 16, 64, 128, 32>;
+type Ep = Endpoint<1, 16, 64, 128, 1, 32>;
+type Side = Connected<1, 16, 64, 128, 1, 32>;
 
 fn verbs() -> Verbs {
     // SAFETY: the table comes from the provider linked into this binary; its

@@ -13,8 +13,8 @@ use vqp::host::{
     AccessFlags, Connected, Context, Endpoint, Error, FailBack, MemoryRegion, Settings, Verbs,
 };
 
-type Ep = Endpoint<4, 16, 64, 256, 16, 2>;
-type Conn = Connected<4, 16, 64, 256, 16, 2>;
+type Ep = Endpoint<4, 16, 64, 256, 2, 16>;
+type Conn = Connected<4, 16, 64, 256, 2, 16>;
 
 const MSG: usize = 64 << 10;
 

@@ -17,8 +17,8 @@ use vqp::host::{
     MemoryRegion, PollThread, PollerConfig, Settings, Stack, Verbs, VerbsCq, VerbsQp,
 };
 
-type Ep = Endpoint<4, 16, 64, 256, 16>;
-type Conn = Connected<4, 16, 64, 256, 16>;
+type Ep = Endpoint<4, 16, 64, 256, 1, 16>;
+type Conn = Connected<4, 16, 64, 256, 1, 16>;
 type VerbsStack = Stack<VerbsQp, VerbsCq, 4, 16, 64, 256, 1, 16>;
 
 static TURN: Mutex<()> = Mutex::new(());
@@ -257,7 +257,7 @@ fn events_until(h: &mut Handle<64>, done: impl Fn(&[Event]) -> bool) -> Vec<Even
 }
 
 type Stack2 = Stack<VerbsQp, VerbsCq, 4, 16, 64, 256, 2, 16>;
-type Ep2 = Endpoint<4, 16, 64, 256, 16, 2>;
+type Ep2 = Endpoint<4, 16, 64, 256, 2, 16>;
 
 /// One poll thread serves two virtual QPs sharing its CQs: X over soft0 and soft1, Y
 /// over soft0 only. soft1's link goes down during a transfer on both: the event fails

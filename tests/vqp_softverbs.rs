@@ -9,8 +9,8 @@ use vqp_core::{Config, Keys, Mode, Opcode, PostSendError, RecvWr, SendWr, Wc, Wc
 use vqp_host::{AccessFlags, Connected, Context, Endpoint, MemoryRegion, Settings, Verbs};
 use vqp_softverbs::{QpSelector, Reorder};
 
-type Ep = Endpoint<8, 16, 128, 512, 32>;
-type Side = Connected<8, 16, 128, 512, 32>;
+type Ep = Endpoint<8, 16, 128, 512, 1, 32>;
+type Side = Connected<8, 16, 128, 512, 1, 32>;
 
 fn verbs() -> Verbs {
     // SAFETY: the table comes from the provider linked into this binary; its

@@ -27,8 +27,8 @@ use vqp_host::{
 };
 use vqp_softverbs::QpSelector;
 
-type Ep = Endpoint<8, 16, 128, 512, 32>;
-type Conn = Connected<8, 16, 128, 512, 32>;
+type Ep = Endpoint<8, 16, 128, 512, 1, 32>;
+type Conn = Connected<8, 16, 128, 512, 1, 32>;
 
 /// Set in the child's environment: `MODE QPS PORT`.
 const ENV_PEER: &str = "VQP_VQP_XPROC_PEER";

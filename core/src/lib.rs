@@ -28,6 +28,7 @@
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod caps;
 pub mod imm;
 pub mod phys;
 pub mod reorder;

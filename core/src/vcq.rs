@@ -7,6 +7,7 @@
 //! the virtual QP then checks the QP number and device against the lane the wr_id
 //! names.
 
+use crate::caps;
 use core::fmt;
 
 use crate::phys::{PhysCq, PhysQp, PhysWc, PollFailure};
@@ -66,8 +67,8 @@ struct DeviceCq<C> {
 }
 
 /// Polls up to `DEVS` physical CQs (one per device), `B` physical completions at a
-/// time, for the virtual QPs attached to it.
-pub struct VirtualCq<C, const DEVS: usize = 1, const B: usize = 32> {
+/// time, for the virtual QPs attached to it (capacities in [`caps`]'s one order).
+pub struct VirtualCq<C, const DEVS: usize = { caps::DEVICES }, const B: usize = { caps::BATCH }> {
     cqs: heapless::Vec<DeviceCq<C>, DEVS>,
     attached: u16,
     scratch: [PhysWc; B],

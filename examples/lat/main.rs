@@ -48,8 +48,8 @@ use threads::{run_direct, run_polled};
 const MAX_QPS: usize = 16;
 /// Send WQEs per data QP (`D`) and receives kept posted per data QP.
 const DEPTH: u32 = 16;
-type Ep = Endpoint<MAX_QPS, 16, 256, 512, 32>;
-type Side = Connected<MAX_QPS, 16, 256, 512, 32>;
+type Ep = Endpoint<MAX_QPS, 16, 256, 512, 1, 32>;
+type Side = Connected<MAX_QPS, 16, 256, 512, 1, 32>;
 type SideStack = Stack<VerbsQp, VerbsCq, MAX_QPS, 16, 256, 512, 1, 32>;
 /// Capacity of each handle's request and event ring.
 const RING: usize = 16;

@@ -30,8 +30,8 @@ use crate::Fail;
 
 /// Data QPs at most, WQEs per QP, requests in flight, DQPLB window, poll batch,
 /// devices.
-type Ep = Endpoint<16, 64, 1024, 2048, 32, MAX_DEVICES>;
-pub type Conn = Connected<16, 64, 1024, 2048, 32, MAX_DEVICES>;
+type Ep = Endpoint<16, 64, 1024, 2048, MAX_DEVICES, 32>;
+pub type Conn = Connected<16, 64, 1024, 2048, MAX_DEVICES, 32>;
 /// WQEs in flight per physical QP and receives kept posted per QP (the type's `D`).
 pub const DEPTH: u32 = 64;
 

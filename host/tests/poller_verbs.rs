@@ -13,7 +13,7 @@ use vqp_host::{
     Verbs, VerbsCq, VerbsQp,
 };
 
-type Ep = Endpoint<4, 16, 64, 256, 16>;
+type Ep = Endpoint<4, 16, 64, 256, 1, 16>;
 type VerbsStack = Stack<VerbsQp, VerbsCq, 4, 16, 64, 256, 1, 16>;
 
 /// Far longer than the test may take: only a wake-up ends a sleep in time.

@@ -254,8 +254,8 @@ fn set_error_moves_the_qp_to_err_and_flushes() {
 
 // ---- Endpoint ---------------------------------------------------------------------------
 
-type Ep = Endpoint<4, 16, 64, 256, 16>;
-type Side = Connected<4, 16, 64, 256, 16>;
+type Ep = Endpoint<4, 16, 64, 256, 1, 16>;
+type Side = Connected<4, 16, 64, 256, 1, 16>;
 
 fn settings(mode: Mode, qps: usize) -> Settings {
     let cfg = Config {
@@ -389,8 +389,8 @@ fn mismatched_cards_are_refused_before_any_transition() {
     ));
 }
 
-type Ep2 = Endpoint<4, 16, 64, 256, 16, 2>;
-type Side2 = Connected<4, 16, 64, 256, 16, 2>;
+type Ep2 = Endpoint<4, 16, 64, 256, 2, 16>;
+type Side2 = Connected<4, 16, 64, 256, 2, 16>;
 
 #[test]
 fn an_endpoint_over_two_protection_domains_places_qps_round_robin() {

@@ -26,9 +26,9 @@ pub use pairs::*;
 
 /// Up to 8 data QPs of 16 WQEs, 128 requests per direction, a window of 512, over up
 /// to two devices.
-pub type Ep = Endpoint<8, 16, 128, 512, 32, 2>;
+pub type Ep = Endpoint<8, 16, 128, 512, 2, 32>;
 /// A connected side of [`Ep`].
-pub type Conn = Connected<8, 16, 128, 512, 32, 2>;
+pub type Conn = Connected<8, 16, 128, 512, 2, 32>;
 
 /// Fragment size of every pair: 1 MiB is 16 fragments.
 pub const MAX_FRAG: u32 = 64 << 10;

@@ -1,41 +1,12 @@
 //! Send completions: crediting each physical completion to its request, and
 //! reporting finished requests in posting order.
 
-use super::slots::{Notify, Ring, SendSlot};
-use super::{Stray, VirtualQp};
+use super::error::Stray;
+use super::slots::{credit_data, credit_notify};
+use super::VirtualQp;
 use crate::phys::PhysQp;
 use crate::wr::{SendFlags, Wc, WcStatus};
 use crate::wrid::NOTIFY_LANE;
-
-/// Credit `count` data WQEs of request `id` with `status`.
-#[inline]
-pub(super) fn credit_data<const S: usize>(
-    send: &mut Ring<SendSlot, S>,
-    id: u64,
-    count: u32,
-    st: WcStatus,
-) {
-    let slot = send.get_mut(id);
-    slot.done += count;
-    if !st.is_ok() {
-        slot.fail(st);
-    }
-}
-
-/// Credit request `id`'s notify with `status`.
-#[inline]
-pub(super) fn credit_notify<const S: usize>(
-    send: &mut Ring<SendSlot, S>,
-    id: u64,
-    _: u32,
-    st: WcStatus,
-) {
-    let slot = send.get_mut(id);
-    slot.notify = Notify::Settled;
-    if !st.is_ok() {
-        slot.fail(st);
-    }
-}
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     VirtualQp<Q, N, D, S, W>

@@ -24,52 +24,15 @@
 //! is posted again, an atomic is reported with the error (whether it took effect
 //! cannot be known).
 
-use super::complete::credit_data;
-use super::failover::RestoreError;
+use super::config::Mode;
+use super::error::{RestoreError, Stray};
+use super::fragment::app_recv_wqe;
 use super::lane::Lane;
-use super::recv::app_recv_wqe;
-use super::slots::{Notify, Ring, SendSlot};
-use super::{Mode, Stray, VirtualQp};
+use super::slots::Notify;
+use super::VirtualQp;
 use crate::phys::{PhysQp, PhysWc};
-use crate::wr::{Opcode, RecvWr, SendFlags, WcOpcode, WcStatus};
+use crate::wr::{RecvWr, WcStatus};
 use crate::wrid::{Kind, NOTIFY_LANE};
-
-/// Whether a pass-through `op` consumes a receive of the peer's.
-#[inline]
-pub(super) fn consumes(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::SEND | Opcode::SEND_WITH_IMM | Opcode::RDMA_WRITE_WITH_IMM
-    )
-}
-
-/// A pass-through request (`count` WQEs of request `id`) that was in flight on data
-/// QP 0 when it failed: with a grace period to wait for a replacement in (`wait`),
-/// one that consumes a receive becomes unsure and waits, with RDMA WRITEs and READs,
-/// to be posted again on the replacement (`again`); an atomic, an `INLINE` request
-/// (its payload may have been lent for its post only: see
-/// [`VirtualQp::post_send_inline`](crate::VirtualQp::post_send_inline)), or any
-/// without a grace period, is credited with `status`. False when `again` is full (the
-/// virtual QP then fails).
-pub(super) fn park<const S: usize>(
-    send: &mut Ring<SendSlot, S>,
-    again: &mut heapless::Deque<u64, S>,
-    (id, count): (u64, u32),
-    wait: bool,
-    status: WcStatus,
-) -> bool {
-    let slot = send.get_mut(id);
-    let op = slot.wr.opcode;
-    let inline = slot.wr.flags.contains(SendFlags::INLINE) && slot.wr.len != 0;
-    if !wait || inline || !(consumes(op) || op.is_rdma()) {
-        credit_data(send, id, count, status);
-        return true;
-    }
-    if consumes(op) {
-        slot.notify = Notify::Unsure;
-    }
-    again.push_back(id).is_ok()
-}
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     VirtualQp<Q, N, D, S, W>
@@ -124,7 +87,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             lane.survived = true;
             lane.joining = false;
             lane.qp.set_error();
-            self.survived.failovers += 1;
+            self.rec.count_failover();
         }
         let send = &mut self.send;
         lane.take_runs(&mut |run| {
@@ -133,7 +96,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 slot.notify = Notify::Unsure;
             }
         });
-        self.lane_error = status;
+        self.rec.set_error(status);
         self.settle_hold();
     }
 
@@ -296,7 +259,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if let Some(id) = first_again {
             self.notify_next = self.notify_next.min(id);
         }
-        self.survived.restored += 1;
+        self.rec.count_restored();
         self.settle_hold();
         self.progress();
         Ok(())
@@ -309,29 +272,18 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if let Some(seen) = peer_seen {
             self.lanes[0].sent = seen;
         }
-        let error = self.lane_error;
-        for _ in 0..self.again.len() {
-            let Some(id) = self.again.pop_front() else {
-                break;
-            };
-            let slot = self.send.get_mut(id);
-            if slot.notify == Notify::Unsure {
-                slot.notify = Notify::None;
-                match peer_seen {
-                    Some(seen) if landed(slot.order, seen) => {
-                        credit_data(&mut self.send, id, 1, WcStatus::SUCCESS);
-                        continue;
-                    }
-                    Some(_) => {}
-                    None => {
-                        credit_data(&mut self.send, id, 1, error);
-                        continue;
-                    }
-                }
+        let error = self.rec.error();
+        self.rec.settle_again(&mut self.send, |slot| {
+            if slot.notify != Notify::Unsure {
+                return None;
             }
-            // Room: it came out of the queue just now.
-            let _ = self.again.push_back(id);
-        }
+            slot.notify = Notify::None;
+            match peer_seen {
+                Some(seen) if landed(slot.order, seen) => Some(WcStatus::SUCCESS),
+                Some(_) => None,
+                None => Some(error),
+            }
+        });
     }
 
     /// Post the application's receives that did not complete on the old QP of
@@ -340,9 +292,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     pub(super) fn repost_recvs(&mut self, lane: u8) {
         let tag = self.tag;
         let mut refused = false;
-        for id in self.recv.head..self.recv_next {
-            let wr = self.recv.get(id).wr;
-            if self.recv.get(id).done || self.on_notify(&wr) != (lane == NOTIFY_LANE) {
+        for id in self.rx.posted() {
+            let wr = self.rx.slot(id).wr;
+            if self.rx.slot(id).done || self.on_notify(&wr) != (lane == NOTIFY_LANE) {
                 continue;
             }
             let Some(l) = self.role_mut(lane) else {
@@ -366,12 +318,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Post the pass-through requests waiting for data QP 0 again, in order, while it
     /// is healthy and has room (before any new pass-through request).
     pub(super) fn post_again(&mut self, max: u32) {
-        while let Some(&id) = self.again.front() {
+        while let Some(id) = self.rec.next_again() {
             let lane = &self.lanes[0];
             if !lane.has_room(max) || self.send.get(id).notify == Notify::Unsure {
                 return;
             }
-            self.again.pop_front();
+            self.rec.pop_again();
             self.stage_passthrough(id);
         }
     }
@@ -382,9 +334,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// QP flushed, which will not be posted again (those it still holds flush through
     /// the usual polling).
     pub(super) fn settle_counted(&mut self, status: WcStatus) {
-        while let Some(id) = self.again.pop_front() {
-            credit_data(&mut self.send, id, 1, status);
-        }
+        self.rec.drop_again(&mut self.send, status);
         for id in self.send.head..self.send.tail {
             let slot = self.send.get_mut(id);
             if slot.notify == Notify::Unsure {
@@ -413,26 +363,18 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         };
         let outstanding = l.recv_outstanding as usize;
         let mine = |vqp: &Self, id: u64| {
-            let slot = vqp.recv.get(id);
+            let slot = vqp.rx.slot(id);
             !slot.done && vqp.on_notify(&slot.wr) == (lane == NOTIFY_LANE)
         };
-        let waiting = (self.recv.head..self.recv_next)
-            .filter(|&id| mine(self, id))
-            .count();
+        let waiting = self.rx.posted().filter(|&id| mine(self, id)).count();
         // Receives complete in order: the flushed ones are the oldest.
         let mut flushed = waiting.saturating_sub(outstanding);
-        for id in self.recv.head..self.recv_next {
+        for id in self.rx.posted() {
             if flushed == 0 {
                 break;
             }
             if mine(self, id) {
-                let slot = self.recv.get_mut(id);
-                let opcode = if slot.wr.len == 0 {
-                    WcOpcode::RECV_RDMA_WITH_IMM
-                } else {
-                    WcOpcode::RECV
-                };
-                slot.finish(status, opcode, 0, None);
+                self.rx.end(id, status);
                 flushed -= 1;
             }
         }

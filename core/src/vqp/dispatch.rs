@@ -1,198 +1,15 @@
 //! Dispatching accepted requests: fragments spread over the data QPs with room,
 //! chained per QP and posted once per round; SPRAY notifies in order.
 
-use super::complete::{credit_data, credit_notify};
-use super::counted::consumes;
-use super::lane::Lane;
-use super::policy::{Policy, Striping};
-use super::send::{numbered, passthrough_wqe, send_id};
-use super::slots::Notify;
-use super::{Config, Mode, Signaling, VirtualQp};
-use crate::imm::Imm;
+use super::choice::{after, allowed, choose, pick};
+use super::config::Signaling;
+use super::fragment::{consumes, numbered, passthrough_wqe, send_id, Spread};
+use super::policy::Policy;
+use super::slots::{credit_data, credit_notify, Notify};
+use super::VirtualQp;
 use crate::phys::{PhysQp, SendWqe};
-use crate::seq::Seq;
-use crate::wr::{Opcode, SendFlags, SendWr, WcStatus};
+use crate::wr::{Opcode, SendFlags, WcStatus};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
-
-/// The data QP round-robin picks: the first with room at or after `from`.
-#[inline]
-pub(super) fn pick(room: u64, from: u32) -> usize {
-    debug_assert!(room != 0);
-    let k = room.rotate_right(from).trailing_zeros();
-    ((from + k) & 63) as usize
-}
-
-/// The data QP after `l` of `n`, round robin.
-#[inline]
-pub(super) fn after(l: usize, n: usize) -> u32 {
-    if l + 1 == n {
-        0
-    } else {
-        l as u32 + 1
-    }
-}
-
-/// The data QPs of `room` that a request's next fragment may use: all of them
-/// until its fragments went to `fanout` QPs (`used`), those after.
-#[inline]
-pub(super) fn allowed(room: u64, fanout: u8, used: u64) -> u64 {
-    if fanout != 0 && used.count_ones() >= u32::from(fanout) {
-        room & used
-    } else {
-        room
-    }
-}
-
-/// The least loaded data QP among `allowed` (not empty): fewest bytes staged or in
-/// flight, relative to each QP's weight when `weighted`; the lowest index on a tie.
-#[inline]
-fn least_loaded<Q: PhysQp, const N: usize, const D: usize>(
-    lanes: &[Lane<Q, D>],
-    striping: &Striping<N>,
-    allowed: u64,
-    weighted: bool,
-) -> usize {
-    let mut bits = allowed;
-    let mut best = bits.trailing_zeros() as usize;
-    let mut best_load = lanes[best].load();
-    bits &= bits - 1;
-    while bits != 0 {
-        let i = bits.trailing_zeros() as usize;
-        bits &= bits - 1;
-        let load = lanes[i].load();
-        let lighter = if weighted {
-            striping.lighter(i, load, best, best_load)
-        } else {
-            load < best_load
-        };
-        if lighter {
-            (best, best_load) = (i, load);
-        }
-    }
-    best
-}
-
-/// The data QP for the next fragment of a request, among `allowed` (those of
-/// `eligible` — the QPs the fan-out limit leaves it — with room; not empty), by the
-/// configured policy; `single` for a request of one fragment, which the load-aware
-/// policies give to the least loaded QP. `None`: wait for room.
-///
-/// The weighted policies follow the schedule. When the QP it names has no room, the
-/// fragment waits for it (its entry stays next) rather than go to another QP: a
-/// fast QP that reached `max_outstanding` would otherwise push its excess onto the
-/// slow ones, which then hold every request back (measured: 1:3 links, 27.7% of the
-/// bytes on the slow one instead of 25%, 89% of the links' sum instead of 91%). A
-/// failed QP's entries go to the least loaded QP for its weight.
-#[inline(always)]
-fn choose<Q: PhysQp, const N: usize, const D: usize>(
-    cfg: &Config,
-    lanes: &[Lane<Q, D>],
-    striping: &mut Striping<N>,
-    next_lane: &mut u32,
-    (eligible, allowed): (u64, u64),
-    single: bool,
-) -> Option<usize> {
-    Some(match cfg.policy {
-        Policy::RoundRobin => {
-            let l = pick(allowed, *next_lane);
-            *next_lane = after(l, lanes.len());
-            l
-        }
-        Policy::LeastOutstanding => least_loaded(lanes, striping, allowed, false),
-        _ if single => least_loaded(lanes, striping, allowed, true),
-        Policy::Weighted | Policy::Adaptive => {
-            let l = striping.next_in(eligible);
-            if allowed >> l & 1 != 0 {
-                return Some(l);
-            }
-            if lanes[l].failed {
-                least_loaded(lanes, striping, allowed, true)
-            } else {
-                striping.back();
-                if cfg.policy == Policy::Adaptive {
-                    striping.note_wait(1 << l);
-                }
-                return None;
-            }
-        }
-    })
-}
-
-/// What every fragment of one request shares.
-pub(super) struct Spread {
-    pub(super) id: u64,
-    /// The request's physical wr_id with lane 0.
-    base_id: u64,
-    opcode: Opcode,
-    fence: SendFlags,
-    /// Flags of the last fragment (DQPLB adds `SOLICITED` when asked).
-    pub(super) last_flags: SendFlags,
-    pub(super) dqplb_imm: bool,
-    pub(super) local: u64,
-    pub(super) remote: u64,
-}
-
-impl Spread {
-    /// What the fragments of request `id` (`wr`, on the virtual QP tagged `tag`) share.
-    #[inline]
-    pub(super) fn of(wr: &SendWr, id: u64, tag: u8, mode: Mode) -> Self {
-        let dqplb_imm = numbered(wr, mode);
-        let fence = SendFlags(wr.flags.0 & SendFlags::FENCE.0);
-        Self {
-            id,
-            base_id: send_id(tag, id),
-            opcode: match wr.opcode {
-                Opcode::RDMA_READ => Opcode::RDMA_READ,
-                _ if dqplb_imm => Opcode::RDMA_WRITE_WITH_IMM,
-                _ => Opcode::RDMA_WRITE,
-            },
-            fence,
-            last_flags: if dqplb_imm {
-                fence.with(SendFlags(wr.flags.0 & SendFlags::SOLICITED.0))
-            } else {
-                fence
-            },
-            dqplb_imm,
-            local: wr.local_addr,
-            remote: wr.remote_addr,
-        }
-    }
-
-    /// Fragment `[off, off + len)` of the request for data QP `lane`, whose device's
-    /// keys are `(lkey, rkey)`; `seq` is its DQPLB sequence number and `last` whether
-    /// it ends the request. (The keys stay in the slot: copying all devices' keys
-    /// here would cost more than looking up one pair per QP.)
-    #[inline]
-    pub(super) fn wqe(
-        &self,
-        lane: u64,
-        (lkey, rkey): (u32, u32),
-        off: u64,
-        len: u32,
-        seq: Seq,
-        last: bool,
-    ) -> SendWqe {
-        let (imm_data, flags) = if self.dqplb_imm {
-            let flags = if last { self.last_flags } else { self.fence };
-            (Imm::new(seq, last).to_wire(), flags)
-        } else {
-            (0, self.fence)
-        };
-        SendWqe {
-            wr_id: self.base_id | lane << 48,
-            opcode: self.opcode,
-            flags,
-            addr: self.local + off,
-            len,
-            lkey,
-            remote_addr: self.remote + off,
-            rkey,
-            imm_data,
-            compare_add: 0,
-            swap: 0,
-        }
-    }
-}
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     VirtualQp<Q, N, D, S, W>
@@ -225,18 +42,18 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             (
                 0,
                 passthrough_wqe(&slot.wr, send_id(self.tag, id), lane.device),
-                self.send_seq,
+                self.num.next(),
             )
         } else {
             if slot.plan.count() != 1 || self.room == 0 {
                 return false;
             }
-            let seq = self.send_seq;
+            let seq = self.num.next();
             if numbered(&slot.wr, self.cfg.mode) {
-                if Self::seq_budget(&self.lanes, seq, self.seq_credit) == 0 {
+                if self.num.budget(&self.lanes) == 0 {
                     return false;
                 }
-                self.send_seq = seq.add(1);
+                self.num.skip(1);
             }
             let l = pick(self.room, self.next_lane);
             self.next_lane = after(l, self.lanes.len());
@@ -271,10 +88,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// notifies that became due, then post one chain per QP.
     pub(super) fn dispatch(&mut self) {
         let max = self.cfg.max_outstanding;
-        if self.rework {
+        if self.rec.pending() {
             self.restage();
             self.post_again(max);
-            self.rework = !self.redo.is_empty() || !self.again.is_empty();
+            self.rec.resettle();
         }
         let merge = self.cfg.signaling == Signaling::LastOfChain;
         let n = self.lanes.len() as u32;
@@ -330,9 +147,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     break 'requests;
                 }
                 if dqplb_imm {
-                    let budget = seq_budget.get_or_insert_with(|| {
-                        Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
-                    });
+                    let budget = seq_budget.get_or_insert_with(|| self.num.budget(&self.lanes));
                     if *budget == 0 {
                         break 'requests;
                     }
@@ -354,9 +169,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 let len = slot.plan.next_len(u64::from(slot.posted), off);
                 slot.offset += u64::from(len);
                 slot.posted += 1;
-                let seq = self.send_seq;
+                let seq = self.num.next();
                 if dqplb_imm {
-                    self.send_seq = seq.add(1);
+                    self.num.skip(1);
                 }
                 let keys = slot.wr.keys.pair(lane.device);
                 let wqe = req.wqe(l as u64, keys, off, len, seq, slot.posted == count);
@@ -373,18 +188,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         self.flush();
     }
 
-    /// DQPLB sequence numbers that may be sent now: the peer's window credit less
-    /// how far `next` is past the oldest number still outstanding on any data QP.
-    pub(super) fn seq_budget(lanes: &[Lane<Q, D>], next: Seq, credit: u32) -> u32 {
-        let span = lanes
-            .iter()
-            .filter_map(|l| l.oldest_seq())
-            .map(|s| next.since(s))
-            .max()
-            .unwrap_or(0);
-        credit.saturating_sub(span)
-    }
-
     /// Pass-through request `id`, not posted yet, meets a failed data QP 0: it waits
     /// for the replacement, behind those that were in flight there, when there is a
     /// grace period to wait in; it is reported with the QP's error otherwise (as the
@@ -393,10 +196,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     fn passthrough_without_qp0(&mut self, id: u64) {
         let slot = self.send.get_mut(id);
         slot.posted = 1;
-        if self.cfg.grace_ns == 0 || self.again.push_back(id).is_err() {
-            credit_data(&mut self.send, id, 1, self.lane_error);
-        } else {
-            self.rework = true;
+        if self
+            .rec
+            .wait_for_qp0(&mut self.send, id, self.cfg.grace_ns > 0)
+        {
             self.settle_hold();
         }
     }
@@ -412,7 +215,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             slot.order = lane.sent;
             lane.sent = lane.sent.wrapping_add(1);
         }
-        *lane.stage(id, self.send_seq, false, wqe.len, 0) = wqe;
+        *lane.stage(id, self.num.next(), false, wqe.len, 0) = wqe;
         self.staged |= 1;
         slot.posted = 1;
         if !lane.has_room(max) {
@@ -448,7 +251,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                         break;
                     }
                     let (_, rkey) = slot.wr.keys.pair(lane.device);
-                    *lane.stage(id, self.send_seq, false, 0, 0) = SendWqe {
+                    *lane.stage(id, self.num.next(), false, 0, 0) = SendWqe {
                         wr_id: WrId {
                             tag: self.tag,
                             lane: NOTIFY_LANE,

@@ -112,3 +112,53 @@ impl fmt::Display for PostRecvError {
 }
 
 impl core::error::Error for PostRecvError {}
+
+/// A replacement QP was refused; nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreError {
+    /// The virtual QP has no notify QP (DQPLB, or SPRAY over one data QP).
+    NoNotifyQp,
+    /// The notify QP's replacement was offered a device no data QP uses (requests
+    /// carry no keys for it).
+    NotADataDevice(u8),
+    /// The QP (the notify QP, or data QP 0 where it takes the application's
+    /// receives) has not failed or still has receives outstanding: how many it
+    /// received is not final yet.
+    NotDrained,
+    /// No data QP of that index.
+    NoSuchQp(usize),
+    /// Data QP `i` cannot be replaced: re-dispatch is off, the virtual QP failed,
+    /// or the QP is healthy and the last path, with no grace period to wait in.
+    Unavailable(usize),
+    /// [`VirtualQp::resume`](crate::VirtualQp::resume) of a data QP that is not waiting for its peer.
+    NotJoining(usize),
+}
+
+impl fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::NoSuchQp(i) => write!(f, "no data QP {i}"),
+            Self::Unavailable(i) => write!(
+                f,
+                "data QP {i} cannot be replaced (re-dispatch is off, the virtual QP failed, \
+                 or it is the last path and no grace period is set)"
+            ),
+            Self::NotJoining(i) => write!(f, "data QP {i} has no replacement waiting to resume"),
+            Self::NoNotifyQp => f.write_str("the virtual QP has no notify QP"),
+            Self::NotADataDevice(d) => write!(
+                f,
+                "device {d} has no data QP, so requests carry no keys for a notify QP there"
+            ),
+            Self::NotDrained => f.write_str(
+                "the QP has not failed or still has receives outstanding, so the count of \
+                 what it received is not final",
+            ),
+        }
+    }
+}
+
+impl core::error::Error for RestoreError {}
+
+/// A physical completion that no in-flight request of this virtual QP owns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stray;

@@ -2,7 +2,7 @@
 //! virtual QP with its first error; asynchronous events and shutting down get there
 //! too. Every request outstanding is then reported once, with an error.
 
-use super::{failover, VirtualQp};
+use super::VirtualQp;
 use crate::phys::PhysQp;
 use crate::wr::WcStatus;
 
@@ -87,7 +87,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         // Runs failed QPs left for re-dispatch will not be posted now.
         self.drop_redo(WcStatus::WR_FLUSH_ERR);
         self.settle_counted(WcStatus::WR_FLUSH_ERR);
-        self.hold = failover::Hold::No;
+        self.rec.release();
         self.fail_recvs(status);
         // Flush whatever is outstanding on every QP, so each request is reported.
         for lane in self.lanes.iter_mut().chain(self.notify.iter_mut()) {

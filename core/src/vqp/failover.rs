@@ -11,85 +11,13 @@
 //! it landed (see `counted`), an atomic in flight is reported with the error (whether
 //! it took effect cannot be known).
 
-use core::fmt;
-
-use super::complete::credit_data;
-use super::counted::park;
-use super::dispatch::{after, pick, Spread};
-use super::run::Taken;
+use super::choice::{after, pick};
+use super::error::RestoreError;
+use super::fragment::Spread;
+use super::recovery::Failover;
 use super::VirtualQp;
 use crate::phys::PhysQp;
 use crate::wr::{SendFlags, WcStatus};
-
-/// What a virtual QP survived (with [`Config::redispatch`](super::Config::redispatch)).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Failover {
-    /// QPs that failed while the virtual QP went on: data QPs, and SPRAY's notify QP.
-    pub failovers: u32,
-    /// Fragments posted again on another data QP.
-    pub redispatched: u64,
-    /// Failed QPs replaced ([`VirtualQp::restore`], [`VirtualQp::resume_notify`]).
-    pub restored: u32,
-    /// Data QPs healthy now.
-    pub healthy: u32,
-}
-
-/// A replacement QP was refused; nothing changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RestoreError {
-    /// The virtual QP has no notify QP (DQPLB, or SPRAY over one data QP).
-    NoNotifyQp,
-    /// The notify QP's replacement was offered a device no data QP uses (requests
-    /// carry no keys for it).
-    NotADataDevice(u8),
-    /// The QP (the notify QP, or data QP 0 where it takes the application's
-    /// receives) has not failed or still has receives outstanding: how many it
-    /// received is not final yet.
-    NotDrained,
-    /// No data QP of that index.
-    NoSuchQp(usize),
-    /// Data QP `i` cannot be replaced: re-dispatch is off, the virtual QP failed,
-    /// or the QP is healthy and the last path, with no grace period to wait in.
-    Unavailable(usize),
-    /// [`VirtualQp::resume`] of a data QP that is not waiting for its peer.
-    NotJoining(usize),
-}
-
-impl fmt::Display for RestoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Self::NoSuchQp(i) => write!(f, "no data QP {i}"),
-            Self::Unavailable(i) => write!(
-                f,
-                "data QP {i} cannot be replaced (re-dispatch is off, the virtual QP failed, \
-                 or it is the last path and no grace period is set)"
-            ),
-            Self::NotJoining(i) => write!(f, "data QP {i} has no replacement waiting to resume"),
-            Self::NoNotifyQp => f.write_str("the virtual QP has no notify QP"),
-            Self::NotADataDevice(d) => write!(
-                f,
-                "device {d} has no data QP, so requests carry no keys for a notify QP there"
-            ),
-            Self::NotDrained => f.write_str(
-                "the QP has not failed or still has receives outstanding, so the count of \
-                 what it received is not final",
-            ),
-        }
-    }
-}
-
-impl core::error::Error for RestoreError {}
-
-/// When every data QP has failed: since when (the caller's clock, once it told).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Hold {
-    /// A path is left.
-    No,
-    /// No path is left; the grace period runs from the first sample after.
-    Since(Option<u64>),
-    /// The grace period ended with no path: the virtual QP failed for it.
-    Expired,
-}
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     VirtualQp<Q, N, D, S, W>
@@ -98,14 +26,14 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     pub fn failover(&self) -> Failover {
         Failover {
             healthy: self.lanes.iter().filter(|l| !l.failed).count() as u32,
-            ..self.survived
+            ..self.rec.counters()
         }
     }
 
     /// Whether the virtual QP failed because its grace period ended with no data QP
     /// left (rather than for an error it could not survive).
     pub fn grace_expired(&self) -> bool {
-        self.hold == Hold::Expired
+        self.rec.expired()
     }
 
     /// Whether data QP `lane` failing is survived: re-dispatch is on, the virtual
@@ -131,21 +59,15 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             l.failed = true;
             l.survived = true;
             l.qp.set_error();
-            self.survived.failovers += 1;
+            self.rec.count_failover();
         }
-        let (redo, again, send) = (&mut self.redo, &mut self.again, &mut self.send);
+        let (rec, send) = (&mut self.rec, &mut self.send);
         let wait = self.cfg.grace_ns > 0;
         let mut fits = true;
-        l.take_runs(&mut |run| {
-            fits &= if send.get(run.id).passthrough {
-                park(send, again, (run.id, run.count), wait, status)
-            } else {
-                redo.push_back(run).is_ok()
-            }
-        });
-        self.rework = true;
+        l.take_runs(&mut |run| fits &= rec.keep_run(send, run, wait, status));
+        rec.expect_rework();
         self.room &= !(1 << lane);
-        self.lane_error = status;
+        self.rec.set_error(status);
         // A request held to the QPs it used (the fan-out limit) may use another.
         for id in self.send.head..self.send.tail {
             self.send.get_mut(id).used &= !(1 << lane);
@@ -171,30 +93,22 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     fn pathless(&self) -> bool {
         self.lanes.iter().all(|l| l.failed)
             || self.notify.as_ref().is_some_and(|l| l.failed)
-            || (self.lanes[0].failed && !self.again.is_empty())
+            || (self.lanes[0].failed && self.rec.waits_for_qp0())
     }
 
     /// Start the grace period's clock when the last path went, stop it when one is
     /// back.
     pub(super) fn settle_hold(&mut self) {
-        match (self.pathless(), self.hold) {
-            (true, Hold::No) => self.hold = Hold::Since(None),
-            (false, Hold::Since(_)) => self.hold = Hold::No,
-            _ => {}
-        }
+        let pathless = self.pathless();
+        self.rec.settle_hold(pathless);
     }
 
     /// The grace period: with no path left since `now − grace_ns` or longer, the
     /// virtual QP fails with the last QP's error. Part of [`Self::sample`].
     pub(super) fn check_grace(&mut self, now: u64) {
-        match self.hold {
-            Hold::No | Hold::Expired => {}
-            Hold::Since(None) => self.hold = Hold::Since(Some(now)),
-            Hold::Since(Some(at)) if now.saturating_sub(at) >= self.cfg.grace_ns => {
-                self.fail(self.lane_error);
-                self.hold = Hold::Expired;
-            }
-            Hold::Since(Some(_)) => {}
+        if self.rec.grace_over(now, self.cfg.grace_ns) {
+            self.fail(self.rec.error());
+            self.rec.expire();
         }
     }
 
@@ -246,7 +160,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         lane.failed = true;
         lane.survived = true;
         lane.joining = true;
-        if self.armed {
+        if self.rx.armed() {
             lane.recv_owed = self.cfg.recv_depth;
         }
         if counted {
@@ -287,7 +201,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         lane.failed = false;
         lane.survived = false;
         self.room |= 1 << i;
-        self.survived.restored += 1;
+        self.rec.count_restored();
         if i == 0 {
             self.settle_again(peer_seen);
         }
@@ -301,7 +215,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// (Pass-through requests wait for data QP 0 instead: see `park`.)
     pub(super) fn restage(&mut self) {
         while self.room != 0 {
-            let Some(&run) = self.redo.front() else {
+            let Some(run) = self.rec.next_redo() else {
                 return;
             };
             let slot = self.send.get(run.id);
@@ -331,33 +245,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 }
                 done += 1;
             }
-            self.survived.redispatched += u64::from(done);
-            if let Some(front) = self.redo.front_mut() {
-                *front = front.after(done);
-                if front.count == 0 {
-                    self.redo.pop_front();
-                }
-            }
+            self.rec.redone(done);
         }
     }
 
     /// Runs left to post again are reported with `status` (the virtual QP failed).
     pub(super) fn drop_redo(&mut self, status: WcStatus) {
-        while let Some(run) = self.redo.pop_front() {
-            credit_data(&mut self.send, run.id, run.count, status);
-        }
-    }
-}
-
-impl Taken {
-    /// The run less its first `done` fragments.
-    fn after(self, done: u32) -> Taken {
-        let skip = done.wrapping_mul(self.stride);
-        Taken {
-            count: self.count - done,
-            first: self.first.wrapping_add(skip),
-            seq: self.seq.add(skip),
-            ..self
-        }
+        self.rec.drop_redo(&mut self.send, status);
     }
 }

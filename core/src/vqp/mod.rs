@@ -19,7 +19,26 @@
 //! and a fragmented request whose shares all fit is staged QP by QP, each share as one
 //! run (a run per WQE when every WQE is signaled). On the completion side, a success
 //! naming the oldest run of a healthy QP is credited without the general path.
+//!
+//! # Parts
+//! [`VirtualQp`] is the parent of parts that own their state and the methods on it
+//! and import nothing of the virtual QP: the lanes (`lane`, one physical QP each,
+//! with its runs in `run`), the send slot ring (`slots`, crediting included), DQPLB's
+//! send numbering (`numbering`), the receive side (`receiver`: the application's
+//! receives, DQPLB's reorder window and held messages), the failover state
+//! (`recovery`: what waits to be posted again, the grace period's hold, what was
+//! survived), the striping policies (`policy`) and the data QP choice (`choice`),
+//! what a request's WQEs are made of (`fragment`), the configuration (`config`) and
+//! the refusals (`error`). Where work needs several parts at once (posting on the
+//! lanes what the send ring holds, routing a completion, failing over), it is the
+//! parent's, in the files named for that work (`send`, `dispatch`, `spread`,
+//! `complete`, `recv`, `failover`, `counted`, `fail`), which pass each part the
+//! state of the others it needs.
+//!
+//! Capacities come in the one order of [`caps`]; each part takes only those it holds
+//! (a lane `D`, the slot rings `S`, the reorder window `W`).
 
+mod choice;
 mod complete;
 mod config;
 mod counted;
@@ -27,8 +46,12 @@ mod dispatch;
 mod error;
 mod fail;
 mod failover;
+mod fragment;
 mod lane;
+mod numbering;
 mod policy;
+mod receiver;
+mod recovery;
 mod recv;
 mod run;
 mod send;
@@ -36,32 +59,30 @@ mod slots;
 mod spread;
 
 pub use config::{BuildError, Config, Mode, Signaling};
-pub use error::{PostRecvError, PostSendError};
-pub use failover::{Failover, RestoreError};
+pub use error::{PostRecvError, PostSendError, RestoreError, Stray};
 pub use policy::Policy;
+pub use recovery::Failover;
 pub use run::LaneStats;
 
-use heapless::Deque;
-
+use crate::caps;
 use crate::phys::{PhysQp, PhysWc};
-use crate::reorder::ReorderWindow;
 use crate::seq::Seq;
 use crate::wr::{Wc, WcStatus, MAX_DEVICES};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 use lane::Lane;
+use numbering::Numbering;
 use policy::{Served, Striping};
-use slots::{RecvSlot, Ring, SendSlot};
-
-/// A physical completion that no in-flight request of this virtual QP owns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stray;
+use receiver::Receiver;
+use recovery::Recovery;
+use slots::{Ring, SendSlot};
 
 /// One virtual QP over up to `N` data QPs (plus a SPRAY notify QP).
 ///
-/// Capacities are type parameters, checked at compile time: `D` send WQEs tracked
-/// per physical QP (≥ `max_outstanding`), `S` virtual requests in flight per
-/// direction (a power of two), `W` the DQPLB reorder window (a power of two, at
-/// least `N·D`, the most fragments a peer of the same type can have in flight).
+/// Capacities are type parameters, checked at compile time (see [`caps`] for their
+/// one order and defaults): `D` send WQEs tracked per physical QP (≥
+/// `max_outstanding`), `S` virtual requests in flight per direction (a power of
+/// two), `W` the DQPLB reorder window (a power of two, at least `N·D`, the most
+/// fragments a peer of the same type can have in flight).
 ///
 /// All work happens inside [`post_send`](Self::post_send),
 /// [`post_recv`](Self::post_recv) and the owning
@@ -69,10 +90,10 @@ pub struct Stray;
 /// beyond what the physical QP's own post does.
 pub struct VirtualQp<
     Q,
-    const N: usize = 8,
-    const D: usize = 128,
-    const S: usize = 512,
-    const W: usize = 1024,
+    const N: usize = { caps::DATA_QPS },
+    const D: usize = { caps::WQES },
+    const S: usize = { caps::SLOTS },
+    const W: usize = { caps::WINDOW },
 > {
     cfg: Config,
     /// Index within the owning virtual CQ, carried in every physical wr_id.
@@ -87,14 +108,6 @@ pub struct VirtualQp<
     striping: Striping<N>,
     /// Round-robin over every data QP: a request's shares may be staged in one go.
     even: bool,
-    /// Runs failed data QPs left, to post again on the others.
-    redo: Deque<run::Taken, W>,
-    /// Whether every data QP has failed, and since when.
-    hold: failover::Hold,
-    /// What re-dispatch survived.
-    survived: Failover,
-    /// The error of the last data QP that failed alone.
-    lane_error: WcStatus,
     /// A weighted or adaptive policy: a request's shares follow the schedule.
     scheduled: bool,
     /// Bit `i` set: data QP `i` has a chain staged this round.
@@ -108,25 +121,12 @@ pub struct VirtualQp<
     dispatch: u64,
     /// Oldest request whose SPRAY notify may still need posting.
     notify_next: u64,
-    /// Pass-through requests that were in flight on data QP 0 when it failed, to be
-    /// posted again on its replacement (unless the peer's count says they landed).
-    again: Deque<u64, S>,
-    /// `redo` or `again` may hold something: one flag for `progress` to test.
-    rework: bool,
-    /// Next DQPLB sequence number to send.
-    send_seq: Seq,
-    /// How far past the oldest sequence number still outstanding the next may be:
-    /// the peer's window `W` less the arrivals it may hold unprocessed (`N·recv_depth`).
-    seq_credit: u32,
-    recv: Ring<RecvSlot, S>,
-    /// Oldest receive not yet posted (or, in DQPLB, not yet matched to a message).
-    recv_next: u64,
-    window: ReorderWindow<W>,
-    /// DQPLB messages delivered before any receive waited for them (their lengths).
-    backlog: Deque<u64, S>,
-    armed: bool,
-    /// The data QP DQPLB replenishment starts with.
-    replenish_next: u32,
+    /// DQPLB's next sequence number to send and its window credit.
+    num: Numbering,
+    /// The receive side's state.
+    rx: Receiver<S, W>,
+    /// What failover keeps: runs and pass-through requests to post again, the hold.
+    rec: Recovery<S, W>,
     /// The first error; once set, no new request is taken.
     failed: Option<WcStatus>,
     strays: u64,
@@ -244,30 +244,19 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             notify,
             room,
             next_lane: 0,
+            rec: Recovery::new(),
             striping,
             even: cfg.policy == Policy::RoundRobin
                 && (cfg.fanout == 0 || usize::from(cfg.fanout) >= given),
             scheduled: matches!(cfg.policy, Policy::Weighted | Policy::Adaptive),
-            redo: Deque::new(),
-            hold: failover::Hold::No,
-            survived: Failover::default(),
-            lane_error: WcStatus::SUCCESS,
             staged: 0,
             data_devices,
             notify_device,
             send: Ring::new(SendSlot::EMPTY),
             dispatch: 0,
             notify_next: 0,
-            again: Deque::new(),
-            rework: false,
-            send_seq: Seq::new(cfg.send_seq),
-            seq_credit,
-            recv: Ring::new(RecvSlot::EMPTY),
-            recv_next: 0,
-            window: ReorderWindow::new(Seq::new(cfg.recv_seq)),
-            backlog: Deque::new(),
-            armed: false,
-            replenish_next: 0,
+            num: Numbering::new(Seq::new(cfg.send_seq), seq_credit),
+            rx: Receiver::new(Seq::new(cfg.recv_seq)),
             failed: None,
             strays: 0,
             #[cfg(test)]
@@ -372,7 +361,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// when nothing is due); the caller owns the clock, so the core reads none.
     /// Returns whether the weights changed.
     pub fn sample(&mut self, now_ns: u64) -> bool {
-        if self.hold != failover::Hold::No {
+        if self.rec.held() {
             self.check_grace(now_ns);
         }
         if self.cfg.policy != Policy::Adaptive || !self.striping.due(now_ns, self.cfg.adapt_ns) {
@@ -420,7 +409,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Virtual receive requests taken and not yet reported.
     pub fn recvs_in_flight(&self) -> usize {
-        self.recv.len()
+        self.rx.len()
     }
 
     /// Physical completions that named this virtual QP but no request in flight.
@@ -430,17 +419,17 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// The DQPLB receiver's next expected sequence number.
     pub fn recv_seq(&self) -> Seq {
-        self.window.next()
+        self.rx.recv_seq()
     }
 
     /// DQPLB fragments that arrived ahead of an earlier one, in total.
     pub fn reordered_arrivals(&self) -> u64 {
-        self.window.reordered()
+        self.rx.reordered()
     }
 
     /// The next DQPLB sequence number this side sends.
     pub fn send_seq(&self) -> Seq {
-        self.send_seq
+        self.num.next()
     }
 
     pub(crate) fn set_tag(&mut self, tag: u8) {
@@ -520,10 +509,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     #[inline]
     pub fn progress(&mut self) {
         let notifies_due = self.notify_device != 0 && self.notify_next != self.send.tail;
-        if self.dispatch != self.send.tail || notifies_due || self.rework {
+        if self.dispatch != self.send.tail || notifies_due || self.rec.pending() {
             self.dispatch();
         }
-        if self.recv_next != self.recv.tail || self.armed {
+        if self.rx.has_work() {
             self.post_recvs();
         }
     }

@@ -1,5 +1,7 @@
-//! The receive side: notification and data receives, DQPLB's kept-posted receives
-//! and reorder window, reporting in posting order.
+//! The virtual QP's receive work: taking the application's receives, posting them on
+//! the QPs (and DQPLB's kept-posted receives), and routing receive completions to
+//! the receive side's state ([`Receiver`](super::receiver::Receiver)), which reports
+//! them in posting order.
 //!
 //! Where a notification receive (length 0) goes depends on the set-up:
 //! - one data QP: a zero-length receive on it, completed by the peer's
@@ -9,31 +11,17 @@
 //!   notify bit. Messages that complete before any receive waits for them are kept
 //!   (their lengths) and complete the next receives at once.
 
-use super::{Mode, PostRecvError, Stray, VirtualQp};
+use super::config::Mode;
+use super::error::{PostRecvError, Stray};
+use super::fragment::app_recv_wqe;
+use super::VirtualQp;
 use crate::imm::Imm;
 use crate::phys::{PhysQp, PhysWc, RecvWqe};
-use crate::wr::{RecvWr, Wc, WcOpcode, WcStatus};
+use crate::wr::{RecvWr, Wc, WcStatus};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 
 /// Zero-length DQPLB receives are posted in chains of at most this many.
 const RECV_CHAIN: usize = 32;
-
-/// The WQE of the application's receive `wr`, request `id`, on QP `lane` (a data QP's
-/// index or `NOTIFY_LANE`) of the virtual QP tagged `tag`.
-pub(super) fn app_recv_wqe(tag: u8, lane: u8, id: u64, wr: &RecvWr) -> RecvWqe {
-    RecvWqe {
-        wr_id: WrId {
-            tag,
-            lane,
-            kind: Kind::Recv,
-            id,
-        }
-        .encode(),
-        addr: wr.addr,
-        len: wr.len,
-        lkey: wr.lkey,
-    }
-}
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     VirtualQp<Q, N, D, S, W>
@@ -48,10 +36,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// for one from then on). Call once the QPs can take receives (INIT or later)
     /// and before the peer sends; does nothing in other set-ups or when called again.
     pub fn arm_receiver(&mut self) {
-        if !self.dqplb_receiver() || self.armed || self.failed.is_some() {
+        if !self.dqplb_receiver() || self.rx.armed() || self.failed.is_some() {
             return;
         }
-        self.armed = true;
+        self.rx.arm();
         for lane in self.lanes.iter_mut() {
             lane.recv_owed = self.cfg.recv_depth;
         }
@@ -68,24 +56,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if wr.len > 0 && dqplb {
             return Err(PostRecvError::DataNeedsSpray);
         }
-        if self.recv.is_full() {
+        if self.rx.take(wr).is_none() {
             return Err(PostRecvError::Full);
         }
-        let id = self.recv.tail;
-        let slot = self.recv.get_mut(id);
-        *slot = super::slots::RecvSlot::EMPTY;
-        slot.wr = *wr;
-        self.recv.tail += 1;
         if dqplb {
-            if let Some(bytes) = self.backlog.pop_front() {
-                debug_assert_eq!(self.recv_next, id);
-                self.recv.get_mut(id).finish(
-                    WcStatus::SUCCESS,
-                    WcOpcode::RECV_RDMA_WITH_IMM,
-                    bytes,
-                    None,
-                );
-                self.recv_next += 1;
+            if self.rx.match_held() {
                 // Room in the store again: receives withheld may go now.
                 self.replenish();
             }
@@ -102,9 +77,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return;
         }
         let depth = self.cfg.recv_depth;
-        while self.recv_next != self.recv.tail {
-            let id = self.recv_next;
-            let wr = self.recv.get(id).wr;
+        while let Some((id, wr)) = self.rx.unposted() {
             let (lane, index) = match self.notify.as_mut() {
                 Some(notify) if wr.len == 0 => (notify, NOTIFY_LANE),
                 _ => (&mut self.lanes[0], 0),
@@ -124,7 +97,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             lane.recv_outstanding += 1;
             lane.stats.recvs += 1;
-            self.recv_next += 1;
+            self.rx.posted_one();
         }
     }
 
@@ -134,16 +107,19 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// What is withheld makes the sender meet RNR and wait (backpressure) until the
     /// application posts receives again.
     fn replenish(&mut self) {
-        if !self.armed || self.failed.is_some() || self.lanes.iter().all(|l| l.recv_owed == 0) {
+        if !self.rx.armed() || self.failed.is_some() || self.lanes.iter().all(|l| l.recv_owed == 0)
+        {
             return;
         }
         let posted: u32 = self.lanes.iter().map(|l| l.recv_outstanding).sum();
-        let mut budget = (S as u32).saturating_sub(posted + self.backlog.len() as u32);
+        let mut budget = (S as u32).saturating_sub(posted + self.rx.held() as u32);
         let tag = self.tag;
         let n = self.lanes.len();
+        // Start with the next QP next time, so that withheld receives are shared.
+        let first = self.rx.replenish_from(n);
         let mut refused = false;
         for k in 0..n {
-            let i = (self.replenish_next as usize + k) % n;
+            let i = (first + k) % n;
             let lane = &mut self.lanes[i];
             while lane.recv_owed > 0 && budget > 0 && (!lane.failed || lane.joining) {
                 let wqe = RecvWqe {
@@ -174,8 +150,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 }
             }
         }
-        // Start with the next QP next time, so that withheld receives are shared.
-        self.replenish_next = ((self.replenish_next as usize + 1) % n) as u32;
         if refused {
             self.fail(WcStatus::POST_ERR);
         }
@@ -193,25 +167,22 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         } else {
             &mut self.lanes[lane as usize]
         };
-        let id = self.recv.widen(short).ok_or(Stray)?;
-        if id >= self.recv_next || l.recv_outstanding == 0 {
-            return Err(Stray);
-        }
-        let slot = self.recv.get_mut(id);
-        if slot.done {
+        let id = self.rx.find_posted(short).ok_or(Stray)?;
+        if l.recv_outstanding == 0 {
             return Err(Stray);
         }
         l.recv_outstanding -= 1;
         if wc.status.is_ok() {
-            slot.finish(wc.status, wc.opcode, u64::from(wc.byte_len), wc.imm_data);
+            self.rx.complete(
+                id,
+                wc.status,
+                wc.opcode,
+                u64::from(wc.byte_len),
+                wc.imm_data,
+            );
             l.seen = l.seen.wrapping_add(1);
             return Ok(());
         }
-        let opcode = if slot.wr.len == 0 {
-            WcOpcode::RECV_RDMA_WITH_IMM
-        } else {
-            WcOpcode::RECV
-        };
         if lane == NOTIFY_LANE {
             if self.try_survive_notify(wc.status) {
                 // Posted again on the notify QP's replacement.
@@ -227,7 +198,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             self.lanes[lane as usize].failed = true;
         }
-        self.recv.get_mut(id).finish(wc.status, opcode, 0, None);
+        self.rx.end(id, wc.status);
         self.fail(wc.status);
         Ok(())
     }
@@ -288,24 +259,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             self.fail(WcStatus::PROTOCOL_ERR);
             return;
         };
-        let recv = &mut self.recv;
-        let next = &mut self.recv_next;
-        let backlog = &mut self.backlog;
-        let mut overflow = false;
-        let arrival = self.window.arrive(imm, wc.byte_len, |bytes| {
-            if *next != recv.tail {
-                recv.get_mut(*next).finish(
-                    WcStatus::SUCCESS,
-                    WcOpcode::RECV_RDMA_WITH_IMM,
-                    bytes,
-                    None,
-                );
-                *next += 1;
-            } else if backlog.push_back(bytes).is_err() {
-                overflow = true;
-            }
-        });
-        if arrival.is_err() || overflow {
+        if !self.rx.arrive(imm, wc.byte_len) {
             self.fail(WcStatus::PROTOCOL_ERR);
         }
     }
@@ -318,38 +272,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         } else {
             WcStatus::WR_FLUSH_ERR
         };
-        for id in self.recv_next..self.recv.tail {
-            let slot = self.recv.get_mut(id);
-            let opcode = if slot.wr.len == 0 {
-                WcOpcode::RECV_RDMA_WITH_IMM
-            } else {
-                WcOpcode::RECV
-            };
-            slot.finish(st, opcode, 0, None);
-        }
-        self.recv_next = self.recv.tail;
+        self.rx.end_unposted(st);
     }
 
     /// Report completed receive requests in posting order.
     #[inline]
     pub(super) fn drain_recvs(&mut self, out: &mut [Wc]) -> usize {
-        let mut n = 0;
-        while self.recv.head != self.recv.tail && n < out.len() {
-            let slot = self.recv.get(self.recv.head);
-            if !slot.done {
-                break;
-            }
-            out[n] = Wc {
-                wr_id: slot.wr.wr_id,
-                status: slot.status,
-                opcode: slot.opcode,
-                qp_num: self.cfg.qp_num,
-                imm_data: slot.imm_data,
-                byte_len: slot.byte_len,
-            };
-            n += 1;
-            self.recv.head += 1;
-        }
-        n
+        self.rx.drain(out, self.cfg.qp_num)
     }
 }

@@ -72,3 +72,16 @@ pub struct LaneStats {
     /// Receive WQEs posted.
     pub recvs: u64,
 }
+
+impl Taken {
+    /// The run less its first `done` fragments.
+    pub(super) fn after(self, done: u32) -> Taken {
+        let skip = done.wrapping_mul(self.stride);
+        Taken {
+            count: self.count - done,
+            first: self.first.wrapping_add(skip),
+            seq: self.seq.add(skip),
+            ..self
+        }
+    }
+}

@@ -1,51 +1,13 @@
 //! The send side's entry: validating a request and accepting it whole or not at all.
 //! Dispatch (`dispatch`) and completion (`complete`) are beside it.
 
+use super::config::Mode;
+use super::error::PostSendError;
 use super::slots::Notify;
-use super::{Mode, PostSendError, VirtualQp};
-use crate::phys::{PhysQp, SendWqe};
+use super::VirtualQp;
+use crate::phys::PhysQp;
 use crate::split::{Plan, MAX_WQE_BYTES};
 use crate::wr::{Opcode, SendFlags, SendWr, WcStatus};
-use crate::wrid::{Kind, WrId};
-
-/// The physical wr_id of request `id`'s send WQEs on data QP 0 of the virtual QP
-/// tagged `tag` (other data QPs add their index at bit 48).
-#[inline]
-pub(super) fn send_id(tag: u8, id: u64) -> u64 {
-    WrId {
-        tag,
-        lane: 0,
-        kind: Kind::Send,
-        id,
-    }
-    .encode()
-}
-
-/// Whether the fragments of `wr` carry DQPLB sequence numbers.
-#[inline]
-pub(super) fn numbered(wr: &SendWr, mode: Mode) -> bool {
-    mode == Mode::Dqplb && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM
-}
-
-/// The WQE of a request that passes through whole, with wr_id `wr_id` and the keys
-/// of `device`.
-#[inline]
-pub(super) fn passthrough_wqe(wr: &SendWr, wr_id: u64, device: u8) -> SendWqe {
-    let (lkey, rkey) = wr.keys.pair(device);
-    SendWqe {
-        wr_id,
-        opcode: wr.opcode,
-        flags: wr.flags,
-        addr: wr.local_addr,
-        len: wr.len as u32,
-        lkey,
-        remote_addr: wr.remote_addr,
-        rkey,
-        imm_data: wr.imm_data,
-        compare_add: wr.compare_add,
-        swap: wr.swap,
-    }
-}
 
 /// Whether `wr` asks the provider to copy a payload from its raw `local_addr` (the
 /// safe posts refuse it: see the [post contract](crate::phys#the-post-contract)).
@@ -158,7 +120,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         let qp0 = &self.lanes[0];
         if self.dispatch != self.send.tail
-            || self.rework
+            || self.rec.pending()
             || qp0.failed
             || !qp0.has_room(self.cfg.max_outstanding)
         {
@@ -278,7 +240,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             // nothing waits for it to come back. With a grace period they are held
             // until it does (later requests go on meanwhile; their completions wait,
             // in order) or the grace period ends.
-            return Err(PostSendError::Failed(self.lane_error));
+            return Err(PostSendError::Failed(self.rec.error()));
         }
         if self.send.is_full() {
             return Err(PostSendError::Full);

@@ -1,7 +1,8 @@
 //! Fixed rings of virtual request slots, indexed by a monotonically increasing id.
 
+use super::fragment::consumes;
 use crate::split::Plan;
-use crate::wr::{RecvWr, SendWr, WcOpcode, WcStatus};
+use crate::wr::{RecvWr, SendFlags, SendWr, WcOpcode, WcStatus};
 
 /// Where a SPRAY request's notify stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,4 +175,62 @@ impl<T: Copy, const S: usize> Ring<T, S> {
         let off = short.wrapping_sub(self.head) & crate::wrid::ID_MASK;
         (off < self.tail - self.head).then(|| self.head + off)
     }
+}
+
+/// Credit `count` data WQEs of request `id` with `status`.
+#[inline]
+pub(super) fn credit_data<const S: usize>(
+    send: &mut Ring<SendSlot, S>,
+    id: u64,
+    count: u32,
+    st: WcStatus,
+) {
+    let slot = send.get_mut(id);
+    slot.done += count;
+    if !st.is_ok() {
+        slot.fail(st);
+    }
+}
+
+/// Credit request `id`'s notify with `status`.
+#[inline]
+pub(super) fn credit_notify<const S: usize>(
+    send: &mut Ring<SendSlot, S>,
+    id: u64,
+    _: u32,
+    st: WcStatus,
+) {
+    let slot = send.get_mut(id);
+    slot.notify = Notify::Settled;
+    if !st.is_ok() {
+        slot.fail(st);
+    }
+}
+
+/// A pass-through request (`count` WQEs of request `id`) that was in flight on data
+/// QP 0 when it failed: with a grace period to wait for a replacement in (`wait`),
+/// one that consumes a receive becomes unsure and waits, with RDMA WRITEs and READs,
+/// to be posted again on the replacement (`again`); an atomic, an `INLINE` request
+/// (its payload may have been lent for its post only: see
+/// [`VirtualQp::post_send_inline`](crate::VirtualQp::post_send_inline)), or any
+/// without a grace period, is credited with `status`. False when `again` is full (the
+/// virtual QP then fails).
+pub(super) fn park<const S: usize>(
+    send: &mut Ring<SendSlot, S>,
+    again: &mut heapless::Deque<u64, S>,
+    (id, count): (u64, u32),
+    wait: bool,
+    status: WcStatus,
+) -> bool {
+    let slot = send.get_mut(id);
+    let op = slot.wr.opcode;
+    let inline = slot.wr.flags.contains(SendFlags::INLINE) && slot.wr.len != 0;
+    if !wait || inline || !(consumes(op) || op.is_rdma()) {
+        credit_data(send, id, count, status);
+        return true;
+    }
+    if consumes(op) {
+        slot.notify = Notify::Unsure;
+    }
+    again.push_back(id).is_ok()
 }

@@ -3,9 +3,11 @@
 //! and fall back, staging nothing, to the fragment-by-fragment round
 //! (`dispatch`) when a QP lacks room.
 
-use super::dispatch::{allowed, Spread};
+use super::choice::allowed;
+use super::config::Signaling;
+use super::fragment::Spread;
 use super::slots::SendSlot;
-use super::{Signaling, VirtualQp};
+use super::VirtualQp;
 use crate::imm::Imm;
 use crate::phys::{PhysQp, SendWqe};
 use crate::seq::Seq;
@@ -58,9 +60,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return false;
         }
         if req.dqplb_imm {
-            let budget = seq_budget.get_or_insert_with(|| {
-                Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
-            });
+            let budget = seq_budget.get_or_insert_with(|| self.num.budget(&self.lanes));
             if u64::from(*budget) < left {
                 return false;
             }
@@ -95,7 +95,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// DQPLB budget covers them.
     fn stage_spread<const MERGE: bool, const PLAIN: bool>(&mut self, s: &Spread, max: u32) {
         let n = self.lanes.len() as u64;
-        let at = Layout::of(self.send.get(s.id), self.send_seq);
+        let at = Layout::of(self.send.get(s.id), self.num.next());
         let (first, left) = (at.first, at.count - at.first);
         let start = u64::from(self.next_lane);
         // QP k of the round takes fragments first + k, first + k + n, ...: `whole`
@@ -214,7 +214,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     #[inline]
     fn spread_done(&mut self, s: &Spread, left: u64) {
         if s.dqplb_imm {
-            self.send_seq = self.send_seq.add(left as u32);
+            self.num.skip(left as u32);
         }
         let slot = self.send.get_mut(s.id);
         slot.posted = slot.fragments();
@@ -259,9 +259,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             .all(|(&k, lane)| k == 0 || lane.has_room_for(k, max));
         let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
         let budget_ok = !req.dqplb_imm || {
-            let budget = seq_budget.get_or_insert_with(|| {
-                Self::seq_budget(&self.lanes, self.send_seq, self.seq_credit)
-            });
+            let budget = seq_budget.get_or_insert_with(|| self.num.budget(&self.lanes));
             u64::from(*budget) >= left
         };
         if !fits || !budget_ok {
@@ -271,7 +269,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if let Some(b) = seq_budget.as_mut().filter(|_| req.dqplb_imm) {
             *b -= left as u32;
         }
-        let at = Layout::of(slot, self.send_seq);
+        let at = Layout::of(slot, self.num.next());
         let mut i = at.first;
         for (l, &k) in shares.iter().enumerate().take(n as usize) {
             if k == 0 {

@@ -39,8 +39,8 @@
 //! request's `Keys` entry `d` is then (this side's lkey for the buffer in PD `d`, the
 //! peer's rkey for its buffer in its PD `d`).
 
+use vqp_core::{caps, Policy, VirtualCq, VirtualQp};
 use vqp_core::{Config, PhysCq, PhysQp, PhysWc, PollFailure, PostFailure, RecvWqe, SendWqe};
-use vqp_core::{Policy, VirtualCq, VirtualQp};
 
 use crate::card::{Capabilities, Card, PortAddr, QpAddr};
 use crate::connect::{self, Path};
@@ -122,18 +122,19 @@ struct DeviceSide {
 /// One side of a virtual QP on one or several devices, before it is connected: its
 /// physical QPs (in RESET), their first PSNs, and one CQ per device.
 ///
-/// The type parameters are those of the [`VirtualQp`] it builds (`N` data QPs at
-/// most, `D` WQEs per QP, `S` requests per direction, `W` the DQPLB window), `B`, the
-/// [`VirtualCq`]'s poll batch, and `DEVS`, the most devices the virtual CQ polls
-/// (1 to vqp-core's [`MAX_DEVICES`](vqp_core::MAX_DEVICES); see the
-/// [module documentation](self) for how QPs are placed on devices).
+/// The type parameters are the capacities, in [vqp-core's one order](vqp_core::caps):
+/// those of the [`VirtualQp`] it builds (`N` data QPs at most, `D` WQEs per QP, `S`
+/// requests per direction, `W` the DQPLB window), then those of its [`VirtualCq`]
+/// (`DEVS`, the most devices it polls, 1 to [`MAX_DEVICES`](vqp_core::MAX_DEVICES),
+/// and `B`, its poll batch); see the [module documentation](self) for how QPs are
+/// placed on devices.
 pub struct Endpoint<
-    const N: usize = 8,
-    const D: usize = 128,
-    const S: usize = 512,
-    const W: usize = 1024,
-    const B: usize = 32,
-    const DEVS: usize = 1,
+    const N: usize = { caps::DATA_QPS },
+    const D: usize = { caps::WQES },
+    const S: usize = { caps::SLOTS },
+    const W: usize = { caps::WINDOW },
+    const DEVS: usize = { caps::DEVICES },
+    const B: usize = { caps::BATCH },
 > {
     settings: Settings,
     /// One per protection domain given, in order: the index is the device index.
@@ -148,12 +149,12 @@ pub struct Endpoint<
 
 /// A connected virtual QP and the virtual CQ it is attached to (as its first QP).
 pub struct Connected<
-    const N: usize = 8,
-    const D: usize = 128,
-    const S: usize = 512,
-    const W: usize = 1024,
-    const B: usize = 32,
-    const DEVS: usize = 1,
+    const N: usize = { caps::DATA_QPS },
+    const D: usize = { caps::WQES },
+    const S: usize = { caps::SLOTS },
+    const W: usize = { caps::WINDOW },
+    const DEVS: usize = { caps::DEVICES },
+    const B: usize = { caps::BATCH },
 > {
     /// The virtual QP.
     pub vqp: VirtualQp<VerbsQp, N, D, S, W>,
@@ -171,9 +172,9 @@ impl<
         const D: usize,
         const S: usize,
         const W: usize,
-        const B: usize,
         const DEVS: usize,
-    > Connected<N, D, S, W, B, DEVS>
+        const B: usize,
+    > Connected<N, D, S, W, DEVS, B>
 {
     /// The CQ of device `device` (its index in [`Endpoint::create_on`]'s slice).
     pub fn device_cq(&mut self, device: u8) -> Option<&CompletionQueue> {
@@ -186,9 +187,9 @@ impl<
         const D: usize,
         const S: usize,
         const W: usize,
-        const B: usize,
         const DEVS: usize,
-    > Endpoint<N, D, S, W, B, DEVS>
+        const B: usize,
+    > Endpoint<N, D, S, W, DEVS, B>
 {
     /// Creates the CQ (reporting to `channel`, if given) and the data and notify QPs
     /// in `pd`'s device, after checking `settings` the way vqp-core will.
@@ -426,7 +427,7 @@ impl<
     /// [`Error::Verbs`] naming the transition that failed; [`Error::Build`]/
     /// [`Error::Cq`] if vqp-core refuses (which [`Endpoint::create_on`]'s checks make
     /// unexpected).
-    pub fn connect(self, peer: &Card) -> Result<Connected<N, D, S, W, B, DEVS>> {
+    pub fn connect(self, peer: &Card) -> Result<Connected<N, D, S, W, DEVS, B>> {
         let (vqp, vcq, rejoin) = self.connect_with(peer, |vqp, devices| {
             let mut vcq = VirtualCq::new();
             for (d, dev) in devices.iter().enumerate() {
@@ -529,9 +530,9 @@ impl<
         const D: usize,
         const S: usize,
         const W: usize,
-        const B: usize,
         const DEVS: usize,
-    > core::fmt::Debug for Endpoint<N, D, S, W, B, DEVS>
+        const B: usize,
+    > core::fmt::Debug for Endpoint<N, D, S, W, DEVS, B>
 {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Endpoint")

@@ -79,9 +79,9 @@ impl<
         const D: usize,
         const S: usize,
         const W: usize,
-        const B: usize,
         const DEVS: usize,
-    > Connected<N, D, S, W, B, DEVS>
+        const B: usize,
+    > Connected<N, D, S, W, DEVS, B>
 {
     /// Starts fail-back of data QP `i` (normally one that failed,
     /// [`VirtualQp::data_qp_failed`](vqp_core::VirtualQp::data_qp_failed)), or of the

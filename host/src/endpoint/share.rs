@@ -19,9 +19,9 @@ impl<
         const D: usize,
         const S: usize,
         const W: usize,
-        const B: usize,
         const DEVS: usize,
-    > Endpoint<N, D, S, W, B, DEVS>
+        const B: usize,
+    > Endpoint<N, D, S, W, DEVS, B>
 {
     /// As [`Endpoint::create_on`], with the CQs given (`cqs[d]` of `pds[d]`'s device)
     /// instead of new ones. Each must hold what every virtual QP attached to it can
