@@ -13,7 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use vqp_sys::ibv_wc;
 
-use crate::abi::fd::EventFd;
+use crate::os::EventFd;
 
 /// `enum ibv_event_type` values this provider raises.
 pub(crate) mod event {

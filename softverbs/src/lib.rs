@@ -183,8 +183,8 @@
 //! receiving process polls).
 //!
 //! # Safety fence
-//! `unsafe` code lives in four modules only: `abi` (the `extern "C"` surface: pointer
-//! casts, C structs, eventfds), `mem` (copies between registered memory),
+//! `unsafe` code lives in five modules only: `abi` (the `extern "C"` surface: pointer
+//! casts, C structs), `os` (eventfds, `atexit`), `mem` (copies between registered memory),
 //! `shared::sys` (shared mappings, `flock`, futexes, `process_vm_*`) and `launch::mount`
 //! (`unshare` and `mount` for `softverbs run`).
 #![deny(unsafe_code, missing_docs)]
@@ -201,6 +201,8 @@ mod link;
 mod locate;
 #[allow(unsafe_code)]
 mod mem;
+#[allow(unsafe_code)]
+mod os;
 mod provider;
 mod qp;
 mod shared;
@@ -220,9 +222,22 @@ pub use config::{
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
 pub use link::parse_rate;
 pub use locate::{cdylib_candidates, find_cdylib};
+pub use shared::ENV_DIR;
+
+/// The process id that owns QP `qpn` of device `device` in the shared namespace, if a
+/// live process does (a dead owner's number is reclaimed on the way). For diagnostics
+/// and tests: which process a peer QP number resolves to.
+pub fn qp_owner_pid(device: usize, qpn: u32) -> Option<u32> {
+    shared::qp_owner_pid(provider::get(), device, qpn)
+}
+
+/// Reserves QP numbers for this process until at most `leave_free` of the machine-wide
+/// table are free, and returns how many it took (freed when the process exits). For
+/// tests of a full table; `None` when the namespace cannot be used.
 #[doc(hidden)]
-pub use shared::hold_qp_numbers;
-pub use shared::{qp_owner_pid, ENV_DIR};
+pub fn hold_qp_numbers(leave_free: usize) -> Option<usize> {
+    shared::hold_qp_numbers(provider::get(), leave_free)
+}
 
 /// A configuration call that could not be applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -292,7 +307,8 @@ pub fn set_progress(progress: Progress) {
 /// Runs the progress engine on the calling thread, up to `budget` WQEs (unless another
 /// thread is running it); returns how many executed. `poll_cq` does this by itself.
 pub fn progress(budget: usize) -> usize {
-    provider::get().engine.progress(budget)
+    let p = provider::get();
+    p.engine.progress(p, budget)
 }
 
 /// WQEs queued for execution and not yet executed (an upper bound: WQEs flushed by an

@@ -106,11 +106,6 @@ pub(crate) fn get() -> &'static Provider {
     PROVIDER.get_or_init(Provider::from_env)
 }
 
-/// The provider, if it exists yet.
-pub(crate) fn try_get() -> Option<&'static Provider> {
-    PROVIDER.get()
-}
-
 /// Whether the provider exists yet.
 pub(crate) fn is_initialised() -> bool {
     PROVIDER.get().is_some()
@@ -127,7 +122,7 @@ pub(crate) fn request_devices(n: usize) -> bool {
 }
 
 impl Provider {
-    fn from_env() -> Provider {
+    pub(crate) fn from_env() -> Provider {
         let requested = *REQUESTED_DEVICES.lock().unwrap_or_else(|e| e.into_inner());
         let count = requested
             .or_else(|| config::env_parsed(config::ENV_DEVICES, |s| s.trim().parse().ok()))
@@ -206,8 +201,8 @@ impl Provider {
     /// machine-wide (the shared registry), never handed out twice: when none can be had
     /// (the table is full, or the namespace cannot be used) the error is the errno for
     /// `ibv_create_qp`.
-    pub fn alloc_qpn(&self) -> Result<(u32, u64), i32> {
-        let qpn = crate::shared::alloc_qpn(self.devices.len())?;
+    pub fn alloc_qpn(&'static self) -> Result<(u32, u64), i32> {
+        let qpn = crate::shared::alloc_qpn(self)?;
         let nth = self.qps_created.fetch_add(1, Ordering::Relaxed) + 1;
         Ok((qpn, nth))
     }

@@ -111,6 +111,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use crate::provider::Provider;
 pub use dir::ENV_DIR;
 use dir::{Create, FileError, NsDir};
 use exports::{Exports, QpView};
@@ -173,16 +174,19 @@ pub(crate) struct Shared {
     running: AtomicBool,
     /// Where this process's next file sweep starts ([`reclaim::sweep`]).
     sweep_cursor: AtomicUsize,
+    /// The provider whose QPs and regions this process serves, handed over when it
+    /// joined: incoming records are delivered to its QPs and engine.
+    pub(crate) provider: &'static Provider,
 }
 
 static SHARED: OnceLock<Result<Shared, SharedError>> = OnceLock::new();
 
-/// The namespace, joined on first use (`devices`: this process's device count), or why
-/// it cannot be used (printed once, when first found).
-pub(crate) fn init(devices: usize) -> Result<&'static Shared, &'static SharedError> {
+/// The namespace, joined on first use for the provider `p` (its device count, its
+/// QPs and regions), or why it cannot be used (printed once, when first found).
+pub(crate) fn init(p: &'static Provider) -> Result<&'static Shared, &'static SharedError> {
     let s = SHARED
         .get_or_init(|| {
-            let joined = Shared::join(devices);
+            let joined = Shared::join(p);
             if let Err(e) = &joined {
                 eprintln!(
                     "vqp-softverbs: the shared namespace cannot be used, so no QP can be \
@@ -196,10 +200,7 @@ pub(crate) fn init(devices: usize) -> Result<&'static Shared, &'static SharedErr
     // before it creates its QPs). Under the table's read lock, once the namespace is
     // visible: a region registered meanwhile is exported by its own `export_mr`.
     s.mrs_exported.call_once(|| {
-        let mrs = crate::provider::get()
-            .mrs
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
+        let mrs = s.provider.mrs.read().unwrap_or_else(|e| e.into_inner());
         for (key, info) in mrs.live() {
             s.exports.export_mr(key, info);
         }
@@ -226,10 +227,10 @@ fn random_token() -> u32 {
 }
 
 impl Shared {
-    fn join(devices: usize) -> Result<Shared, SharedError> {
+    fn join(provider: &'static Provider) -> Result<Shared, SharedError> {
         sys::allow_any_tracer();
         let dir = NsDir::open()?;
-        let registry = Registry::attach(&dir, devices as u32)?;
+        let registry = Registry::attach(&dir, provider.devices.len() as u32)?;
         let (me, file) = Self::make_file(&dir)?;
         let inboxed =
             Inbox::map(&file, true, me.id()).and_then(|ib| Ok((ib, Exports::map(&file, true)?)));
@@ -262,6 +263,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             running: AtomicBool::new(false),
             sweep_cursor,
+            provider,
         })
     }
 
@@ -428,8 +430,8 @@ const ALIVE_RECHECK: Duration = Duration::from_millis(100);
 /// number belongs to a live process — what mlx5 reports for a QP the device has no
 /// resources for (the firmware's `MLX5_CMD_STAT_LIM_ERR` becomes `-ENOMEM` in the
 /// kernel's `mlx5_cmd_check`, which `ibv_create_qp` returns as `errno`).
-pub(crate) fn alloc_qpn(devices: usize) -> Result<u32, i32> {
-    let s = init(devices).map_err(SharedError::errno)?;
+pub(crate) fn alloc_qpn(p: &'static Provider) -> Result<u32, i32> {
+    let s = init(p).map_err(SharedError::errno)?;
     s.alloc_qpn().ok_or(libc::ENOMEM)
 }
 
@@ -453,8 +455,8 @@ pub(crate) fn export_qp(qpn: u32, view: Option<QpView>) {
 /// Publishes which of our devices' links are down.
 pub(crate) fn export_links() {
     if let Some(s) = current() {
-        let p = crate::provider::get();
-        let mask = p
+        let mask = s
+            .provider
             .devices
             .iter()
             .take(64)
@@ -491,8 +493,8 @@ pub(crate) fn revoke_mr(key: u32) {
 /// The process id that owns QP `qpn` of device `device` in the shared namespace, if a
 /// live process does (a dead owner's number is reclaimed on the way). For diagnostics
 /// and tests: which process a peer QP number resolves to.
-pub fn qp_owner_pid(device: usize, qpn: u32) -> Option<u32> {
-    let s = init(crate::provider::get().devices.len()).ok()?;
+pub(crate) fn qp_owner_pid(p: &'static Provider, device: usize, qpn: u32) -> Option<u32> {
+    let s = init(p).ok()?;
     let (owner, word) = s.registry.lookup(qpn, device)?;
     if s.is_alive(owner) {
         Some(owner.pid)
@@ -513,9 +515,8 @@ pub(crate) fn release(qpn: u32) {
 /// Reserves QP numbers for this process until at most `leave_free` of the machine-wide
 /// table are free, and returns how many it took (freed when the process exits). For
 /// tests of a full table; `None` when the namespace cannot be used.
-#[doc(hidden)]
-pub fn hold_qp_numbers(leave_free: usize) -> Option<usize> {
-    let s = init(crate::provider::get().devices.len()).ok()?;
+pub(crate) fn hold_qp_numbers(p: &'static Provider, leave_free: usize) -> Option<usize> {
+    let s = init(p).ok()?;
     let mut n = 0;
     while s.registry.in_use() + (leave_free as u64) < registry::SLOTS as u64 {
         if s.registry.alloc(s.me).is_none() {

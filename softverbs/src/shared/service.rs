@@ -32,7 +32,7 @@ impl Shared {
     }
 
     fn serve(&'static self) {
-        let engine = &crate::provider::get().engine;
+        let engine = &self.provider.engine;
         let mut last_poll = engine.activity();
         let mut idle_spins = 0u32;
         let mut next_check = std::time::Instant::now();

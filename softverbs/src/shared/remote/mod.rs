@@ -85,6 +85,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) fn handle(sh: &'static Shared, rec: Record, payload: &[u8], ack: &mut Option<Ack>) {
     match rec.kind {
         Kind::Request => on_request(sh, &rec, payload, ack),
-        Kind::Response => on_response(&rec),
+        Kind::Response => on_response(sh, &rec),
     }
 }

@@ -9,7 +9,7 @@ use vqp_sys::*;
 use super::{direct, lock, InFlight, Link, MAX_IN_FLIGHT, RESP_OK, RESP_RNR};
 use crate::engine::{complete, fail, resolve_av, Step};
 use crate::mem::{self, Span};
-use crate::provider::{self, Provider};
+use crate::provider::Provider;
 use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe};
 use crate::shared::inbox::{
     Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, PAYLOAD,
@@ -242,8 +242,8 @@ pub(crate) fn check_deadlines(sh: &Shared) -> bool {
     !watch.is_empty()
 }
 
-pub(super) fn on_response(rec: &Record) {
-    let p = provider::get();
+pub(super) fn on_response(sh: &'static Shared, rec: &Record) {
+    let p = sh.provider;
     let Some(qp) = p.find_qp(rec.src_dev as usize, rec.src_qpn) else {
         return;
     };
@@ -287,7 +287,7 @@ pub(super) fn on_response(rec: &Record) {
             g.not_before = None;
             let n = g.sq.len() as u32;
             drop(g);
-            p.engine.enqueue(&qp, n);
+            p.engine.enqueue(p, &qp, n);
         }
         return;
     }
@@ -313,7 +313,7 @@ pub(super) fn on_response(rec: &Record) {
             g.remote.next_psn = f.psn;
             g.not_before = Some(Instant::now() + rnr_delay(rec.value as u8));
             drop(g);
-            p.engine.enqueue(&qp, n);
+            p.engine.enqueue(p, &qp, n);
         }
         _ => fail(&qp, &mut g, &f.w, rec.value, None),
     }

@@ -10,7 +10,6 @@ use vqp_sys::*;
 use super::{lock, RespSeq, RESP_ERR, RESP_OK, RESP_RNR};
 use crate::engine::{respond, MoveError, Mover, Requester, Response};
 use crate::mem::{self, Span};
-use crate::provider;
 use crate::qp::{Datagram, SendWqe, Sges, QP_REQ_ERR};
 use crate::shared::inbox::{
     iov, Inbox, Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD,
@@ -127,7 +126,7 @@ fn well_formed(rec: &Record, payload: &[u8]) -> bool {
 }
 
 pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack: &mut Option<Ack>) {
-    let p = provider::get();
+    let p = sh.provider;
     let from = Owner {
         pid: rec.from_pid,
         token: rec.from_token,

@@ -1,4 +1,5 @@
-//! Event file descriptors for completion channels and asynchronous events.
+//! The operating-system wrappers the objects and the engine share: event file
+//! descriptors for completion channels and asynchronous events, and `atexit`.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -50,4 +51,13 @@ impl EventFd {
             }
         }
     }
+}
+
+/// Registers `f` to run at process exit (`atexit`), or when this library is unloaded
+/// if it was loaded with `dlopen` (glibc's `atexit` records the calling object). False
+/// when it could not be registered.
+pub(crate) fn at_exit(f: extern "C" fn()) -> bool {
+    // SAFETY: `f` is a plain function with the C ABI, valid for the life of the code
+    // that registers it (the handler runs before that code is unloaded).
+    unsafe { libc::atexit(f) == 0 }
 }
