@@ -257,6 +257,12 @@ impl Provider {
         }
     }
 
+    /// The device index an address vector points at.
+    pub fn resolve_av(&self, ah: &vqp_sys::ibv_ah_attr) -> Option<usize> {
+        let gid = (ah.is_global != 0).then(|| *vqp_sys::Gid::from_sys(&ah.grh.dgid).as_bytes());
+        self.resolve(ah.dlid, gid.as_ref()).map(|d| d.index)
+    }
+
     /// Applies a QP selector to the QPs that exist now.
     pub fn selected_qps(&self, sel: QpSelector) -> Vec<Arc<QpCore>> {
         self.all_qps()

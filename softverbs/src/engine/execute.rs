@@ -124,16 +124,10 @@ fn peer(p: &Provider, g: &mut QpInner) -> Option<Arc<QpCore>> {
             return Some(b);
         }
     }
-    let dev = resolve_av(p, &g.attr.ah_attr)?;
+    let dev = p.resolve_av(&g.attr.ah_attr)?;
     let b = p.find_qp(dev, g.attr.dest_qp_num)?;
     g.peer = Arc::downgrade(&b);
     Some(b)
-}
-
-/// The device index an address vector points at.
-pub(crate) fn resolve_av(p: &Provider, ah: &ibv_ah_attr) -> Option<usize> {
-    let gid = (ah.is_global != 0).then(|| *vqp_sys::Gid::from_sys(&ah.grh.dgid).as_bytes());
-    p.resolve(ah.dlid, gid.as_ref()).map(|d| d.index)
 }
 
 /// Executes one WQE popped from `qp`'s send queue.

@@ -44,7 +44,7 @@ mod execute;
 mod respond;
 
 use execute::run;
-pub(crate) use execute::{complete, fail, resolve_av};
+pub(crate) use execute::{complete, fail};
 pub(crate) use respond::{respond, MoveError, Mover, Requester, Response};
 
 /// WQEs one `poll_cq` executes at most before reading its CQ.

@@ -302,7 +302,7 @@ impl QpCore {
         g.sq.clear();
         g.rq.clear();
         g.remote = Default::default();
-        self.export(&g);
+        self.export(&g, None);
         drop(g);
         self.send_cq.users.fetch_sub(1, Ordering::Relaxed);
         self.recv_cq.users.fetch_sub(1, Ordering::Relaxed);
@@ -319,7 +319,7 @@ impl QpCore {
         }
         g.state = IBV_QPS_ERR;
         self.state.store(IBV_QPS_ERR, Ordering::Release);
-        self.export(g);
+        self.export(g, None);
         self.flush(g);
         if let Some(kind) = kind {
             self.ctx.raise(kind, self.handle.load(Ordering::Relaxed));
@@ -342,10 +342,11 @@ impl QpCore {
 
     /// Publishes to other processes whether this QP accepts one-sided requests now
     /// (RTR or RTS), from whom, and with which rights (`shared::exports`).
-    pub fn export(&self, g: &QpInner) {
-        let view = matches!(g.state, IBV_QPS_RTR | IBV_QPS_RTS)
-            .then(|| crate::engine::resolve_av(crate::provider::get(), &g.attr.ah_attr))
-            .flatten()
+    /// `dest_dev`: the device the QP's address vector points at (`None` when the QP
+    /// accepts no requests).
+    pub fn export(&self, g: &QpInner, dest_dev: Option<usize>) {
+        let view = dest_dev
+            .filter(|_| matches!(g.state, IBV_QPS_RTR | IBV_QPS_RTS))
             .map(|dest_dev| crate::shared::exports::QpView {
                 access: g.attr.qp_access_flags,
                 dest_dev,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use vqp_sys::*;
 
 use super::{direct, lock, InFlight, Link, MAX_IN_FLIGHT, RESP_OK, RESP_RNR};
-use crate::engine::{complete, fail, resolve_av, Step};
+use crate::engine::{complete, fail, Step};
 use crate::mem::{self, Span};
 use crate::provider::Provider;
 use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe};
@@ -60,7 +60,7 @@ pub(crate) fn send(
     // A UD send names its destination; a connected QP has one.
     let (dest_dev, dest) = match &w.ud {
         Some(d) => (d.dev, d.qpn),
-        None => (resolve_av(p, &g.attr.ah_attr), g.attr.dest_qp_num),
+        None => (p.resolve_av(&g.attr.ah_attr), g.attr.dest_qp_num),
     };
     let dev = match dest_dev {
         Some(d) if p.devices[qp.dev].is_up() && p.devices[d].is_up() => d,
