@@ -3,17 +3,32 @@
 //! It lets vqp's host crate, its examples and tests — and other programs written
 //! against libibverbs — run on machines with no RDMA NIC and no kernel RDMA modules.
 //!
+//! # Layers
+//! Each layer imports only from the layers under it. The provider — the process's
+//! devices, object tables, engine and fault rules — is looked up once, at the top, and
+//! handed down as an argument (or kept by the object it was handed to, as the shared
+//! namespace keeps it when the process joins); no module under the top layer calls
+//! `provider::get()`.
+//!
 //! ```text
-//!  application ──ibv_* symbols / VerbsTable──► abi       (extern "C" surface, objects)
-//!              ──context->ops (inline verbs)──►  │
-//!                                                 ▼
-//!                              qp, cq          state machine, queues, CQs, channels
-//!                              engine          run queue, reorder policy, execution
-//!                              mem             memory keys, checked spans, copies
-//!                              provider, config   devices, env vars, faults
-//!  ─────────────────────────────────────────────────────────────────────────────
-//!                              vqp-sys         the C ABI's structs, constants, VerbsTable
+//!  application ──ibv_* symbols / VerbsTable──┐  ──context->ops (inline verbs)──┐
+//!                                            ▼                                 ▼
+//!  1 ABI          abi/, the API functions of this file, symbols, launch (`softverbs run`)
+//!  2 provider     provider: devices, the MR and QP tables, the engine, fault rules
+//!  3 objects      qp/ (state machine, queues, posting), cq, srq, mem (keys, checked copies)
+//!  4 engine       engine/: run queue, reorder policy, executing WQEs, the responder
+//!  5 transports   shared/ (other processes: namespace, registry, inbox, exports, the
+//!                 remote requester and responder), link (rated ports)
+//!  6 base         config (environment), os (eventfd, atexit), locate
+//!  ──────────────────────────────────────────────────────────────────────────────────
+//!                 vqp-sys: the C ABI's structs, constants, VerbsTable
 //! ```
+//! Where the code still differs from the picture: the engine reads the objects it runs
+//! (QPs, CQs, SRQs) and the provider's tables; the objects name the cross-process state
+//! they carry (`shared::RemoteState`, `shared::exports`); and `shared::remote`, which
+//! runs a request of another process, calls the engine's `respond` and completion
+//! functions and finds QPs in the provider it was handed.
+//!
 //! The ABI types come from vqp-sys, the crate under both this provider and vqp's binding
 //! (vqp-host); the provider does not depend on the binding.
 //!
