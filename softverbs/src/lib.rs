@@ -19,7 +19,7 @@
 //!  4 engine       engine/: run queue, reorder policy, executing WQEs, the responder
 //!  5 transports   shared/ (other processes: namespace, registry, inbox, exports, the
 //!                 remote requester and responder), link (rated ports)
-//!  6 base         config (environment), os (eventfd, atexit), locate
+//!  6 base         config (environment), os (eventfd, atexit, lock), locate
 //!  ──────────────────────────────────────────────────────────────────────────────────
 //!                 vqp-sys: the C ABI's structs, constants, VerbsTable
 //! ```
@@ -338,7 +338,7 @@ pub fn pending() -> usize {
 /// WQE) and to QPs created later (counting from their first).
 pub fn fail_qp_after(qp: QpSelector, wqes: u64) {
     let p = provider::get();
-    cq::lock(&p.faults).fail.push(FailRule { qp, after: wqes });
+    os::lock(&p.faults).fail.push(FailRule { qp, after: wqes });
     for q in p.selected_qps(qp) {
         let executed = q.lock().executed;
         q.fail_after
@@ -364,7 +364,7 @@ pub fn fail_qp(qp: QpSelector) -> usize {
 /// posted. Applies to existing QPs (for later posts) and to QPs created later.
 pub fn delay_qp(qp: QpSelector, delay: Duration) {
     let p = provider::get();
-    cq::lock(&p.faults).delay.push(DelayRule { qp, delay });
+    os::lock(&p.faults).delay.push(DelayRule { qp, delay });
     let ns = delay.as_nanos().min(u128::from(u64::MAX)) as u64;
     for q in p.selected_qps(qp) {
         q.delay_ns.store(ns, Ordering::Relaxed);
@@ -375,7 +375,7 @@ pub fn delay_qp(qp: QpSelector, delay: Duration) {
 /// error stays there). Links are not touched: see [`set_link`].
 pub fn clear_faults() {
     let p = provider::get();
-    let mut f = cq::lock(&p.faults);
+    let mut f = os::lock(&p.faults);
     f.fail.clear();
     f.delay.clear();
     drop(f);

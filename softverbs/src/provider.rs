@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use crate::config::{self, DelayRule, FailRule, Progress, QpSelector, Reorder};
-use crate::cq::{lock, CtxCore};
+use crate::cq::CtxCore;
 use crate::engine::Engine;
 use crate::mem::MrTable;
+use crate::os::lock;
 use crate::qp::QpCore;
 
 /// One software device: `soft<index>`, one port.

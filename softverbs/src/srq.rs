@@ -22,7 +22,8 @@ use std::sync::{Arc, MutexGuard};
 
 use vqp_sys::*;
 
-use crate::cq::{event, lock, CtxCore};
+use crate::cq::{event, CtxCore};
+use crate::os::lock;
 use crate::qp::{RecvWqe, MAX_QP_WR, MAX_SGE};
 
 /// Receive requests an SRQ holds at most (`max_srq_wr`).

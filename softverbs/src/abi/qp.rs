@@ -90,7 +90,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         srq,
     ));
     {
-        let faults = crate::cq::lock(&prov.faults);
+        let faults = crate::os::lock(&prov.faults);
         if let Some(n) = faults.fail_after(qpn, nth) {
             core.fail_after.store(n, Ordering::Relaxed);
         }

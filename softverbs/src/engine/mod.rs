@@ -36,7 +36,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::{Progress, Reorder, ADVERSARIAL_BOUND};
-use crate::cq::lock;
+use crate::os::lock;
 use crate::provider::Provider;
 use crate::qp::QpCore;
 

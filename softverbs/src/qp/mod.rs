@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use vqp_sys::*;
 
-use crate::cq::{event, lock, CqCore, CtxCore};
+use crate::cq::{event, CqCore, CtxCore};
+use crate::os::lock;
 
 /// Pending WQEs a QP's send queue holds at most (`max_qp_wr`).
 pub(crate) const MAX_QP_WR: u32 = 16384;
