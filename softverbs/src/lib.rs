@@ -15,7 +15,8 @@
 //!                                            ▼                                 ▼
 //!  1 ABI          abi/, the API functions of this file, symbols, launch (`softverbs run`)
 //!  2 provider     provider: devices, the MR and QP tables, the engine, fault rules
-//!  3 objects      qp/ (state machine, queues, posting), cq, srq, mem (keys, checked copies)
+//!  3 objects      qp/ (state machine, queues, posting), cq, srq, mem (keys, checked copies),
+//!                 wqe (work requests as queued, the queue limits)
 //!  4 engine       engine/: run queue, reorder policy, executing WQEs, the responder
 //!  5 transports   shared/ (other processes: namespace, registry, inbox, exports, the
 //!                 remote requester and responder), link (rated ports)
@@ -223,6 +224,7 @@ mod qp;
 mod shared;
 mod srq;
 pub mod symbols;
+mod wqe;
 
 use std::fmt;
 use std::sync::atomic::Ordering;

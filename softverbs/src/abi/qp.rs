@@ -170,7 +170,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
         return libc::EINVAL;
     };
     let mask = attr_mask as u32;
-    match q.core.modify(provider::get(), a, mask) {
+    let p = provider::get();
+    match q.core.modify(a, mask, |ah| p.resolve_av(ah)) {
         Ok(()) => {
             if mask & IBV_QP_STATE != 0 {
                 // SAFETY: the `ibv_qp` is live; `state` is the library's to write, as

@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Weak;
 
 use super::{QpCore, MAX_RD_ATOMIC};
-use crate::provider::Provider;
 
 /// `IBV_QP_*` masks of each RC transition: (required, optional), `IBV_QP_STATE` aside.
 #[cfg(test)]
@@ -144,9 +143,15 @@ fn check_values(a: &ibv_qp_attr, mask: u32) -> Result<(), i32> {
 }
 
 impl QpCore {
-    /// `ibv_modify_qp`: validates the transition and the mask, then applies it (`p`:
-    /// the provider whose devices the address vector names).
-    pub fn modify(&self, p: &Provider, attr: &ibv_qp_attr, mask: u32) -> Result<(), i32> {
+    /// `ibv_modify_qp`: validates the transition and the mask, then applies it.
+    /// `resolve` says which device an address vector points at (the provider's device
+    /// table, which lies above the QP).
+    pub fn modify(
+        &self,
+        attr: &ibv_qp_attr,
+        mask: u32,
+        resolve: impl FnOnce(&ibv_ah_attr) -> Option<usize>,
+    ) -> Result<(), i32> {
         let mut g = self.lock();
         let cur = if mask & IBV_QP_CUR_STATE != 0 {
             if attr.cur_qp_state != g.state {
@@ -195,7 +200,7 @@ impl QpCore {
         g.state = next;
         self.state.store(next, Ordering::Release);
         let dest_dev = matches!(next, IBV_QPS_RTR | IBV_QPS_RTS)
-            .then(|| p.resolve_av(&g.attr.ah_attr))
+            .then(|| resolve(&g.attr.ah_attr))
             .flatten();
         self.export(&g, dest_dev);
         if given & IBV_QP_PATH_MIG_STATE != 0 && attr.path_mig_state != IBV_MIG_MIGRATED {
