@@ -17,18 +17,19 @@
 //!  2 provider     provider: devices, the MR and QP tables, the engine, fault rules
 //!  3 objects      qp/ (state machine, queues, posting), cq, srq, mem (keys, checked copies),
 //!                 wqe (work requests as queued, the queue limits)
-//!  4 engine       engine/: run queue, reorder policy, executing WQEs, the responder
-//!  5 transports   shared/ (other processes: namespace, registry, inbox, exports, the
-//!                 remote requester and responder), link (rated ports)
+//!  4 engine       engine/: run queue, reorder policy, executing WQEs, the responder,
+//!                 remote/ (a WQE to or a request from another process)
+//!  5 transports   shared/ (other processes: namespace, registry, inbox, exports,
+//!                 process-to-process copies), link (rated ports)
 //!  6 base         config (environment), os (eventfd, atexit, lock), locate
 //!  ──────────────────────────────────────────────────────────────────────────────────
 //!                 vqp-sys: the C ABI's structs, constants, VerbsTable
 //! ```
 //! Where the code still differs from the picture: the engine reads the objects it runs
-//! (QPs, CQs, SRQs) and the provider's tables; the objects name the cross-process state
-//! they carry (`shared::RemoteState`, `shared::exports`); and `shared::remote`, which
-//! runs a request of another process, calls the engine's `respond` and completion
-//! functions and finds QPs in the provider it was handed.
+//! (QPs, CQs, SRQs) and the provider's tables, and the objects name the engine's
+//! cross-process state they carry (`engine::RemoteState`); the shared namespace hands
+//! the records of its inbox to the engine's `remote` (`shared::service`) and keeps its
+//! pending answers; `shared::exports` describes regions with `mem::MrInfo`.
 //!
 //! The ABI types come from vqp-sys, the crate under both this provider and vqp's binding
 //! (vqp-host); the provider does not depend on the binding.

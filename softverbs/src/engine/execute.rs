@@ -184,7 +184,7 @@ fn execute(
     let Some(b) = peer(p, g).filter(|b| local_up && p.devices[b.dev].is_up()) else {
         // Not in this process: another process's QP, or nothing answers (the
         // transport retries run out).
-        return crate::shared::remote::send(p, qp, g, w, local, len);
+        return super::remote::send(p, qp, g, w, local, len);
     };
     let mut mover = LocalMover {
         local,
@@ -270,7 +270,7 @@ fn datagram(
         return complete(qp, g, &w, 0);
     };
     let Some(b) = p.find_qp(dev, d.qpn) else {
-        return crate::shared::remote::send(p, qp, g, w, local, len);
+        return super::remote::send(p, qp, g, w, local, len);
     };
     let requester = Requester {
         qpn: qp.qpn,

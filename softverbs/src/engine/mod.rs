@@ -22,7 +22,8 @@
 //! Files: this one holds the scheduler (run queue, reorder policy, execution token,
 //! background thread); `execute` runs a QP's WQEs as the requester; `respond` is the
 //! responder's side, over a [`Mover`] that moves the payload in one process or between
-//! two.
+//! two; [`remote`] carries a WQE to a QP of another process and runs the requests other
+//! processes send, over the shared namespace's inbox and copies (`shared`).
 //!
 //! Locks, always taken in this order: execution token → run queue → requester QP →
 //! responder QP → memory key table (read) → the responder's SRQ → CQ → completion
@@ -41,10 +42,12 @@ use crate::provider::Provider;
 use crate::qp::QpCore;
 
 mod execute;
+pub(crate) mod remote;
 mod respond;
 
 use execute::run;
 pub(crate) use execute::{complete, fail};
+pub(crate) use remote::RemoteState;
 pub(crate) use respond::{respond, MoveError, Mover, Requester, Response};
 
 /// WQEs one `poll_cq` executes at most before reading its CQ.

@@ -78,7 +78,7 @@ fn is_local(status: u32) -> bool {
 }
 
 /// Moves a WQE's payload between the requester's buffers and the responder's checked
-/// spans: [`LocalMover`] in one process, `shared::remote`'s process-to-process copy
+/// spans: [`LocalMover`] in one process, `remote`'s process-to-process copy
 /// across processes. The responder logic in [`respond`] is the same for both.
 pub(crate) trait Mover {
     /// Copies the requester's payload into `dst` (SEND, WRITE).

@@ -39,7 +39,7 @@ pub(crate) struct QpInner {
     /// The connected peer, cached after the first resolution.
     pub peer: Weak<QpCore>,
     /// Requests in flight to, and sequence state from, a QP of another process.
-    pub remote: crate::shared::RemoteState,
+    pub remote: crate::engine::RemoteState,
 }
 
 /// The Rust side of a QP.

@@ -31,7 +31,7 @@
 //!
 //! # The data path: requester-executed WQEs, responder-executed in the peer
 //! In one process the engine's requester executes a WQE completely, responder side
-//! included. For a responder QP owned by another process ([`remote`]):
+//! included. For a responder QP owned by another process (the engine's `remote`):
 //! 1. the requester checks its local buffers (lkey, PD, bounds, access) as always and
 //!    appends a request record to the owner's inbox ([`inbox`]): the operation, rkey,
 //!    remote address, immediate, and either the inline bytes or the requester's own
@@ -50,7 +50,7 @@
 //!
 //! An RDMA WRITE or READ that ends a QP's outstanding work (nothing of the QP in flight,
 //! nothing queued behind it) skips steps 1–3 when it would succeed: the requester checks
-//! it against the owner's [`exports`] and copies itself ([`remote`]'s `direct`), as a
+//! it against the owner's [`exports`] and copies itself (`engine::remote::direct`), as a
 //! NIC serves a one-sided operation without the responder's CPU — a responder that
 //! spins on its buffer, or is descheduled, or stopped, does not delay it.
 //!
@@ -89,7 +89,7 @@
 //! allocation.
 
 #[allow(unsafe_code)]
-mod sys;
+pub(crate) mod sys;
 
 pub(crate) mod dir;
 mod error;
@@ -97,7 +97,6 @@ pub(crate) mod exports;
 pub(crate) mod inbox;
 pub(crate) mod reclaim;
 pub(crate) mod registry;
-pub(crate) mod remote;
 mod service;
 
 pub(crate) use error::SharedError;
@@ -118,8 +117,6 @@ use exports::{Exports, QpView};
 use inbox::Inbox;
 use reclaim::proc_name;
 use registry::Registry;
-
-pub(crate) use remote::RemoteState;
 
 /// A process instance: its id and a random token (a reused pid gets a new token).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -166,7 +163,7 @@ pub(crate) struct Shared {
     /// QPs with requests in flight (the service thread watches their deadlines).
     pub(crate) watch: Mutex<Vec<Weak<crate::qp::QpCore>>>,
     /// Responses waiting for room in their requester's inbox.
-    outbox: Mutex<std::collections::VecDeque<remote::Pending>>,
+    pub(crate) outbox: Mutex<std::collections::VecDeque<crate::engine::remote::Pending>>,
     /// The service thread, once started; joined at exit (a thread left running or
     /// unjoined is memory a leak checker reports).
     service: OnceLock<Mutex<Option<std::thread::JoinHandle<()>>>>,

@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{current, inbox, reclaim, remote, Shared};
+use super::{current, inbox, reclaim, Shared};
+use crate::engine::remote;
 
 /// How long the service thread leaves the inbox to a polling thread of its process
 /// before it looks again (the engine's background thread does the same).

@@ -1,15 +1,17 @@
-//! The data path between processes. The requester's side ([`requester`]) sends a
-//! request, keeps the WQE in flight, completes it when the answer comes and gives up
-//! when the owner died; the responder's ([`responder`]) runs a request through the
-//! engine's `respond` with a process-to-process data mover and answers.
+//! The data path between processes, the engine's side of it over the shared namespace
+//! (`crate::shared`: inbox, exports, process-to-process copies). The requester's side
+//! ([`requester`]) sends a request, keeps the WQE in flight, completes it when the
+//! answer comes and gives up when the owner died; the responder's ([`responder`]) runs
+//! a request through the engine's `respond` with a process-to-process data mover and
+//! answers.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::inbox::{Inbox, Kind, Record, PAYLOAD};
-use super::{Owner, Peer, Shared};
 use crate::qp::SendWqe;
+use crate::shared::inbox::{Inbox, Kind, Record, PAYLOAD};
+use crate::shared::{Owner, Peer, Shared};
 
 mod direct;
 mod requester;
