@@ -95,11 +95,13 @@ pub(crate) mod dir;
 mod error;
 pub(crate) mod exports;
 pub(crate) mod inbox;
+mod outbox;
 pub(crate) mod reclaim;
 pub(crate) mod registry;
 mod service;
 
 pub(crate) use error::SharedError;
+pub(crate) use outbox::Ack;
 pub(crate) use service::{nudge, poll};
 use service::{on_exit, Consumer};
 
@@ -163,7 +165,7 @@ pub(crate) struct Shared {
     /// QPs with requests in flight (the service thread watches their deadlines).
     pub(crate) watch: Mutex<Vec<Weak<crate::qp::QpCore>>>,
     /// Responses waiting for room in their requester's inbox.
-    pub(crate) outbox: Mutex<std::collections::VecDeque<crate::engine::remote::Pending>>,
+    outbox: Mutex<std::collections::VecDeque<outbox::Pending>>,
     /// The service thread, once started; joined at exit (a thread left running or
     /// unjoined is memory a leak checker reports).
     service: OnceLock<Mutex<Option<std::thread::JoinHandle<()>>>>,

@@ -107,7 +107,7 @@ impl Shared {
             remote::handle(self, rec, &c.payload[..len], &mut c.ack);
             n += 1;
         }
-        remote::flush_ack(self, &mut c.ack);
+        self.flush_ack(&mut c.ack);
         n
     }
 }
@@ -116,7 +116,7 @@ impl Shared {
 /// being coalesced.
 pub(super) struct Consumer {
     pub(super) payload: Box<[u8; inbox::PAYLOAD]>,
-    pub(super) ack: Option<remote::Ack>,
+    pub(super) ack: Option<super::Ack>,
 }
 
 /// Ends the service thread's nap (a thread of ours started to wait for an event: no

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use crate::qp::SendWqe;
 use crate::shared::inbox::{Inbox, Kind, Record, PAYLOAD};
-use crate::shared::{Owner, Peer, Shared};
+use crate::shared::{Ack, Owner, Peer, Shared};
 
 mod direct;
 mod requester;
@@ -20,7 +20,6 @@ mod responder;
 use requester::on_response;
 pub(crate) use requester::{check_deadlines, send};
 use responder::on_request;
-pub(crate) use responder::{flush_ack, Ack, Pending};
 
 /// Requests one QP keeps in flight at most; more wait in its send queue.
 pub(crate) const MAX_IN_FLIGHT: usize = 64;
@@ -83,7 +82,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Handles one record of our inbox (`payload`: its payload bytes); an answer may be
-/// left in `ack` (see [`Ack`]; [`flush_ack`] sends it).
+/// left in `ack` (see [`Ack`]; `Shared::flush_ack` sends it).
 pub(crate) fn handle(sh: &'static Shared, rec: Record, payload: &[u8], ack: &mut Option<Ack>) {
     match rec.kind {
         Kind::Request => on_request(sh, &rec, payload, ack),
