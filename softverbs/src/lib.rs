@@ -25,11 +25,12 @@
 //!  ──────────────────────────────────────────────────────────────────────────────────
 //!                 vqp-sys: the C ABI's structs, constants, VerbsTable
 //! ```
-//! Where the code still differs from the picture: the engine reads the objects it runs
-//! (QPs, CQs, SRQs) and the provider's tables, and the objects name the engine's
-//! cross-process state they carry (`engine::RemoteState`); the shared namespace hands
-//! the records of its inbox to the engine's `remote` (`shared::service`) and keeps its
-//! pending answers; `shared::exports` describes regions with `mem::MrInfo`.
+//! The shared namespace reaches what is above it only through the interface it is
+//! handed when the process joins (`shared::Endpoint`, which the provider implements):
+//! the records of its inbox go there, to the engine's `remote`. Where the code still
+//! differs from the picture: the engine reads the objects it runs (QPs, CQs, SRQs) and
+//! the provider's tables, and a QP carries the engine's cross-process state
+//! (`engine::RemoteState`); `shared::exports` describes regions with `mem::MrInfo`.
 //!
 //! The ABI types come from vqp-sys, the crate under both this provider and vqp's binding
 //! (vqp-host); the provider does not depend on the binding.

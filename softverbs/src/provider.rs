@@ -272,3 +272,53 @@ impl Provider {
             .collect()
     }
 }
+
+/// The shared namespace hands this process's inbox to the provider: requests and
+/// answers run on its QPs through the engine's cross-process side.
+impl crate::shared::Endpoint for Provider {
+    fn devices(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn links_down(&self) -> u64 {
+        self.devices
+            .iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, d)| !d.is_up())
+            .fold(0u64, |m, (i, _)| m | 1 << i)
+    }
+
+    fn each_region(&self, f: &mut dyn FnMut(u32, &crate::mem::MrInfo)) {
+        let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+        for (key, info) in mrs.live() {
+            f(key, info);
+        }
+    }
+
+    fn deliver(
+        &'static self,
+        sh: &'static crate::shared::Shared,
+        rec: crate::shared::inbox::Record,
+        payload: &[u8],
+        ack: &mut Option<crate::shared::Ack>,
+    ) {
+        crate::engine::remote::handle(self, sh, rec, payload, ack);
+    }
+
+    fn check_deadlines(&self, sh: &crate::shared::Shared) -> bool {
+        crate::engine::remote::check_deadlines(self, sh)
+    }
+
+    fn activity(&self) -> u64 {
+        self.engine.activity()
+    }
+
+    fn polling_since(&self, last: u64) -> bool {
+        self.engine.polling_since(last)
+    }
+
+    fn idle_grace(&self) -> Duration {
+        crate::engine::IDLE_GRACE
+    }
+}

@@ -156,6 +156,9 @@ pub(crate) struct Engine {
     /// Bumped by every inline progress attempt; the background thread stays away while
     /// it moves.
     activity: AtomicU64,
+    /// QPs with requests in flight to another process (the shared namespace's service
+    /// thread watches their deadlines, `remote::check_deadlines`).
+    pub(crate) watch: Mutex<Vec<std::sync::Weak<QpCore>>>,
     /// Threads blocked in `ibv_get_cq_event`: while one is, a poll that ran a moment ago
     /// does not mean another is coming, so nobody naps on its account.
     waiters: AtomicU32,
@@ -192,6 +195,7 @@ impl Engine {
             }),
             wake: Condvar::new(),
             activity: AtomicU64::new(0),
+            watch: Mutex::new(Vec::new()),
             waiters: AtomicU32::new(0),
             thread_mode: AtomicBool::new(progress == Progress::Thread),
             thread: Once::new(),
@@ -277,7 +281,7 @@ impl Engine {
     pub fn poll_progress(&'static self, p: &'static Provider) {
         self.activity.fetch_add(1, Ordering::Relaxed);
         self.progress(p, POLL_BUDGET);
-        crate::shared::poll();
+        crate::shared::poll(POLL_BUDGET);
     }
 
     /// Executes up to `budget` WQEs if no other thread is executing; returns how many

@@ -7,11 +7,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{current, inbox, reclaim, Shared};
-use crate::engine::remote;
 
 /// How long the service thread leaves the inbox to a polling thread of its process
 /// before it looks again (the engine's background thread does the same).
-const POLL_GRACE: Duration = crate::engine::IDLE_GRACE;
 
 impl Shared {
     /// Starts the service thread (once): it serves our inbox while nobody polls.
@@ -33,7 +31,7 @@ impl Shared {
     }
 
     fn serve(&'static self) {
-        let engine = &self.provider.engine;
+        let engine = self.endpoint;
         let mut last_poll = engine.activity();
         let mut idle_spins = 0u32;
         let mut next_check = std::time::Instant::now();
@@ -49,7 +47,7 @@ impl Shared {
             let n = if napping { 0 } else { self.drain(1024) };
             let now = std::time::Instant::now();
             if now >= next_check {
-                watching = remote::check_deadlines(self);
+                watching = engine.check_deadlines(self);
                 next_check = now + Duration::from_millis(1);
             }
             if now >= next_sweep {
@@ -61,7 +59,7 @@ impl Shared {
             }
             let backlog = self.flush_outbox();
             if napping {
-                std::thread::park_timeout(POLL_GRACE);
+                std::thread::park_timeout(engine.idle_grace());
                 continue;
             }
             if n > 0 {
@@ -104,7 +102,8 @@ impl Shared {
                 break;
             };
             let len = rec.payload_len.min(inbox::PAYLOAD);
-            remote::handle(self, rec, &c.payload[..len], &mut c.ack);
+            self.endpoint
+                .deliver(self, rec, &c.payload[..len], &mut c.ack);
             n += 1;
         }
         self.flush_ack(&mut c.ack);
@@ -134,10 +133,10 @@ pub(crate) fn nudge() {
 /// The polling path's hook: serves waiting records of our inbox. One relaxed load when
 /// there is nothing, and nothing at all in a process that never joined.
 #[inline]
-pub(crate) fn poll() {
+pub(crate) fn poll(budget: usize) {
     if let Some(s) = current() {
         if s.inbox.maybe_ready() {
-            s.drain(crate::engine::POLL_BUDGET);
+            s.drain(budget);
         }
     }
 }

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::provider::Provider;
 use crate::qp::SendWqe;
 use crate::shared::inbox::{Inbox, Kind, Record, PAYLOAD};
 use crate::shared::{Ack, Owner, Peer, Shared};
@@ -83,9 +84,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Handles one record of our inbox (`payload`: its payload bytes); an answer may be
 /// left in `ack` (see [`Ack`]; `Shared::flush_ack` sends it).
-pub(crate) fn handle(sh: &'static Shared, rec: Record, payload: &[u8], ack: &mut Option<Ack>) {
+pub(crate) fn handle(
+    p: &'static Provider,
+    sh: &'static Shared,
+    rec: Record,
+    payload: &[u8],
+    ack: &mut Option<Ack>,
+) {
     match rec.kind {
-        Kind::Request => on_request(sh, &rec, payload, ack),
-        Kind::Response => on_response(sh, &rec),
+        Kind::Request => on_request(p, sh, &rec, payload, ack),
+        Kind::Response => on_response(p, &rec),
     }
 }

@@ -190,15 +190,15 @@ pub(crate) fn send(
     });
     if !g.remote.watched {
         g.remote.watched = true;
-        lock(&sh.watch).push(Arc::downgrade(qp));
+        lock(&p.engine.watch).push(Arc::downgrade(qp));
     }
     Step::Done
 }
 
 /// Fails the oldest request of every watched QP whose answer is later than its
 /// transport timeout while the owner is dead. Returns whether any QP is still watched.
-pub(crate) fn check_deadlines(sh: &Shared) -> bool {
-    let mut watch = lock(&sh.watch);
+pub(crate) fn check_deadlines(p: &Provider, sh: &Shared) -> bool {
+    let mut watch = lock(&p.engine.watch);
     watch.retain(|weak| {
         let Some(qp) = weak.upgrade() else {
             return false;
@@ -242,8 +242,7 @@ pub(crate) fn check_deadlines(sh: &Shared) -> bool {
     !watch.is_empty()
 }
 
-pub(super) fn on_response(sh: &'static Shared, rec: &Record) {
-    let p = sh.provider;
+pub(super) fn on_response(p: &'static Provider, rec: &Record) {
     let Some(qp) = p.find_qp(rec.src_dev as usize, rec.src_qpn) else {
         return;
     };

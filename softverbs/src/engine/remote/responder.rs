@@ -9,6 +9,7 @@ use vqp_sys::*;
 use super::{RespSeq, RESP_ERR, RESP_OK, RESP_RNR};
 use crate::engine::{respond, MoveError, Mover, Requester, Response};
 use crate::mem::{self, Span};
+use crate::provider::Provider;
 use crate::qp::{Datagram, SendWqe, Sges, QP_REQ_ERR};
 use crate::shared::inbox::{iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD};
 use crate::shared::sys::{process_copy, CopyError, Range};
@@ -104,8 +105,13 @@ fn well_formed(rec: &Record, payload: &[u8]) -> bool {
     total == Some(rec.len)
 }
 
-pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack: &mut Option<Ack>) {
-    let p = sh.provider;
+pub(super) fn on_request(
+    p: &'static Provider,
+    sh: &'static Shared,
+    rec: &Record,
+    payload: &[u8],
+    ack: &mut Option<Ack>,
+) {
     let from = Owner {
         pid: rec.from_pid,
         token: rec.from_token,
