@@ -8,9 +8,6 @@ use std::time::Duration;
 
 use super::{current, inbox, reclaim, Shared};
 
-/// How long the service thread leaves the inbox to a polling thread of its process
-/// before it looks again (the engine's background thread does the same).
-
 impl Shared {
     /// Starts the service thread (once): it serves our inbox while nobody polls.
     pub(crate) fn start_service(&'static self) {
