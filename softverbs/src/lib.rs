@@ -7,8 +7,8 @@
 //! Each layer imports only from the layers under it. The provider — the process's
 //! devices, object tables, engine and fault rules — is looked up once, at the top, and
 //! handed down as an argument (or kept by the object it was handed to, as the shared
-//! namespace keeps it when the process joins); no module under the top layer calls
-//! `provider::get()`.
+//! namespace keeps it, as an `Endpoint`, when the process joins); no module under the
+//! top layer calls `provider::get()`.
 //!
 //! ```text
 //!  application ──ibv_* symbols / VerbsTable──┐  ──context->ops (inline verbs)──┐
@@ -28,9 +28,9 @@
 //! The shared namespace reaches what is above it only through the interface it is
 //! handed when the process joins (`shared::Endpoint`, which the provider implements):
 //! the records of its inbox go there, to the engine's `remote`. Where the code still
-//! differs from the picture: the engine reads the objects it runs (QPs, CQs, SRQs) and
-//! the provider's tables, and a QP carries the engine's cross-process state
-//! (`engine::RemoteState`); `shared::exports` describes regions with `mem::MrInfo`.
+//! differs from the picture: the engine reads the objects it runs (QPs, SRQs, the
+//! memory key table) and the provider it is handed (its device and QP tables), and
+//! `shared::exports` describes regions with `mem::MrInfo`.
 //!
 //! The ABI types come from vqp-sys, the crate under both this provider and vqp's binding
 //! (vqp-host); the provider does not depend on the binding.
