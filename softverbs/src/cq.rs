@@ -9,11 +9,11 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 
 use vqp_sys::ibv_wc;
 
-use crate::abi::fd::EventFd;
+use crate::os::{lock, EventFd};
 
 /// `enum ibv_event_type` values this provider raises.
 pub(crate) mod event {
@@ -313,10 +313,4 @@ impl CqCore {
             ch.users.fetch_sub(1, Ordering::Relaxed);
         }
     }
-}
-
-/// Locks, ignoring poisoning: the provider's state stays consistent across a panic in
-/// a caller's thread because every critical section is short and panic-free.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

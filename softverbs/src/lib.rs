@@ -3,17 +3,35 @@
 //! It lets vqp's host crate, its examples and tests — and other programs written
 //! against libibverbs — run on machines with no RDMA NIC and no kernel RDMA modules.
 //!
+//! # Layers
+//! Each layer imports only from the layers under it. The provider — the process's
+//! devices, object tables, engine and fault rules — is looked up once, at the top, and
+//! handed down as an argument (or kept by the object it was handed to, as the shared
+//! namespace keeps it, as an `Endpoint`, when the process joins); no module under the
+//! top layer calls `provider::get()`.
+//!
 //! ```text
-//!  application ──ibv_* symbols / VerbsTable──► abi       (extern "C" surface, objects)
-//!              ──context->ops (inline verbs)──►  │
-//!                                                 ▼
-//!                              qp, cq          state machine, queues, CQs, channels
-//!                              engine          run queue, reorder policy, execution
-//!                              mem             memory keys, checked spans, copies
-//!                              provider, config   devices, env vars, faults
-//!  ─────────────────────────────────────────────────────────────────────────────
-//!                              vqp-sys         the C ABI's structs, constants, VerbsTable
+//!  application ──ibv_* symbols / VerbsTable──┐  ──context->ops (inline verbs)──┐
+//!                                            ▼                                 ▼
+//!  1 ABI          abi/, the API functions of this file, symbols, launch (`softverbs run`)
+//!  2 provider     provider: devices, the MR and QP tables, the engine, fault rules
+//!  3 objects      qp/ (state machine, queues, posting), cq, srq, mem (keys, checked copies),
+//!                 wqe (work requests as queued, the queue limits)
+//!  4 engine       engine/: run queue, reorder policy, executing WQEs, the responder,
+//!                 remote/ (a WQE to or a request from another process)
+//!  5 transports   shared/ (other processes: namespace, registry, inbox, exports,
+//!                 process-to-process copies), link (rated ports)
+//!  6 base         config (environment), os (eventfd, atexit, lock), locate
+//!  ──────────────────────────────────────────────────────────────────────────────────
+//!                 vqp-sys: the C ABI's structs, constants, VerbsTable
 //! ```
+//! The shared namespace reaches what is above it only through the interface it is
+//! handed when the process joins (`shared::Endpoint`, which the provider implements):
+//! the records of its inbox go there, to the engine's `remote`. Where the code still
+//! differs from the picture: the engine reads the objects it runs (QPs, SRQs, the
+//! memory key table) and the provider it is handed (its device and QP tables), and
+//! `shared::exports` describes regions with `mem::MrInfo`.
+//!
 //! The ABI types come from vqp-sys, the crate under both this provider and vqp's binding
 //! (vqp-host); the provider does not depend on the binding.
 //!
@@ -183,8 +201,8 @@
 //! receiving process polls).
 //!
 //! # Safety fence
-//! `unsafe` code lives in four modules only: `abi` (the `extern "C"` surface: pointer
-//! casts, C structs, eventfds), `mem` (copies between registered memory),
+//! `unsafe` code lives in five modules only: `abi` (the `extern "C"` surface: pointer
+//! casts, C structs), `os` (eventfds, `atexit`), `mem` (copies between registered memory),
 //! `shared::sys` (shared mappings, `flock`, futexes, `process_vm_*`) and `launch::mount`
 //! (`unshare` and `mount` for `softverbs run`).
 #![deny(unsafe_code, missing_docs)]
@@ -201,11 +219,14 @@ mod link;
 mod locate;
 #[allow(unsafe_code)]
 mod mem;
+#[allow(unsafe_code)]
+mod os;
 mod provider;
 mod qp;
 mod shared;
 mod srq;
 pub mod symbols;
+mod wqe;
 
 use std::fmt;
 use std::sync::atomic::Ordering;
@@ -220,9 +241,22 @@ pub use config::{
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
 pub use link::parse_rate;
 pub use locate::{cdylib_candidates, find_cdylib};
+pub use shared::ENV_DIR;
+
+/// The process id that owns QP `qpn` of device `device` in the shared namespace, if a
+/// live process does (a dead owner's number is reclaimed on the way). For diagnostics
+/// and tests: which process a peer QP number resolves to.
+pub fn qp_owner_pid(device: usize, qpn: u32) -> Option<u32> {
+    shared::qp_owner_pid(provider::get(), device, qpn)
+}
+
+/// Reserves QP numbers for this process until at most `leave_free` of the machine-wide
+/// table are free, and returns how many it took (freed when the process exits). For
+/// tests of a full table; `None` when the namespace cannot be used.
 #[doc(hidden)]
-pub use shared::hold_qp_numbers;
-pub use shared::{qp_owner_pid, ENV_DIR};
+pub fn hold_qp_numbers(leave_free: usize) -> Option<usize> {
+    shared::hold_qp_numbers(provider::get(), leave_free)
+}
 
 /// A configuration call that could not be applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -292,7 +326,8 @@ pub fn set_progress(progress: Progress) {
 /// Runs the progress engine on the calling thread, up to `budget` WQEs (unless another
 /// thread is running it); returns how many executed. `poll_cq` does this by itself.
 pub fn progress(budget: usize) -> usize {
-    provider::get().engine.progress(budget)
+    let p = provider::get();
+    p.engine.progress(p, budget)
 }
 
 /// WQEs queued for execution and not yet executed (an upper bound: WQEs flushed by an
@@ -307,7 +342,7 @@ pub fn pending() -> usize {
 /// WQE) and to QPs created later (counting from their first).
 pub fn fail_qp_after(qp: QpSelector, wqes: u64) {
     let p = provider::get();
-    cq::lock(&p.faults).fail.push(FailRule { qp, after: wqes });
+    os::lock(&p.faults).fail.push(FailRule { qp, after: wqes });
     for q in p.selected_qps(qp) {
         let executed = q.lock().executed;
         q.fail_after
@@ -333,7 +368,7 @@ pub fn fail_qp(qp: QpSelector) -> usize {
 /// posted. Applies to existing QPs (for later posts) and to QPs created later.
 pub fn delay_qp(qp: QpSelector, delay: Duration) {
     let p = provider::get();
-    cq::lock(&p.faults).delay.push(DelayRule { qp, delay });
+    os::lock(&p.faults).delay.push(DelayRule { qp, delay });
     let ns = delay.as_nanos().min(u128::from(u64::MAX)) as u64;
     for q in p.selected_qps(qp) {
         q.delay_ns.store(ns, Ordering::Relaxed);
@@ -344,7 +379,7 @@ pub fn delay_qp(qp: QpSelector, delay: Duration) {
 /// error stays there). Links are not touched: see [`set_link`].
 pub fn clear_faults() {
     let p = provider::get();
-    let mut f = cq::lock(&p.faults);
+    let mut f = os::lock(&p.faults);
     f.fail.clear();
     f.delay.clear();
     drop(f);

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::cq::lock;
+use crate::os::lock;
 
 /// One device's link: its rate and when it is next free.
 #[derive(Debug, Default)]

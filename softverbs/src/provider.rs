@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use crate::config::{self, DelayRule, FailRule, Progress, QpSelector, Reorder};
-use crate::cq::{lock, CtxCore};
+use crate::cq::CtxCore;
 use crate::engine::Engine;
 use crate::mem::MrTable;
+use crate::os::lock;
 use crate::qp::QpCore;
 
 /// One software device: `soft<index>`, one port.
@@ -106,11 +107,6 @@ pub(crate) fn get() -> &'static Provider {
     PROVIDER.get_or_init(Provider::from_env)
 }
 
-/// The provider, if it exists yet.
-pub(crate) fn try_get() -> Option<&'static Provider> {
-    PROVIDER.get()
-}
-
 /// Whether the provider exists yet.
 pub(crate) fn is_initialised() -> bool {
     PROVIDER.get().is_some()
@@ -127,7 +123,7 @@ pub(crate) fn request_devices(n: usize) -> bool {
 }
 
 impl Provider {
-    fn from_env() -> Provider {
+    pub(crate) fn from_env() -> Provider {
         let requested = *REQUESTED_DEVICES.lock().unwrap_or_else(|e| e.into_inner());
         let count = requested
             .or_else(|| config::env_parsed(config::ENV_DEVICES, |s| s.trim().parse().ok()))
@@ -206,8 +202,8 @@ impl Provider {
     /// machine-wide (the shared registry), never handed out twice: when none can be had
     /// (the table is full, or the namespace cannot be used) the error is the errno for
     /// `ibv_create_qp`.
-    pub fn alloc_qpn(&self) -> Result<(u32, u64), i32> {
-        let qpn = crate::shared::alloc_qpn(self.devices.len())?;
+    pub fn alloc_qpn(&'static self) -> Result<(u32, u64), i32> {
+        let qpn = crate::shared::alloc_qpn(self)?;
         let nth = self.qps_created.fetch_add(1, Ordering::Relaxed) + 1;
         Ok((qpn, nth))
     }
@@ -262,11 +258,67 @@ impl Provider {
         }
     }
 
+    /// The device index an address vector points at.
+    pub fn resolve_av(&self, ah: &vqp_sys::ibv_ah_attr) -> Option<usize> {
+        let gid = (ah.is_global != 0).then(|| *vqp_sys::Gid::from_sys(&ah.grh.dgid).as_bytes());
+        self.resolve(ah.dlid, gid.as_ref()).map(|d| d.index)
+    }
+
     /// Applies a QP selector to the QPs that exist now.
     pub fn selected_qps(&self, sel: QpSelector) -> Vec<Arc<QpCore>> {
         self.all_qps()
             .into_iter()
             .filter(|q| sel.matches(q.qpn, q.nth))
             .collect()
+    }
+}
+
+/// The shared namespace hands this process's inbox to the provider: requests and
+/// answers run on its QPs through the engine's cross-process side.
+impl crate::shared::Endpoint for Provider {
+    fn devices(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn links_down(&self) -> u64 {
+        self.devices
+            .iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, d)| !d.is_up())
+            .fold(0u64, |m, (i, _)| m | 1 << i)
+    }
+
+    fn each_region(&self, f: &mut dyn FnMut(u32, &crate::mem::MrInfo)) {
+        let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+        for (key, info) in mrs.live() {
+            f(key, info);
+        }
+    }
+
+    fn deliver(
+        &'static self,
+        sh: &'static crate::shared::Shared,
+        rec: crate::shared::inbox::Record,
+        payload: &[u8],
+        ack: &mut Option<crate::shared::Ack>,
+    ) {
+        crate::engine::remote::handle(self, sh, rec, payload, ack);
+    }
+
+    fn check_deadlines(&self, sh: &crate::shared::Shared) -> bool {
+        crate::engine::remote::check_deadlines(self, sh)
+    }
+
+    fn activity(&self) -> u64 {
+        self.engine.activity()
+    }
+
+    fn polling_since(&self, last: u64) -> bool {
+        self.engine.polling_since(last)
+    }
+
+    fn idle_grace(&self) -> Duration {
+        crate::engine::IDLE_GRACE
     }
 }

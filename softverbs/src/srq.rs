@@ -22,8 +22,9 @@ use std::sync::{Arc, MutexGuard};
 
 use vqp_sys::*;
 
-use crate::cq::{event, lock, CtxCore};
-use crate::qp::{RecvWqe, MAX_QP_WR, MAX_SGE};
+use crate::cq::{event, CtxCore};
+use crate::os::lock;
+use crate::wqe::{RecvWqe, MAX_QP_WR, MAX_SGE};
 
 /// Receive requests an SRQ holds at most (`max_srq_wr`).
 pub(crate) const MAX_SRQ_WR: u32 = MAX_QP_WR;

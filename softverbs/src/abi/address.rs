@@ -152,7 +152,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             handle: 0,
         },
         attr: *a,
-        dev: crate::engine::resolve_av(prov, a),
+        dev: prov.resolve_av(a),
         pd: Arc::clone(&p.core),
     })
 }

@@ -220,7 +220,8 @@ pub(super) unsafe extern "C" fn post_send(
         qp: &q.core,
     };
     let (posted, queued, result) = q.core.post_send(&mut chain);
-    provider::get().engine.enqueue(&q.core, queued);
+    let p = provider::get();
+    p.engine.enqueue(p, &q.core, queued);
     // SAFETY: `wr` is the valid chain and `bad_wr` null or writable (contract).
     unsafe { answer(result, wr, posted, bad_wr, |w| w.next) }
 }
@@ -295,7 +296,8 @@ pub(super) unsafe extern "C" fn poll_cq(
     if wc.is_null() {
         return -1;
     }
-    provider::get().engine.poll_progress();
+    let p = provider::get();
+    p.engine.poll_progress(p);
     let polled = q.core.poll(num_entries as usize, |i, entry| {
         // SAFETY: `i < num_entries` (the CQ hands out at most that many) and `wc` has
         // room for `num_entries` entries (contract).

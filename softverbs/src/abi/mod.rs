@@ -24,8 +24,6 @@
 //! (kernel struct copies), `compat` (what the old-version and provider-private entries
 //! of [`crate::symbols`] jump to), `faults` (the C fault controls).
 
-pub(crate) mod fd;
-
 mod address;
 mod buf;
 mod compat;
@@ -73,15 +71,6 @@ pub use unsupported::*;
 pub(crate) fn set_errno(e: c_int) {
     // SAFETY: `__errno_location` returns the calling thread's errno slot, always valid.
     unsafe { *libc::__errno_location() = e };
-}
-
-/// Registers `f` to run at process exit (`atexit`), or when this library is unloaded
-/// if it was loaded with `dlopen` (glibc's `atexit` records the calling object). False
-/// when it could not be registered.
-pub(crate) fn at_exit(f: extern "C" fn()) -> bool {
-    // SAFETY: `f` is a plain function with the C ABI, valid for the life of the code
-    // that registers it (the handler runs before that code is unloaded).
-    unsafe { libc::atexit(f) == 0 }
 }
 
 /// The in-process function table, for `vqp_host::Verbs::from_table`: the same functions

@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex};
 
 use vqp_sys::*;
 
-use crate::cq::{lock, ChannelCore, CqCore, CtxCore};
+use crate::cq::{ChannelCore, CqCore, CtxCore};
+use crate::os::lock;
 use crate::qp::QpCore;
 
 /// A protection domain's shared part: its id, device and users.

@@ -90,7 +90,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         srq,
     ));
     {
-        let faults = crate::cq::lock(&prov.faults);
+        let faults = crate::os::lock(&prov.faults);
         if let Some(n) = faults.fail_after(qpn, nth) {
             core.fail_after.store(n, Ordering::Relaxed);
         }
@@ -170,7 +170,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
         return libc::EINVAL;
     };
     let mask = attr_mask as u32;
-    match q.core.modify(a, mask) {
+    let p = provider::get();
+    match q.core.modify(a, mask, |ah| p.resolve_av(ah)) {
         Ok(()) => {
             if mask & IBV_QP_STATE != 0 {
                 // SAFETY: the `ibv_qp` is live; `state` is the library's to write, as

@@ -124,16 +124,10 @@ fn peer(p: &Provider, g: &mut QpInner) -> Option<Arc<QpCore>> {
             return Some(b);
         }
     }
-    let dev = resolve_av(p, &g.attr.ah_attr)?;
+    let dev = p.resolve_av(&g.attr.ah_attr)?;
     let b = p.find_qp(dev, g.attr.dest_qp_num)?;
     g.peer = Arc::downgrade(&b);
     Some(b)
-}
-
-/// The device index an address vector points at.
-pub(crate) fn resolve_av(p: &Provider, ah: &ibv_ah_attr) -> Option<usize> {
-    let gid = (ah.is_global != 0).then(|| *vqp_sys::Gid::from_sys(&ah.grh.dgid).as_bytes());
-    p.resolve(ah.dlid, gid.as_ref()).map(|d| d.index)
 }
 
 /// Executes one WQE popped from `qp`'s send queue.
@@ -190,7 +184,7 @@ fn execute(
     let Some(b) = peer(p, g).filter(|b| local_up && p.devices[b.dev].is_up()) else {
         // Not in this process: another process's QP, or nothing answers (the
         // transport retries run out).
-        return crate::shared::remote::send(p, qp, g, w, local, len);
+        return super::remote::send(p, qp, g, w, local, len);
     };
     let mut mover = LocalMover {
         local,
@@ -276,7 +270,7 @@ fn datagram(
         return complete(qp, g, &w, 0);
     };
     let Some(b) = p.find_qp(dev, d.qpn) else {
-        return crate::shared::remote::send(p, qp, g, w, local, len);
+        return super::remote::send(p, qp, g, w, local, len);
     };
     let requester = Requester {
         qpn: qp.qpn,

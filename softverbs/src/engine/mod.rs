@@ -22,7 +22,8 @@
 //! Files: this one holds the scheduler (run queue, reorder policy, execution token,
 //! background thread); `execute` runs a QP's WQEs as the requester; `respond` is the
 //! responder's side, over a [`Mover`] that moves the payload in one process or between
-//! two.
+//! two; [`remote`] carries a WQE to a QP of another process and runs the requests other
+//! processes send, over the shared namespace's inbox and copies (`shared`).
 //!
 //! Locks, always taken in this order: execution token → run queue → requester QP →
 //! responder QP → memory key table (read) → the responder's SRQ → CQ → completion
@@ -36,15 +37,17 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::{Progress, Reorder, ADVERSARIAL_BOUND};
-use crate::cq::lock;
-use crate::provider;
+use crate::os::lock;
+use crate::provider::Provider;
 use crate::qp::QpCore;
 
 mod execute;
+pub(crate) mod remote;
 mod respond;
 
 use execute::run;
-pub(crate) use execute::{complete, fail, resolve_av};
+pub(crate) use execute::{complete, fail};
+pub(crate) use remote::RemoteState;
 pub(crate) use respond::{respond, MoveError, Mover, Requester, Response};
 
 /// WQEs one `poll_cq` executes at most before reading its CQ.
@@ -153,6 +156,9 @@ pub(crate) struct Engine {
     /// Bumped by every inline progress attempt; the background thread stays away while
     /// it moves.
     activity: AtomicU64,
+    /// QPs with requests in flight to another process (the shared namespace's service
+    /// thread watches their deadlines, `remote::check_deadlines`).
+    pub(crate) watch: Mutex<Vec<std::sync::Weak<QpCore>>>,
     /// Threads blocked in `ibv_get_cq_event`: while one is, a poll that ran a moment ago
     /// does not mean another is coming, so nobody naps on its account.
     waiters: AtomicU32,
@@ -189,6 +195,7 @@ impl Engine {
             }),
             wake: Condvar::new(),
             activity: AtomicU64::new(0),
+            watch: Mutex::new(Vec::new()),
             waiters: AtomicU32::new(0),
             thread_mode: AtomicBool::new(progress == Progress::Thread),
             thread: Once::new(),
@@ -217,8 +224,9 @@ impl Engine {
         self.wake.notify_all();
     }
 
-    /// Queues `count` newly posted WQEs of `qp` for execution.
-    pub fn enqueue(&'static self, qp: &Arc<QpCore>, count: u32) {
+    /// Queues `count` newly posted WQEs of `qp` for execution (`p`: the provider whose
+    /// objects the WQEs name, for the background thread this may start).
+    pub fn enqueue(&'static self, p: &'static Provider, qp: &Arc<QpCore>, count: u32) {
         if count == 0 {
             return;
         }
@@ -235,7 +243,7 @@ impl Engine {
         let sleeping = s.bg_sleeping;
         drop(s);
         if self.thread_mode.load(Ordering::Relaxed) {
-            self.thread.call_once(|| self.start_thread());
+            self.thread.call_once(|| self.start_thread(p));
             if sleeping {
                 self.wake.notify_one();
             }
@@ -270,19 +278,18 @@ impl Engine {
 
     /// Runs the engine from a polling thread (see the module docs).
     #[inline]
-    pub fn poll_progress(&'static self) {
+    pub fn poll_progress(&'static self, p: &'static Provider) {
         self.activity.fetch_add(1, Ordering::Relaxed);
-        self.progress(POLL_BUDGET);
-        crate::shared::poll();
+        self.progress(p, POLL_BUDGET);
+        crate::shared::poll(POLL_BUDGET);
     }
 
     /// Executes up to `budget` WQEs if no other thread is executing; returns how many
-    /// ran.
-    pub fn progress(&'static self, budget: usize) -> usize {
+    /// ran. `p` is the provider whose objects (QPs, regions, devices) the WQEs name.
+    pub fn progress(&'static self, p: &'static Provider, budget: usize) -> usize {
         let Ok(_token) = self.token.try_lock() else {
             return 0;
         };
-        let p = provider::get();
         let mut now = None;
         let mut done = 0usize;
         while done < budget {
@@ -314,15 +321,16 @@ impl Engine {
             + s.parked.iter().map(|p| p.count as usize).sum::<usize>()
     }
 
-    fn start_thread(&'static self) {
+    fn start_thread(&'static self, p: &'static Provider) {
         let spawned = std::thread::Builder::new()
             .name("softverbs-progress".into())
-            .spawn(move || self.background());
+            .spawn(move || self.background(p));
         match spawned {
             Ok(h) => {
                 *lock(&self.handle) = Some(h);
+                lock(&RUNNING).push(self);
                 // A failed registration only leaves the thread unjoined at exit.
-                let _ = crate::abi::at_exit(stop_progress_thread);
+                let _ = crate::os::at_exit(stop_progress_thread);
             }
             // Without the thread the engine still runs inline on every poll.
             Err(_) => self.thread_mode.store(false, Ordering::Relaxed),
@@ -345,7 +353,7 @@ impl Engine {
         }
     }
 
-    fn background(&'static self) {
+    fn background(&'static self, p: &'static Provider) {
         let mut last_seen = u64::MAX;
         let mut last_nap = u64::MAX;
         loop {
@@ -405,7 +413,7 @@ impl Engine {
                 std::thread::park_timeout(IDLE_GRACE);
                 continue;
             }
-            if self.progress(4 * POLL_BUDGET) == 0 {
+            if self.progress(p, 4 * POLL_BUDGET) == 0 {
                 std::thread::yield_now();
             }
         }
@@ -421,12 +429,16 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// Registered with `atexit` when the background thread starts: stops and joins it, so
-/// that a process exits with no thread of ours running (a leak checker then sees its
-/// stack and thread-local memory freed).
+/// The engines whose background thread has started, for [`stop_progress_thread`].
+static RUNNING: Mutex<Vec<&'static Engine>> = Mutex::new(Vec::new());
+
+/// Registered with `atexit` when a background thread starts: stops and joins the
+/// threads, so that a process exits with no thread of ours running (a leak checker then
+/// sees its stack and thread-local memory freed).
 extern "C" fn stop_progress_thread() {
-    if let Some(p) = provider::try_get() {
-        p.engine.stop_thread();
+    let engines = std::mem::take(&mut *lock(&RUNNING));
+    for e in engines {
+        e.stop_thread();
     }
 }
 
@@ -444,8 +456,9 @@ mod tests {
 
     #[test]
     fn the_background_thread_stops_when_asked_and_is_joined() {
-        let e: &'static Engine = Box::leak(Box::new(Engine::new(Reorder::Fifo, Progress::Thread)));
-        e.thread.call_once(|| e.start_thread());
+        let p: &'static Provider = Box::leak(Box::new(Provider::from_env()));
+        let e = &p.engine;
+        e.thread.call_once(|| e.start_thread(p));
         assert!(lock(&e.handle).is_some(), "started");
         // Let it reach its wait on the condition variable, then stop it: the join
         // returns (a lost wake-up would hang here).

@@ -5,7 +5,6 @@ use std::collections::VecDeque;
 
 use vqp_sys::*;
 
-use super::resolve_av;
 use crate::mem::{self, KeyError, MrTable, Span};
 use crate::provider::Provider;
 use crate::qp::{QpCore, QpInner, RecvWqe, SendWqe, GRH_BYTES, MAX_SGE, QP_ACCESS_ERR, QP_REQ_ERR};
@@ -79,7 +78,7 @@ fn is_local(status: u32) -> bool {
 }
 
 /// Moves a WQE's payload between the requester's buffers and the responder's checked
-/// spans: [`LocalMover`] in one process, `shared::remote`'s process-to-process copy
+/// spans: [`LocalMover`] in one process, `remote`'s process-to-process copy
 /// across processes. The responder logic in [`respond`] is the same for both.
 pub(crate) trait Mover {
     /// Copies the requester's payload into `dst` (SEND, WRITE).
@@ -252,7 +251,7 @@ fn respond_checked<M: Mover>(
     let connected = matches!(gb.state, IBV_QPS_RTR | IBV_QPS_RTS)
         && b.qp_type == a.qp_type
         && gb.attr.dest_qp_num == a_qpn
-        && resolve_av(p, &gb.attr.ah_attr) == Some(a_dev);
+        && p.resolve_av(&gb.attr.ah_attr) == Some(a_dev);
     if !connected {
         // Nobody answers: the requester's retries run out; the responder saw nothing.
         return Response::requester(IBV_WC_RETRY_EXC_ERR);

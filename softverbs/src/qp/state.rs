@@ -144,7 +144,14 @@ fn check_values(a: &ibv_qp_attr, mask: u32) -> Result<(), i32> {
 
 impl QpCore {
     /// `ibv_modify_qp`: validates the transition and the mask, then applies it.
-    pub fn modify(&self, attr: &ibv_qp_attr, mask: u32) -> Result<(), i32> {
+    /// `resolve` says which device an address vector points at (the provider's device
+    /// table, which lies above the QP).
+    pub fn modify(
+        &self,
+        attr: &ibv_qp_attr,
+        mask: u32,
+        resolve: impl FnOnce(&ibv_ah_attr) -> Option<usize>,
+    ) -> Result<(), i32> {
         let mut g = self.lock();
         let cur = if mask & IBV_QP_CUR_STATE != 0 {
             if attr.cur_qp_state != g.state {
@@ -192,7 +199,10 @@ impl QpCore {
         }
         g.state = next;
         self.state.store(next, Ordering::Release);
-        self.export(&g);
+        let dest_dev = matches!(next, IBV_QPS_RTR | IBV_QPS_RTS)
+            .then(|| resolve(&g.attr.ah_attr))
+            .flatten();
+        self.export(&g, dest_dev);
         if given & IBV_QP_PATH_MIG_STATE != 0 && attr.path_mig_state != IBV_MIG_MIGRATED {
             // Automatic path migration is not supported (the device does not advertise
             // IBV_DEVICE_AUTO_PATH_MIG): an alternate path asked to be armed cannot be

@@ -31,7 +31,7 @@
 //!
 //! # The data path: requester-executed WQEs, responder-executed in the peer
 //! In one process the engine's requester executes a WQE completely, responder side
-//! included. For a responder QP owned by another process ([`remote`]):
+//! included. For a responder QP owned by another process (the engine's `remote`):
 //! 1. the requester checks its local buffers (lkey, PD, bounds, access) as always and
 //!    appends a request record to the owner's inbox ([`inbox`]): the operation, rkey,
 //!    remote address, immediate, and either the inline bytes or the requester's own
@@ -50,7 +50,7 @@
 //!
 //! An RDMA WRITE or READ that ends a QP's outstanding work (nothing of the QP in flight,
 //! nothing queued behind it) skips steps 1–3 when it would succeed: the requester checks
-//! it against the owner's [`exports`] and copies itself ([`remote`]'s `direct`), as a
+//! it against the owner's [`exports`] and copies itself (`engine::remote::direct`), as a
 //! NIC serves a one-sided operation without the responder's CPU — a responder that
 //! spins on its buffer, or is descheduled, or stopped, does not delay it.
 //!
@@ -89,18 +89,19 @@
 //! allocation.
 
 #[allow(unsafe_code)]
-mod sys;
+pub(crate) mod sys;
 
 pub(crate) mod dir;
 mod error;
 pub(crate) mod exports;
 pub(crate) mod inbox;
+mod outbox;
 pub(crate) mod reclaim;
 pub(crate) mod registry;
-pub(crate) mod remote;
 mod service;
 
 pub(crate) use error::SharedError;
+pub(crate) use outbox::Ack;
 pub(crate) use service::{nudge, poll};
 use service::{on_exit, Consumer};
 
@@ -108,17 +109,15 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use dir::ENV_DIR;
 use dir::{Create, FileError, NsDir};
 use exports::{Exports, QpView};
-use inbox::Inbox;
+use inbox::{Inbox, Record};
 use reclaim::proc_name;
 use registry::Registry;
-
-pub(crate) use remote::RemoteState;
 
 /// A process instance: its id and a random token (a reused pid gets a new token).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -162,10 +161,8 @@ pub(crate) struct Shared {
     /// Serialises consumers of our inbox (the service thread, polling threads), and
     /// holds what a consumer works with.
     consuming: Mutex<Consumer>,
-    /// QPs with requests in flight (the service thread watches their deadlines).
-    pub(crate) watch: Mutex<Vec<Weak<crate::qp::QpCore>>>,
     /// Responses waiting for room in their requester's inbox.
-    outbox: Mutex<std::collections::VecDeque<remote::Pending>>,
+    outbox: Mutex<std::collections::VecDeque<outbox::Pending>>,
     /// The service thread, once started; joined at exit (a thread left running or
     /// unjoined is memory a leak checker reports).
     service: OnceLock<Mutex<Option<std::thread::JoinHandle<()>>>>,
@@ -173,16 +170,51 @@ pub(crate) struct Shared {
     running: AtomicBool,
     /// Where this process's next file sweep starts ([`reclaim::sweep`]).
     sweep_cursor: AtomicUsize,
+    /// What this process serves, handed over when it joined: the records of our inbox
+    /// go to it.
+    endpoint: &'static dyn Endpoint,
+}
+
+/// What the namespace serves and asks about, handed over when the process joins: the
+/// provider, whose engine runs the requests and answers our inbox brings
+/// (`engine::remote`). The namespace calls it and imports nothing of what is above it.
+pub(crate) trait Endpoint: Sync {
+    /// This process's device count.
+    fn devices(&self) -> usize;
+    /// One bit per device (the first 64) whose link is down.
+    fn links_down(&self) -> u64;
+    /// Calls `f` with the key and description of every registered region.
+    fn each_region(&self, f: &mut dyn FnMut(u32, &crate::mem::MrInfo));
+    /// Handles one record of our inbox (`payload`: its payload bytes); an answer may be
+    /// left in `ack` ([`Shared::flush_ack`] sends it).
+    fn deliver(
+        &'static self,
+        sh: &'static Shared,
+        rec: Record,
+        payload: &[u8],
+        ack: &mut Option<Ack>,
+    );
+    /// Fails the requests whose owner died past their deadline; whether any request
+    /// is still watched.
+    fn check_deadlines(&self, sh: &Shared) -> bool;
+    /// A counter that moves whenever a thread of ours polls.
+    fn activity(&self) -> u64;
+    /// Whether a thread polled since the counter read `last` (it then drains the
+    /// inbox itself).
+    fn polling_since(&self, last: u64) -> bool;
+    /// How long the service thread leaves the inbox to a thread that polls before it
+    /// looks again.
+    fn idle_grace(&self) -> Duration;
 }
 
 static SHARED: OnceLock<Result<Shared, SharedError>> = OnceLock::new();
 
-/// The namespace, joined on first use (`devices`: this process's device count), or why
-/// it cannot be used (printed once, when first found).
-pub(crate) fn init(devices: usize) -> Result<&'static Shared, &'static SharedError> {
+/// The namespace, joined on first use for the provider `p` (its device count, its
+/// QPs and regions), or why it cannot be used (printed once, when first found).
+pub(crate) fn init(p: &'static dyn Endpoint) -> Result<&'static Shared, &'static SharedError> {
     let s = SHARED
         .get_or_init(|| {
-            let joined = Shared::join(devices);
+            let joined = Shared::join(p);
             if let Err(e) = &joined {
                 eprintln!(
                     "vqp-softverbs: the shared namespace cannot be used, so no QP can be \
@@ -196,13 +228,8 @@ pub(crate) fn init(devices: usize) -> Result<&'static Shared, &'static SharedErr
     // before it creates its QPs). Under the table's read lock, once the namespace is
     // visible: a region registered meanwhile is exported by its own `export_mr`.
     s.mrs_exported.call_once(|| {
-        let mrs = crate::provider::get()
-            .mrs
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        for (key, info) in mrs.live() {
-            s.exports.export_mr(key, info);
-        }
+        s.endpoint
+            .each_region(&mut |key, info| s.exports.export_mr(key, info));
     });
     Ok(s)
 }
@@ -226,10 +253,10 @@ fn random_token() -> u32 {
 }
 
 impl Shared {
-    fn join(devices: usize) -> Result<Shared, SharedError> {
+    fn join(endpoint: &'static dyn Endpoint) -> Result<Shared, SharedError> {
         sys::allow_any_tracer();
         let dir = NsDir::open()?;
-        let registry = Registry::attach(&dir, devices as u32)?;
+        let registry = Registry::attach(&dir, endpoint.devices() as u32)?;
         let (me, file) = Self::make_file(&dir)?;
         let inboxed =
             Inbox::map(&file, true, me.id()).and_then(|ib| Ok((ib, Exports::map(&file, true)?)));
@@ -256,12 +283,12 @@ impl Shared {
                 payload: Box::new([0; inbox::PAYLOAD]),
                 ack: None,
             }),
-            watch: Mutex::new(Vec::new()),
             outbox: Mutex::new(std::collections::VecDeque::new()),
             service: OnceLock::new(),
             stop: AtomicBool::new(false),
             running: AtomicBool::new(false),
             sweep_cursor,
+            endpoint,
         })
     }
 
@@ -428,8 +455,8 @@ const ALIVE_RECHECK: Duration = Duration::from_millis(100);
 /// number belongs to a live process — what mlx5 reports for a QP the device has no
 /// resources for (the firmware's `MLX5_CMD_STAT_LIM_ERR` becomes `-ENOMEM` in the
 /// kernel's `mlx5_cmd_check`, which `ibv_create_qp` returns as `errno`).
-pub(crate) fn alloc_qpn(devices: usize) -> Result<u32, i32> {
-    let s = init(devices).map_err(SharedError::errno)?;
+pub(crate) fn alloc_qpn(p: &'static dyn Endpoint) -> Result<u32, i32> {
+    let s = init(p).map_err(SharedError::errno)?;
     s.alloc_qpn().ok_or(libc::ENOMEM)
 }
 
@@ -453,15 +480,7 @@ pub(crate) fn export_qp(qpn: u32, view: Option<QpView>) {
 /// Publishes which of our devices' links are down.
 pub(crate) fn export_links() {
     if let Some(s) = current() {
-        let p = crate::provider::get();
-        let mask = p
-            .devices
-            .iter()
-            .take(64)
-            .enumerate()
-            .filter(|(_, d)| !d.is_up())
-            .fold(0u64, |m, (i, _)| m | 1 << i);
-        s.exports.set_down(mask);
+        s.exports.set_down(s.endpoint.links_down());
     }
 }
 
@@ -491,8 +510,8 @@ pub(crate) fn revoke_mr(key: u32) {
 /// The process id that owns QP `qpn` of device `device` in the shared namespace, if a
 /// live process does (a dead owner's number is reclaimed on the way). For diagnostics
 /// and tests: which process a peer QP number resolves to.
-pub fn qp_owner_pid(device: usize, qpn: u32) -> Option<u32> {
-    let s = init(crate::provider::get().devices.len()).ok()?;
+pub(crate) fn qp_owner_pid(p: &'static dyn Endpoint, device: usize, qpn: u32) -> Option<u32> {
+    let s = init(p).ok()?;
     let (owner, word) = s.registry.lookup(qpn, device)?;
     if s.is_alive(owner) {
         Some(owner.pid)
@@ -513,9 +532,8 @@ pub(crate) fn release(qpn: u32) {
 /// Reserves QP numbers for this process until at most `leave_free` of the machine-wide
 /// table are free, and returns how many it took (freed when the process exits). For
 /// tests of a full table; `None` when the namespace cannot be used.
-#[doc(hidden)]
-pub fn hold_qp_numbers(leave_free: usize) -> Option<usize> {
-    let s = init(crate::provider::get().devices.len()).ok()?;
+pub(crate) fn hold_qp_numbers(p: &'static dyn Endpoint, leave_free: usize) -> Option<usize> {
+    let s = init(p).ok()?;
     let mut n = 0;
     while s.registry.in_use() + (leave_free as u64) < registry::SLOTS as u64 {
         if s.registry.alloc(s.me).is_none() {

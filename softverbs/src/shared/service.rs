@@ -6,11 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{current, inbox, reclaim, remote, Shared};
-
-/// How long the service thread leaves the inbox to a polling thread of its process
-/// before it looks again (the engine's background thread does the same).
-const POLL_GRACE: Duration = crate::engine::IDLE_GRACE;
+use super::{current, inbox, reclaim, Shared};
 
 impl Shared {
     /// Starts the service thread (once): it serves our inbox while nobody polls.
@@ -32,7 +28,7 @@ impl Shared {
     }
 
     fn serve(&'static self) {
-        let engine = &crate::provider::get().engine;
+        let engine = self.endpoint;
         let mut last_poll = engine.activity();
         let mut idle_spins = 0u32;
         let mut next_check = std::time::Instant::now();
@@ -48,7 +44,7 @@ impl Shared {
             let n = if napping { 0 } else { self.drain(1024) };
             let now = std::time::Instant::now();
             if now >= next_check {
-                watching = remote::check_deadlines(self);
+                watching = engine.check_deadlines(self);
                 next_check = now + Duration::from_millis(1);
             }
             if now >= next_sweep {
@@ -60,7 +56,7 @@ impl Shared {
             }
             let backlog = self.flush_outbox();
             if napping {
-                std::thread::park_timeout(POLL_GRACE);
+                std::thread::park_timeout(engine.idle_grace());
                 continue;
             }
             if n > 0 {
@@ -103,10 +99,11 @@ impl Shared {
                 break;
             };
             let len = rec.payload_len.min(inbox::PAYLOAD);
-            remote::handle(self, rec, &c.payload[..len], &mut c.ack);
+            self.endpoint
+                .deliver(self, rec, &c.payload[..len], &mut c.ack);
             n += 1;
         }
-        remote::flush_ack(self, &mut c.ack);
+        self.flush_ack(&mut c.ack);
         n
     }
 }
@@ -115,7 +112,7 @@ impl Shared {
 /// being coalesced.
 pub(super) struct Consumer {
     pub(super) payload: Box<[u8; inbox::PAYLOAD]>,
-    pub(super) ack: Option<remote::Ack>,
+    pub(super) ack: Option<super::Ack>,
 }
 
 /// Ends the service thread's nap (a thread of ours started to wait for an event: no
@@ -133,10 +130,10 @@ pub(crate) fn nudge() {
 /// The polling path's hook: serves waiting records of our inbox. One relaxed load when
 /// there is nothing, and nothing at all in a process that never joined.
 #[inline]
-pub(crate) fn poll() {
+pub(crate) fn poll(budget: usize) {
     if let Some(s) = current() {
         if s.inbox.maybe_ready() {
-            s.drain(crate::engine::POLL_BUDGET);
+            s.drain(budget);
         }
     }
 }

@@ -1,15 +1,18 @@
-//! The data path between processes. The requester's side ([`requester`]) sends a
-//! request, keeps the WQE in flight, completes it when the answer comes and gives up
-//! when the owner died; the responder's ([`responder`]) runs a request through the
-//! engine's `respond` with a process-to-process data mover and answers.
+//! The data path between processes, the engine's side of it over the shared namespace
+//! (`crate::shared`: inbox, exports, process-to-process copies). The requester's side
+//! ([`requester`]) sends a request, keeps the WQE in flight, completes it when the
+//! answer comes and gives up when the owner died; the responder's ([`responder`]) runs
+//! a request through the engine's `respond` with a process-to-process data mover and
+//! answers.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::inbox::{Inbox, Kind, Record, PAYLOAD};
-use super::{Owner, Peer, Shared};
+use crate::provider::Provider;
 use crate::qp::SendWqe;
+use crate::shared::inbox::{Inbox, Kind, Record, PAYLOAD};
+use crate::shared::{Ack, Owner, Peer, Shared};
 
 mod direct;
 mod requester;
@@ -18,7 +21,6 @@ mod responder;
 use requester::on_response;
 pub(crate) use requester::{check_deadlines, send};
 use responder::on_request;
-pub(crate) use responder::{flush_ack, Ack, Pending};
 
 /// Requests one QP keeps in flight at most; more wait in its send queue.
 pub(crate) const MAX_IN_FLIGHT: usize = 64;
@@ -81,10 +83,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Handles one record of our inbox (`payload`: its payload bytes); an answer may be
-/// left in `ack` (see [`Ack`]; [`flush_ack`] sends it).
-pub(crate) fn handle(sh: &'static Shared, rec: Record, payload: &[u8], ack: &mut Option<Ack>) {
+/// left in `ack` (see [`Ack`]; `Shared::flush_ack` sends it).
+pub(crate) fn handle(
+    p: &'static Provider,
+    sh: &'static Shared,
+    rec: Record,
+    payload: &[u8],
+    ack: &mut Option<Ack>,
+) {
     match rec.kind {
-        Kind::Request => on_request(sh, &rec, payload, ack),
-        Kind::Response => on_response(&rec),
+        Kind::Request => on_request(p, sh, &rec, payload, ack),
+        Kind::Response => on_response(p, &rec),
     }
 }

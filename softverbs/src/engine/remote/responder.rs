@@ -3,42 +3,21 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use vqp_sys::*;
 
-use super::{lock, RespSeq, RESP_ERR, RESP_OK, RESP_RNR};
+use super::{RespSeq, RESP_ERR, RESP_OK, RESP_RNR};
 use crate::engine::{respond, MoveError, Mover, Requester, Response};
 use crate::mem::{self, Span};
-use crate::provider;
+use crate::provider::Provider;
 use crate::qp::{Datagram, SendWqe, Sges, QP_REQ_ERR};
-use crate::shared::inbox::{
-    iov, Inbox, Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD,
-};
+use crate::shared::inbox::{iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD};
 use crate::shared::sys::{process_copy, CopyError, Range};
-use crate::shared::{Owner, Shared};
+use crate::shared::{Ack, Owner, Shared};
 
 /// Acknowledgements coalesced into one response carry at most this many bytes of
 /// WRITE/SEND data (so a large transfer's completions are not held back).
 const ACK_BYTES: u64 = 256 << 10;
-
-/// Successful answers not sent yet: consecutive sequence numbers of one requester QP
-/// with the same byte count, acknowledged by one response (its `len` is the count), as
-/// an RC responder coalesces its ACKs. Sent when a different answer comes, when
-/// [`ACK_BYTES`] of data were acknowledged, and at the end of each pass over the inbox.
-pub(crate) struct Ack {
-    to: Owner,
-    inbox: Arc<Inbox>,
-    rec: Record,
-    bytes: u64,
-}
-
-/// Sends the pending acknowledgement, if any.
-pub(crate) fn flush_ack(sh: &Shared, ack: &mut Option<Ack>) {
-    if let Some(a) = ack.take() {
-        sh.send_response(a.to, a.inbox, a.rec);
-    }
-}
 
 /// Moves a request's payload between the requester process and our checked spans.
 struct RemoteMover<'r> {
@@ -126,8 +105,13 @@ fn well_formed(rec: &Record, payload: &[u8]) -> bool {
     total == Some(rec.len)
 }
 
-pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack: &mut Option<Ack>) {
-    let p = provider::get();
+pub(super) fn on_request(
+    p: &'static Provider,
+    sh: &'static Shared,
+    rec: &Record,
+    payload: &[u8],
+    ack: &mut Option<Ack>,
+) {
     let from = Owner {
         pid: rec.from_pid,
         token: rec.from_token,
@@ -153,7 +137,7 @@ pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack:
                 }
             }
         }
-        flush_ack(sh, ack);
+        sh.flush_ack(ack);
         let mut r = Record::new(Kind::Response);
         r.code = code;
         r.value = value;
@@ -282,60 +266,4 @@ pub(super) fn on_request(sh: &'static Shared, rec: &Record, payload: &[u8], ack:
     drop(gb);
     drop(mrs);
     answer(inbox, code, value);
-}
-
-/// A response that could not be delivered yet (the requester's inbox was full).
-pub(crate) struct Pending {
-    to: Owner,
-    inbox: Arc<Inbox>,
-    rec: Record,
-    since: Instant,
-}
-
-impl Shared {
-    /// Sends a response, or queues it behind earlier undelivered ones (responses to
-    /// one requester stay in order; the consumer never blocks on a full peer).
-    fn send_response(&self, to: Owner, inbox: Arc<Inbox>, rec: Record) {
-        let mut out = lock(&self.outbox);
-        if out.is_empty() {
-            loop {
-                match inbox.push(&rec, &[]) {
-                    Ok(()) => return,
-                    Err(PushError::Lost) => continue,
-                    Err(PushError::Full) => break,
-                }
-            }
-        }
-        out.push_back(Pending {
-            to,
-            inbox,
-            rec,
-            since: Instant::now(),
-        });
-    }
-
-    /// Retries undelivered responses; drops those whose requester died. Returns
-    /// whether some remain.
-    pub(crate) fn flush_outbox(&self) -> bool {
-        let mut out = lock(&self.outbox);
-        while let Some(front) = out.front() {
-            match front.inbox.push(&front.rec, &[]) {
-                Ok(()) => {
-                    out.pop_front();
-                }
-                Err(PushError::Lost) => {}
-                Err(PushError::Full) => {
-                    if front.since.elapsed() > Duration::from_millis(100)
-                        && !self.is_alive(front.to)
-                    {
-                        let dead = front.to;
-                        out.retain(|x| x.to != dead);
-                        continue;
-                    }
-                    break;
-                }
-            }
-        }
-        !out.is_empty()
-    }
 }

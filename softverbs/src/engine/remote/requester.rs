@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use vqp_sys::*;
 
 use super::{direct, lock, InFlight, Link, MAX_IN_FLIGHT, RESP_OK, RESP_RNR};
-use crate::engine::{complete, fail, resolve_av, Step};
+use crate::engine::{complete, fail, Step};
 use crate::mem::{self, Span};
-use crate::provider::{self, Provider};
+use crate::provider::Provider;
 use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe};
 use crate::shared::inbox::{
     Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, PAYLOAD,
@@ -60,7 +60,7 @@ pub(crate) fn send(
     // A UD send names its destination; a connected QP has one.
     let (dest_dev, dest) = match &w.ud {
         Some(d) => (d.dev, d.qpn),
-        None => (resolve_av(p, &g.attr.ah_attr), g.attr.dest_qp_num),
+        None => (p.resolve_av(&g.attr.ah_attr), g.attr.dest_qp_num),
     };
     let dev = match dest_dev {
         Some(d) if p.devices[qp.dev].is_up() && p.devices[d].is_up() => d,
@@ -190,15 +190,15 @@ pub(crate) fn send(
     });
     if !g.remote.watched {
         g.remote.watched = true;
-        lock(&sh.watch).push(Arc::downgrade(qp));
+        lock(&p.engine.watch).push(Arc::downgrade(qp));
     }
     Step::Done
 }
 
 /// Fails the oldest request of every watched QP whose answer is later than its
 /// transport timeout while the owner is dead. Returns whether any QP is still watched.
-pub(crate) fn check_deadlines(sh: &Shared) -> bool {
-    let mut watch = lock(&sh.watch);
+pub(crate) fn check_deadlines(p: &Provider, sh: &Shared) -> bool {
+    let mut watch = lock(&p.engine.watch);
     watch.retain(|weak| {
         let Some(qp) = weak.upgrade() else {
             return false;
@@ -242,8 +242,7 @@ pub(crate) fn check_deadlines(sh: &Shared) -> bool {
     !watch.is_empty()
 }
 
-pub(super) fn on_response(rec: &Record) {
-    let p = provider::get();
+pub(super) fn on_response(p: &'static Provider, rec: &Record) {
     let Some(qp) = p.find_qp(rec.src_dev as usize, rec.src_qpn) else {
         return;
     };
@@ -287,7 +286,7 @@ pub(super) fn on_response(rec: &Record) {
             g.not_before = None;
             let n = g.sq.len() as u32;
             drop(g);
-            p.engine.enqueue(&qp, n);
+            p.engine.enqueue(p, &qp, n);
         }
         return;
     }
@@ -313,7 +312,7 @@ pub(super) fn on_response(rec: &Record) {
             g.remote.next_psn = f.psn;
             g.not_before = Some(Instant::now() + rnr_delay(rec.value as u8));
             drop(g);
-            p.engine.enqueue(&qp, n);
+            p.engine.enqueue(p, &qp, n);
         }
         _ => fail(&qp, &mut g, &f.w, rec.value, None),
     }

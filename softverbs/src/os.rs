@@ -1,7 +1,9 @@
-//! Event file descriptors for completion channels and asynchronous events.
+//! The platform helpers the layers above share: event file descriptors for completion
+//! channels and asynchronous events, `atexit`, and a lock that survives poisoning.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Mutex, MutexGuard};
 
 /// An `eventfd` in semaphore mode: each [`signal`](Self::signal) adds one, each read
 /// takes one. Readable (for `poll(2)`) while the count is non-zero; a read blocks while
@@ -50,4 +52,19 @@ impl EventFd {
             }
         }
     }
+}
+
+/// Registers `f` to run at process exit (`atexit`), or when this library is unloaded
+/// if it was loaded with `dlopen` (glibc's `atexit` records the calling object). False
+/// when it could not be registered.
+pub(crate) fn at_exit(f: extern "C" fn()) -> bool {
+    // SAFETY: `f` is a plain function with the C ABI, valid for the life of the code
+    // that registers it (the handler runs before that code is unloaded).
+    unsafe { libc::atexit(f) == 0 }
+}
+
+/// Locks, ignoring poisoning: the provider's state stays consistent across a panic in
+/// a caller's thread because every critical section is short and panic-free.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
