@@ -126,7 +126,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         {
             return Err(PostSendError::Full);
         }
-        self.accept::<false>(&wr)?;
+        self.take(&wr, true)?;
         if !self.post_alone() {
             self.dispatch();
         }
@@ -235,6 +235,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return Err(PostSendError::Failed(st));
         }
         let passthrough = self.classify::<CHECKED>(wr)?;
+        self.take(wr, passthrough)
+    }
+
+    /// Give `wr`, classified (`passthrough` whole or fragmented) on a virtual QP that
+    /// has not failed, a slot; posts nothing.
+    #[inline(always)]
+    fn take(&mut self, wr: &SendWr, passthrough: bool) -> Result<(), PostSendError> {
         if passthrough && self.lanes[0].survived && self.cfg.grace_ns == 0 {
             // Pass-through opcodes go to data QP 0, which failed (re-dispatch), and
             // nothing waits for it to come back. With a grace period they are held

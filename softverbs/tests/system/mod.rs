@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 #[path = "../../../sys/tests/system/gate.rs"]
 mod gate;
 pub use gate::skip;
+/// The variable that turns a skip into a failure (read by tests with skips of their own).
+#[allow(unused_imports)]
+pub use gate::REQUIRE;
 
 /// The program `name` on `PATH`, or `None` after [`skip`] naming `package`.
 pub fn program(test: &str, name: &str, package: &str) -> Option<PathBuf> {
