@@ -36,8 +36,11 @@ cat >"$supp" <<'EOF'
 }
 EOF
 
+# Memcheck runs one thread at a time; its default lock lets a thread that spins (a
+# poll loop) take it back at once, so a thread holding softverbs' execution token can
+# wait for seconds on a loaded machine. --fair-sched=yes hands the lock round in turn.
 vg() {
-  valgrind --quiet --error-exitcode=9 --leak-check=full \
+  valgrind --quiet --fair-sched=yes --error-exitcode=9 --leak-check=full \
     --errors-for-leak-kinds=definite,possible --suppressions="$supp" "$@"
 }
 
