@@ -171,8 +171,12 @@
 //! - no receive posted for a SEND or WRITE_WITH_IMM → RNR NAK: the QP's send queue
 //!   stalls for the responder's `min_rnr_timer` and retries, `rnr_retry` times (7 =
 //!   forever), then `IBV_WC_RNR_RETRY_EXC_ERR`;
-//! - peer missing, not connected back, or a link down → `IBV_WC_RETRY_EXC_ERR`
-//!   (immediately: no transport timeout is simulated);
+//! - a request nobody takes (the peer QP does not exist or is not connected back) is
+//!   lost, as on the wire: the requester retransmits it after its local ACK timeout
+//!   (`4.096 µs · 2^timeout`), `retry_cnt` times, then completes it with
+//!   `IBV_WC_RETRY_EXC_ERR`; a peer that becomes ready meanwhile takes the
+//!   retransmission. A link down, or an address that names no device, is
+//!   `IBV_WC_RETRY_EXC_ERR` at once;
 //! - a completion error moves the QP to ERR; then every outstanding WQE, sends and
 //!   receives, completes with `IBV_WC_WR_FLUSH_ERR`, as do WQEs posted later;
 //! - a full CQ: the CQ enters error (`IBV_EVENT_CQ_ERR`), the producing QP goes to ERR,

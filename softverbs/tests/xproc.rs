@@ -296,6 +296,36 @@ fn rnr_then_success_when_the_receive_comes_late() {
     );
 }
 
+/// A request to another process's QP that is not connected yet is lost and
+/// retransmitted: once the peer connects back (here 150 ms later, within the 7 × 67 ms
+/// of retries), the WRITE lands and completes successfully.
+#[test]
+fn a_peer_connected_late_takes_the_retransmission() {
+    isolate();
+    let o = Opts::default();
+    let v = verbs();
+    let mut a = side(&v, "soft0", &o);
+    let mut peer = Peer::spawn();
+    let (qpn, lid, addr, rkey) = peer.side("soft1");
+    connect_to(&a.qp, lid, qpn, &o, 14);
+    fill(&mut a, 3);
+    let mut sge = a.mr.sge(0, 64).unwrap();
+    let mut wr = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        addr,
+        rkey,
+    );
+    post(&a, &mut wr);
+    assert!(drain(&a.cq, 150).is_empty());
+    let my_lid = a.ctx.query_port(1).unwrap().lid();
+    peer.cmd(&format!("connect {my_lid} {}", a.qp.qp_num()));
+    let wc = poll_n(&a.cq, 1);
+    assert!(wc[0].is_ok(), "{:?}", wc[0]);
+    assert_eq!(unhex(&peer.cmd("read 0 64")[0]), bytes(&a)[..64]);
+}
+
 /// `IBV_EVENT_QP_ACCESS_ERR`.
 const QP_ACCESS_ERR: u32 = 3;
 

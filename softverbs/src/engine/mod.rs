@@ -46,7 +46,7 @@ pub(crate) mod remote;
 mod respond;
 
 use execute::run;
-pub(crate) use execute::{complete, fail};
+pub(crate) use execute::{complete, fail, unanswered};
 pub(crate) use remote::RemoteState;
 pub(crate) use respond::{respond, MoveError, Mover, Requester, Response};
 
@@ -175,7 +175,9 @@ pub(crate) struct Engine {
 pub(crate) enum Step {
     /// Executed; the requester's QP is still usable.
     Done,
-    /// The responder had no receive: retry after the delay.
+    /// Not done yet, the WQE back at the head of its send queue: the responder had no
+    /// receive (RNR), nobody answered (a retransmission is due), or the way to the
+    /// peer is full. The QP continues after the delay.
     Rnr(Duration),
     /// The WQE completed in error and the requester is in the error state.
     Failed,

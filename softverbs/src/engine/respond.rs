@@ -23,6 +23,9 @@ pub(crate) enum Response {
     /// The requester is gone (another process that exited): nothing was consumed and
     /// nobody is told.
     Dropped,
+    /// Nobody took the request (the responder QP is not connected to the requester):
+    /// the packet is lost, as on the wire, and the requester retransmits it.
+    Unanswered,
 }
 
 impl Response {
@@ -253,8 +256,9 @@ fn respond_checked<M: Mover>(
         && gb.attr.dest_qp_num == a_qpn
         && p.resolve_av(&gb.attr.ah_attr) == Some(a_dev);
     if !connected {
-        // Nobody answers: the requester's retries run out; the responder saw nothing.
-        return Response::requester(IBV_WC_RETRY_EXC_ERR);
+        // A packet for a QP that is not connected to its sender is dropped; the
+        // responder sees nothing and the requester retransmits.
+        return Response::Unanswered;
     }
     let access = gb.attr.qp_access_flags;
     let remote = |need: u32, rlen: u64| -> Result<Span<'_>, KeyError> {

@@ -32,6 +32,9 @@ pub(crate) struct QpInner {
     pub unsignaled: u32,
     /// RNR retries made for the WQE at the head of the send queue.
     pub rnr_tries: u8,
+    /// Retransmissions made for the WQE at the head of the send queue after nobody
+    /// answered it (counted against `retry_cnt`).
+    pub retries: u8,
     /// The send queue is stalled (RNR back-off) until then.
     pub not_before: Option<Instant>,
     /// WQEs executed since creation (for "fail after n").
@@ -79,6 +82,27 @@ mod post;
 mod state;
 
 pub(crate) use post::sge_count;
+
+/// The transport timeout of a QP: `4.096 µs · 2^timeout · (retry_cnt + 1)` (0 means
+/// "infinite" in the specification), clamped to 5 ms … 4 s: how long a requester waits
+/// for an answer before it gives up.
+pub(crate) fn transport_timeout(attr: &ibv_qp_attr) -> Duration {
+    const MIN: Duration = Duration::from_millis(5);
+    const MAX: Duration = Duration::from_secs(4);
+    if attr.timeout == 0 {
+        return MAX;
+    }
+    let ns = 4096u128 << attr.timeout.min(31);
+    let total = ns * (u128::from(attr.retry_cnt.min(7)) + 1);
+    Duration::from_nanos(total.min(u128::from(u64::MAX)) as u64).clamp(MIN, MAX)
+}
+
+/// The local ACK timeout of one attempt: the transport timeout shared among the first
+/// transmission and the `retry_cnt` retransmissions (`4.096 µs · 2^timeout` within the
+/// same bounds).
+pub(crate) fn ack_timeout(attr: &ibv_qp_attr) -> Duration {
+    transport_timeout(attr) / (u32::from(attr.retry_cnt.min(7)) + 1)
+}
 
 /// The RNR NAK timer of an encoded `min_rnr_timer` (IBA table 45).
 pub(crate) fn rnr_delay(code: u8) -> Duration {
@@ -146,6 +170,7 @@ impl QpCore {
                 rq: VecDeque::new(),
                 unsignaled: 0,
                 rnr_tries: 0,
+                retries: 0,
                 not_before: None,
                 executed: 0,
                 peer: Weak::new(),
@@ -321,6 +346,26 @@ pub(crate) use event::{QP_ACCESS_ERR, QP_FATAL, QP_REQ_ERR};
 mod tests {
     use super::state::transition;
     use super::*;
+
+    #[test]
+    fn transport_timeout_follows_the_attributes_within_bounds() {
+        let mut a = ibv_qp_attr::default();
+        assert_eq!(transport_timeout(&a), Duration::from_secs(4));
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        // 4.096 µs · 2^14 · 8 ≈ 537 ms.
+        let t = transport_timeout(&a);
+        assert!(t > Duration::from_millis(530) && t < Duration::from_millis(540));
+        a.timeout = 1;
+        assert_eq!(transport_timeout(&a), Duration::from_millis(5));
+        a.timeout = 31;
+        assert_eq!(transport_timeout(&a), Duration::from_secs(4));
+        // The local ACK timeout is one attempt's share: 4.096 µs · 2^14 ≈ 67 ms.
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        let t = ack_timeout(&a);
+        assert!(t > Duration::from_millis(66) && t < Duration::from_millis(68));
+    }
 
     #[test]
     fn transitions_follow_the_spec_table() {

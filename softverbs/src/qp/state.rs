@@ -183,6 +183,7 @@ impl QpCore {
                 g.peer = Weak::new();
                 g.remote = Default::default();
                 g.rnr_tries = 0;
+                g.retries = 0;
                 g.not_before = None;
             }
             IBV_QPS_ERR if g.state != IBV_QPS_ERR => {

@@ -66,7 +66,12 @@
 //! Each request carries the requester's connection id and sequence number (a PSN). The
 //! responder executes a QP's requests in sequence and drops any out of sequence, so
 //! after an RNR NAK the requester re-sends from the NAKed WQE and order within the QP
-//! holds, as on the wire. Liveness is checked by the requester: when a response is later
+//! holds, as on the wire. A request for a QP that does not exist or is not connected to
+//! its sender is answered "not taken", and the requester re-sends from it after its
+//! local ACK timeout, `retry_cnt` times, before it completes with
+//! `IBV_WC_RETRY_EXC_ERR` (on the wire the responder drops such a packet and the
+//! requester's timer expires; the answer stands for that expiry, which a live owner's
+//! silence would never give). Liveness is checked by the requester: when a response is later
 //! than the QP's transport timeout (`4.096 µs · 2^timeout · (retry_cnt + 1)`, clamped to
 //! 5 ms … 4 s) and the owner's lock can be taken, the WQE completes with
 //! `IBV_WC_RETRY_EXC_ERR` and the QP goes to error; a live but slow owner is waited for.

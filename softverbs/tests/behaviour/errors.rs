@@ -145,8 +145,11 @@ fn rnr_retries_then_gives_up_or_succeeds_when_a_receive_arrives() {
     assert_eq!(poll_n(&b.cq, 1)[0].opcode(), WcOpcode::RecvRdmaWithImm);
 }
 
+/// A request to a QP that is not connected to its sender is lost, as on the wire: the
+/// requester retransmits after its local ACK timeout (`timeout` 14: about 67 ms),
+/// `retry_cnt` (7) times, and only then completes with `IBV_WC_RETRY_EXC_ERR`.
 #[test]
-fn peer_not_connected_is_retry_exceeded() {
+fn peer_not_connected_is_retry_exceeded_after_the_retries() {
     let v = verbs();
     let o = Opts::default();
     let a = side(&v, "soft0", &o);
@@ -158,6 +161,50 @@ fn peer_not_connected_is_retry_exceeded() {
     let mut sge = a.mr.sge(0, 8).unwrap();
     let mut w = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
     rdma(&mut w, &b.mr, 0);
+    let posted = std::time::Instant::now();
     post(&a, &mut w);
     assert_eq!(statuses(&poll_n(&a.cq, 1)), [(1, WcStatus::RetryExcErr)]);
+    // Seven retransmissions, each after a 67 ms timeout.
+    let took = posted.elapsed();
+    assert!(
+        took >= std::time::Duration::from_millis(7 * 67),
+        "gave up after {took:?}"
+    );
+}
+
+/// A responder that becomes ready while the requester retransmits takes the
+/// retransmission: a WRITE posted before its target QP was connected back lands.
+#[test]
+fn a_responder_connected_late_takes_the_retransmission() {
+    let v = verbs();
+    let o = Opts::default();
+    let mut a = side(&v, "soft0", &o);
+    let mut b = side(&v, "soft1", &o);
+    fill(&mut a, 7);
+    fill(&mut b, 0);
+    let lid = |s: &Side| s.ctx.query_port(1).unwrap().lid();
+    let pa = vqp_host::connect::Path::new(
+        1,
+        vqp_host::connect::Address::lid(lid(&b)),
+        b.qp.qp_num(),
+        0x100,
+        0x200,
+    );
+    vqp_host::connect::connect(&a.qp, &pa).unwrap();
+    let mut sge = a.mr.sge(0, 64).unwrap();
+    let mut w = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    rdma(&mut w, &b.mr, 0);
+    post(&a, &mut w);
+    // b is still in RESET: nothing completes yet.
+    assert_eq!(statuses(&drain(&a.cq, 100)), []);
+    let pb = vqp_host::connect::Path::new(
+        1,
+        vqp_host::connect::Address::lid(lid(&a)),
+        a.qp.qp_num(),
+        0x200,
+        0x100,
+    );
+    vqp_host::connect::connect(&b.qp, &pb).unwrap();
+    assert_eq!(statuses(&poll_n(&a.cq, 1)), [(1, WcStatus::Success)]);
+    assert_eq!(bytes(&b)[..64], bytes(&a)[..64]);
 }

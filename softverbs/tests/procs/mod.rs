@@ -133,15 +133,23 @@ pub fn run_pair(
     succeeded(pair_outputs(server, client, env, port, limit))
 }
 
-/// Both outputs of a pair, after asserting that both exited 0.
+/// Both outputs of a pair, after asserting that both exited 0 (a failure shows both
+/// sides: the cause is often in the peer's output).
 pub fn succeeded((s, c): (Output, Output)) -> (Output, Output) {
-    for (who, o) in [("server", &s), ("client", &c)] {
-        assert!(
-            o.status.success(),
-            "{who} failed: {}\nstdout:\n{}\nstderr:\n{}",
+    let show = |who: &str, o: &Output| {
+        format!(
+            "{who}: {}\n{who}'s stdout:\n{}\n{who}'s stderr:\n{}",
             o.status,
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    for (who, o) in [("server", &s), ("client", &c)] {
+        assert!(
+            o.status.success(),
+            "{who} failed\n{}\n{}",
+            show("server", &s),
+            show("client", &c)
         );
     }
     (s, c)

@@ -28,6 +28,8 @@ pub(crate) const MAX_IN_FLIGHT: usize = 64;
 const RESP_OK: u32 = 0;
 const RESP_RNR: u32 = 1;
 const RESP_ERR: u32 = 2;
+/// Nobody took the request (no such QP, or not connected): the requester retransmits.
+const RESP_DROP: u32 = 3;
 
 /// A WQE sent to another process, waiting for its answer.
 struct InFlight {

@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use vqp_sys::*;
 
-use super::{direct, lock, InFlight, Link, MAX_IN_FLIGHT, RESP_OK, RESP_RNR};
-use crate::engine::{complete, fail, Step};
+use super::{direct, lock, InFlight, Link, MAX_IN_FLIGHT, RESP_DROP, RESP_OK, RESP_RNR};
+use crate::engine::{complete, fail, unanswered, Step};
 use crate::mem::{self, Span};
 use crate::provider::Provider;
-use crate::qp::{rnr_delay, wc_opcode, QpCore, QpInner, SendWqe};
+use crate::qp::{ack_timeout, rnr_delay, transport_timeout, wc_opcode, QpCore, QpInner, SendWqe};
 use crate::shared::inbox::{
     Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, PAYLOAD,
 };
@@ -23,19 +23,6 @@ const BACKOFF: Duration = Duration::from_micros(20);
 /// Connection ids: a fresh one each time a QP starts sending to another process after
 /// a reset or a reconnection, so the responder restarts its sequence.
 static NEXT_CONN: AtomicU32 = AtomicU32::new(1);
-
-/// The transport timeout of a QP: `4.096 µs · 2^timeout · (retry_cnt + 1)` (0 means
-/// "infinite" in the specification), clamped to 5 ms … 4 s.
-fn transport_timeout(attr: &ibv_qp_attr) -> Duration {
-    const MIN: Duration = Duration::from_millis(5);
-    const MAX: Duration = Duration::from_secs(4);
-    if attr.timeout == 0 {
-        return MAX;
-    }
-    let ns = 4096u128 << attr.timeout.min(31);
-    let total = ns * (u128::from(attr.retry_cnt.min(7)) + 1);
-    Duration::from_nanos(total.min(u128::from(u64::MAX)) as u64).clamp(MIN, MAX)
-}
 
 /// Executes WQE `w` of `qp` whose peer is not in this process: sends it to the owning
 /// process and leaves it in flight, or completes it with `IBV_WC_RETRY_EXC_ERR` when
@@ -80,19 +67,19 @@ pub(crate) fn send(
     if !same_link {
         g.remote.link = None;
         let Some((owner, word)) = sh.registry.lookup(dest, dev) else {
-            return retry_exc(g, &w);
+            return unanswered(qp, g, w);
         };
         if owner == sh.me {
             // Ours but not a live QP of ours: nothing answers.
-            return retry_exc(g, &w);
+            return unanswered(qp, g, w);
         }
         if !sh.is_alive(owner) {
             sh.registry.reclaim(dest, word);
             sh.forget_peer(owner);
-            return retry_exc(g, &w);
+            return unanswered(qp, g, w);
         }
         let Some(peer) = sh.peer(owner) else {
-            return retry_exc(g, &w);
+            return unanswered(qp, g, w);
         };
         g.remote.link = Some(Link {
             dev,
@@ -260,6 +247,7 @@ pub(super) fn on_response(p: &'static Provider, rec: &Record) {
         let byte_len = if rec.code == RESP_OK { rec.value } else { 0 };
         // `len` requests from `psn` on, all successful.
         g.rnr_tries = 0;
+        g.retries = 0;
         for k in 0..rec.len.max(1) {
             match g.remote.in_flight.front() {
                 Some(f) if f.psn == rec.psn.wrapping_add(k as u32) => {}
@@ -301,39 +289,42 @@ pub(super) fn on_response(p: &'static Provider, rec: &Record) {
                 return;
             }
             g.rnr_tries = g.rnr_tries.saturating_add(1);
-            g.remote.full = false;
-            // Back into the send queue, in order, to be sent again from this one.
-            let mut n = 1u32;
-            while let Some(x) = g.remote.in_flight.pop_back() {
-                g.sq.push_front(x.w);
-                n += 1;
+            let delay = rnr_delay(rec.value as u8);
+            resend_from(p, &qp, g, f, delay);
+        }
+        RESP_DROP => {
+            // Nobody took it (see `unanswered`): retransmitted after the ACK timeout.
+            if g.retries >= g.attr.retry_cnt.min(7) {
+                fail(&qp, &mut g, &f.w, IBV_WC_RETRY_EXC_ERR, None);
+                return;
             }
-            g.sq.push_front(f.w);
-            g.remote.next_psn = f.psn;
-            g.not_before = Some(Instant::now() + rnr_delay(rec.value as u8));
-            drop(g);
-            p.engine.enqueue(p, &qp, n);
+            g.retries += 1;
+            let delay = ack_timeout(&g.attr);
+            resend_from(p, &qp, g, f, delay);
         }
         _ => fail(&qp, &mut g, &f.w, rec.value, None),
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn transport_timeout_follows_the_attributes_within_bounds() {
-        let mut a = ibv_qp_attr::default();
-        assert_eq!(transport_timeout(&a), Duration::from_secs(4));
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        // 4.096 µs · 2^14 · 8 ≈ 537 ms.
-        let t = transport_timeout(&a);
-        assert!(t > Duration::from_millis(530) && t < Duration::from_millis(540));
-        a.timeout = 1;
-        assert_eq!(transport_timeout(&a), Duration::from_millis(5));
-        a.timeout = 31;
-        assert_eq!(transport_timeout(&a), Duration::from_secs(4));
+/// Puts `f` and every request sent after it back into the send queue, in order, to be
+/// sent again from `f` after `delay` (the responder drops what follows a request it did
+/// not execute, so order within the QP holds).
+fn resend_from(
+    p: &'static Provider,
+    qp: &Arc<QpCore>,
+    mut g: std::sync::MutexGuard<'_, QpInner>,
+    f: InFlight,
+    delay: Duration,
+) {
+    g.remote.full = false;
+    let mut n = 1u32;
+    while let Some(x) = g.remote.in_flight.pop_back() {
+        g.sq.push_front(x.w);
+        n += 1;
     }
+    g.sq.push_front(f.w);
+    g.remote.next_psn = f.psn;
+    g.not_before = Some(Instant::now() + delay);
+    drop(g);
+    p.engine.enqueue(p, qp, n);
 }

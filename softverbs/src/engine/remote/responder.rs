@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use vqp_sys::*;
 
-use super::{RespSeq, RESP_ERR, RESP_OK, RESP_RNR};
+use super::{RespSeq, RESP_DROP, RESP_ERR, RESP_OK, RESP_RNR};
 use crate::engine::{respond, MoveError, Mover, Requester, Response};
 use crate::mem::{self, Span};
 use crate::provider::Provider;
@@ -164,13 +164,13 @@ pub(super) fn on_request(
         }
     };
     if dst_dev >= p.devices.len() || src_dev >= p.devices.len() {
-        return answer(None, RESP_ERR, IBV_WC_RETRY_EXC_ERR);
+        return answer(None, RESP_DROP, 0);
     }
     let Some(b) = p
         .find_qp(dst_dev, rec.dst_qpn)
         .filter(|_| p.devices[dst_dev].is_up())
     else {
-        return answer(None, RESP_ERR, IBV_WC_RETRY_EXC_ERR);
+        return answer(None, RESP_DROP, 0);
     };
     // The key table before the QP: the engine takes them in that order too (its
     // requester lock aside), so a waiting deregistration cannot wedge us.
@@ -262,6 +262,7 @@ pub(super) fn on_request(
             (RESP_ERR, status)
         }
         Response::Dropped => return,
+        Response::Unanswered => (RESP_DROP, 0),
     };
     drop(gb);
     drop(mrs);
