@@ -20,12 +20,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         short: u64,
         status: WcStatus,
     ) -> Result<(), Stray> {
-        let l = &mut self.lanes[lane];
+        let l = &mut self.lanes.data[lane];
         if let Some((id, count)) = l.complete_oldest(short, status) {
-            credit_data(&mut self.send, id, count, WcStatus::SUCCESS);
+            credit_data(&mut self.tx.slots, id, count, WcStatus::SUCCESS);
             // The QP is healthy, or the completion would not have been the usual one.
             if l.outstanding < self.cfg.max_outstanding {
-                self.room |= 1 << lane;
+                self.lanes.room |= 1 << lane;
             }
             return Ok(());
         }
@@ -42,22 +42,22 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         short: u64,
         status: WcStatus,
     ) -> Result<(), Stray> {
-        if self.lanes[lane].survived {
+        if self.lanes.data[lane].survived {
             // A QP the virtual QP went on without: its runs are posted again.
             return Ok(());
         }
         if !status.is_ok() && self.can_survive(lane) {
             // The runs before the one that failed completed; the rest go again.
-            let send = &mut self.send;
-            self.lanes[lane].fail_at(short, &mut |id, n, st| credit_data(send, id, n, st));
+            let send = &mut self.tx.slots;
+            self.lanes.data[lane].fail_at(short, &mut |id, n, st| credit_data(send, id, n, st));
             self.survive(lane, status);
             return Ok(());
         }
-        let send = &mut self.send;
-        let l = &mut self.lanes[lane];
+        let send = &mut self.tx.slots;
+        let l = &mut self.lanes.data[lane];
         let matched = l.complete_rest(short, status, &mut |id, n, st| credit_data(send, id, n, st));
         if l.has_room(self.cfg.max_outstanding) {
-            self.room |= 1 << lane;
+            self.lanes.room |= 1 << lane;
         }
         if status.is_ok() {
             return if matched { Ok(()) } else { Err(Stray) };
@@ -78,7 +78,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if lane != NOTIFY_LANE {
             return self.data_completion(lane as usize, short, status);
         }
-        let Some(l) = self.notify.as_ref() else {
+        let Some(l) = self.lanes.notify.as_ref() else {
             return Err(Stray);
         };
         if l.survived {
@@ -89,8 +89,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if !status.is_ok() && self.try_survive_notify(status) {
             return Ok(());
         }
-        let send = &mut self.send;
-        let Some(l) = self.notify.as_mut() else {
+        let send = &mut self.tx.slots;
+        let Some(l) = self.lanes.notify.as_mut() else {
             return Err(Stray);
         };
         let matched = l.complete(short, status, &mut |id, n, st| {
@@ -111,8 +111,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     #[inline]
     pub(super) fn drain_sends(&mut self, out: &mut [Wc]) -> usize {
         let mut n = 0;
-        while self.send.head != self.send.tail && n < out.len() {
-            let slot = self.send.get(self.send.head);
+        while self.tx.slots.head != self.tx.slots.tail && n < out.len() {
+            let slot = self.tx.slots.get(self.tx.slots.head);
             if !slot.complete() {
                 break;
             }
@@ -127,7 +127,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 };
                 n += 1;
             }
-            self.send.head += 1;
+            self.tx.slots.head += 1;
         }
         n
     }

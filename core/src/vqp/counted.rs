@@ -40,29 +40,29 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Whether data QP `i` takes the application's receives (data QP 0 of a one-QP
     /// virtual QP, and of a SPRAY one for SENDs), whose count its fail-back needs.
     pub(super) fn counts(&self, i: usize) -> bool {
-        i == 0 && (self.lanes.len() == 1 || self.cfg.mode == Mode::Spray)
+        i == 0 && (self.lanes.data.len() == 1 || self.cfg.mode == Mode::Spray)
     }
 
     /// Whether a receive request belongs to the notify QP (`true`) or data QP 0.
     fn on_notify(&self, wr: &RecvWr) -> bool {
-        self.notify.is_some() && wr.len == 0
+        self.lanes.notify.is_some() && wr.len == 0
     }
 
     /// The QP in role `lane`: a data QP's index, or `NOTIFY_LANE`.
     fn role(&self, lane: u8) -> Option<&Lane<Q, D>> {
         if lane == NOTIFY_LANE {
-            self.notify.as_ref()
+            self.lanes.notify.as_ref()
         } else {
-            self.lanes.get(lane as usize)
+            self.lanes.data.get(lane as usize)
         }
     }
 
     /// [`Self::role`], mutably.
     fn role_mut(&mut self, lane: u8) -> Option<&mut Lane<Q, D>> {
         if lane == NOTIFY_LANE {
-            self.notify.as_mut()
+            self.lanes.notify.as_mut()
         } else {
-            self.lanes.get_mut(lane as usize)
+            self.lanes.data.get_mut(lane as usize)
         }
     }
 
@@ -73,13 +73,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         self.cfg.redispatch
             && self.cfg.grace_ns > 0
             && self.failed.is_none()
-            && self.notify.is_some()
+            && self.lanes.notify.is_some()
     }
 
     /// The notify QP fails alone: put it in error (its receives flush), and make every
     /// notify it had in flight unsure until the peer's count settles it.
     fn survive_notify(&mut self, status: WcStatus) {
-        let Some(lane) = self.notify.as_mut() else {
+        let Some(lane) = self.lanes.notify.as_mut() else {
             return;
         };
         if !lane.survived {
@@ -89,7 +89,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             lane.qp.set_error();
             self.rec.count_failover();
         }
-        let send = &mut self.send;
+        let send = &mut self.tx.slots;
         lane.take_runs(&mut |run| {
             let slot = send.get_mut(run.id);
             if slot.notify == Notify::InFlight {
@@ -106,7 +106,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if self.failed.is_some() {
             return false;
         }
-        if self.notify.as_ref().is_some_and(|l| l.survived) {
+        if self.lanes.notify.as_ref().is_some_and(|l| l.survived) {
             return true;
         }
         if !self.can_survive_notify() {
@@ -119,7 +119,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Whether the notify QP failed (or was retired) and the virtual QP went on
     /// without it, its replacement not yet sending; false without a notify QP.
     pub fn notify_qp_failed(&self) -> bool {
-        self.notify.as_ref().is_some_and(|l| l.survived)
+        self.lanes.notify.as_ref().is_some_and(|l| l.survived)
     }
 
     /// Take the notify QP out, as if it had failed, so that the peer can replace the
@@ -135,7 +135,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// its receives flush. True when it is out (or already was); false, and nothing
     /// changes, when that cannot be survived.
     pub fn retire(&mut self, i: usize) -> bool {
-        match self.lanes.get(i) {
+        match self.lanes.data.get(i) {
             Some(l) if l.survived => true,
             Some(_) => self.can_survive(i) && self.survive(i, WcStatus::WR_FLUSH_ERR),
             None => false,
@@ -164,7 +164,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// QP 0 of a one-QP or SPRAY virtual QP); 0 at once for the others. `None` until
     /// then, past the end, or once the virtual QP failed.
     pub fn receives_seen(&self, i: usize) -> Option<u32> {
-        if i >= self.lanes.len() || self.failed.is_some() {
+        if i >= self.lanes.data.len() || self.failed.is_some() {
             return None;
         }
         if !self.counts(i) {
@@ -198,22 +198,22 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// # Errors
     /// As [`Self::rejoin_notify`]; [`RestoreError::NotADataDevice`].
     pub fn rejoin_notify_on(&mut self, qp: Q, device: u8) -> Result<Q, RestoreError> {
-        if self.notify.is_none() {
+        if self.lanes.notify.is_none() {
             return Err(RestoreError::NoNotifyQp);
         }
-        if device >= 8 || self.data_devices & (1 << device) == 0 {
+        if device >= 8 || self.lanes.data_devices & (1 << device) == 0 {
             return Err(RestoreError::NotADataDevice(device));
         }
         if self.failed.is_some() {
-            return Err(RestoreError::Unavailable(self.lanes.len()));
+            return Err(RestoreError::Unavailable(self.lanes.data.len()));
         }
         if self.notifies_seen().is_none() {
             return Err(RestoreError::NotDrained);
         }
-        let lane = self.notify.as_mut().expect("checked");
+        let lane = self.lanes.notify.as_mut().expect("checked");
         let old = lane.replace(qp);
         lane.device = device;
-        self.notify_device = 1 << device;
+        self.lanes.notify_device = 1 << device;
         lane.failed = true;
         lane.survived = true;
         lane.joining = true;
@@ -232,8 +232,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// of the notify QP, `data_qps()`) when no replacement waits or the virtual QP
     /// failed.
     pub fn resume_notify(&mut self, peer_seen: u32) -> Result<(), RestoreError> {
-        let n = self.lanes.len();
-        let Some(lane) = self.notify.as_mut() else {
+        let n = self.lanes.data.len();
+        let Some(lane) = self.lanes.notify.as_mut() else {
             return Err(RestoreError::NoNotifyQp);
         };
         if !lane.joining || self.failed.is_some() {
@@ -244,8 +244,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         lane.survived = false;
         lane.sent = peer_seen;
         let mut first_again = None;
-        for id in self.send.head..self.send.tail {
-            let slot = self.send.get_mut(id);
+        for id in self.tx.slots.head..self.tx.slots.tail {
+            let slot = self.tx.slots.get_mut(id);
             if slot.notify != Notify::Unsure || slot.passthrough {
                 continue;
             }
@@ -257,7 +257,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
         }
         if let Some(id) = first_again {
-            self.notify_next = self.notify_next.min(id);
+            self.tx.notify_next = self.tx.notify_next.min(id);
         }
         self.rec.count_restored();
         self.settle_hold();
@@ -270,10 +270,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// reported with the error); the others stay, to be posted again in order.
     pub(super) fn settle_again(&mut self, peer_seen: Option<u32>) {
         if let Some(seen) = peer_seen {
-            self.lanes[0].sent = seen;
+            self.lanes.data[0].sent = seen;
         }
         let error = self.rec.error();
-        self.rec.settle_again(&mut self.send, |slot| {
+        self.rec.settle_again(&mut self.tx.slots, |slot| {
             if slot.notify != Notify::Unsure {
                 return None;
             }
@@ -319,8 +319,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// is healthy and has room (before any new pass-through request).
     pub(super) fn post_again(&mut self, max: u32) {
         while let Some(id) = self.rec.next_again() {
-            let lane = &self.lanes[0];
-            if !lane.has_room(max) || self.send.get(id).notify == Notify::Unsure {
+            let lane = &self.lanes.data[0];
+            if !lane.has_room(max) || self.tx.slots.get(id).notify == Notify::Unsure {
                 return;
             }
             self.rec.pop_again();
@@ -334,9 +334,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// QP flushed, which will not be posted again (those it still holds flush through
     /// the usual polling).
     pub(super) fn settle_counted(&mut self, status: WcStatus) {
-        self.rec.drop_again(&mut self.send, status);
-        for id in self.send.head..self.send.tail {
-            let slot = self.send.get_mut(id);
+        self.rec.drop_again(&mut self.tx.slots, status);
+        for id in self.tx.slots.head..self.tx.slots.tail {
+            let slot = self.tx.slots.get_mut(id);
             if slot.notify == Notify::Unsure {
                 slot.notify = if slot.passthrough {
                     Notify::None

@@ -21,17 +21,17 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// other policies choose in the round.
     #[inline]
     pub(super) fn post_alone(&mut self) -> bool {
-        let id = self.dispatch;
-        if id + 1 != self.send.tail || !self.even {
+        let id = self.tx.dispatch;
+        if id + 1 != self.tx.slots.tail || !self.lanes.even {
             return false;
         }
         let max = self.cfg.max_outstanding;
-        let slot = self.send.get_mut(id);
+        let slot = self.tx.slots.get_mut(id);
         if slot.notify != Notify::None {
             return false;
         }
         let (l, mut wqe, run_seq) = if slot.passthrough {
-            let lane = &mut self.lanes[0];
+            let lane = &mut self.lanes.data[0];
             if !lane.has_room(max) {
                 return false;
             }
@@ -42,41 +42,41 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             (
                 0,
                 passthrough_wqe(&slot.wr, send_id(self.tag, id), lane.device),
-                self.num.next(),
+                self.tx.num.next(),
             )
         } else {
-            if slot.plan.count() != 1 || self.room == 0 {
+            if slot.plan.count() != 1 || self.lanes.room == 0 {
                 return false;
             }
-            let seq = self.num.next();
+            let seq = self.tx.num.next();
             if numbered(&slot.wr, self.cfg.mode) {
-                if self.num.budget(&self.lanes) == 0 {
+                if self.tx.num.budget(&self.lanes.data) == 0 {
                     return false;
                 }
-                self.num.skip(1);
+                self.tx.num.skip(1);
             }
-            let l = pick(self.room, self.next_lane);
-            self.next_lane = after(l, self.lanes.len());
+            let l = pick(self.lanes.room, self.lanes.next);
+            self.lanes.next = after(l, self.lanes.data.len());
             // Built only now, so that little of it lives across the checks above.
             let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
-            let keys = slot.wr.keys.pair(self.lanes[l].device);
+            let keys = slot.wr.keys.pair(self.lanes.data[l].device);
             let len = slot.wr.len as u32;
             (l, req.wqe(l as u64, keys, 0, len, seq, true), seq)
         };
         slot.posted = 1;
         slot.offset = slot.wr.len;
-        self.dispatch += 1;
+        self.tx.dispatch += 1;
         // A request that needs no notify is passed over by the notify cursor.
-        if self.notify_next == id {
-            self.notify_next += 1;
+        if self.tx.notify_next == id {
+            self.tx.notify_next += 1;
         }
-        let lane = &mut self.lanes[l];
-        let send = &mut self.send;
+        let lane = &mut self.lanes.data[l];
+        let send = &mut self.tx.slots;
         let posted = lane.post_one(id, run_seq, &mut wqe, &mut |id, n, st| {
             credit_data(send, id, n, st)
         });
         if !lane.has_room(max) {
-            self.room &= !(1 << l);
+            self.lanes.room &= !(1 << l);
         }
         if posted.is_err() {
             self.fail(WcStatus::POST_ERR);
@@ -94,42 +94,42 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             self.rec.resettle();
         }
         let merge = self.cfg.signaling == Signaling::LastOfChain;
-        let n = self.lanes.len() as u32;
+        let n = self.lanes.data.len() as u32;
         let all_lanes = u64::MAX >> (64 - n);
         // DQPLB sequence numbers this round may still use; computed when first needed.
         let mut seq_budget = None;
-        'requests: while self.dispatch != self.send.tail {
-            let id = self.dispatch;
-            let slot = self.send.get_mut(id);
+        'requests: while self.tx.dispatch != self.tx.slots.tail {
+            let id = self.tx.dispatch;
+            let slot = self.tx.slots.get_mut(id);
             if slot.passthrough {
-                if self.lanes[0].survived {
+                if self.lanes.data[0].survived {
                     self.passthrough_without_qp0(id);
-                } else if self.lanes[0].has_room(max) {
+                } else if self.lanes.data[0].has_room(max) {
                     self.stage_passthrough(id);
                 } else {
                     if self.cfg.policy == Policy::Adaptive {
-                        self.striping.note_wait(1);
+                        self.lanes.striping.note_wait(1);
                     }
                     break;
                 }
-                self.dispatch += 1;
+                self.tx.dispatch += 1;
                 continue;
             }
             let count = slot.fragments();
             // Every data QP takes its share of what is left at once when all have
             // room for it: no per-fragment pick.
             if count - slot.posted >= 2 && self.may_spread() {
-                let staged = if self.even {
-                    self.room == all_lanes && self.try_spread(id, max, &mut seq_budget)
+                let staged = if self.lanes.even {
+                    self.lanes.room == all_lanes && self.try_spread(id, max, &mut seq_budget)
                 } else {
-                    self.scheduled && self.try_scheduled(id, max, &mut seq_budget)
+                    self.lanes.scheduled && self.try_scheduled(id, max, &mut seq_budget)
                 };
                 if staged {
-                    self.dispatch += 1;
+                    self.tx.dispatch += 1;
                     continue;
                 }
             }
-            let slot = self.send.get_mut(id);
+            let slot = self.tx.slots.get_mut(id);
             if slot.posted == 0 {
                 // Set here rather than when the request is taken: only the
                 // fragment-by-fragment round and the schedule read it.
@@ -139,15 +139,16 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             let dqplb_imm = req.dqplb_imm;
             while slot.posted < count {
                 let eligible = allowed(all_lanes, self.cfg.fanout, slot.used);
-                let allowed = eligible & self.room;
+                let allowed = eligible & self.lanes.room;
                 if allowed == 0 {
                     if self.cfg.policy == Policy::Adaptive {
-                        self.striping.note_full(eligible, count == 1);
+                        self.lanes.striping.note_full(eligible, count == 1);
                     }
                     break 'requests;
                 }
                 if dqplb_imm {
-                    let budget = seq_budget.get_or_insert_with(|| self.num.budget(&self.lanes));
+                    let budget =
+                        seq_budget.get_or_insert_with(|| self.tx.num.budget(&self.lanes.data));
                     if *budget == 0 {
                         break 'requests;
                     }
@@ -155,34 +156,34 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 }
                 let Some(l) = choose(
                     &self.cfg,
-                    &self.lanes,
-                    &mut self.striping,
-                    &mut self.next_lane,
+                    &self.lanes.data,
+                    &mut self.lanes.striping,
+                    &mut self.lanes.next,
                     (eligible, allowed),
                     count == 1,
                 ) else {
                     break 'requests;
                 };
                 slot.used |= 1 << l;
-                let lane = &mut self.lanes[l];
+                let lane = &mut self.lanes.data[l];
                 let off = slot.offset;
                 let len = slot.plan.next_len(u64::from(slot.posted), off);
                 slot.offset += u64::from(len);
                 slot.posted += 1;
-                let seq = self.num.next();
+                let seq = self.tx.num.next();
                 if dqplb_imm {
-                    self.num.skip(1);
+                    self.tx.num.skip(1);
                 }
                 let keys = slot.wr.keys.pair(lane.device);
                 let wqe = req.wqe(l as u64, keys, off, len, seq, slot.posted == count);
                 let fragment = slot.posted - 1;
                 *lane.stage(id, seq, merge, len, fragment) = wqe;
-                self.staged |= 1 << l;
+                self.lanes.staged |= 1 << l;
                 if !lane.has_room(max) {
-                    self.room &= !(1 << l);
+                    self.lanes.room &= !(1 << l);
                 }
             }
-            self.dispatch += 1;
+            self.tx.dispatch += 1;
         }
         self.dispatch_notifies();
         self.flush();
@@ -194,11 +195,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// virtual QP does not hold requests then).
     #[cold]
     fn passthrough_without_qp0(&mut self, id: u64) {
-        let slot = self.send.get_mut(id);
+        let slot = self.tx.slots.get_mut(id);
         slot.posted = 1;
         if self
             .rec
-            .wait_for_qp0(&mut self.send, id, self.cfg.grace_ns > 0)
+            .wait_for_qp0(&mut self.tx.slots, id, self.cfg.grace_ns > 0)
         {
             self.settle_hold();
         }
@@ -208,24 +209,24 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// room), numbering it among the receive-consuming WQEs when it is one.
     pub(super) fn stage_passthrough(&mut self, id: u64) {
         let max = self.cfg.max_outstanding;
-        let slot = self.send.get_mut(id);
-        let lane = &mut self.lanes[0];
+        let slot = self.tx.slots.get_mut(id);
+        let lane = &mut self.lanes.data[0];
         let wqe = passthrough_wqe(&slot.wr, send_id(self.tag, id), lane.device);
         if consumes(slot.wr.opcode) {
             slot.order = lane.sent;
             lane.sent = lane.sent.wrapping_add(1);
         }
-        *lane.stage(id, self.num.next(), false, wqe.len, 0) = wqe;
-        self.staged |= 1;
+        *lane.stage(id, self.tx.num.next(), false, wqe.len, 0) = wqe;
+        self.lanes.staged |= 1;
         slot.posted = 1;
         if !lane.has_room(max) {
-            self.room &= !1;
+            self.lanes.room &= !1;
         }
     }
 
     /// Stage SPRAY notifies: in posting order, each once its data completed.
     fn dispatch_notifies(&mut self) {
-        let Some(lane) = self.notify.as_mut() else {
+        let Some(lane) = self.lanes.notify.as_mut() else {
             return;
         };
         if lane.failed && self.failed.is_none() {
@@ -234,10 +235,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         let max = self.cfg.max_outstanding;
         // Requests already reported needed no notify or have settled it.
-        self.notify_next = self.notify_next.max(self.send.head);
-        while self.notify_next != self.send.tail {
-            let id = self.notify_next;
-            let slot = self.send.get_mut(id);
+        self.tx.notify_next = self.tx.notify_next.max(self.tx.slots.head);
+        while self.tx.notify_next != self.tx.slots.tail {
+            let id = self.tx.notify_next;
+            let slot = self.tx.slots.get_mut(id);
             if slot.notify == Notify::Waiting {
                 if !slot.data_settled() {
                     break;
@@ -251,7 +252,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                         break;
                     }
                     let (_, rkey) = slot.wr.keys.pair(lane.device);
-                    *lane.stage(id, self.num.next(), false, 0, 0) = SendWqe {
+                    *lane.stage(id, self.tx.num.next(), false, 0, 0) = SendWqe {
                         wr_id: WrId {
                             tag: self.tag,
                             lane: NOTIFY_LANE,
@@ -275,23 +276,23 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     lane.sent = lane.sent.wrapping_add(1);
                 }
             }
-            self.notify_next += 1;
+            self.tx.notify_next += 1;
         }
     }
 
     /// Post every staged chain; a refused post fails the virtual QP.
     fn flush(&mut self) {
         let signaling = self.cfg.signaling;
-        let send = &mut self.send;
+        let send = &mut self.tx.slots;
         let mut refused = false;
-        while self.staged != 0 {
-            let l = self.staged.trailing_zeros() as usize;
-            self.staged &= self.staged - 1;
-            let lane = &mut self.lanes[l];
+        while self.lanes.staged != 0 {
+            let l = self.lanes.staged.trailing_zeros() as usize;
+            self.lanes.staged &= self.lanes.staged - 1;
+            let lane = &mut self.lanes.data[l];
             let posted = lane.flush(signaling, &mut |id, n, st| credit_data(send, id, n, st));
             refused |= posted.is_err();
         }
-        if let Some(lane) = self.notify.as_mut().filter(|l| l.has_staged()) {
+        if let Some(lane) = self.lanes.notify.as_mut().filter(|l| l.has_staged()) {
             let posted = lane.flush(signaling, &mut |id, n, st| credit_notify(send, id, n, st));
             refused |= posted.is_err();
         }

@@ -23,8 +23,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     pub fn fail_qp(&mut self, qp_num: u32, device: u8, status: WcStatus) -> bool {
         let ours = self
             .lanes
+            .data
             .iter()
-            .chain(self.notify.iter())
+            .chain(self.lanes.notify.iter())
             .any(|l| l.qp_num == qp_num && l.device == device);
         if !ours {
             return false;
@@ -32,6 +33,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         // With re-dispatch, a data QP fails alone while another is healthy.
         let data = self
             .lanes
+            .data
             .iter()
             .position(|l| l.qp_num == qp_num && l.device == device);
         match data {
@@ -49,20 +51,25 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     pub fn fail_device(&mut self, device: u8, status: WcStatus) -> bool {
         let ours = self
             .lanes
+            .data
             .iter()
-            .chain(self.notify.iter())
+            .chain(self.lanes.notify.iter())
             .any(|l| l.device == device);
         if !ours {
             return false;
         }
-        if self.notify.as_ref().is_some_and(|l| l.device == device)
+        if self
+            .lanes
+            .notify
+            .as_ref()
+            .is_some_and(|l| l.device == device)
             && !self.try_survive_notify(status)
         {
             self.fail(status);
             return true;
         }
-        for k in 0..self.lanes.len() {
-            let lane = &self.lanes[k];
+        for k in 0..self.lanes.data.len() {
+            let lane = &self.lanes.data[k];
             if lane.device == device && !self.try_survive(k, status) {
                 self.fail(status);
                 break;
@@ -78,19 +85,24 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return;
         }
         self.failed = Some(status);
-        for id in self.dispatch..self.send.tail {
-            let slot = self.send.get_mut(id);
+        for id in self.tx.dispatch..self.tx.slots.tail {
+            let slot = self.tx.slots.get_mut(id);
             slot.target = slot.posted;
             slot.fail(WcStatus::WR_FLUSH_ERR);
         }
-        self.dispatch = self.send.tail;
+        self.tx.dispatch = self.tx.slots.tail;
         // Runs failed QPs left for re-dispatch will not be posted now.
         self.drop_redo(WcStatus::WR_FLUSH_ERR);
         self.settle_counted(WcStatus::WR_FLUSH_ERR);
         self.rec.release();
         self.fail_recvs(status);
         // Flush whatever is outstanding on every QP, so each request is reported.
-        for lane in self.lanes.iter_mut().chain(self.notify.iter_mut()) {
+        for lane in self
+            .lanes
+            .data
+            .iter_mut()
+            .chain(self.lanes.notify.iter_mut())
+        {
             lane.qp.set_error();
         }
     }

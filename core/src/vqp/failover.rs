@@ -25,7 +25,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// What the virtual QP survived so far.
     pub fn failover(&self) -> Failover {
         Failover {
-            healthy: self.lanes.iter().filter(|l| !l.failed).count() as u32,
+            healthy: self.lanes.data.iter().filter(|l| !l.failed).count() as u32,
             ..self.rec.counters()
         }
     }
@@ -44,6 +44,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             && (self.cfg.grace_ns > 0
                 || self
                     .lanes
+                    .data
                     .iter()
                     .enumerate()
                     .any(|(i, l)| i != lane && !l.failed))
@@ -54,23 +55,23 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// requests when it was the last path. False when the runs do not fit the queue
     /// of runs to post again (the virtual QP then fails).
     pub(super) fn survive(&mut self, lane: usize, status: WcStatus) -> bool {
-        let l = &mut self.lanes[lane];
+        let l = &mut self.lanes.data[lane];
         if !l.survived {
             l.failed = true;
             l.survived = true;
             l.qp.set_error();
             self.rec.count_failover();
         }
-        let (rec, send) = (&mut self.rec, &mut self.send);
+        let (rec, send) = (&mut self.rec, &mut self.tx.slots);
         let wait = self.cfg.grace_ns > 0;
         let mut fits = true;
         l.take_runs(&mut |run| fits &= rec.keep_run(send, run, wait, status));
         rec.expect_rework();
-        self.room &= !(1 << lane);
+        self.lanes.room &= !(1 << lane);
         self.rec.set_error(status);
         // A request held to the QPs it used (the fan-out limit) may use another.
-        for id in self.send.head..self.send.tail {
-            self.send.get_mut(id).used &= !(1 << lane);
+        for id in self.tx.slots.head..self.tx.slots.tail {
+            self.tx.slots.get_mut(id).used &= !(1 << lane);
         }
         self.settle_hold();
         if !fits {
@@ -82,7 +83,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// `survive` where it may be: true when data QP `lane` failing with `status` was
     /// survived, false when the caller must fail the virtual QP as before.
     pub(super) fn try_survive(&mut self, lane: usize, status: WcStatus) -> bool {
-        if self.lanes[lane].survived {
+        if self.lanes.data[lane].survived {
             return true;
         }
         self.can_survive(lane) && self.survive(lane, status)
@@ -91,9 +92,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Whether requests cannot complete for want of a QP: every data QP failed, the
     /// SPRAY notify QP did, or data QP 0 did with pass-through requests waiting for it.
     fn pathless(&self) -> bool {
-        self.lanes.iter().all(|l| l.failed)
-            || self.notify.as_ref().is_some_and(|l| l.failed)
-            || (self.lanes[0].failed && self.rec.waits_for_qp0())
+        self.lanes.data.iter().all(|l| l.failed)
+            || self.lanes.notify.as_ref().is_some_and(|l| l.failed)
+            || (self.lanes.data[0].failed && self.rec.waits_for_qp0())
     }
 
     /// Start the grace period's clock when the last path went, stop it when one is
@@ -137,10 +138,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// caller to destroy; its completions that come later still count for the
     /// fragments that landed there.
     pub fn rejoin(&mut self, i: usize, qp: Q) -> Result<Q, RestoreError> {
-        if i >= self.lanes.len() {
+        if i >= self.lanes.data.len() {
             return Err(RestoreError::NoSuchQp(i));
         }
-        let lane = &self.lanes[i];
+        let lane = &self.lanes.data[i];
         let ok =
             self.cfg.redispatch && self.failed.is_none() && (lane.survived || self.can_survive(i));
         if !ok {
@@ -154,7 +155,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return Err(RestoreError::NotDrained);
         }
         let counted = self.counts(i);
-        let lane = &mut self.lanes[i];
+        let lane = &mut self.lanes.data[i];
         let old = lane.replace(qp);
         // Failed to every sender until it resumes; only its receives are posted.
         lane.failed = true;
@@ -191,7 +192,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     }
 
     fn resume_inner(&mut self, i: usize, peer_seen: Option<u32>) -> Result<(), RestoreError> {
-        let Some(lane) = self.lanes.get_mut(i) else {
+        let Some(lane) = self.lanes.data.get_mut(i) else {
             return Err(RestoreError::NoSuchQp(i));
         };
         if !lane.joining || self.failed.is_some() {
@@ -200,7 +201,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         lane.joining = false;
         lane.failed = false;
         lane.survived = false;
-        self.room |= 1 << i;
+        self.lanes.room |= 1 << i;
         self.rec.count_restored();
         if i == 0 {
             self.settle_again(peer_seen);
@@ -214,23 +215,23 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// oldest first, round-robin, each WQE signaled and a run of its own.
     /// (Pass-through requests wait for data QP 0 instead: see `park`.)
     pub(super) fn restage(&mut self) {
-        while self.room != 0 {
+        while self.lanes.room != 0 {
             let Some(run) = self.rec.next_redo() else {
                 return;
             };
-            let slot = self.send.get(run.id);
+            let slot = self.tx.slots.get(run.id);
             let req = Spread::of(&slot.wr, run.id, self.tag, self.cfg.mode);
             let plan = slot.plan;
             let count = plan.count();
             let mut done = 0;
-            while done < run.count && self.room != 0 {
+            while done < run.count && self.lanes.room != 0 {
                 let f = run.first.wrapping_add(done.wrapping_mul(run.stride));
                 let seq = run.seq.add(f.wrapping_sub(run.first));
-                let l = pick(self.room, self.next_lane);
-                self.next_lane = after(l, self.lanes.len());
-                let lane = &mut self.lanes[l];
+                let l = pick(self.lanes.room, self.lanes.next);
+                self.lanes.next = after(l, self.lanes.data.len());
+                let lane = &mut self.lanes.data[l];
                 let (off, len) = plan.fragment(u64::from(f));
-                let keys = self.send.get(run.id).wr.keys.pair(lane.device);
+                let keys = self.tx.slots.get(run.id).wr.keys.pair(lane.device);
                 let last = u64::from(f) + 1 == count;
                 let mut wqe = req.wqe(l as u64, keys, off, len, seq, last);
                 // Signaled, and a run of its own that nothing joins: runs of one
@@ -239,9 +240,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 wqe.flags = wqe.flags.with(SendFlags::SIGNALED);
                 *lane.stage(run.id, seq, false, len, f) = wqe;
                 lane.close_run();
-                self.staged |= 1 << l;
+                self.lanes.staged |= 1 << l;
                 if !lane.has_room(self.cfg.max_outstanding) {
-                    self.room &= !(1 << l);
+                    self.lanes.room &= !(1 << l);
                 }
                 done += 1;
             }
@@ -251,6 +252,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Runs left to post again are reported with `status` (the virtual QP failed).
     pub(super) fn drop_redo(&mut self, status: WcStatus) {
-        self.rec.drop_redo(&mut self.send, status);
+        self.rec.drop_redo(&mut self.tx.slots, status);
     }
 }

@@ -22,12 +22,15 @@
 //!
 //! # Parts
 //! [`VirtualQp`] is the parent of parts that own their state and the methods on it
-//! and import nothing of the virtual QP: the lanes (`lane`, one physical QP each,
-//! with its runs in `run`), the send slot ring (`slots`, crediting included), DQPLB's
-//! send numbering (`numbering`), the receive side (`receiver`: the application's
-//! receives, DQPLB's reorder window and held messages), the failover state
-//! (`recovery`: what waits to be posted again, the grace period's hold, what was
-//! survived), the striping policies (`policy`) and the data QP choice (`choice`),
+//! and import nothing of the virtual QP. It holds four: the physical QPs (`lanes`:
+//! the data and notify lanes, which have room, which have a chain staged, and the
+//! striping state), the send side (`sender`: the slot ring in posting order, the
+//! dispatch and notify cursors, DQPLB's numbering), the receive side (`receiver`: the
+//! application's receives, DQPLB's reorder window and held messages) and the failover
+//! state (`recovery`: what waits to be posted again, the grace period's hold, what was
+//! survived). Below them: a lane (`lane`, one physical QP, with its runs in `run`),
+//! the slot rings (`slots`, crediting included), DQPLB's send numbering
+//! (`numbering`), the striping policies (`policy`) and the data QP choice (`choice`),
 //! what a request's WQEs are made of (`fragment`), the configuration (`config`) and
 //! the refusals (`error`). Where work needs several parts at once (posting on the
 //! lanes what the send ring holds, routing a completion, failing over), it is the
@@ -48,6 +51,7 @@ mod fail;
 mod failover;
 mod fragment;
 mod lane;
+mod lanes;
 mod numbering;
 mod policy;
 mod receiver;
@@ -55,6 +59,7 @@ mod recovery;
 mod recv;
 mod run;
 mod send;
+mod sender;
 mod slots;
 mod spread;
 
@@ -69,12 +74,11 @@ use crate::phys::{PhysQp, PhysWc};
 use crate::seq::Seq;
 use crate::wr::{Wc, WcStatus, MAX_DEVICES};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
-use lane::Lane;
-use numbering::Numbering;
-use policy::{Served, Striping};
+use lanes::Lanes;
+use policy::Served;
 use receiver::Receiver;
 use recovery::Recovery;
-use slots::{Ring, SendSlot};
+use sender::Sender;
 
 /// One virtual QP over up to `N` data QPs (plus a SPRAY notify QP).
 ///
@@ -98,31 +102,10 @@ pub struct VirtualQp<
     cfg: Config,
     /// Index within the owning virtual CQ, carried in every physical wr_id.
     tag: u8,
-    lanes: heapless::Vec<Lane<Q, D>, N>,
-    notify: Option<Lane<Q, D>>,
-    /// Bit `i` set: data QP `i` is healthy and below `max_outstanding`.
-    room: u64,
-    /// The data QP round-robin tries next.
-    next_lane: u32,
-    /// The weighted policies' schedule and the adaptive policy's meter.
-    striping: Striping<N>,
-    /// Round-robin over every data QP: a request's shares may be staged in one go.
-    even: bool,
-    /// A weighted or adaptive policy: a request's shares follow the schedule.
-    scheduled: bool,
-    /// Bit `i` set: data QP `i` has a chain staged this round.
-    staged: u64,
-    /// Devices of the data QPs (bit per device index).
-    data_devices: u8,
-    /// The notify QP's device bit; 0 when there is no notify QP.
-    notify_device: u8,
-    send: Ring<SendSlot, S>,
-    /// Oldest request with fragments not yet staged.
-    dispatch: u64,
-    /// Oldest request whose SPRAY notify may still need posting.
-    notify_next: u64,
-    /// DQPLB's next sequence number to send and its window credit.
-    num: Numbering,
+    /// The physical QPs and where fragments go.
+    lanes: Lanes<Q, N, D>,
+    /// The send side's requests.
+    tx: Sender<S>,
     /// The receive side's state.
     rx: Receiver<S, W>,
     /// What failover keeps: runs and pass-through requests to post again, the hold.
@@ -166,50 +149,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if cfg.recv_depth == 0 || cfg.recv_depth > 1 << 24 {
             return Err(BuildError::RecvDepth(cfg.recv_depth));
         }
-        let mut lanes = heapless::Vec::new();
-        let mut given = 0;
-        let mut data_devices = 0u8;
-        for (qp, device) in data {
-            given += 1;
-            if device as usize >= MAX_DEVICES {
-                return Err(BuildError::Device(device));
-            }
-            data_devices |= 1 << device;
-            if lanes.push(Lane::new(qp, device)).is_err() {
-                // Keep counting so the error says how many were given.
-            }
-        }
-        if given == 0 || given > N {
-            return Err(BuildError::DataQps { given, capacity: N });
-        }
-        let wants_notify = cfg.mode == Mode::Spray && given > 1;
-        if wants_notify != notify.is_some() {
-            return Err(BuildError::NotifyQp {
-                given: notify.is_some(),
-            });
-        }
-        for lane in &lanes {
-            if cfg.weights[lane.device as usize] == 0 {
-                return Err(BuildError::Weight(lane.device));
-            }
-        }
-        let weigh = cfg.policy != Policy::RoundRobin;
-        for lane in lanes.iter_mut() {
-            lane.weigh = weigh;
-            lane.track = cfg.redispatch;
-            lane.tally = weigh || cfg.redispatch || cfg.count_bytes;
-        }
-        let striping = Striping::new(
-            lanes
-                .iter()
-                .map(|l| u64::from(cfg.weights[l.device as usize])),
-            lanes.len(),
-        );
-        let notify = match notify {
-            Some((_, d)) if d as usize >= MAX_DEVICES => return Err(BuildError::Device(d)),
-            Some((qp, d)) => Some(Lane::new(qp, d)),
-            None => None,
-        };
+        let lanes = Lanes::new(&cfg, data, notify)?;
+        let given = lanes.data.len();
         // The receiver's frontier can lag the sender's oldest outstanding fragment by
         // every receive it holds unprocessed; what is left of its window bounds how
         // far ahead the sender may number fragments (a stalled QP must not let the
@@ -231,31 +172,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             });
         }
         let seq_credit = (W as u64).saturating_sub(unprocessed) as u32;
-        let notify_device = notify.as_ref().map_or(0, |l| 1 << l.device);
-        let room = if given == 64 {
-            u64::MAX
-        } else {
-            (1u64 << given) - 1
-        };
         Ok(Self {
             cfg,
             tag: 0,
             lanes,
-            notify,
-            room,
-            next_lane: 0,
+            tx: Sender::new(Seq::new(cfg.send_seq), seq_credit),
             rec: Recovery::new(),
-            striping,
-            even: cfg.policy == Policy::RoundRobin
-                && (cfg.fanout == 0 || usize::from(cfg.fanout) >= given),
-            scheduled: matches!(cfg.policy, Policy::Weighted | Policy::Adaptive),
-            staged: 0,
-            data_devices,
-            notify_device,
-            send: Ring::new(SendSlot::EMPTY),
-            dispatch: 0,
-            notify_next: 0,
-            num: Numbering::new(Seq::new(cfg.send_seq), seq_credit),
             rx: Receiver::new(Seq::new(cfg.recv_seq)),
             failed: None,
             strays: 0,
@@ -276,79 +198,75 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// How many data QPs.
     pub fn data_qps(&self) -> usize {
-        self.lanes.len()
+        self.lanes.data.len()
     }
 
     /// Data QP `i`'s number (`None` past the end).
     pub fn data_qp_num(&self, i: usize) -> Option<u32> {
-        self.lanes.get(i).map(|l| l.qp_num)
+        self.lanes.data.get(i).map(|l| l.qp_num)
     }
 
     /// The notify QP's number, in SPRAY with several data QPs.
     pub fn notify_qp_num(&self) -> Option<u32> {
-        self.notify.as_ref().map(|l| l.qp_num)
+        self.lanes.notify.as_ref().map(|l| l.qp_num)
     }
 
     /// Data QP `i`.
     pub fn data_qp(&self, i: usize) -> Option<&Q> {
-        self.lanes.get(i).map(|l| &l.qp)
+        self.lanes.data.get(i).map(|l| &l.qp)
     }
 
     /// Data QP `i`, mutably (to connect it, say).
     pub fn data_qp_mut(&mut self, i: usize) -> Option<&mut Q> {
-        self.lanes.get_mut(i).map(|l| &mut l.qp)
+        self.lanes.data.get_mut(i).map(|l| &mut l.qp)
     }
 
     /// The notify QP.
     pub fn notify_qp(&self) -> Option<&Q> {
-        self.notify.as_ref().map(|l| &l.qp)
+        self.lanes.notify.as_ref().map(|l| &l.qp)
     }
 
     /// The notify QP, mutably.
     pub fn notify_qp_mut(&mut self) -> Option<&mut Q> {
-        self.notify.as_mut().map(|l| &mut l.qp)
+        self.lanes.notify.as_mut().map(|l| &mut l.qp)
     }
 
     /// Counters of data QP `i`, or of the notify QP for `i == data_qps()`.
     pub fn lane_stats(&self, i: usize) -> Option<LaneStats> {
-        match self.lanes.get(i) {
-            Some(l) => Some(l.stats),
-            None if i == self.lanes.len() => self.notify.as_ref().map(|l| l.stats),
-            None => None,
-        }
+        self.lanes.data_or_notify(i).map(|l| l.stats)
     }
 
     /// The device data QP `i` is on; `None` past the end.
     pub fn data_qp_device(&self, i: usize) -> Option<u8> {
-        self.lanes.get(i).map(|l| l.device)
+        self.lanes.data.get(i).map(|l| l.device)
     }
 
     /// The device the SPRAY notify QP is on; `None` without one.
     pub fn notify_qp_device(&self) -> Option<u8> {
-        self.notify.as_ref().map(|l| l.device)
+        self.lanes.notify.as_ref().map(|l| l.device)
     }
 
     /// Whether data QP `i` failed and the virtual QP went on without it (see
     /// [`Self::restore`]); false past the end.
     pub fn data_qp_failed(&self, i: usize) -> bool {
-        self.lanes.get(i).is_some_and(|l| l.survived)
+        self.lanes.data.get(i).is_some_and(|l| l.survived)
     }
 
     /// Data QP `i`'s weight under the weighted policies: as configured or set, or
     /// under [`Policy::Adaptive`] its estimated service rate in bytes per second
     /// once one was measured. `None` past the end.
     pub fn weight(&self, i: usize) -> Option<u64> {
-        (i < self.lanes.len()).then(|| self.striping.weight(i))
+        (i < self.lanes.data.len()).then(|| self.lanes.striping.weight(i))
     }
 
     /// Sets data QP `i`'s weight (at least 1; see [`Self::weight`]); the next
     /// fragments follow it. False, having changed nothing, past the end.
     pub fn set_weight(&mut self, i: usize, weight: u64) -> bool {
-        let n = self.lanes.len();
+        let n = self.lanes.data.len();
         if i >= n {
             return false;
         }
-        self.striping.set_weight(i, weight, n);
+        self.lanes.striping.set_weight(i, weight, n);
         true
     }
 
@@ -364,7 +282,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if self.rec.held() {
             self.check_grace(now_ns);
         }
-        if self.cfg.policy != Policy::Adaptive || !self.striping.due(now_ns, self.cfg.adapt_ns) {
+        if self.cfg.policy != Policy::Adaptive
+            || !self.lanes.striping.due(now_ns, self.cfg.adapt_ns)
+        {
             return false;
         }
         let mut served = [Served {
@@ -372,7 +292,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             idled: false,
             failed: false,
         }; N];
-        for (i, (s, l)) in served.iter_mut().zip(self.lanes.iter()).enumerate() {
+        for (i, (s, l)) in served.iter_mut().zip(self.lanes.data.iter()).enumerate() {
             *s = Served {
                 // Handed to the QP and no longer outstanding (a QP with an error is
                 // failed, and weighed apart).
@@ -380,17 +300,18 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 // Ran dry, and never held work back: a QP that runs dry only because
                 // one completion acknowledged all it had still counts as busy when
                 // work waited for it.
-                idled: l.idled && !self.striping.waited_for(i),
+                idled: l.idled && !self.lanes.striping.waited_for(i),
                 failed: l.failed,
             };
         }
-        let n = self.lanes.len();
+        let n = self.lanes.data.len();
         let changed = self
+            .lanes
             .striping
             .sample(now_ns, self.cfg.adapt_ns, &served[..n]);
         if changed {
             // A new interval starts: a QP idles in it if it is idle now or runs dry.
-            for l in self.lanes.iter_mut() {
+            for l in self.lanes.data.iter_mut() {
                 l.idled = l.outstanding == 0;
             }
         }
@@ -404,7 +325,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Virtual send requests taken and not yet reported.
     pub fn sends_in_flight(&self) -> usize {
-        self.send.len()
+        self.tx.len()
     }
 
     /// Virtual receive requests taken and not yet reported.
@@ -429,7 +350,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// The next DQPLB sequence number this side sends.
     pub fn send_seq(&self) -> Seq {
-        self.num.next()
+        self.tx.num.next()
     }
 
     pub(crate) fn set_tag(&mut self, tag: u8) {
@@ -439,12 +360,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// The (device, WQEs) each physical QP can have outstanding, send and receive,
     /// for completion-queue sizing.
     pub(crate) fn cq_demand(&self) -> [u64; MAX_DEVICES] {
-        let mut demand = [0u64; MAX_DEVICES];
         let per_qp = u64::from(self.cfg.max_outstanding) + u64::from(self.cfg.recv_depth);
-        for lane in self.lanes.iter().chain(self.notify.iter()) {
-            demand[lane.device as usize] += per_qp;
-        }
-        demand
+        self.lanes.cq_demand(per_qp)
     }
 
     /// Feed one physical completion that `device`'s CQ returned and whose wr_id
@@ -475,7 +392,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         if id.kind == Kind::Send && id.lane != NOTIFY_LANE {
             // The common case first: a data QP's send completion.
-            return match self.lanes.get(id.lane as usize) {
+            return match self.lanes.data.get(id.lane as usize) {
                 Some(l) if l.qp_num == wc.qp_num && l.device == device => {
                     self.data_completion(id.lane as usize, id.id, wc.status)
                 }
@@ -483,9 +400,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             };
         }
         let lane = if id.lane == NOTIFY_LANE {
-            self.notify.as_ref()
+            self.lanes.notify.as_ref()
         } else {
-            self.lanes.get(id.lane as usize)
+            self.lanes.data.get(id.lane as usize)
         };
         match lane {
             Some(l) if l.qp_num == wc.qp_num && l.device == device => {}
@@ -508,8 +425,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// replenish DQPLB receives, post waiting receives.
     #[inline]
     pub fn progress(&mut self) {
-        let notifies_due = self.notify_device != 0 && self.notify_next != self.send.tail;
-        if self.dispatch != self.send.tail || notifies_due || self.rec.pending() {
+        if self.tx.has_work(self.lanes.notify_device != 0) || self.rec.pending() {
             self.dispatch();
         }
         if self.rx.has_work() {

@@ -28,7 +28,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 {
     /// True when DQPLB's sequence-numbered fragments arrive here.
     fn dqplb_receiver(&self) -> bool {
-        self.cfg.mode == Mode::Dqplb && self.lanes.len() > 1
+        self.cfg.mode == Mode::Dqplb && self.lanes.data.len() > 1
     }
 
     /// Post the receives the peer's traffic needs before any arrives: in DQPLB with
@@ -40,7 +40,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             return;
         }
         self.rx.arm();
-        for lane in self.lanes.iter_mut() {
+        for lane in self.lanes.data.iter_mut() {
             lane.recv_owed = self.cfg.recv_depth;
         }
         self.replenish();
@@ -78,9 +78,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         let depth = self.cfg.recv_depth;
         while let Some((id, wr)) = self.rx.unposted() {
-            let (lane, index) = match self.notify.as_mut() {
+            let (lane, index) = match self.lanes.notify.as_mut() {
                 Some(notify) if wr.len == 0 => (notify, NOTIFY_LANE),
-                _ => (&mut self.lanes[0], 0),
+                _ => (&mut self.lanes.data[0], 0),
             };
             // A replacement waiting for its peer takes receives (it must have them
             // before the peer sends), a failed QP does not.
@@ -107,20 +107,22 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// What is withheld makes the sender meet RNR and wait (backpressure) until the
     /// application posts receives again.
     fn replenish(&mut self) {
-        if !self.rx.armed() || self.failed.is_some() || self.lanes.iter().all(|l| l.recv_owed == 0)
+        if !self.rx.armed()
+            || self.failed.is_some()
+            || self.lanes.data.iter().all(|l| l.recv_owed == 0)
         {
             return;
         }
-        let posted: u32 = self.lanes.iter().map(|l| l.recv_outstanding).sum();
+        let posted: u32 = self.lanes.data.iter().map(|l| l.recv_outstanding).sum();
         let mut budget = (S as u32).saturating_sub(posted + self.rx.held() as u32);
         let tag = self.tag;
-        let n = self.lanes.len();
+        let n = self.lanes.data.len();
         // Start with the next QP next time, so that withheld receives are shared.
         let first = self.rx.replenish_from(n);
         let mut refused = false;
         for k in 0..n {
             let i = (first + k) % n;
-            let lane = &mut self.lanes[i];
+            let lane = &mut self.lanes.data[i];
             while lane.recv_owed > 0 && budget > 0 && (!lane.failed || lane.joining) {
                 let wqe = RecvWqe {
                     wr_id: WrId {
@@ -163,9 +165,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         wc: &PhysWc,
     ) -> Result<(), Stray> {
         let l = if lane == NOTIFY_LANE {
-            self.notify.as_mut().ok_or(Stray)?
+            self.lanes.notify.as_mut().ok_or(Stray)?
         } else {
-            &mut self.lanes[lane as usize]
+            &mut self.lanes.data[lane as usize]
         };
         let id = self.rx.find_posted(short).ok_or(Stray)?;
         if l.recv_outstanding == 0 {
@@ -188,7 +190,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 // Posted again on the notify QP's replacement.
                 return Ok(());
             }
-            if let Some(l) = self.notify.as_mut() {
+            if let Some(l) = self.lanes.notify.as_mut() {
                 l.failed = true;
             }
         } else {
@@ -196,7 +198,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 // Posted again on data QP 0's replacement.
                 return Ok(());
             }
-            self.lanes[lane as usize].failed = true;
+            self.lanes.data[lane as usize].failed = true;
         }
         self.rx.end(id, wc.status);
         self.fail(wc.status);
@@ -205,7 +207,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// A completion of one of DQPLB's kept-posted receives: a fragment arrived.
     pub(super) fn seq_completion(&mut self, lane: u8, wc: &PhysWc) -> Result<(), Stray> {
-        let l = &mut self.lanes[lane as usize];
+        let l = &mut self.lanes.data[lane as usize];
         if l.recv_outstanding == 0 {
             return Err(Stray);
         }
@@ -216,7 +218,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             if self.try_survive(lane as usize, wc.status) {
                 return Ok(());
             }
-            self.lanes[lane as usize].failed = true;
+            self.lanes.data[lane as usize].failed = true;
             self.fail(wc.status);
             return Ok(());
         }
@@ -236,7 +238,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         kind: Kind,
         wc: &PhysWc,
     ) -> Result<(), Stray> {
-        let l = &mut self.lanes[lane];
+        let l = &mut self.lanes.data[lane];
         match kind {
             Kind::SeqRecv if l.retired_recvs > 0 => {
                 l.retired_recvs -= 1;

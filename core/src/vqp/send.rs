@@ -118,8 +118,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if !self.classify::<false>(&wr)? {
             return Err(PostSendError::CannotInline(op));
         }
-        let qp0 = &self.lanes[0];
-        if self.dispatch != self.send.tail
+        let qp0 = &self.lanes.data[0];
+        if self.tx.dispatch != self.tx.slots.tail
             || self.rec.pending()
             || qp0.failed
             || !qp0.has_room(self.cfg.max_outstanding)
@@ -132,7 +132,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
         // Nothing waited before it and data QP 0 had room: the request was posted (or
         // refused by the provider, which failed the virtual QP), not left waiting.
-        debug_assert_eq!(self.dispatch, self.send.tail);
+        debug_assert_eq!(self.tx.dispatch, self.tx.slots.tail);
         Ok(())
     }
 
@@ -182,7 +182,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if op.name().is_none() {
             return Err(PostSendError::UnknownOpcode(op));
         }
-        let several = self.lanes.len() > 1;
+        let several = self.lanes.data.len() > 1;
         let (passthrough, devices) = if several && op.is_rdma() {
             if wr.len == 0 {
                 return Err(PostSendError::ZeroLength);
@@ -193,11 +193,11 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 fragment_flags::<CHECKED>(wr)?;
             }
             let notify_dev = if op == Opcode::RDMA_WRITE_WITH_IMM {
-                self.notify_device
+                self.lanes.notify_device
             } else {
                 0
             };
-            (false, self.data_devices | notify_dev)
+            (false, self.lanes.data_devices | notify_dev)
         } else {
             let is_send = matches!(op, Opcode::SEND | Opcode::SEND_WITH_IMM);
             if is_send && several && self.cfg.mode == Mode::Dqplb {
@@ -213,7 +213,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             (
                 true,
                 if touches_keys {
-                    1 << self.lanes[0].device
+                    1 << self.lanes.data[0].device
                 } else {
                     0
                 },
@@ -242,18 +242,18 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// has not failed, a slot; posts nothing.
     #[inline(always)]
     fn take(&mut self, wr: &SendWr, passthrough: bool) -> Result<(), PostSendError> {
-        if passthrough && self.lanes[0].survived && self.cfg.grace_ns == 0 {
+        if passthrough && self.lanes.data[0].survived && self.cfg.grace_ns == 0 {
             // Pass-through opcodes go to data QP 0, which failed (re-dispatch), and
             // nothing waits for it to come back. With a grace period they are held
             // until it does (later requests go on meanwhile; their completions wait,
             // in order) or the grace period ends.
             return Err(PostSendError::Failed(self.rec.error()));
         }
-        if self.send.is_full() {
+        if self.tx.slots.is_full() {
             return Err(PostSendError::Full);
         }
-        let spray_imm = self.notify_device != 0 && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM;
-        let id = self.send.tail;
+        let spray_imm = self.lanes.notify_device != 0 && wr.opcode == Opcode::RDMA_WRITE_WITH_IMM;
+        let id = self.tx.slots.tail;
         let plan = if passthrough {
             Plan::whole(wr.len)
         } else {
@@ -268,7 +268,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         };
         // Field by field: a whole-slot assignment would build the slot on the stack
         // first and copy it.
-        let slot = self.send.get_mut(id);
+        let slot = self.tx.slots.get_mut(id);
         slot.wr = *wr;
         slot.plan = plan;
         slot.posted = 0;
@@ -282,7 +282,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         } else {
             Notify::None
         };
-        self.send.tail += 1;
+        self.tx.slots.tail += 1;
         Ok(())
     }
 }

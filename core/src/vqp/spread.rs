@@ -52,15 +52,15 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// one-fragment path of [`Self::dispatch`].
     #[inline(never)]
     pub(super) fn try_spread(&mut self, id: u64, max: u32, seq_budget: &mut Option<u32>) -> bool {
-        let slot = self.send.get(id);
+        let slot = self.tx.slots.get(id);
         let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
         let left = slot.plan.count() - u64::from(slot.posted);
-        let share = left.div_ceil(self.lanes.len() as u64) as u32;
-        if !self.lanes.iter().all(|l| l.has_room_for(share, max)) {
+        let share = left.div_ceil(self.lanes.data.len() as u64) as u32;
+        if !self.lanes.data.iter().all(|l| l.has_room_for(share, max)) {
             return false;
         }
         if req.dqplb_imm {
-            let budget = seq_budget.get_or_insert_with(|| self.num.budget(&self.lanes));
+            let budget = seq_budget.get_or_insert_with(|| self.tx.num.budget(&self.lanes.data));
             if u64::from(*budget) < left {
                 return false;
             }
@@ -69,7 +69,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         // One copy of the staging loop per signaling, each with its runs known, and
         // per lane bookkeeping: plain round-robin keeps no per-run figures (nor byte
         // counts, unless asked).
-        let plain = !self.lanes[0].tally;
+        let plain = !self.lanes.data[0].tally;
         match (self.cfg.signaling == Signaling::LastOfChain, plain) {
             (true, true) => self.stage_spread::<true, true>(&req, max),
             (true, false) => self.stage_spread::<true, false>(&req, max),
@@ -94,10 +94,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// them. The caller checked that every QP has room for its share and that the
     /// DQPLB budget covers them.
     fn stage_spread<const MERGE: bool, const PLAIN: bool>(&mut self, s: &Spread, max: u32) {
-        let n = self.lanes.len() as u64;
-        let at = Layout::of(self.send.get(s.id), self.num.next());
+        let n = self.lanes.data.len() as u64;
+        let at = Layout::of(self.tx.slots.get(s.id), self.tx.num.next());
         let (first, left) = (at.first, at.count - at.first);
-        let start = u64::from(self.next_lane);
+        let start = u64::from(self.lanes.next);
         // QP k of the round takes fragments first + k, first + k + n, ...: `whole`
         // each, one more for the first `extra` QPs. The last fragment is on QP
         // `last_k`.
@@ -112,7 +112,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             let ends = k == last_k;
             self.stage_share::<MERGE, PLAIN>(s, &at, l as usize, first + k, share, n, ends, max);
         }
-        self.next_lane = ((start + left) % n) as u32;
+        self.lanes.next = ((start + left) % n) as u32;
         self.spread_done(s, left);
     }
 
@@ -143,7 +143,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             origin,
             step,
         } = *at;
-        let keys = self.send.get(s.id).wr.keys.pair(self.lanes[l].device);
+        let keys = self
+            .tx
+            .slots
+            .get(s.id)
+            .wr
+            .keys
+            .pair(self.lanes.data[l].device);
         let run_seq = if s.dqplb_imm {
             base_seq.add((i - first) as u32)
         } else {
@@ -152,7 +158,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         // This share's fragments are numbered d apart.
         let seq_step = if s.dqplb_imm { d as u32 } else { 0 };
         let stride = d * step;
-        let lane = &mut self.lanes[l];
+        let lane = &mut self.lanes.data[l];
         let shared = s.wqe(l as u64, keys, 0, step as u32, run_seq, false);
         let run = lane.stage_run::<PLAIN>(
             s.id,
@@ -204,9 +210,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if let Some(len) = tail {
             lane.mend_len::<PLAIN>(share - 1, share, MERGE, step as u32, len);
         }
-        self.staged |= 1 << l;
+        self.lanes.staged |= 1 << l;
         if !lane.has_room(max) {
-            self.room &= !(1 << l);
+            self.lanes.room &= !(1 << l);
         }
     }
 
@@ -214,9 +220,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     #[inline]
     fn spread_done(&mut self, s: &Spread, left: u64) {
         if s.dqplb_imm {
-            self.num.skip(left as u32);
+            self.tx.num.skip(left as u32);
         }
-        let slot = self.send.get_mut(s.id);
+        let slot = self.tx.slots.get_mut(s.id);
         slot.posted = slot.fragments();
         slot.offset = slot.wr.len;
     }
@@ -233,43 +239,43 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         max: u32,
         seq_budget: &mut Option<u32>,
     ) -> bool {
-        let slot = self.send.get(id);
+        let slot = self.tx.slots.get(id);
         let left = slot.plan.count() - u64::from(slot.posted);
         // A request the round meets first has used no QP yet.
         let mut used = if slot.posted == 0 { 0 } else { slot.used };
         let mut shares = [0u32; N];
-        let mark = self.striping.mark();
-        let n = self.lanes.len() as u32;
+        let mark = self.lanes.striping.mark();
+        let n = self.lanes.data.len() as u32;
         let fanout = self.cfg.fanout;
         if fanout == 0 || u32::from(fanout) >= n {
             for _ in 0..left {
-                shares[self.striping.next()] += 1;
+                shares[self.lanes.striping.next()] += 1;
             }
         } else {
             let all = u64::MAX >> (64 - n);
             for _ in 0..left {
-                let l = self.striping.next_in(allowed(all, fanout, used));
+                let l = self.lanes.striping.next_in(allowed(all, fanout, used));
                 used |= 1 << l;
                 shares[l] += 1;
             }
         }
         let fits = shares
             .iter()
-            .zip(&self.lanes)
+            .zip(&self.lanes.data)
             .all(|(&k, lane)| k == 0 || lane.has_room_for(k, max));
         let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
         let budget_ok = !req.dqplb_imm || {
-            let budget = seq_budget.get_or_insert_with(|| self.num.budget(&self.lanes));
+            let budget = seq_budget.get_or_insert_with(|| self.tx.num.budget(&self.lanes.data));
             u64::from(*budget) >= left
         };
         if !fits || !budget_ok {
-            self.striping.rewind(mark);
+            self.lanes.striping.rewind(mark);
             return false;
         }
         if let Some(b) = seq_budget.as_mut().filter(|_| req.dqplb_imm) {
             *b -= left as u32;
         }
-        let at = Layout::of(slot, self.num.next());
+        let at = Layout::of(slot, self.tx.num.next());
         let mut i = at.first;
         for (l, &k) in shares.iter().enumerate().take(n as usize) {
             if k == 0 {
@@ -284,7 +290,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             i += u64::from(k);
         }
-        self.send.get_mut(id).used = used;
+        self.tx.slots.get_mut(id).used = used;
         self.spread_done(&req, left);
         true
     }

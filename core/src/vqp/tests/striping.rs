@@ -93,8 +93,8 @@ fn a_full_qp_is_waited_for_and_set_weights_take_effect() {
 fn a_failed_qp_s_share_goes_elsewhere() {
     let f = Fabric::default();
     let (mut vqp, _) = on_devices(&f, policy(Policy::Weighted, [1; 4]), &[0, 0]);
-    vqp.lanes[1].failed = true;
-    vqp.room &= !2;
+    vqp.lanes.data[1].failed = true;
+    vqp.lanes.room &= !2;
     vqp.post_send(&write(1, 4 << 16)).unwrap();
     assert_eq!(wqes_per_qp(&f, 2), [4, 0]);
 }
