@@ -9,6 +9,10 @@
 //! - `xproc_pingpong_8B`: an 8-byte inline SEND to the peer, which polls its CQ and
 //!   answers with one; the time reported is half the round trip.
 //!
+//! Beside the first and the last, UCX over softverbs where `ucx_perftest` is installed
+//! (`support/ucx.rs`): `ucx_put_bw`, UCP puts of 1 MiB, and `ucx_tag_lat`, UCP tagged
+//! 8-byte messages' half round trip.
+//!
 //! Threads are left to the scheduler; with `VQP_XPROC_BENCH_PIN=1` each process pins
 //! its main thread (and the provider threads it starts) to a core of its own.
 //!
@@ -24,11 +28,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
+use support::ucx::Ucx;
 use vqp_host::connect::{self, Address, Path};
 use vqp_host::sys::*;
 use vqp_host::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, QpCap, QpInit, QueuePair, Verbs, Wc,
 };
+
+mod support {
+    pub mod ucx;
+}
 
 /// Set in the peer's environment: its role (`sink` or `echo`).
 const ENV_ROLE: &str = "VQP_XPROC_BENCH_ROLE";
@@ -308,7 +317,7 @@ fn chains(s: &Side, wrs: &mut [ibv_send_wr], iters: u64, window: u64, wcs: &mut 
     }
 }
 
-fn bandwidth(c: &mut Criterion, v: &Verbs) {
+fn bandwidth(c: &mut Criterion, v: &Verbs, ucx: Option<&Ucx>) {
     const LEN: usize = 1 << 20;
     const CHAIN: usize = 4;
     let s = side(v, "soft0");
@@ -335,6 +344,12 @@ fn bandwidth(c: &mut Criterion, v: &Verbs) {
             black_box(&mut dst);
         })
     });
+    if let Some(u) = ucx {
+        g.sample_size(10);
+        g.bench_function("ucx_put_bw", |b| {
+            b.iter_custom(|iters| u.run("ucp_put_bw", LEN, iters, 1000, 100))
+        });
+    }
     g.finish();
 }
 
@@ -356,7 +371,7 @@ fn message_rate(c: &mut Criterion, v: &Verbs) {
     g.finish();
 }
 
-fn latency(c: &mut Criterion, v: &Verbs) {
+fn latency(c: &mut Criterion, v: &Verbs, ucx: Option<&Ucx>) {
     let s = side(v, "soft0");
     let (_peer, _, _) = Peer::start("echo", &s);
     s.post_recvs(512, 8);
@@ -383,6 +398,12 @@ fn latency(c: &mut Criterion, v: &Verbs) {
             t.elapsed() / 2
         })
     });
+    if let Some(u) = ucx {
+        g.sample_size(10);
+        g.bench_function("ucx_tag_lat", |b| {
+            b.iter_custom(|iters| u.run("tag_lat", 8, iters, 20_000, 1000))
+        });
+    }
     g.finish();
 }
 
@@ -398,9 +419,10 @@ fn main() {
     pin(0);
     let v = verbs();
     let mut c = Criterion::default().configure_from_args();
-    bandwidth(&mut c, &v);
+    let ucx = Ucx::find(&dir);
+    bandwidth(&mut c, &v, ucx.as_ref());
     message_rate(&mut c, &v);
-    latency(&mut c, &v);
+    latency(&mut c, &v, ucx.as_ref());
     c.final_summary();
     let _ = std::fs::remove_dir_all(&dir);
 }
