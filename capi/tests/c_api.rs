@@ -1,5 +1,5 @@
-//! The C API from C and C++: the header included twice and compiled as C99 and C++17
-//! with `-Wall -Wextra -Werror`; the misuse program (`tests/c/misuse.c`) plainly,
+//! The C API from C and C++: the headers included twice and compiled as C99 and
+//! C++17 with `-Wall -Wextra -Werror` (vqp.hpp's errors thrown with their codes); the misuse program (`tests/c/misuse.c`) plainly,
 //! under AddressSanitizer and under valgrind; the examples built from an installed
 //! prefix through pkg-config and run as two processes over softverbs; the header
 //! compared with what cbindgen makes of the sources today.
@@ -118,8 +118,8 @@ fn softverbs_env(ns: &Path) -> Vec<(&'static str, OsString)> {
 }
 
 #[test]
-fn header_included_twice_compiles_as_c99_and_cpp17_without_warnings() {
-    let test = "header_included_twice_compiles_as_c99_and_cpp17_without_warnings";
+fn headers_included_twice_compile_as_c99_and_cpp17_without_warnings() {
+    let test = "headers_included_twice_compile_as_c99_and_cpp17_without_warnings";
     let Some(gcc) = system::program(test, "gcc", "gcc") else {
         return;
     };
@@ -139,7 +139,15 @@ fn header_included_twice_compiles_as_c99_and_cpp17_without_warnings() {
         &cpp,
         &dir.0,
     );
-    for exe in [c, cpp] {
+    let hpp = dir.0.join("twice_hpp");
+    compile(
+        &gxx,
+        &["-std=c++17", "-pedantic"],
+        &here().join("tests/c/twice.cpp"),
+        &hpp,
+        &dir.0,
+    );
+    for exe in [c, cpp, hpp] {
         run_ok(&mut Command::new(&exe), Duration::from_secs(30), "twice");
     }
 }
@@ -313,10 +321,7 @@ fn examples_built_from_the_installed_prefix_run_as_two_processes() {
         assert!(prefix.join(f).exists(), "{f} not installed");
     }
     two_processes(&gcc, "-std=c99", "xfer.c", &prefix, &dir.0);
-    let cpp = here().join("examples/xfer.cpp");
-    if cpp.is_file() {
-        two_processes(&gxx, "-std=c++17", "xfer.cpp", &prefix, &dir.0);
-    }
+    two_processes(&gxx, "-std=c++17", "xfer.cpp", &prefix, &dir.0);
 }
 
 #[test]
