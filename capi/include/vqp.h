@@ -215,6 +215,36 @@
 #define VQP_WC_SUCCESS 0
 
 /*
+ `vqp_async_event.subject`: the event names a QP (`qp_num`).
+ */
+#define VQP_EVENT_SUBJECT_QP 0
+
+/*
+ `vqp_async_event.subject`: the event names a port (`port`).
+ */
+#define VQP_EVENT_SUBJECT_PORT 1
+
+/*
+ `vqp_async_event.subject`: the event names the device.
+ */
+#define VQP_EVENT_SUBJECT_DEVICE 2
+
+/*
+ `vqp_async_event.subject`: a CQ, SRQ or work queue.
+ */
+#define VQP_EVENT_SUBJECT_OTHER 3
+
+/*
+ `vqp_endpoint_offer_rejoin`'s `qp` for the SPRAY notify QP.
+ */
+#define VQP_NOTIFY_QP (uint32_t)NOTIFY_QP
+
+/*
+ The length of a fail-back message.
+ */
+#define VQP_FAILBACK_LEN 8
+
+/*
  What a call did. `VQP_OK` (0) is success; every other value is an error, named by
  [`vqp_status_str`].
  */
@@ -629,6 +659,63 @@ typedef struct vqp_mr_info {
   uint32_t rkey;
 } vqp_mr_info;
 
+/*
+ An asynchronous event of a device.
+ */
+typedef struct vqp_async_event {
+  /*
+   libibverbs' `enum ibv_event_type` value (e.g. 1 `IBV_EVENT_QP_FATAL`, 10
+   `IBV_EVENT_PORT_ERR`, 8 `IBV_EVENT_DEVICE_FATAL`).
+   */
+  uint32_t kind;
+  /*
+   One of `VQP_EVENT_SUBJECT_*`.
+   */
+  uint32_t subject;
+  /*
+   The QP's number (subject QP).
+   */
+  uint32_t qp_num;
+  /*
+   The port (subject port).
+   */
+  uint32_t port;
+} vqp_async_event;
+
+/*
+ The failover counters of a connected endpoint.
+ */
+typedef struct vqp_failover {
+  /*
+   Fragments posted again on another data QP.
+   */
+  uint64_t redispatched;
+  /*
+   QPs that failed while the virtual QP went on.
+   */
+  uint32_t failovers;
+  /*
+   Failed QPs replaced.
+   */
+  uint32_t restored;
+  /*
+   Data QPs healthy now.
+   */
+  uint32_t healthy;
+  /*
+   The virtual QP's failure status (libibverbs' `ibv_wc_status`), 0 while it runs.
+   */
+  uint32_t failed_status;
+  /*
+   Requests in flight: sends, then receives.
+   */
+  uint32_t sends_in_flight;
+  /*
+   Receives in flight.
+   */
+  uint32_t recvs_in_flight;
+} vqp_failover;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -949,6 +1036,121 @@ vqp_status vqp_mr_query(struct vqp_mr mr, struct vqp_mr_info *out);
  Thread-safety: not while another thread is in a call on this region.
  */
 vqp_status vqp_mr_deregister(struct vqp_mr mr);
+
+/*
+ The device's asynchronous event descriptor, to wait on with `poll(2)` (readable
+ when an event waits); read the event with `vqp_device_next_event`.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`.
+
+ Thread-safety: any thread, concurrently with other calls on the device.
+
+ # Safety
+ `fd` is null or writable.
+ */
+vqp_status vqp_device_async_fd(struct vqp_device dev, int32_t *fd);
+
+/*
+ Takes the device's next asynchronous event (acknowledged here), waiting up to
+ `timeout_ms` (0: not at all). `*got` is 1 when `*out` holds one, else 0.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_VERBS`.
+
+ Thread-safety: one thread at a time per device for this call; concurrently with
+ the device's other calls.
+
+ # Safety
+ `out` and `got` are null or writable.
+ */
+vqp_status vqp_device_next_event(struct vqp_device dev,
+                                 uint32_t timeout_ms,
+                                 struct vqp_async_event *out,
+                                 int32_t *got);
+
+/*
+ Applies an asynchronous event of the endpoint's device `device` (its index in
+ `vqp_endpoint_create`'s array) to the endpoint: a QP fatal, request or access
+ error on one of its QPs fails that QP, a port error or device fatal fails every
+ QP on the device — as their error completions would, before any comes (with
+ re-dispatch, the rest go on). `*failed` is 1 when it failed something here.
+ Events about nothing of this endpoint change nothing.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_STATE` (not connected),
+ `VQP_ERR_INVALID_ARGUMENT`.
+
+ Thread-safety: as `vqp_post_send` (it changes the endpoint's state).
+
+ # Safety
+ `ev` is null or readable; `failed` null or writable.
+ */
+vqp_status vqp_endpoint_apply_event(struct vqp_endpoint ep,
+                                    uint32_t device,
+                                    const struct vqp_async_event *ev,
+                                    int32_t *failed);
+
+/*
+ The endpoint's failover counters and whether it failed.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_STATE`.
+
+ Thread-safety: as `vqp_post_send`.
+
+ # Safety
+ `out` is null or writable.
+ */
+vqp_status vqp_endpoint_failover(struct vqp_endpoint ep, struct vqp_failover *out);
+
+/*
+ Tells the endpoint the time (`now_ns`, any monotonic clock in nanoseconds, the
+ same every call): the adaptive policy folds in what it measured, and with
+ re-dispatch the grace period of a virtual QP with no path left runs on it.
+ `*expired` is 1 once that grace period is over (the virtual QP then failed).
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_STATE`.
+
+ Thread-safety: as `vqp_post_send`.
+
+ # Safety
+ `expired` is null or writable.
+ */
+vqp_status vqp_endpoint_sample(struct vqp_endpoint ep, uint64_t now_ns, int32_t *expired);
+
+/*
+ Starts fail-back of data QP `qp` (or `VQP_NOTIFY_QP`): once its old QP drained, a
+ fresh one takes its place, and the Offer to carry to the peer (over the
+ application's own channel, not the data QPs) is written to `msg`. The peer hands
+ it to its `vqp_endpoint_on_failback`, and the answers go back and forth the same
+ way. Both sides need `redispatch`; the peer must speak fail-back.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_STATE`, `VQP_ERR_PEER`
+ (the peer lacks fail-back, no such QP), `VQP_ERR_CONFIG` (vqp-core refuses now,
+ e.g. the old QP's receives still flush: poll and offer again), `VQP_ERR_VERBS`.
+
+ Thread-safety: as `vqp_post_send`.
+
+ # Safety
+ `msg` is null or writable for `VQP_FAILBACK_LEN` bytes.
+ */
+vqp_status vqp_endpoint_offer_rejoin(struct vqp_endpoint ep, uint32_t qp, uint8_t *msg);
+
+/*
+ Takes a fail-back message from the peer; when it calls for an answer, writes it to
+ `reply` and sets `*has_reply` to 1 (send it to the peer), else 0.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_STATE`, `VQP_ERR_PEER`
+ (a malformed message, or one that does not follow: nothing changed),
+ `VQP_ERR_VERBS`.
+
+ Thread-safety: as `vqp_post_send`.
+
+ # Safety
+ `msg` is null or readable for `VQP_FAILBACK_LEN` bytes; `reply` null or writable
+ for as many; `has_reply` null or writable.
+ */
+vqp_status vqp_endpoint_on_failback(struct vqp_endpoint ep,
+                                    const uint8_t *msg,
+                                    uint8_t *reply,
+                                    int32_t *has_reply);
 
 #ifdef __cplusplus
 }  // extern "C"

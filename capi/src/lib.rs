@@ -92,3 +92,4 @@ pub extern "C" fn vqp_version_string() -> *const std::ffi::c_char {
 }
 
 pub mod mr;
+pub mod recovery;

@@ -1,8 +1,10 @@
 //! The C API from C and C++: the headers included twice and compiled as C99 and
-//! C++17 with `-Wall -Wextra -Werror` (vqp.hpp's errors thrown with their codes); the misuse program (`tests/c/misuse.c`) plainly,
-//! under AddressSanitizer and under valgrind; the examples built from an installed
-//! prefix through pkg-config and run as two processes over softverbs; the header
-//! compared with what cbindgen makes of the sources today.
+//! C++17 with `-Wall -Wextra -Werror` (vqp.hpp's errors thrown with their codes); the
+//! misuse program (`tests/c/misuse.c`) plainly, under AddressSanitizer and under
+//! valgrind; events, failover and fail-back (`tests/c/recovery.c`) plainly and under
+//! AddressSanitizer; the examples built from an installed prefix through pkg-config
+//! and run as two processes over softverbs; the header compared with what cbindgen
+//! makes of the sources today.
 //!
 //! Each test needs programs a machine with only Rust lacks (gcc, g++, valgrind,
 //! pkg-config, cbindgen): without one it prints one line naming it and passes, and
@@ -155,16 +157,27 @@ fn headers_included_twice_compile_as_c99_and_cpp17_without_warnings() {
 /// Builds `tests/c/misuse.c` (with `extra` compiler flags) and runs it through
 /// `wrapper` (e.g. valgrind) over softverbs; it must report its checks passed.
 fn misuse(tag: &str, extra: &[&str], wrapper: &[&OsString]) {
-    let test = format!("misuse_{tag}");
+    c_program("misuse", tag, extra, wrapper);
+}
+
+/// Builds `tests/c/<program>.c` and runs it as [`misuse`] does.
+fn c_program(program: &str, tag: &str, extra: &[&str], wrapper: &[&OsString]) {
+    let test = format!("{program}_{tag}");
     let Some(gcc) = system::program(&test, "gcc", "gcc") else {
         return;
     };
-    let dir = Scratch::new(tag);
+    let dir = Scratch::new(&test);
     link_library(&dir.0);
-    let exe = dir.0.join("misuse");
+    let exe = dir.0.join(program);
     let mut args = vec!["-std=c99", "-g"];
     args.extend_from_slice(extra);
-    compile(&gcc, &args, &here().join("tests/c/misuse.c"), &exe, &dir.0);
+    compile(
+        &gcc,
+        &args,
+        &here().join(format!("tests/c/{program}.c")),
+        &exe,
+        &dir.0,
+    );
     let ns = dir.0.join("ns");
     let mut cmd = match wrapper.split_first() {
         Some((w, rest)) => {
@@ -187,6 +200,25 @@ fn misuse_returns_error_codes_never_crashes() {
 #[test]
 fn misuse_under_address_sanitizer_is_clean() {
     misuse(
+        "asan",
+        &[
+            "-fsanitize=address,undefined",
+            "-fno-omit-frame-pointer",
+            "-fno-sanitize-recover=all",
+        ],
+        &[],
+    );
+}
+
+#[test]
+fn events_failover_and_failback_through_the_c_api() {
+    c_program("recovery", "plain", &[], &[]);
+}
+
+#[test]
+fn events_failover_and_failback_under_address_sanitizer() {
+    c_program(
+        "recovery",
         "asan",
         &[
             "-fsanitize=address,undefined",
