@@ -215,6 +215,44 @@
 #define VQP_WC_SUCCESS 0
 
 /*
+ Requests (and events) the hand-off rings hold each way.
+ */
+#define VQP_APP_RING 1024
+
+/*
+ `vqp_poller_config.idle`: poll again at once (lowest latency, a core used fully).
+ */
+#define VQP_IDLE_SPIN 0
+
+/*
+ `vqp_poller_config.idle`: after `spins` idle rounds, yield between rounds.
+ */
+#define VQP_IDLE_YIELD 1
+
+/*
+ `vqp_poller_config.idle`: after `spins` idle rounds, sleep up to `timeout_ms`
+ (a submission wakes it).
+ */
+#define VQP_IDLE_BLOCK 2
+
+/*
+ `vqp_event.kind`: a request completed (see `wc.status`).
+ */
+#define VQP_EVENT_COMPLETED 0
+
+/*
+ `vqp_event.kind`: the virtual QP refused a request (`wc.wr_id`; why in
+ `refusal`); nothing of it was posted.
+ */
+#define VQP_EVENT_REJECTED 1
+
+/*
+ `vqp_event.kind`: an asynchronous event (`path`) failed the virtual QP; its
+ outstanding requests follow, each completed once with an error.
+ */
+#define VQP_EVENT_PATH_FAILED 2
+
+/*
  `vqp_async_event.subject`: the event names a QP (`qp_num`).
  */
 #define VQP_EVENT_SUBJECT_QP 0
@@ -660,6 +698,51 @@ typedef struct vqp_mr_info {
 } vqp_mr_info;
 
 /*
+ How a poll thread runs. Fill with `vqp_poller_config_init`.
+ */
+typedef struct vqp_poller_config {
+  /*
+   `sizeof(vqp_poller_config)`.
+   */
+  uint32_t struct_size;
+  /*
+   The core to pin the thread to, or -1 (default) to leave it to the scheduler.
+   */
+  int32_t core;
+  /*
+   One of `VQP_IDLE_*` (default spin).
+   */
+  uint32_t idle;
+  /*
+   Idle rounds before yielding or sleeping (default 1000).
+   */
+  uint32_t spins;
+  /*
+   The longest sleep under `VQP_IDLE_BLOCK`, in milliseconds (default 1).
+   */
+  uint32_t timeout_ms;
+  /*
+   Requests taken per round at most (default 32).
+   */
+  uint32_t batch;
+  /*
+   1 (default): watch the devices' asynchronous events and fail the virtual QP
+   on a QP, port or device failure (`VQP_EVENT_PATH_FAILED`).
+   */
+  uint32_t watch_events;
+} vqp_poller_config;
+
+/*
+ The application's side of a poll thread.
+ */
+typedef struct vqp_app {
+  /*
+   Opaque; 0 is none.
+   */
+  uint64_t handle;
+} vqp_app;
+
+/*
  An asynchronous event of a device.
  */
 typedef struct vqp_async_event {
@@ -681,6 +764,75 @@ typedef struct vqp_async_event {
    */
   uint32_t port;
 } vqp_async_event;
+
+/*
+ What the poll thread reports to the application.
+ */
+typedef struct vqp_event {
+  /*
+   One of `VQP_EVENT_*`.
+   */
+  uint32_t kind;
+  /*
+   For `VQP_EVENT_REJECTED`: the `vqp_status` that `vqp_post_send` or
+   `vqp_post_recv` would have returned.
+   */
+  int32_t refusal;
+  /*
+   The completion (`VQP_EVENT_COMPLETED`), or the refused request's `wr_id`.
+   */
+  struct vqp_wc wc;
+  /*
+   The asynchronous event (`VQP_EVENT_PATH_FAILED`).
+   */
+  struct vqp_async_event path;
+} vqp_event;
+
+/*
+ What a poll thread did, returned when it stops.
+ */
+typedef struct vqp_poller_stats {
+  /*
+   Requests the virtual QP took.
+   */
+  uint64_t submitted;
+  /*
+   Completions delivered or left undelivered.
+   */
+  uint64_t completed;
+  /*
+   Requests refused.
+   */
+  uint64_t rejected;
+  /*
+   Times a request met backpressure and waited.
+   */
+  uint64_t backpressure;
+  /*
+   Rounds of the loop.
+   */
+  uint64_t rounds;
+  /*
+   Times the thread slept.
+   */
+  uint64_t sleeps;
+  /*
+   Requests still in flight when it stopped.
+   */
+  uint64_t outstanding;
+  /*
+   Events it could not deliver before its deadline.
+   */
+  uint64_t undelivered;
+  /*
+   1 when it stopped by aborting.
+   */
+  uint32_t aborted;
+  /*
+   1 when it stopped at its deadline with work left.
+   */
+  uint32_t timed_out;
+} vqp_poller_stats;
 
 /*
  The failover counters of a connected endpoint.
@@ -1036,6 +1188,95 @@ vqp_status vqp_mr_query(struct vqp_mr mr, struct vqp_mr_info *out);
  Thread-safety: not while another thread is in a call on this region.
  */
 vqp_status vqp_mr_deregister(struct vqp_mr mr);
+
+/*
+ Fills `c` with the defaults (unpinned, spinning, 32 per round, events watched).
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STRUCT_SIZE`.
+
+ Thread-safety: any thread.
+
+ # Safety
+ `c` is null or writable for `size` bytes.
+ */
+vqp_status vqp_poller_config_init(struct vqp_poller_config *c, size_t size);
+
+/*
+ Hands the connected endpoint `ep` to a new poll thread and returns the
+ application's handle to it in `*out`. From then on `ep` takes no data-path call
+ (`VQP_ERR_STATE`); destroy it whenever. Stop the thread with `vqp_app_stop`.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_STRUCT_SIZE`,
+ `VQP_ERR_STATE` (not connected), `VQP_ERR_INVALID_ARGUMENT`, `VQP_ERR_PEER`…
+ (the thread could not start or be pinned: the endpoint is spent).
+
+ Thread-safety: not concurrently with other calls on `ep`.
+
+ # Safety
+ `config` is null or a readable `vqp_poller_config`; `out` null or writable.
+ */
+vqp_status vqp_endpoint_start_poller(struct vqp_endpoint ep,
+                                     const struct vqp_poller_config *config,
+                                     struct vqp_app *out);
+
+/*
+ Submits a send request to the poll thread (which posts it with `vqp_post_send`'s
+ checks; a refusal comes back as a `VQP_EVENT_REJECTED` event).
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_INVALID_ARGUMENT`,
+ `VQP_ERR_FULL` (the ring is full: take events, retry; nothing was handed over).
+
+ Thread-safety: one thread at a time per app handle, any thread (the poll thread
+ is the other side of the ring). No lock, no allocation; a system call only to
+ wake a poll thread that sleeps (`VQP_IDLE_BLOCK`).
+
+ # Safety
+ `wr` is null or readable.
+ */
+vqp_status vqp_app_send(struct vqp_app a, const struct vqp_send_wr *wr);
+
+/*
+ Submits a receive request to the poll thread.
+
+ Errors and thread-safety: as `vqp_app_send`.
+
+ # Safety
+ `wr` is null or readable.
+ */
+vqp_status vqp_app_recv(struct vqp_app a, const struct vqp_recv_wr *wr);
+
+/*
+ Takes up to `cap` events (at most 32 a call) from the poll thread into `out`,
+ their number into `*n`.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`.
+
+ Thread-safety: as `vqp_app_send`.
+
+ # Safety
+ `out` is writable for `cap` events (or null with `cap` 0); `n` writable.
+ */
+vqp_status vqp_app_poll(struct vqp_app a, struct vqp_event *out, uint32_t cap, uint32_t *n);
+
+/*
+ Stops the poll thread — letting everything submitted complete within
+ `timeout_ms` (then aborting), or at once when `abort` is non-zero (every
+ outstanding request completes with a flush error) — and writes what it did to
+ `*stats` (may be null). Events not taken yet are lost with the handle, which is
+ stale after.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_STATE` (the thread
+ panicked).
+
+ Thread-safety: not while another thread is in a call on this app handle.
+
+ # Safety
+ `stats` is null or writable.
+ */
+vqp_status vqp_app_stop(struct vqp_app a,
+                        uint32_t timeout_ms,
+                        int32_t abort,
+                        struct vqp_poller_stats *stats);
 
 /*
  The device's asynchronous event descriptor, to wait on with `poll(2)` (readable

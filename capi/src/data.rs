@@ -10,7 +10,7 @@ use crate::types::{vqp_endpoint, vqp_recv_wr, vqp_send_wr, vqp_wc, VQP_WC_WITH_I
 
 /// vqp-core's request from C's.
 #[inline(always)]
-fn send_wr(w: &vqp_send_wr) -> Result<SendWr, Fail> {
+pub(crate) fn send_wr(w: &vqp_send_wr) -> Result<SendWr, Fail> {
     if w.key_mask & !0xf != 0 {
         return Err(Fail::invalid(
             "key_mask names a device above VQP_MAX_DEVICES",

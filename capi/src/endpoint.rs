@@ -34,7 +34,7 @@ type Ep = Endpoint<N, D, S, W, DEVS, B>;
 pub(crate) struct Live {
     pub conn: Connected<N, D, S, W, DEVS, B>,
     /// The exchange's TCP connection, when it was made here.
-    _stream: Option<TcpStream>,
+    pub _stream: Option<TcpStream>,
     /// Where `vqp_poll` lets the virtual CQ write before converting to `vqp_wc`.
     pub scratch: [Wc; B],
 }
@@ -43,10 +43,18 @@ pub(crate) struct Live {
 pub(crate) enum State {
     Created(Box<Ep>),
     Connected(Box<Live>),
+    /// A failed connect consumed it, or a poll thread took it.
     Spent,
 }
 
-pub(crate) static ENDPOINTS: Table<State> = Table::new(3);
+/// An endpoint: its state and its devices' contexts (for the poll thread's event
+/// watcher), each with its device index.
+pub(crate) struct Object {
+    pub state: State,
+    pub contexts: Vec<(vqp_host::Context, u8)>,
+}
+
+pub(crate) static ENDPOINTS: Table<Object> = Table::new(3);
 
 const DEFAULT_TIMEOUT_MS: u32 = 10_000;
 
@@ -207,7 +215,15 @@ pub unsafe extern "C" fn vqp_endpoint_create(
         }
         let refs: Vec<&ProtectionDomain> = pds.iter().collect();
         let ep = Ep::create_on(&refs, &s, &[])?;
-        let handle = ENDPOINTS.insert(State::Created(Box::new(ep)))?;
+        let contexts = pds
+            .iter()
+            .enumerate()
+            .map(|(d, pd)| (pd.context(), d as u8))
+            .collect();
+        let handle = ENDPOINTS.insert(Object {
+            state: State::Created(Box::new(ep)),
+            contexts,
+        })?;
         // SAFETY: `out` is non-null and writable.
         unsafe { out.write(vqp_endpoint { handle }) };
         Ok(())
@@ -220,6 +236,15 @@ pub unsafe extern "C" fn vqp_endpoint_create(
 /// No other thread is in a call on this handle (the header's contract for set-up
 /// calls).
 unsafe fn state<'a>(ep: vqp_endpoint) -> Result<&'a mut State, Fail> {
+    // SAFETY: forwarded.
+    Ok(&mut unsafe { object(ep) }?.state)
+}
+
+/// The endpoint object, for a set-up call: a `&mut` valid for the call.
+///
+/// # Safety
+/// As [`state`].
+pub(crate) unsafe fn object<'a>(ep: vqp_endpoint) -> Result<&'a mut Object, Fail> {
     if ep.handle == 0 {
         return Err(Fail::null("endpoint handle is null"));
     }

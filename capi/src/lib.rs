@@ -92,4 +92,5 @@ pub extern "C" fn vqp_version_string() -> *const std::ffi::c_char {
 }
 
 pub mod mr;
+pub mod poller;
 pub mod recovery;

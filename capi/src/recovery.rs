@@ -74,7 +74,7 @@ fn raw_kind(kind: AsyncEventKind) -> u32 {
     }
 }
 
-fn to_c(e: &AsyncEvent) -> vqp_async_event {
+pub(crate) fn event_to_c(e: &AsyncEvent) -> vqp_async_event {
     let (subject, qp_num, port) = match e.subject {
         EventSubject::Qp { qp_num, .. } => (VQP_EVENT_SUBJECT_QP, qp_num, 0),
         EventSubject::Port(p) => (VQP_EVENT_SUBJECT_PORT, 0, u32::from(p)),
@@ -161,7 +161,7 @@ pub unsafe extern "C" fn vqp_device_next_event(
         unsafe {
             got.write(i32::from(ev.is_some()));
             if let Some(e) = ev {
-                out.write(to_c(&e));
+                out.write(event_to_c(&e));
             }
         }
         Ok(())

@@ -1,8 +1,8 @@
 //! The C API from C and C++: the headers included twice and compiled as C99 and
 //! C++17 with `-Wall -Wextra -Werror` (vqp.hpp's errors thrown with their codes); the
 //! misuse program (`tests/c/misuse.c`) plainly, under AddressSanitizer and under
-//! valgrind; events, failover and fail-back (`tests/c/recovery.c`) plainly and under
-//! AddressSanitizer; the examples built from an installed prefix through pkg-config
+//! valgrind; events, failover and fail-back (`tests/c/recovery.c`) and the poll-thread
+//! mode (`tests/c/poller.c`), each plainly and under AddressSanitizer; the examples built from an installed prefix through pkg-config
 //! and run as two processes over softverbs; the header compared with what cbindgen
 //! makes of the sources today.
 //!
@@ -219,6 +219,25 @@ fn events_failover_and_failback_through_the_c_api() {
 fn events_failover_and_failback_under_address_sanitizer() {
     c_program(
         "recovery",
+        "asan",
+        &[
+            "-fsanitize=address,undefined",
+            "-fno-omit-frame-pointer",
+            "-fno-sanitize-recover=all",
+        ],
+        &[],
+    );
+}
+
+#[test]
+fn poll_thread_mode_through_the_c_api() {
+    c_program("poller", "plain", &[], &[]);
+}
+
+#[test]
+fn poll_thread_mode_under_address_sanitizer() {
+    c_program(
+        "poller",
         "asan",
         &[
             "-fsanitize=address,undefined",
