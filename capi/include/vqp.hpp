@@ -1,6 +1,7 @@
 // vqp.hpp: a header-only C++17 wrapper over vqp.h.
 //
-// RAII owners for the handles (vqp::device, vqp::memory_region, vqp::endpoint),
+// RAII owners for the handles (vqp::device, vqp::memory_region, vqp::endpoint,
+// vqp::app),
 // move-only, each destroying its handle once; a small vqp::span for buffers and
 // arrays (C++17 has no std::span).
 //
@@ -243,6 +244,33 @@ public:
         return s;
     }
 
+    // Failures and recovery (see vqp.h).
+    vqp_failover failover() const {
+        vqp_failover f{};
+        check(vqp_endpoint_failover(h_, &f), "vqp_endpoint_failover");
+        return f;
+    }
+    // Applies an asynchronous event of device `device`; true when it failed a QP here.
+    bool apply_event(std::uint32_t device, const vqp_async_event &ev) {
+        int failed = 0;
+        check(vqp_endpoint_apply_event(h_, device, &ev, &failed), "vqp_endpoint_apply_event");
+        return failed != 0;
+    }
+    // Fail-back: the Offer for data QP `qp`, and what to answer a peer's message.
+    std::array<std::uint8_t, VQP_FAILBACK_LEN> offer_rejoin(std::uint32_t qp) {
+        std::array<std::uint8_t, VQP_FAILBACK_LEN> m{};
+        check(vqp_endpoint_offer_rejoin(h_, qp, m.data()), "vqp_endpoint_offer_rejoin");
+        return m;
+    }
+    // Returns true and fills `reply` when the message calls for an answer.
+    bool on_failback(const std::array<std::uint8_t, VQP_FAILBACK_LEN> &msg,
+                     std::array<std::uint8_t, VQP_FAILBACK_LEN> &reply) {
+        int has = 0;
+        check(vqp_endpoint_on_failback(h_, msg.data(), reply.data(), &has),
+              "vqp_endpoint_on_failback");
+        return has != 0;
+    }
+
 private:
     void reset() noexcept {
         if (h_.handle)
@@ -250,6 +278,62 @@ private:
         h_ = vqp_endpoint{};
     }
     vqp_endpoint h_{};
+};
+
+// vqp_poller_config with the library's defaults filled in.
+struct poller_config : vqp_poller_config {
+    poller_config() : vqp_poller_config{} {
+        check(vqp_poller_config_init(this, sizeof(vqp_poller_config)), "vqp_poller_config_init");
+    }
+};
+
+// A poll thread serving a connected endpoint, and the application's side of its
+// rings. Destroying it drains the thread (up to one second, then aborts).
+class app {
+public:
+    // Hands `ep` (connected) to a new poll thread; `ep` takes no data-path call after.
+    app(endpoint &ep, const vqp_poller_config &c) {
+        check(vqp_endpoint_start_poller(ep.handle(), &c, &h_), "vqp_endpoint_start_poller");
+    }
+    app(app &&o) noexcept : h_(std::exchange(o.h_, vqp_app{})) {}
+    app &operator=(app &&o) noexcept {
+        if (this != &o) {
+            reset();
+            h_ = std::exchange(o.h_, vqp_app{});
+        }
+        return *this;
+    }
+    app(const app &) = delete;
+    app &operator=(const app &) = delete;
+    ~app() { reset(); }
+
+    vqp_app handle() const noexcept { return h_; }
+    // VQP_ERR_FULL: the ring is full; take events and retry.
+    status send(const vqp_send_wr &wr) noexcept { return vqp_app_send(h_, &wr); }
+    status recv(const vqp_recv_wr &wr) noexcept { return vqp_app_recv(h_, &wr); }
+    std::uint32_t poll(span<vqp_event> out) {
+        std::uint32_t n = 0;
+        vqp_status st = vqp_app_poll(h_, out.data(), static_cast<std::uint32_t>(out.size()), &n);
+        if (st != VQP_OK)
+            throw error("vqp_app_poll", st);
+        return n;
+    }
+    // Stops the thread (drain within `timeout_ms`, or abort) and returns what it did.
+    vqp_poller_stats stop(std::uint32_t timeout_ms, bool abort = false) {
+        vqp_poller_stats s{};
+        vqp_status st = vqp_app_stop(h_, timeout_ms, abort ? 1 : 0, &s);
+        h_ = vqp_app{};
+        check(st, "vqp_app_stop");
+        return s;
+    }
+
+private:
+    void reset() noexcept {
+        if (h_.handle)
+            (void)vqp_app_stop(h_, 1000, 0, nullptr);
+        h_ = vqp_app{};
+    }
+    vqp_app h_{};
 };
 
 } // namespace vqp

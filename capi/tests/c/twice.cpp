@@ -24,3 +24,29 @@ int main() {
         return 4;
     return 0;
 }
+
+// The wrapper's every member is instantiated (compile-time check only).
+[[maybe_unused]] static void members(vqp::endpoint &ep, vqp::app &a, vqp::device &d) {
+    vqp_wc wc[4];
+    vqp_event ev[4];
+    std::uint8_t buf[8];
+    vqp::memory_region mr(d, buf, VQP_ACCESS_LOCAL_WRITE);
+    std::array<std::uint8_t, VQP_FAILBACK_LEN> m = ep.offer_rejoin(0), r{};
+    (void)ep.on_failback(m, r);
+    (void)ep.apply_event(0, vqp_async_event{});
+    (void)ep.failover();
+    (void)ep.qp_stats(0);
+    (void)ep.poll(wc);
+    (void)ep.post_send(vqp_send_wr{});
+    (void)ep.post_send_inline(vqp_send_wr{}, vqp::span<const std::uint8_t>(buf, 8));
+    (void)ep.post_recv(vqp_recv_wr{});
+    (void)ep.card();
+    (void)a.send(vqp_send_wr{});
+    (void)a.recv(vqp_recv_wr{});
+    (void)a.poll(ev);
+    (void)a.stop(0);
+    vqp::poller_config pc;
+    vqp::app other(ep, pc);
+    (void)d.name();
+    (void)mr.rkey();
+}
