@@ -16,12 +16,18 @@ pub(crate) fn send_wr(w: &vqp_send_wr) -> Result<SendWr, Fail> {
             "key_mask names a device above VQP_MAX_DEVICES",
         ));
     }
-    let mut keys = Keys::none();
-    for (d, k) in w.keys.iter().enumerate() {
-        if w.key_mask & (1 << d) != 0 {
-            keys = keys.with(d, k.lkey, k.rkey);
+    // One device is the common case: its keys without the loop.
+    let keys = if w.key_mask == 1 {
+        Keys::single(w.keys[0].lkey, w.keys[0].rkey)
+    } else {
+        let mut keys = Keys::none();
+        for (d, k) in w.keys.iter().enumerate() {
+            if w.key_mask & (1 << d) != 0 {
+                keys = keys.with(d, k.lkey, k.rkey);
+            }
         }
-    }
+        keys
+    };
     Ok(SendWr {
         wr_id: w.wr_id,
         opcode: Opcode(w.opcode),

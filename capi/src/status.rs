@@ -210,26 +210,43 @@ fn last_message() -> String {
 
 /// Runs one C entry point: its result becomes a status, its error is recorded for
 /// [`vqp_last_error_message`], and a panic is caught here, never unwinding into C.
+///
+/// The closure's result is turned into the status inside the caught call, so that
+/// what crosses `catch_unwind` is an `i32` (the data path's success costs a compare,
+/// not a copy of a `Result` through memory), and the error path is out of line.
 #[inline(always)]
 pub(crate) fn guard(f: impl FnOnce() -> Result<(), Fail>) -> vqp_status {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => VQP_OK,
-        Ok(Err(fail)) => {
-            let code = fail.code;
-            record(fail.detail);
-            code
-        }
-        Err(_) => {
-            // Recording the message may itself fail (a poisoned thread-local); even
-            // then nothing unwinds further.
-            let _ = catch_unwind(|| {
-                record(Detail::Static(
-                    "internal error caught at the C boundary (a bug in vqp)",
-                ))
-            });
-            VQP_ERR_PANIC
-        }
+    let caught = catch_unwind(AssertUnwindSafe(|| match f() {
+        Ok(()) => VQP_OK,
+        Err(fail) => failed(fail),
+    }));
+    match caught {
+        Ok(code) => code,
+        Err(_) => panicked(),
     }
+}
+
+/// Records `fail` for [`vqp_last_error_message`] and returns its code.
+#[cold]
+#[inline(never)]
+fn failed(fail: Fail) -> vqp_status {
+    let code = fail.code;
+    record(fail.detail);
+    code
+}
+
+/// The status of a caught panic.
+#[cold]
+#[inline(never)]
+fn panicked() -> vqp_status {
+    // Recording the message may itself fail (a poisoned thread-local); even then
+    // nothing unwinds further.
+    let _ = catch_unwind(|| {
+        record(Detail::Static(
+            "internal error caught at the C boundary (a bug in vqp)",
+        ))
+    });
+    VQP_ERR_PANIC
 }
 
 /// The name of a status code, e.g. `"VQP_ERR_FULL: backpressure…"`: a static string,

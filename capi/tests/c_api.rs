@@ -2,7 +2,8 @@
 //! C++17 with `-Wall -Wextra -Werror` (vqp.hpp's errors thrown with their codes); the
 //! misuse program (`tests/c/misuse.c`) plainly, under AddressSanitizer and under
 //! valgrind; events, failover and fail-back (`tests/c/recovery.c`) and the poll-thread
-//! mode (`tests/c/poller.c`), each plainly and under AddressSanitizer; the examples built from an installed prefix through pkg-config
+//! mode (`tests/c/poller.c`), each plainly and under AddressSanitizer; the C round
+//! trip bench (`bench/round_trip.c`) built and run briefly; the examples built from an installed prefix through pkg-config
 //! and run as two processes over softverbs; the header compared with what cbindgen
 //! makes of the sources today.
 //!
@@ -246,6 +247,32 @@ fn poll_thread_mode_under_address_sanitizer() {
         ],
         &[],
     );
+}
+
+#[test]
+fn the_round_trip_bench_builds_and_runs() {
+    let test = "the_round_trip_bench_builds_and_runs";
+    let Some(gcc) = system::program(test, "gcc", "gcc") else {
+        return;
+    };
+    let dir = Scratch::new(test);
+    link_library(&dir.0);
+    let exe = dir.0.join("round_trip");
+    compile(
+        &gcc,
+        &["-std=c99", "-O2"],
+        &here().join("bench/round_trip.c"),
+        &exe,
+        &dir.0,
+    );
+    let out = run_ok(
+        Command::new(&exe)
+            .arg("1000")
+            .envs(softverbs_env(&dir.0.join("ns"))),
+        Duration::from_secs(120),
+        test,
+    );
+    assert!(out.contains("1000 requests"), "{out}");
 }
 
 #[test]
