@@ -1,8 +1,8 @@
 /*
  * vqp.h: the C API of vqp, one virtual RDMA queue pair over several physical RC QPs.
  *
- * Objects are named by handles: one-field structs (vqp_device, vqp_mr, vqp_endpoint)
- * holding an opaque 64-bit value; zero is no object. Destroying an object makes
+ * Objects are named by handles: one-field structs (vqp_device, vqp_mr, vqp_endpoint,
+ * vqp_app) holding an opaque 64-bit value; zero is no object. Destroying an object makes
  * every copy of its handle stale: a later call with it returns VQP_ERR_STALE_HANDLE.
  *
  * Every function returns a vqp_status (VQP_OK is 0); vqp_status_str names a code and
@@ -10,14 +10,16 @@
  *
  * Thread-safety, in general (each function says its own):
  *  - different handles may be used from different threads at once;
- *  - one endpoint is used by one thread at a time (post, poll and set-up alike);
+ *  - one endpoint (or vqp_app) is used by one thread at a time (post, poll and
+ *    set-up alike);
  *  - a device or memory region may be used by several threads at once, except to
  *    close or deregister it;
  *  - a handle is never destroyed while another thread is in a call on it.
  *
  * Set-up: vqp_device_open -> vqp_mr_register -> vqp_settings_init ->
  * vqp_endpoint_create -> vqp_endpoint_serve / vqp_endpoint_dial (or card + connect)
- * -> vqp_post_send / vqp_post_recv / vqp_poll -> destroy in reverse.
+ * -> vqp_post_send / vqp_post_recv / vqp_poll (or vqp_endpoint_start_poller and the
+ * vqp_app_* calls) -> destroy in reverse. capi/README.md has the whole API by step.
  */
 
 #ifndef VQP_H
