@@ -1240,7 +1240,9 @@ vqp_status vqp_app_send(struct vqp_app a, const struct vqp_send_wr *wr);
 /*
  Submits a receive request to the poll thread.
 
- Errors and thread-safety: as `vqp_app_send`.
+ Errors: as `vqp_app_send`.
+
+ Thread-safety: as `vqp_app_send`.
 
  # Safety
  `wr` is null or readable.

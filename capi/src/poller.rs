@@ -290,7 +290,9 @@ pub unsafe extern "C" fn vqp_app_send(a: vqp_app, wr: *const vqp_send_wr) -> vqp
 
 /// Submits a receive request to the poll thread.
 ///
-/// Errors and thread-safety: as `vqp_app_send`.
+/// Errors: as `vqp_app_send`.
+///
+/// Thread-safety: as `vqp_app_send`.
 ///
 /// # Safety
 /// `wr` is null or readable.
