@@ -4,9 +4,13 @@
  * through its vqp_app handle and takes events from it. 200 RDMA_WRITE_WITH_IMM of
  * 64 KiB each land (every byte checked, every notification in order), a refused
  * request comes back as an event, the endpoints take no direct post once handed
- * over, and stopping reports what the threads did. Run by tests/c_api.rs.
+ * over, soft1's link going down reaches the application as a VQP_EVENT_PATH_FAILED
+ * (the poll thread watches the device's events), and stopping reports what the
+ * threads did. Run by tests/c_api.rs.
  * Prints "poller: N checks passed" and exits 0.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +144,26 @@ int main(void) {
         }
     }
     TRUE(sent == COUNT && landed == COUNT && rejected);
+
+    /* soft1's link goes down (softverbs' fault injection, in the library this process
+     * loaded): b's poll thread sees the port event and reports it. */
+    const char *lib = getenv("VQP_IBVERBS_PATH");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    int (*set_link)(uint32_t, int) = h ? (int (*)(uint32_t, int))dlsym(h, "vqp_soft_set_link") : NULL;
+    TRUE(set_link != NULL);
+    TRUE(set_link(1, 0) == 0);
+    int path_failed = 0;
+    for (long spins = 0; !path_failed && spins < 20000000; spins++) {
+        EXPECT(vqp_app_poll(app_b, ev, 32, &n), VQP_OK);
+        for (uint32_t i = 0; i < n; i++)
+            if (ev[i].kind == VQP_EVENT_PATH_FAILED) {
+                TRUE(ev[i].path.kind == 10 && ev[i].path.subject == VQP_EVENT_SUBJECT_PORT);
+                path_failed = 1;
+            }
+    }
+    TRUE(path_failed);
+    TRUE(set_link(1, 1) == 0);
+    dlclose(h);
 
     struct vqp_poller_stats st;
     EXPECT(vqp_app_stop(app_a, 5000, 0, &st), VQP_OK);

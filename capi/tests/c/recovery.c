@@ -3,9 +3,13 @@
  * softverbs (soft0, soft1): an asynchronous event applied to an endpoint fails its
  * QP; with re-dispatch the virtual QP goes on over the others and its traffic still
  * lands; fail-back replaces the failed QP through 8-byte messages carried by hand;
- * without re-dispatch the same event fails the virtual QP. Run by tests/c_api.rs.
+ * without re-dispatch the same event fails the virtual QP; a link taken down through
+ * softverbs' fault injection arrives as a real port event, read from the device and
+ * applied. Run by tests/c_api.rs.
  * Prints "recovery: N checks passed" and exits 0.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +184,30 @@ int main(void) {
     EXPECT(vqp_post_send(a, &w), VQP_ERR_FAILED);
     EXPECT(vqp_endpoint_offer_rejoin(a, 1, msg), VQP_ERR_CONFIG);
 
+    EXPECT(vqp_endpoint_destroy(a), VQP_OK);
+    EXPECT(vqp_endpoint_destroy(b), VQP_OK);
+
+    /* A real event: soft0's link goes down (softverbs' fault injection, in the library
+     * this process loaded); the device reports IBV_EVENT_PORT_ERR, which fails every
+     * QP of the endpoint on it. */
+    pair(&s, &a, &b);
+    const char *lib = getenv("VQP_IBVERBS_PATH");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    int (*set_link)(uint32_t, int) = h ? (int (*)(uint32_t, int))dlsym(h, "vqp_soft_set_link") : NULL;
+    TRUE(set_link != NULL);
+    TRUE(set_link(0, 0) == 0);
+    int port_err = 0;
+    for (int i = 0; i < 50 && !port_err; i++) {
+        EXPECT(vqp_device_next_event(d0, 100, &ev, &got), VQP_OK);
+        port_err = got && ev.kind == 10 && ev.subject == VQP_EVENT_SUBJECT_PORT && ev.port == 1;
+    }
+    TRUE(port_err);
+    EXPECT(vqp_endpoint_apply_event(a, 0, &ev, &failed), VQP_OK);
+    TRUE(failed == 1);
+    EXPECT(vqp_endpoint_failover(a, &f), VQP_OK);
+    TRUE(f.failed_status != 0);
+    TRUE(set_link(0, 1) == 0);
+    dlclose(h);
     EXPECT(vqp_endpoint_destroy(a), VQP_OK);
     EXPECT(vqp_endpoint_destroy(b), VQP_OK);
     EXPECT(vqp_mr_deregister(sm), VQP_OK);
