@@ -313,7 +313,11 @@ fn connect_with(
     };
     let (peer, stream) = connect(e)?;
     let State::Created(e) = std::mem::replace(st, State::Spent) else {
-        unreachable!("matched above")
+        // Matched above; nothing between could change it.
+        return Err(Fail::new(
+            VQP_ERR_STATE,
+            "the endpoint changed state during connect",
+        ));
     };
     let mut stream = stream;
     let conn = e.connect(&peer)?;

@@ -214,7 +214,8 @@ pub unsafe extern "C" fn vqp_endpoint_start_poller(
             None
         };
         let State::Connected(live) = std::mem::replace(&mut obj.state, State::Spent) else {
-            unreachable!("checked above")
+            // Checked above; nothing between could change it.
+            return Err(Fail::new(VQP_ERR_STATE, "the endpoint is not connected"));
         };
         // The virtual QP is large: it stays behind the box until the factory, on the
         // poll thread, moves it into the stack (as examples/lat does).
