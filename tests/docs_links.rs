@@ -1,5 +1,5 @@
-//! Every relative link in the README, `docs/`, `examples/README.md` and
-//! `softverbs/README.md` points to a file that exists and, when it names a heading
+//! Every relative link in the README, `docs/`, `examples/README.md`,
+//! `softverbs/README.md` and `capi/README.md` points to a file that exists and, when it names a heading
 //! (`file.md#anchor`), to a heading or `<a id>` of that file, by GitHub's anchor rules:
 //! the heading's text in lower case, punctuation dropped, spaces turned into `-`, and
 //! `-1`, `-2`, … appended to repeats.
@@ -13,6 +13,7 @@ fn documents(root: &Path) -> Vec<PathBuf> {
         root.join("README.md"),
         root.join("examples/README.md"),
         root.join("softverbs/README.md"),
+        root.join("capi/README.md"),
     ];
     let mut more: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
         .expect("the docs/ folder")

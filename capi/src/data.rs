@@ -1,0 +1,192 @@
+//! The data path: post sends and receives, poll completions into the caller's array.
+//! Nothing here allocates or locks: the handle lookup is two atomic loads, the
+//! request is converted on the stack, and errors are recorded as `Copy` details.
+
+use vqp_core::{Keys, Opcode, RecvWr, SendFlags, SendWr, WcOpcode};
+
+use crate::endpoint::live;
+use crate::status::{guard, vqp_status, Fail};
+use crate::types::{vqp_endpoint, vqp_recv_wr, vqp_send_wr, vqp_wc, VQP_WC_WITH_IMM};
+
+/// vqp-core's request from C's.
+#[inline(always)]
+pub(crate) fn send_wr(w: &vqp_send_wr) -> Result<SendWr, Fail> {
+    if w.key_mask & !0xf != 0 {
+        return Err(Fail::invalid(
+            "key_mask names a device above VQP_MAX_DEVICES",
+        ));
+    }
+    // One device is the common case: its keys without the loop.
+    let keys = if w.key_mask == 1 {
+        Keys::single(w.keys[0].lkey, w.keys[0].rkey)
+    } else {
+        let mut keys = Keys::none();
+        for (d, k) in w.keys.iter().enumerate() {
+            if w.key_mask & (1 << d) != 0 {
+                keys = keys.with(d, k.lkey, k.rkey);
+            }
+        }
+        keys
+    };
+    Ok(SendWr {
+        wr_id: w.wr_id,
+        opcode: Opcode(w.opcode),
+        flags: SendFlags(w.flags),
+        local_addr: w.local_addr,
+        len: w.len,
+        remote_addr: w.remote_addr,
+        imm_data: w.imm_data,
+        keys,
+        compare_add: w.compare_add,
+        swap: w.swap,
+    })
+}
+
+/// Posts one send request: all of it or, on error, nothing. Local memory is named by
+/// its keys and checked by the device, so any address is safe to pass.
+///
+/// Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_STATE` (not connected),
+/// `VQP_ERR_FULL` (backpressure: poll, then retry), `VQP_ERR_FAILED`,
+/// `VQP_ERR_REQUEST` (unknown opcode, zero length, an unsignaled fragmented request
+/// other than WRITE_WITH_IMM, a missing key, `VQP_SEND_INLINE` here…).
+///
+/// Thread-safety: one thread at a time per endpoint (post and poll included); no
+/// allocation, no lock, no system call of its own.
+///
+/// # Safety
+/// `wr` is null or a readable `vqp_send_wr`.
+#[no_mangle]
+pub unsafe extern "C" fn vqp_post_send(ep: vqp_endpoint, wr: *const vqp_send_wr) -> vqp_status {
+    guard(|| {
+        if wr.is_null() {
+            return Err(Fail::null("wr is null"));
+        }
+        // SAFETY: `wr` is readable (the contract).
+        let w = send_wr(unsafe { &*wr })?;
+        // SAFETY: one thread at a time per endpoint (the contract).
+        let l = unsafe { live(ep) }?;
+        l.conn.vqp.post_send(&w)?;
+        Ok(())
+    })
+}
+
+/// Posts one SEND or RDMA_WRITE whose payload the CPU copies into the WQE now
+/// (`VQP_SEND_INLINE` is implied): `payload[0..len]` may be reused when this returns.
+/// It goes whole to data QP 0.
+///
+/// Errors: as `vqp_post_send`; `VQP_ERR_REQUEST` also for an opcode that cannot be
+/// inline, and `VQP_ERR_FULL` when data QP 0 has no room now.
+///
+/// Thread-safety: as `vqp_post_send`.
+///
+/// # Safety
+/// `wr` is null or readable; `payload` is readable for `len` bytes (null only with
+/// `len` 0).
+#[no_mangle]
+pub unsafe extern "C" fn vqp_post_send_inline(
+    ep: vqp_endpoint,
+    wr: *const vqp_send_wr,
+    payload: *const u8,
+    len: usize,
+) -> vqp_status {
+    guard(|| {
+        if wr.is_null() || (payload.is_null() && len > 0) {
+            return Err(Fail::null("wr or payload is null"));
+        }
+        // SAFETY: `wr` is readable (the contract).
+        let w = send_wr(unsafe { &*wr })?;
+        let bytes: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: `payload` is readable for `len` bytes (the contract).
+            unsafe { std::slice::from_raw_parts(payload, len) }
+        };
+        // SAFETY: one thread at a time per endpoint (the contract).
+        let l = unsafe { live(ep) }?;
+        l.conn.vqp.post_send_inline(&w, bytes)?;
+        Ok(())
+    })
+}
+
+/// Posts one receive: a notification receive (`len` 0) or a data receive for a SEND.
+///
+/// Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_STATE`, `VQP_ERR_FULL`,
+/// `VQP_ERR_FAILED`, `VQP_ERR_REQUEST` (a data receive under DQPLB with several
+/// QPs).
+///
+/// Thread-safety: as `vqp_post_send`.
+///
+/// # Safety
+/// `wr` is null or a readable `vqp_recv_wr`.
+#[no_mangle]
+pub unsafe extern "C" fn vqp_post_recv(ep: vqp_endpoint, wr: *const vqp_recv_wr) -> vqp_status {
+    guard(|| {
+        if wr.is_null() {
+            return Err(Fail::null("wr is null"));
+        }
+        // SAFETY: `wr` is readable (the contract).
+        let w = unsafe { &*wr };
+        let r = RecvWr::data(w.wr_id, w.addr, w.len, w.lkey);
+        // SAFETY: one thread at a time per endpoint (the contract).
+        let l = unsafe { live(ep) }?;
+        l.conn.vqp.post_recv(&r)?;
+        Ok(())
+    })
+}
+
+/// Polls the endpoint's completion queues once and writes up to `cap` virtual
+/// completions (at most `VQP_POLL_BATCH` per call; more wait for the next call) to
+/// `wc`, their number to `*n`. Sends and receives each come in posting order.
+///
+/// Errors: `VQP_ERR_NULL` (`n` null, or `wc` null with `cap` > 0),
+/// `VQP_ERR_STALE_HANDLE`, `VQP_ERR_STATE`, `VQP_ERR_POLL` (the provider's
+/// `poll_cq` failed).
+///
+/// Thread-safety: as `vqp_post_send`.
+///
+/// # Safety
+/// `wc` is writable for `cap` completions (or null with `cap` 0); `n` writable.
+#[no_mangle]
+pub unsafe extern "C" fn vqp_poll(
+    ep: vqp_endpoint,
+    wc: *mut vqp_wc,
+    cap: u32,
+    n: *mut u32,
+) -> vqp_status {
+    guard(|| {
+        if n.is_null() || (wc.is_null() && cap > 0) {
+            return Err(Fail::null("n is null, or wc is null with cap > 0"));
+        }
+        // SAFETY: one thread at a time per endpoint (the contract).
+        let l = unsafe { live(ep) }?;
+        let room = (cap as usize).min(l.scratch.len());
+        let c = &mut l.conn;
+        let got = c.vcq.poll(&mut [&mut c.vqp], &mut l.scratch[..room])?;
+        for (i, w) in l.scratch[..got].iter().enumerate() {
+            let out = vqp_wc {
+                wr_id: w.wr_id,
+                byte_len: w.byte_len,
+                status: w.status.0,
+                opcode: w.opcode.0,
+                qp_num: w.qp_num,
+                imm_data: w.imm_data.unwrap_or(0),
+                flags: if w.imm_data.is_some() {
+                    VQP_WC_WITH_IMM
+                } else {
+                    0
+                },
+                reserved: 0,
+            };
+            // SAFETY: i < got <= room <= cap, and `wc` is writable for `cap` entries.
+            unsafe { wc.add(i).write(out) };
+        }
+        // SAFETY: `n` is non-null and writable.
+        unsafe { n.write(got as u32) };
+        Ok(())
+    })
+}
+
+const _: () = assert!(
+    WcOpcode::RECV.0 == 128,
+    "vqp_wc.opcode is libibverbs' value"
+);
