@@ -32,6 +32,11 @@ if [ "$build" = 1 ]; then
 fi
 dir="$target/$profile"
 [ "$profile" = dev ] && dir="$target/debug"
+# `cargo build` copies the libraries up to the profile directory; a test build leaves
+# them in its deps directory only.
+if [ "$build" = 0 ] && [ ! -f "$dir/libvqp_capi.so" ] && [ -f "$dir/deps/libvqp_capi.so" ]; then
+  dir="$dir/deps"
+fi
 for f in libvqp_capi.so libvqp_capi.a; do
   [ -f "$dir/$f" ] || { echo "$dir/$f is missing: build vqp-capi first" >&2; exit 1; }
 done
