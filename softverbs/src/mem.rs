@@ -57,6 +57,10 @@ pub(crate) struct MrTable {
 struct Slot {
     gen: u8,
     info: Option<MrInfo>,
+    /// Added (wrapping) to an address of the region's `[addr, addr + len)` to find
+    /// its byte in the process: 0 for an ordinary region; for a zero-based one
+    /// (`IBV_ACCESS_ZERO_BASED`: device memory) the host address of its first byte.
+    shift: u64,
 }
 
 /// The largest slot index a key can carry (24 bits).
@@ -65,19 +69,32 @@ const MAX_SLOTS: usize = (1 << 24) - 1;
 impl MrTable {
     /// Registers a region; `None` when the table is full.
     pub(crate) fn register(&mut self, info: MrInfo) -> Option<u32> {
+        self.register_at(info, info.addr)
+    }
+
+    /// Registers a region whose addresses `[info.addr, info.addr + info.len)` name the
+    /// bytes from `host` on (a zero-based region: `info.addr` 0). Such a region is not
+    /// among [`MrTable::live`]'s (other processes cannot reach it: its addresses are not
+    /// the process's). `None` when the table is full.
+    pub(crate) fn register_at(&mut self, info: MrInfo, host: u64) -> Option<u32> {
         let slot = match self.free.pop() {
             Some(i) => i as usize,
             None => {
                 if self.slots.len() >= MAX_SLOTS {
                     return None;
                 }
-                self.slots.push(Slot { gen: 0, info: None });
+                self.slots.push(Slot {
+                    gen: 0,
+                    info: None,
+                    shift: 0,
+                });
                 self.slots.len() - 1
             }
         };
         let s = &mut self.slots[slot];
         s.gen = s.gen.wrapping_add(1);
         s.info = Some(info);
+        s.shift = host.wrapping_sub(info.addr);
         Some((((slot + 1) as u32) << 8) | u32::from(s.gen))
     }
 
@@ -112,10 +129,10 @@ impl MrTable {
         self.index(key).and_then(|i| self.slots[i].info.as_ref())
     }
 
-    /// Every live region with its key.
+    /// Every live region with its key, but the zero-based ones ([`MrTable::register_at`]).
     pub(crate) fn live(&self) -> impl Iterator<Item = (u32, &MrInfo)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| {
-            let info = s.info.as_ref()?;
+            let info = s.info.as_ref().filter(|_| s.shift == 0)?;
             Some(((((i + 1) as u32) << 8) | u32::from(s.gen), info))
         })
     }
@@ -137,6 +154,8 @@ impl MrTable {
         len: u64,
         need: u32,
     ) -> Result<Span<'_>, KeyError> {
+        let slot = self.index(key).ok_or(KeyError::BadKey)?;
+        let shift = self.slots[slot].shift;
         let mr = self.get(key).ok_or(KeyError::BadKey)?;
         if mr.dev != dev {
             return Err(KeyError::BadKey);
@@ -152,7 +171,7 @@ impl MrTable {
             return Err(KeyError::Access);
         }
         Ok(Span {
-            addr,
+            addr: addr.wrapping_add(shift),
             len,
             _table: PhantomData,
         })

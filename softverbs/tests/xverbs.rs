@@ -953,3 +953,113 @@ fn a_parent_domain_goes_where_a_pd_goes_and_holds_its_domains() {
     // SAFETY: a live thread domain.
     assert_eq!(unsafe { vctx(other.as_raw()).dealloc_td.unwrap()(td2) }, 0);
 }
+
+#[test]
+fn device_memory_copies_by_words_and_a_zero_based_region_over_it_carries_rdma() {
+    let (a, b) = x_pair(IBV_QPT_RC, IBV_WC_STANDARD_FLAGS);
+    let c = b.ctx.as_raw();
+    let x = vctx(c);
+    let max = query_device_ex(c, None).unwrap().max_dm_size as usize;
+    assert_eq!(max, 256 << 10);
+    let alloc = |len: usize, comp_mask: u32| {
+        let mut at = ibv_alloc_dm_attr {
+            length: len,
+            log_align_req: 0,
+            comp_mask,
+        };
+        // SAFETY: a live context; readable attributes.
+        let dm = unsafe { x.alloc_dm.unwrap()(c, &mut at) };
+        if dm.is_null() {
+            Err(errno())
+        } else {
+            Ok(dm)
+        }
+    };
+    assert_eq!(alloc(max + 1, 0).unwrap_err(), libc::EINVAL);
+    assert_eq!(alloc(64, 1).unwrap_err(), libc::EINVAL);
+    let dm = alloc(4096, 0).unwrap();
+    // SAFETY: a live DM; its own copy functions, as verbs.h's inline wrappers call them.
+    let (to, from) = unsafe { ((*dm).memcpy_to_dm.unwrap(), (*dm).memcpy_from_dm.unwrap()) };
+    let data: Vec<u8> = (0..64).collect();
+    let mut back = vec![0u8; 64];
+    // SAFETY: a live DM; host buffers of the lengths passed.
+    unsafe {
+        assert_eq!(to(dm, 128, data.as_ptr().cast(), 64), 0);
+        assert_eq!(from(back.as_mut_ptr().cast(), dm, 128, 64), 0);
+        assert_eq!(
+            to(dm, 130, data.as_ptr().cast(), 4),
+            libc::EINVAL,
+            "offset not of 4"
+        );
+        assert_eq!(
+            to(dm, 128, data.as_ptr().cast(), 6),
+            libc::EINVAL,
+            "length not of 4"
+        );
+        assert_eq!(to(dm, 4096, data.as_ptr().cast(), 4), libc::EFAULT);
+        assert_eq!(from(back.as_mut_ptr().cast(), dm, 4092, 8), libc::EFAULT);
+    }
+    assert_eq!(back, data);
+    // A region over [1024, 1024 + 2048) of it, zero-based, written by the peer.
+    let reg = |access: u32, off: u64, len: usize| {
+        // SAFETY: a live PD and DM.
+        let mr = unsafe { x.reg_dm_mr.unwrap()(b.pd.as_raw(), dm, off, len, access) };
+        if mr.is_null() {
+            Err(errno())
+        } else {
+            Ok(mr)
+        }
+    };
+    let rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    assert_eq!(
+        reg(rw, 1024, 2048).unwrap_err(),
+        libc::EINVAL,
+        "not zero-based"
+    );
+    assert_eq!(
+        reg(rw | IBV_ACCESS_ZERO_BASED, 2048, 4096).unwrap_err(),
+        libc::EINVAL
+    );
+    let mr = reg(rw | IBV_ACCESS_ZERO_BASED, 1024, 2048).unwrap();
+    // SAFETY: a live MR.
+    let (rkey, maddr) = unsafe { ((*mr).rkey, (*mr).addr) };
+    assert!(maddr.is_null());
+    let w = Wr(qpx(a.qp));
+    buf(&a)[..16].copy_from_slice(b"device memory!!!");
+    w.start();
+    w.id(1, IBV_SEND_SIGNALED);
+    // SAFETY: the QP's own functions; registered buffers.
+    unsafe { w.q().wr_rdma_write.unwrap()(w.0, rkey, 100) };
+    w.sge(&a.mr, 0, 16);
+    w.id(2, IBV_SEND_SIGNALED);
+    // SAFETY: as above; past the region's end: a remote access error.
+    unsafe { w.q().wr_rdma_write.unwrap()(w.0, rkey, 2040) };
+    w.sge(&a.mr, 0, 16);
+    assert_eq!(w.complete(), 0);
+    let got = poll_ex(a.cq, 2);
+    assert_eq!(got[0].status, IBV_WC_SUCCESS);
+    assert_eq!(got[1].status, IBV_WC_REM_ACCESS_ERR);
+    let mut word = [0u8; 16];
+    // SAFETY: a live DM; a 16-byte host buffer.
+    assert_eq!(unsafe { from(word.as_mut_ptr().cast(), dm, 1124, 16) }, 0);
+    assert_eq!(&word, b"device memory!!!");
+    // The DM is busy while the region lies in it; the device's total is bounded.
+    // SAFETY: live objects.
+    unsafe {
+        assert_eq!(x.free_dm.unwrap()(dm), libc::EBUSY);
+        assert_eq!(sv::ibv_dereg_mr(mr), 0);
+        assert_eq!(x.free_dm.unwrap()(dm), 0);
+        assert_eq!(x.free_dm.unwrap()(dm), libc::EINVAL);
+    }
+    let big = alloc(max, 0).unwrap();
+    assert_eq!(
+        alloc(4, 0).unwrap_err(),
+        libc::ENOMEM,
+        "the device's memory is taken"
+    );
+    // SAFETY: a live DM.
+    assert_eq!(unsafe { x.free_dm.unwrap()(big) }, 0);
+    // The context's cmd_fd is a descriptor it owns (programs dup it).
+    // SAFETY: `fcntl` on an integer.
+    assert!(unsafe { libc::fcntl((*c).cmd_fd, libc::F_GETFD) } >= 0);
+}

@@ -154,12 +154,19 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             return core::ptr::null_mut();
         }
     };
+    let cmd = match crate::os::EventFd::new() {
+        Ok(f) => f,
+        Err(e) => {
+            set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+            return core::ptr::null_mut();
+        }
+    };
     provider::get().register_context(&core);
     let mut ibv = verbs_ops();
     ibv.context = ibv_context {
         device,
         ops: context_ops(),
-        cmd_fd: -1,
+        cmd_fd: cmd.raw(),
         async_fd: core.async_fd.raw(),
         num_comp_vectors: 1,
         abi_compat: VERBS_ABI_IS_EXTENDED,
@@ -168,6 +175,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     publish(CtxObj {
         ibv: UnsafeCell::new(ibv),
         core,
+        cmd,
     })
 }
 

@@ -53,6 +53,11 @@ pub(crate) struct PdCore {
 pub(crate) struct CtxObj {
     pub(super) ibv: UnsafeCell<verbs_context>,
     pub(super) core: Arc<CtxCore>,
+    /// The context's `cmd_fd`: a descriptor it owns and closes with it, as a kernel
+    /// provider's context owns its open `uverbs` device (programs `dup` it to share
+    /// the context, `ibv_import_device`, which answers `EOPNOTSUPP` here). No command
+    /// goes through it; it never becomes readable.
+    pub(super) cmd: crate::os::EventFd,
 }
 
 /// `ibv_pd` and the PD's state. A parent domain (`ibv_alloc_parent_domain`) is a PD
@@ -82,11 +87,22 @@ pub(crate) struct TdObj {
     pub(super) users: Arc<std::sync::atomic::AtomicU32>,
 }
 
-/// `ibv_mr` and the region's PD.
+/// `ibv_mr` and the region's PD (and device memory, for `ibv_reg_dm_mr`'s regions).
 #[repr(C)]
 pub(crate) struct MrObj {
     pub(super) ibv: ibv_mr,
     pub(super) pd: Arc<PdCore>,
+    /// The user count of the device memory the region lies in, if it does.
+    pub(super) dm: Option<Arc<std::sync::atomic::AtomicU32>>,
+}
+
+/// `ibv_dm` and the host memory that stands for device memory.
+#[repr(C)]
+pub(crate) struct DmObj {
+    pub(super) ibv: ibv_dm,
+    pub(super) mem: super::dm::DmMem,
+    /// Regions registered over it (`ibv_free_dm` is `EBUSY` while non-zero).
+    pub(super) users: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// `ibv_comp_channel` and its events.
@@ -150,6 +166,7 @@ const _: () = {
     assert!(core::mem::offset_of!(SrqObj, ibv) == 0);
     assert!(core::mem::offset_of!(AhObj, ibv) == 0);
     assert!(core::mem::offset_of!(TdObj, ibv) == 0);
+    assert!(core::mem::offset_of!(DmObj, ibv) == 0);
 };
 
 /// The kinds of object handed out; a pointer registered as one kind is never taken for
@@ -165,6 +182,7 @@ pub(super) enum Kind {
     Srq,
     Ah,
     Td,
+    Dm,
 }
 
 /// A wrapper and the C struct at its offset 0.
@@ -198,6 +216,7 @@ object!(QpObj, ibv_qp, Qp);
 object!(SrqObj, ibv_srq, Srq);
 object!(AhObj, ibv_ah, Ah);
 object!(TdObj, ibv_td, Td);
+object!(DmObj, ibv_dm, Dm);
 
 /// Where a registered object is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

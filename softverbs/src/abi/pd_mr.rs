@@ -138,6 +138,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
             rkey: key,
         },
         pd: Arc::clone(&p.core),
+        dm: None,
     })
 }
 
@@ -198,6 +199,9 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     mrs.deregister(m.get().ibv.lkey);
     drop(mrs);
     m.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+    if let Some(dm) = &m.get().dm {
+        dm.fetch_sub(1, Ordering::AcqRel);
+    }
     m.free();
     0
 }
