@@ -228,8 +228,9 @@ unsafe extern "C" fn memcpy_from_dm(
 /// `[dm_offset, dm_offset + length)` of `dm`, its addresses 0 .. `length` (`addr` is
 /// null, as libibverbs reports it). `EINVAL` without `IBV_ACCESS_ZERO_BASED`, for other
 /// access bits than a DM region may have, remote write or atomic without local write,
-/// a length of 0, a range outside the allocation, or a PD or DM that is not live (or
-/// of another device).
+/// a range outside the allocation, or a PD or DM that is not live (or of another
+/// device). A length of 0 is a region of no bytes, as on mlx5 (every access to it is
+/// out of bounds).
 ///
 /// # Safety
 /// `pd` and `dm` are live objects of this provider, not freed during the call.
@@ -252,7 +253,6 @@ pub(super) unsafe extern "C" fn reg_dm_mr(
     if access & IBV_ACCESS_ZERO_BASED == 0
         || access & !DM_ACCESS != 0
         || (access & remote_needs_local != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0)
-        || length == 0
         || p.core.dev != d.mem.dev
     {
         return fail(libc::EINVAL);
