@@ -4,6 +4,7 @@
 
 mod common;
 mod xproc_support;
+mod xverbs_support;
 
 use std::time::{Duration, Instant};
 
@@ -554,4 +555,73 @@ fn the_namespace_directory_is_removed_at_exit() {
     let left = dir.exists();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!left, "{} was left behind", dir.display());
+}
+
+/// The extended verbs across processes: an extended QP and CQ here (`ibv_create_qp_ex`,
+/// `ibv_create_cq_ex` with timestamps) against a plain QP in the child; a batch of the
+/// `ibv_wr_*` API (WRITE, SEND with immediate, fetch-and-add, READ) reaches the child's
+/// memory and receive queue, and its completions come back through `ibv_start_poll`.
+#[test]
+fn the_wr_api_and_an_extended_cq_work_with_a_qp_of_another_process() {
+    use xverbs_support as x;
+    isolate();
+    let flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+    let s = x::x_side("soft0", IBV_QPT_RC, flags, x::ALL_OPS);
+    let mut peer = Peer::spawn();
+    let (pqpn, plid, raddr, rkey) = peer.side("soft1");
+    peer.cmd(&format!("connect {} {}", x::lid(&s.ctx), x::qpn(s.qp)));
+    x::connect(s.qp, plid, pqpn, IBV_QPT_RC);
+    peer.cmd("fill 9");
+    peer.cmd("recv 1 60000 64");
+    let b0 = unhex(&peer.cmd("read 0 65536")[0]);
+    let a = x::buf(&s);
+    for (i, v) in a[..4096].iter_mut().enumerate() {
+        *v = (i % 251) as u8;
+    }
+    let w = x::Wr(x::qpx(s.qp));
+    w.start();
+    w.id(1, IBV_SEND_SIGNALED);
+    // SAFETY: the QP's own functions; registered buffers here, the peer's region there.
+    unsafe {
+        w.q().wr_rdma_write.unwrap()(w.0, rkey, raddr + 1000);
+        w.sge(&s.mr, 0, 3000);
+        w.id(2, IBV_SEND_SIGNALED);
+        w.q().wr_send_imm.unwrap()(w.0, 0x0102_0304u32.to_be());
+        w.q().wr_set_inline_data.unwrap()(w.0, b"across".as_ptr() as *mut _, 6);
+        w.id(3, IBV_SEND_SIGNALED);
+        w.q().wr_atomic_fetch_add.unwrap()(w.0, rkey, raddr + 8, 5);
+        w.sge(&s.mr, 8192, 8);
+        w.id(4, IBV_SEND_SIGNALED);
+        w.q().wr_rdma_read.unwrap()(w.0, rkey, raddr + 20000);
+        w.sge(&s.mr, 10000, 100);
+    }
+    assert_eq!(w.complete(), 0);
+    let got = x::poll_ex(s.cq, 4);
+    let ops: Vec<_> = got.iter().map(|c| (c.wr_id, c.status, c.opcode)).collect();
+    assert_eq!(
+        ops,
+        [
+            (1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE),
+            (2, IBV_WC_SUCCESS, IBV_WC_SEND),
+            (3, IBV_WC_SUCCESS, IBV_WC_FETCH_ADD),
+            (4, IBV_WC_SUCCESS, IBV_WC_RDMA_READ),
+        ]
+    );
+    assert!(got.iter().all(|c| c.ts > 0) && got.windows(2).all(|p| p[0].ts <= p[1].ts));
+    let r = peer.cmd("poll 1");
+    assert_eq!(
+        r[0],
+        format!("wc 1000 0 {IBV_WC_RECV} 6 {}", 0x0102_0304u32.to_be())
+    );
+    let b = unhex(&peer.cmd("read 0 65536")[0]);
+    assert_eq!(&b[1000..4000], &x::buf(&s)[..3000]);
+    assert_eq!(&b[60000..60006], b"across");
+    let old = u64::from_ne_bytes(b0[8..16].try_into().unwrap());
+    assert_eq!(
+        u64::from_ne_bytes(b[8..16].try_into().unwrap()),
+        old.wrapping_add(5)
+    );
+    let a = x::buf(&s);
+    assert_eq!(u64::from_ne_bytes(a[8192..8200].try_into().unwrap()), old);
+    assert_eq!(&a[10000..10100], &b0[20000..20100]);
 }
