@@ -526,9 +526,8 @@ fn a_parent_domain_goes_where_a_pd_goes_and_holds_its_domains() {
     }
     // An MR registered through the parent and a QP created on it: the parent's keys
     // are good for a QP of the protection domain and the other way round.
-    let buf = vec![0u8; 4096].into_boxed_slice();
-    let buf = Box::leak(buf);
-    // SAFETY: a live parent domain; the buffer outlives the MR (leaked).
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: a live parent domain; the buffer outlives the MR (deregistered below).
     let mr = unsafe {
         sv::ibv_reg_mr(
             parent,

@@ -16,7 +16,7 @@ use core::ffi::{c_int, c_void};
 
 use vqp_sys::*;
 
-use super::object::{unchecked, AhObj, QpObj};
+use super::object::{live, unchecked, AhObj, PdObj, QpObj};
 use super::set_errno;
 use crate::provider;
 use crate::qp::{Datagram, SendWqe, Sges};
@@ -111,9 +111,10 @@ pub(super) unsafe extern "C" fn create_qp_ex(
     {
         return fail(libc::EINVAL);
     }
-    // SAFETY: `pd` is read only to compare its context; `create` checks it is live.
-    if a.pd.is_null() || unsafe { (*a.pd).context } != context {
-        return fail(libc::EINVAL);
+    // SAFETY: per the contract (the PD is not deallocated during the call).
+    match unsafe { live::<PdObj>(a.pd) } {
+        Some(p) if p.ibv.context == context => {}
+        _ => return fail(libc::EINVAL),
     }
     let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
         if a.send_ops_flags == 0 {
