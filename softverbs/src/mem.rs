@@ -373,6 +373,32 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_based_region_maps_from_0_and_is_not_among_the_live_ones() {
+        let mut host = vec![0u8; 64];
+        let base = host.as_mut_ptr() as u64;
+        let mut t = MrTable::default();
+        let plain = t.register(info(&mut host, 1)).unwrap();
+        let zero = MrInfo {
+            addr: 0,
+            len: 32,
+            ..info(&mut host, 1)
+        };
+        let k = t.register_at(zero, base + 16).unwrap();
+        assert_eq!(t.span(k, 0, 1, 8, 8, 1).unwrap().range(), (base + 24, 8));
+        assert_eq!(t.span(k, 0, 1, 30, 4, 0).unwrap_err(), KeyError::Bounds);
+        assert_eq!(t.span(plain, 0, 1, base, 8, 0).unwrap().range(), (base, 8));
+        let live: Vec<u32> = t.live().map(|(key, _)| key).collect();
+        assert_eq!(live, [plain]);
+        // A slot reused by an ordinary region maps one to one again.
+        assert!(t.deregister(k));
+        let k2 = t.register(info(&mut host, 1)).unwrap();
+        assert_eq!(
+            t.span(k2, 0, 1, base + 8, 8, 0).unwrap().range(),
+            (base + 8, 8)
+        );
+    }
+
+    #[test]
     fn update_replaces_a_live_region_under_the_same_key() {
         let mut a = vec![0u8; 64];
         let mut b = vec![0u8; 32];

@@ -296,3 +296,26 @@ pub(super) unsafe extern "C" fn reg_dm_mr(
         dm: Some(Arc::clone(&d.users)),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_are_whole_words_inside_the_allocation() {
+        // Device index 63: no other test allocates there.
+        IN_USE[63].fetch_add(100, Ordering::AcqRel);
+        let m = DmMem::alloc(63, 100, 8).unwrap();
+        assert!(m.range(0, 100).is_ok() && m.range(96, 4).is_ok() && m.range(100, 0).is_ok());
+        assert_eq!(m.range(2, 4).unwrap_err(), libc::EINVAL);
+        assert_eq!(m.range(0, 6).unwrap_err(), libc::EINVAL);
+        assert_eq!(m.range(100, 4).unwrap_err(), libc::EFAULT);
+        assert_eq!(m.range(u64::MAX - 1, 4).unwrap_err(), libc::EFAULT);
+        drop(m);
+        assert_eq!(
+            IN_USE[63].load(Ordering::Acquire),
+            0,
+            "freed memory is given back"
+        );
+    }
+}
