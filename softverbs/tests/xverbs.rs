@@ -700,3 +700,73 @@ fn device_memory_copies_by_words_and_a_zero_based_region_over_it_carries_rdma() 
     // SAFETY: `fcntl` on an integer.
     assert!(unsafe { libc::fcntl((*c).cmd_fd, libc::F_GETFD) } >= 0);
 }
+
+#[test]
+fn bad_arguments_get_an_errno_never_a_crash() {
+    let s = x_side("soft0", IBV_QPT_RC, 0, ALL_OPS);
+    let c = s.ctx.as_raw();
+    let x = vctx(c);
+    // SAFETY: each call is given null or a value it must refuse; none is dereferenced.
+    unsafe {
+        assert_eq!(
+            x.query_device_ex.unwrap()(c, core::ptr::null(), null_mut(), 400),
+            libc::EINVAL
+        );
+        assert_eq!(x.query_port.unwrap()(c, 1, null_mut(), 56), libc::EINVAL);
+        assert_eq!(x.query_rt_values.unwrap()(c, null_mut()), libc::EINVAL);
+        assert!(x.create_cq_ex.unwrap()(c, null_mut()).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        assert!(x.create_qp_ex.unwrap()(c, null_mut()).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        assert!(x.alloc_td.unwrap()(c, null_mut()).is_null());
+        assert_eq!(x.dealloc_td.unwrap()(null_mut()), libc::EINVAL);
+        let mut pa = ibv_parent_domain_init_attr {
+            pd: null_mut(),
+            td: null_mut(),
+            comp_mask: 0,
+            alloc: None,
+            free: None,
+            pd_context: null_mut(),
+        };
+        assert!(x.alloc_parent_domain.unwrap()(c, &mut pa).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        assert!(x.alloc_dm.unwrap()(c, null_mut()).is_null());
+        assert_eq!(x.free_dm.unwrap()(null_mut()), libc::EINVAL);
+        assert!(
+            x.reg_dm_mr.unwrap()(null_mut(), null_mut(), 0, 8, IBV_ACCESS_ZERO_BASED).is_null()
+        );
+        assert_eq!(errno(), libc::EINVAL);
+        // The posting functions of a null QP do nothing; complete says EINVAL.
+        let q = &*qpx(s.qp);
+        q.wr_start.unwrap()(null_mut());
+        q.wr_send.unwrap()(null_mut());
+        q.wr_set_sge.unwrap()(null_mut(), 0, 0, 0);
+        assert_eq!(q.wr_complete.unwrap()(null_mut()), libc::EINVAL);
+    }
+    // Inline pieces whose lengths add up past any size: ENOMEM, nothing read.
+    let w = Wr(qpx(s.qp));
+    let pieces = [
+        ibv_data_buf {
+            addr: null_mut(),
+            length: usize::MAX,
+        },
+        ibv_data_buf {
+            addr: null_mut(),
+            length: usize::MAX,
+        },
+    ];
+    w.start();
+    // SAFETY: the QP's own functions; the pieces are refused before they are read.
+    unsafe {
+        w.q().wr_send.unwrap()(w.0);
+        w.q().wr_set_inline_data_list.unwrap()(w.0, 2, pieces.as_ptr());
+    }
+    assert_eq!(w.complete(), libc::ENOMEM);
+    // A CQ that is not extended has no poll functions; reads of an extended CQ outside a
+    // poll give zeros.
+    let cq = create_cq_ex(c, &mut cq_attr(4, IBV_WC_STANDARD_FLAGS)).unwrap();
+    // SAFETY: the CQ's own function; no poll is under way.
+    assert_eq!(unsafe { (*cq).read_byte_len.unwrap()(cq) }, 0);
+    // SAFETY: a live CQ no longer used.
+    assert_eq!(unsafe { sv::ibv_destroy_cq(cq.cast()) }, 0);
+}

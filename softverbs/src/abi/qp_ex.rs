@@ -222,7 +222,9 @@ fn finish(q: &QpObj, b: &mut Batch) {
 /// `qp` is a live extended QP.
 unsafe fn begin(qp: *mut ibv_qp_ex, opcode: u32, fill: impl FnOnce(&mut SendWqe)) {
     // SAFETY: per the contract: `wr_id` and `wr_flags` are the application's, read here.
-    let (wr_id, flags) = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
+    let Some((wr_id, flags)) = (unsafe { qp.as_ref() }).map(|q| (q.wr_id, q.wr_flags)) else {
+        return;
+    };
     // SAFETY: forwarded.
     unsafe {
         with_batch(qp, |q, b| {
@@ -554,7 +556,9 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
 /// # Safety
 /// Each piece's buffer is readable for its length.
 unsafe fn set_inline(q: &QpObj, cur: &mut Building, pieces: &[ibv_data_buf]) -> Result<(), c_int> {
-    let total: u64 = pieces.iter().map(|p| p.length as u64).sum();
+    let total = pieces
+        .iter()
+        .fold(0u64, |t, p| t.saturating_add(p.length as u64));
     q.core.check_inline(total)?;
     let mut data = Vec::with_capacity(total as usize);
     for p in pieces.iter().filter(|p| p.length != 0) {
