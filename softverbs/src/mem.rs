@@ -74,8 +74,9 @@ impl MrTable {
 
     /// Registers a region whose addresses `[info.addr, info.addr + info.len)` name the
     /// bytes from `host` on (a zero-based region: `info.addr` 0). Such a region is not
-    /// among [`MrTable::live`]'s (other processes cannot reach it: its addresses are not
-    /// the process's). `None` when the table is full.
+    /// among [`MrTable::live`]'s, which are exported for other processes to copy into
+    /// directly (its addresses are not the process's): their requests to it come through
+    /// the responder. `None` when the table is full.
     pub(crate) fn register_at(&mut self, info: MrInfo, host: u64) -> Option<u32> {
         let slot = match self.free.pop() {
             Some(i) => i as usize,

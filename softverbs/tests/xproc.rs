@@ -560,7 +560,8 @@ fn the_namespace_directory_is_removed_at_exit() {
 /// The extended verbs across processes: an extended QP and CQ here (`ibv_create_qp_ex`,
 /// `ibv_create_cq_ex` with timestamps) against a plain QP in the child; a batch of the
 /// `ibv_wr_*` API (WRITE, SEND with immediate, fetch-and-add, READ) reaches the child's
-/// memory and receive queue, and its completions come back through `ibv_start_poll`.
+/// memory and receive queue, and its completions come back through `ibv_start_poll`;
+/// the child's fetch-adds reach a zero-based region over device memory here.
 #[test]
 fn the_wr_api_and_an_extended_cq_work_with_a_qp_of_another_process() {
     use xverbs_support as x;
@@ -624,4 +625,36 @@ fn the_wr_api_and_an_extended_cq_work_with_a_qp_of_another_process() {
     let a = x::buf(&s);
     assert_eq!(u64::from_ne_bytes(a[8192..8200].try_into().unwrap()), old);
     assert_eq!(&a[10000..10100], &b0[20000..20100]);
+
+    // Device memory here, a zero-based region over it, and the child's fetch-adds on
+    // it (address 8 of the region: byte 72 of the allocation).
+    let c = s.ctx.as_raw();
+    let v = x::vctx(c);
+    let mut at = ibv_alloc_dm_attr {
+        length: 256,
+        log_align_req: 0,
+        comp_mask: 0,
+    };
+    // SAFETY: a live context; readable attributes.
+    let dm = unsafe { v.alloc_dm.unwrap()(c, &mut at) };
+    assert!(!dm.is_null());
+    let access = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    // SAFETY: a live PD and DM.
+    let mr = unsafe { v.reg_dm_mr.unwrap()(s.pd.as_raw(), dm, 64, 128, access) };
+    assert!(!mr.is_null());
+    // SAFETY: a live MR.
+    let dm_rkey = unsafe { (*mr).rkey };
+    peer.cmd(&format!("fadd 3 8 {dm_rkey}"));
+    let mut word = [0u8; 8];
+    // SAFETY: a live DM; an 8-byte buffer.
+    assert_eq!(
+        unsafe { (*dm).memcpy_from_dm.unwrap()(word.as_mut_ptr().cast(), dm, 72, 8) },
+        0
+    );
+    assert_eq!(u64::from_ne_bytes(word), 3);
+    // SAFETY: live objects no longer used.
+    unsafe {
+        assert_eq!(vqp_softverbs::ibv_dereg_mr(mr), 0);
+        assert_eq!(v.free_dm.unwrap()(dm), 0);
+    }
 }

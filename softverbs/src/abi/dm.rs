@@ -9,9 +9,10 @@
 //! (`ENOMEM` beyond); copies are of whole 4-byte words at 4-byte offsets (`EINVAL`
 //! otherwise, `mlx5_access_dm`) inside the allocation (`EFAULT` otherwise); a region
 //! over it must be `IBV_ACCESS_ZERO_BASED` (libibverbs' `ibv_cmd_reg_dm_mr`), its
-//! addresses running from 0 over `[dm_offset, dm_offset + length)`. Such a region is
-//! reachable from the process's QPs and its peers in the same process; a peer in
-//! another process finds no region under its key (`IBV_WC_REM_ACCESS_ERR`).
+//! addresses running from 0 over `[dm_offset, dm_offset + length)`. A peer in another
+//! process reaches such a region too, but never by copying into this process itself:
+//! the region is not exported for direct copies (its addresses are not the process's),
+//! so the peer's requests to it travel through the inbox to this process's responder.
 
 use core::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
