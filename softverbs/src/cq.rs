@@ -125,8 +125,29 @@ enum Armed {
 /// driver advances the send queue's tail in `poll_cq`).
 pub(crate) type Release = Option<(Arc<AtomicU32>, u32)>;
 
+/// When a completion entered its CQ: the device clock (`CLOCK_MONOTONIC_RAW`) and the
+/// wall clock (`CLOCK_REALTIME`), in nanoseconds. Taken only for CQs that report
+/// completion timestamps (`ibv_create_cq_ex`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    /// `CLOCK_MONOTONIC_RAW`, ns: what `ibv_wc_read_completion_ts` reads.
+    pub raw: u64,
+    /// `CLOCK_REALTIME`, ns: what `ibv_wc_read_completion_wallclock_ns` reads.
+    pub wall: u64,
+}
+
+impl Stamp {
+    /// The two clocks now.
+    pub fn now() -> Stamp {
+        Stamp {
+            raw: crate::os::clock_ns(libc::CLOCK_MONOTONIC_RAW),
+            wall: crate::os::clock_ns(libc::CLOCK_REALTIME),
+        }
+    }
+}
+
 struct CqInner {
-    queue: VecDeque<(ibv_wc, Release)>,
+    queue: VecDeque<(ibv_wc, Release, Stamp)>,
     overflowed: bool,
     armed: Armed,
     /// Events taken by `ibv_get_cq_event` (what `ibv_destroy_cq` waits to see
@@ -153,6 +174,8 @@ pub(crate) struct CqCore {
     pub user_context: usize,
     /// QPs using this CQ (destroying it while this is non-zero is `EBUSY`).
     pub users: AtomicU32,
+    /// Whether completions are stamped when they enter ([`Stamp`]).
+    pub stamped: bool,
     inner: Mutex<CqInner>,
     acked: Condvar,
 }
@@ -183,6 +206,7 @@ impl CqCore {
             handle: AtomicUsize::new(0),
             user_context,
             users: AtomicU32::new(0),
+            stamped: false,
             inner: Mutex::new(CqInner {
                 queue: VecDeque::with_capacity(cap.min(INITIAL_ALLOC)),
                 overflowed: false,
@@ -210,7 +234,12 @@ impl CqCore {
                 .raise(event::CQ_ERR, self.handle.load(Ordering::Relaxed));
             return false;
         }
-        g.queue.push_back((wc, release));
+        let at = if self.stamped {
+            Stamp::now()
+        } else {
+            Stamp::default()
+        };
+        g.queue.push_back((wc, release, at));
         let fire = match g.armed {
             Armed::No => false,
             Armed::Any => true,
@@ -237,18 +266,31 @@ impl CqCore {
         max: usize,
         mut sink: impl FnMut(usize, ibv_wc),
     ) -> Result<usize, CqOverrun> {
+        self.poll_stamped(max, |i, wc, _| sink(i, wc))
+    }
+
+    /// As [`CqCore::poll`], with each completion's [`Stamp`] (zero unless the CQ is
+    /// `stamped`).
+    ///
+    /// # Errors
+    /// [`CqOverrun`] when the CQ overflowed and nothing is left to poll.
+    pub fn poll_stamped(
+        &self,
+        max: usize,
+        mut sink: impl FnMut(usize, ibv_wc, Stamp),
+    ) -> Result<usize, CqOverrun> {
         let mut g = lock(&self.inner);
         let n = max.min(g.queue.len());
         if n == 0 && g.overflowed {
             return Err(CqOverrun);
         }
-        for (i, (wc, release)) in g.queue.drain(..n).enumerate() {
+        for (i, (wc, release, at)) in g.queue.drain(..n).enumerate() {
             if let Some((slots, k)) = release {
                 let _ = slots.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
                     Some(v.saturating_sub(k))
                 });
             }
-            sink(i, wc);
+            sink(i, wc, at);
         }
         Ok(n)
     }

@@ -75,13 +75,19 @@
 //! asynchronous events, the string and rate helpers, the sysfs attributes of the soft
 //! devices) behave as on a ConnectX; the others fail as an
 //! rdma-core provider without the operation does — null with `errno` `EOPNOTSUPP`, or
-//! `EOPNOTSUPP` returned: XRC, multicast, imports, ECE,
-//! device memory and DMA handles, dma-buf registration, `ibv_qp_to_qp_ex`. The data-path
-//! verbs are verbs.h inlines over `context->ops`, which this provider fills; the context
-//! is not an extended `verbs_context`, so verbs.h's extended verbs fall back
-//! (`ibv_query_device_ex` → `ibv_query_device`, `ibv_create_qp_ex` with only a PD →
-//! `ibv_create_qp`) or report `EOPNOTSUPP` (`ibv_create_cq_ex`, send-ops QPs), as on an
-//! old provider; perftest then uses `ibv_post_send`. `IBVERBS_1.0` entries (programs
+//! `EOPNOTSUPP` returned: XRC, multicast, imports, ECE, DMA handles, dma-buf
+//! registration, memory windows, on-demand paging. The data-path verbs are verbs.h
+//! inlines over `context->ops`, which this provider fills. Every context is an extended
+//! `verbs_context` (laid out in front of the `ibv_context`, `abi_compat`
+//! `__VERBS_ABI_IS_EXTENDED`), so verbs.h's extended verbs reach the provider:
+//! `ibv_query_device_ex`, the sized `ibv_query_port`, `ibv_query_rt_values_ex`,
+//! `ibv_create_cq_ex` with `ibv_start_poll` and the `ibv_wc_read_*` family (completion
+//! timestamps included: `CLOCK_MONOTONIC_RAW` and `CLOCK_REALTIME` nanoseconds, taken
+//! as the completion enters the CQ), `ibv_create_qp_ex` with the `ibv_wr_*` posting API
+//! (`ibv_qp_to_qp_ex`; a batch posts all or nothing through `ibv_post_send`'s path),
+//! thread and parent domains, and device memory (`ibv_alloc_dm`, the word-aligned
+//! copies, zero-based `ibv_reg_dm_mr`). softverbs/README.md has the details and what
+//! rdma-core's pyverbs suite makes of it. `IBVERBS_1.0` entries (programs
 //! built against libibverbs 1.0, with other structs) and rdma-core's provider-private
 //! functions (`ibv_cmd_*`, `verbs_*`; listed so that the direct-verbs libraries perftest
 //! links, libmlx5 and libefa, load) fail cleanly; `ibv_query_gid_type` and

@@ -57,6 +57,10 @@ pub(crate) struct MrTable {
 struct Slot {
     gen: u8,
     info: Option<MrInfo>,
+    /// Added (wrapping) to an address of the region's `[addr, addr + len)` to find
+    /// its byte in the process: 0 for an ordinary region; for a zero-based one
+    /// (`IBV_ACCESS_ZERO_BASED`: device memory) the host address of its first byte.
+    shift: u64,
 }
 
 /// The largest slot index a key can carry (24 bits).
@@ -65,19 +69,33 @@ const MAX_SLOTS: usize = (1 << 24) - 1;
 impl MrTable {
     /// Registers a region; `None` when the table is full.
     pub(crate) fn register(&mut self, info: MrInfo) -> Option<u32> {
+        self.register_at(info, info.addr)
+    }
+
+    /// Registers a region whose addresses `[info.addr, info.addr + info.len)` name the
+    /// bytes from `host` on (a zero-based region: `info.addr` 0). Such a region is not
+    /// among [`MrTable::live`]'s, which are exported for other processes to copy into
+    /// directly (its addresses are not the process's): their requests to it come through
+    /// the responder. `None` when the table is full.
+    pub(crate) fn register_at(&mut self, info: MrInfo, host: u64) -> Option<u32> {
         let slot = match self.free.pop() {
             Some(i) => i as usize,
             None => {
                 if self.slots.len() >= MAX_SLOTS {
                     return None;
                 }
-                self.slots.push(Slot { gen: 0, info: None });
+                self.slots.push(Slot {
+                    gen: 0,
+                    info: None,
+                    shift: 0,
+                });
                 self.slots.len() - 1
             }
         };
         let s = &mut self.slots[slot];
         s.gen = s.gen.wrapping_add(1);
         s.info = Some(info);
+        s.shift = host.wrapping_sub(info.addr);
         Some((((slot + 1) as u32) << 8) | u32::from(s.gen))
     }
 
@@ -112,10 +130,10 @@ impl MrTable {
         self.index(key).and_then(|i| self.slots[i].info.as_ref())
     }
 
-    /// Every live region with its key.
+    /// Every live region with its key, but the zero-based ones ([`MrTable::register_at`]).
     pub(crate) fn live(&self) -> impl Iterator<Item = (u32, &MrInfo)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| {
-            let info = s.info.as_ref()?;
+            let info = s.info.as_ref().filter(|_| s.shift == 0)?;
             Some(((((i + 1) as u32) << 8) | u32::from(s.gen), info))
         })
     }
@@ -137,6 +155,8 @@ impl MrTable {
         len: u64,
         need: u32,
     ) -> Result<Span<'_>, KeyError> {
+        let slot = self.index(key).ok_or(KeyError::BadKey)?;
+        let shift = self.slots[slot].shift;
         let mr = self.get(key).ok_or(KeyError::BadKey)?;
         if mr.dev != dev {
             return Err(KeyError::BadKey);
@@ -152,7 +172,7 @@ impl MrTable {
             return Err(KeyError::Access);
         }
         Ok(Span {
-            addr,
+            addr: addr.wrapping_add(shift),
             len,
             _table: PhantomData,
         })
@@ -351,6 +371,32 @@ mod tests {
             dev: 0,
             pd: 1,
         }
+    }
+
+    #[test]
+    fn a_zero_based_region_maps_from_0_and_is_not_among_the_live_ones() {
+        let mut host = vec![0u8; 64];
+        let base = host.as_mut_ptr() as u64;
+        let mut t = MrTable::default();
+        let plain = t.register(info(&mut host, 1)).unwrap();
+        let zero = MrInfo {
+            addr: 0,
+            len: 32,
+            ..info(&mut host, 1)
+        };
+        let k = t.register_at(zero, base + 16).unwrap();
+        assert_eq!(t.span(k, 0, 1, 8, 8, 1).unwrap().range(), (base + 24, 8));
+        assert_eq!(t.span(k, 0, 1, 30, 4, 0).unwrap_err(), KeyError::Bounds);
+        assert_eq!(t.span(plain, 0, 1, base, 8, 0).unwrap().range(), (base, 8));
+        let live: Vec<u32> = t.live().map(|(key, _)| key).collect();
+        assert_eq!(live, [plain]);
+        // A slot reused by an ordinary region maps one to one again.
+        assert!(t.deregister(k));
+        let k2 = t.register(info(&mut host, 1)).unwrap();
+        assert_eq!(
+            t.span(k2, 0, 1, base + 8, 8, 0).unwrap().range(),
+            (base + 8, 8)
+        );
     }
 
     #[test]

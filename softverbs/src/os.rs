@@ -68,3 +68,19 @@ pub(crate) fn at_exit(f: extern "C" fn()) -> bool {
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Clock `id` (`CLOCK_MONOTONIC_RAW`, `CLOCK_REALTIME`, …) in nanoseconds; 0 if it
+/// cannot be read.
+pub(crate) fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a writable timespec; `clock_gettime` writes only it.
+    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}

@@ -4,6 +4,7 @@
 
 mod common;
 mod xproc_support;
+mod xverbs_support;
 
 use std::time::{Duration, Instant};
 
@@ -584,4 +585,106 @@ fn the_namespace_directory_is_removed_at_exit() {
     let left = dir.exists();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(!left, "{} was left behind", dir.display());
+}
+
+/// The extended verbs across processes: an extended QP and CQ here (`ibv_create_qp_ex`,
+/// `ibv_create_cq_ex` with timestamps) against a plain QP in the child; a batch of the
+/// `ibv_wr_*` API (WRITE, SEND with immediate, fetch-and-add, READ) reaches the child's
+/// memory and receive queue, and its completions come back through `ibv_start_poll`;
+/// the child's fetch-adds reach a zero-based region over device memory here.
+#[test]
+fn the_wr_api_and_an_extended_cq_work_with_a_qp_of_another_process() {
+    use xverbs_support as x;
+    isolate();
+    let flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+    let s = x::x_side("soft0", IBV_QPT_RC, flags, x::ALL_OPS);
+    let mut peer = Peer::spawn();
+    let (pqpn, plid, raddr, rkey) = peer.side("soft1");
+    peer.cmd(&format!("connect {} {}", x::lid(&s.ctx), x::qpn(s.qp)));
+    x::connect(s.qp, plid, pqpn, IBV_QPT_RC);
+    peer.cmd("fill 9");
+    peer.cmd("recv 1 60000 64");
+    let b0 = unhex(&peer.cmd("read 0 65536")[0]);
+    let a = x::buf(&s);
+    for (i, v) in a[..4096].iter_mut().enumerate() {
+        *v = (i % 251) as u8;
+    }
+    let w = x::Wr(x::qpx(s.qp));
+    w.start();
+    w.id(1, IBV_SEND_SIGNALED);
+    // SAFETY: the QP's own functions; registered buffers here, the peer's region there.
+    unsafe {
+        w.q().wr_rdma_write.unwrap()(w.0, rkey, raddr + 1000);
+        w.sge(&s.mr, 0, 3000);
+        w.id(2, IBV_SEND_SIGNALED);
+        w.q().wr_send_imm.unwrap()(w.0, 0x0102_0304u32.to_be());
+        w.q().wr_set_inline_data.unwrap()(w.0, b"across".as_ptr() as *mut _, 6);
+        w.id(3, IBV_SEND_SIGNALED);
+        w.q().wr_atomic_fetch_add.unwrap()(w.0, rkey, raddr + 8, 5);
+        w.sge(&s.mr, 8192, 8);
+        w.id(4, IBV_SEND_SIGNALED);
+        w.q().wr_rdma_read.unwrap()(w.0, rkey, raddr + 20000);
+        w.sge(&s.mr, 10000, 100);
+    }
+    assert_eq!(w.complete(), 0);
+    let got = x::poll_ex(s.cq, 4);
+    let ops: Vec<_> = got.iter().map(|c| (c.wr_id, c.status, c.opcode)).collect();
+    assert_eq!(
+        ops,
+        [
+            (1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE),
+            (2, IBV_WC_SUCCESS, IBV_WC_SEND),
+            (3, IBV_WC_SUCCESS, IBV_WC_FETCH_ADD),
+            (4, IBV_WC_SUCCESS, IBV_WC_RDMA_READ),
+        ]
+    );
+    assert!(got.iter().all(|c| c.ts > 0) && got.windows(2).all(|p| p[0].ts <= p[1].ts));
+    let r = peer.cmd("poll 1");
+    assert_eq!(
+        r[0],
+        format!("wc 1000 0 {IBV_WC_RECV} 6 {}", 0x0102_0304u32.to_be())
+    );
+    let b = unhex(&peer.cmd("read 0 65536")[0]);
+    assert_eq!(&b[1000..4000], &x::buf(&s)[..3000]);
+    assert_eq!(&b[60000..60006], b"across");
+    let old = u64::from_ne_bytes(b0[8..16].try_into().unwrap());
+    assert_eq!(
+        u64::from_ne_bytes(b[8..16].try_into().unwrap()),
+        old.wrapping_add(5)
+    );
+    let a = x::buf(&s);
+    assert_eq!(u64::from_ne_bytes(a[8192..8200].try_into().unwrap()), old);
+    assert_eq!(&a[10000..10100], &b0[20000..20100]);
+
+    // Device memory here, a zero-based region over it, and the child's fetch-adds on
+    // it (address 8 of the region: byte 72 of the allocation).
+    let c = s.ctx.as_raw();
+    let v = x::vctx(c);
+    let mut at = ibv_alloc_dm_attr {
+        length: 256,
+        log_align_req: 0,
+        comp_mask: 0,
+    };
+    // SAFETY: a live context; readable attributes.
+    let dm = unsafe { v.alloc_dm.unwrap()(c, &mut at) };
+    assert!(!dm.is_null());
+    let access = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    // SAFETY: a live PD and DM.
+    let mr = unsafe { v.reg_dm_mr.unwrap()(s.pd.as_raw(), dm, 64, 128, access) };
+    assert!(!mr.is_null());
+    // SAFETY: a live MR.
+    let dm_rkey = unsafe { (*mr).rkey };
+    peer.cmd(&format!("fadd 3 8 {dm_rkey}"));
+    let mut word = [0u8; 8];
+    // SAFETY: a live DM; an 8-byte buffer.
+    assert_eq!(
+        unsafe { (*dm).memcpy_from_dm.unwrap()(word.as_mut_ptr().cast(), dm, 72, 8) },
+        0
+    );
+    assert_eq!(u64::from_ne_bytes(word), 3);
+    // SAFETY: live objects no longer used.
+    unsafe {
+        assert_eq!(vqp_softverbs::ibv_dereg_mr(mr), 0);
+        assert_eq!(v.free_dm.unwrap()(dm), 0);
+    }
 }

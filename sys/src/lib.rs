@@ -43,6 +43,7 @@
 
 mod device;
 mod event;
+mod ex;
 mod gid;
 mod object;
 mod ops;
@@ -53,6 +54,7 @@ mod wr;
 
 pub use device::*;
 pub use event::*;
+pub use ex::*;
 pub use gid::Gid;
 pub use object::*;
 pub use ops::*;

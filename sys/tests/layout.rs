@@ -157,6 +157,67 @@ layouts! {
         max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr,
         max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt,
     }
+    struct verbs_context {
+        query_port, advise_mr, alloc_null_mr, read_counters, attach_counters_point_flow,
+        create_counters, destroy_counters, reg_dm_mr, alloc_dm, free_dm,
+        modify_flow_action_esp, destroy_flow_action, create_flow_action_esp,
+        modify_qp_rate_limit, alloc_parent_domain, dealloc_td, alloc_td, modify_cq,
+        post_srq_ops, destroy_rwq_ind_table, create_rwq_ind_table, destroy_wq, modify_wq,
+        create_wq, query_rt_values, create_cq_ex, priv_ = "priv", query_device_ex,
+        ibv_destroy_flow, abi_placeholder2 = "ABI_placeholder2", ibv_create_flow,
+        abi_placeholder1 = "ABI_placeholder1", open_qp, create_qp_ex, get_srq_num,
+        create_srq_ex, open_xrcd, close_xrcd, abi_placeholder3 = "_ABI_placeholder3", sz,
+        context,
+    }
+    struct ibv_odp_caps { general_caps, per_transport_caps, per_transport_caps.rc_odp_caps,
+        per_transport_caps.uc_odp_caps, per_transport_caps.ud_odp_caps }
+    struct ibv_tso_caps { max_tso, supported_qpts }
+    struct ibv_rss_caps {
+        supported_qpts, max_rwq_indirection_tables, max_rwq_indirection_table_size,
+        rx_hash_fields_mask, rx_hash_function,
+    }
+    struct ibv_packet_pacing_caps { qp_rate_limit_min, qp_rate_limit_max, supported_qpts }
+    struct ibv_tm_caps { max_rndv_hdr_size, max_num_tags, flags, max_ops, max_sge }
+    struct ibv_cq_moderation_caps { max_cq_count, max_cq_period }
+    struct ibv_pci_atomic_caps { fetch_add, swap, compare_swap }
+    struct ibv_device_attr_ex {
+        orig_attr, comp_mask, odp_caps, completion_timestamp_mask, hca_core_clock,
+        device_cap_flags_ex, tso_caps, rss_caps, max_wq_type_rq, packet_pacing_caps,
+        raw_packet_caps, tm_caps, cq_mod_caps, max_dm_size, pci_atomic_caps, xrc_odp_caps,
+        phys_port_cnt_ex,
+    }
+    struct ibv_query_device_ex_input { comp_mask }
+    struct ibv_values_ex { comp_mask, raw_clock }
+    struct ibv_cq_init_attr_ex {
+        cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain,
+    }
+    struct ibv_poll_cq_attr { comp_mask }
+    struct ibv_wc_tm_info { tag, priv_ = "priv" }
+    struct ibv_cq_ex {
+        context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
+        async_events_completed, comp_mask, status, wr_id, start_poll, next_poll, end_poll,
+        read_opcode, read_vendor_err, read_byte_len, read_imm_data, read_qp_num, read_src_qp,
+        read_wc_flags, read_slid, read_sl, read_dlid_path_bits, read_completion_ts,
+        read_cvlan, read_flow_tag, read_tm_info, read_completion_wallclock_ns,
+    }
+    struct ibv_rx_hash_conf { rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask }
+    struct ibv_qp_init_attr_ex {
+        qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, xrcd,
+        create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn, send_ops_flags,
+    }
+    struct ibv_data_buf { addr, length }
+    struct ibv_qp_ex {
+        qp_base, comp_mask, wr_id, wr_flags, wr_atomic_cmp_swp, wr_atomic_fetch_add,
+        wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm, wr_send,
+        wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr, wr_set_xrc_srqn,
+        wr_set_inline_data, wr_set_inline_data_list, wr_set_sge, wr_set_sge_list, wr_start,
+        wr_complete, wr_abort, wr_atomic_write,
+    }
+    struct ibv_td_init_attr { comp_mask }
+    struct ibv_td { context }
+    struct ibv_parent_domain_init_attr { pd, td, comp_mask, alloc, free, pd_context }
+    struct ibv_dm { context, memcpy_to_dm, memcpy_from_dm, comp_mask, handle }
+    struct ibv_alloc_dm_attr { length, log_align_req, comp_mask }
     struct ibv_port_attr [grows] {
         state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr,
         qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout,
@@ -209,6 +270,21 @@ constants! {
     IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY, IBV_QP_RQ_PSN, IBV_QP_MAX_QP_RD_ATOMIC,
     IBV_QP_ALT_PATH, IBV_QP_MIN_RNR_TIMER, IBV_QP_SQ_PSN, IBV_QP_MAX_DEST_RD_ATOMIC,
     IBV_QP_PATH_MIG_STATE, IBV_QP_CAP, IBV_QP_DEST_QPN, IBV_QP_RATE_LIMIT,
+    IBV_VALUES_MASK_RAW_CLOCK,
+    IBV_WC_EX_WITH_BYTE_LEN, IBV_WC_EX_WITH_IMM, IBV_WC_EX_WITH_QP_NUM, IBV_WC_EX_WITH_SRC_QP,
+    IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SL, IBV_WC_EX_WITH_DLID_PATH_BITS,
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG,
+    IBV_WC_EX_WITH_TM_INFO, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK, IBV_WC_STANDARD_FLAGS,
+    IBV_CQ_INIT_ATTR_MASK_FLAGS, IBV_CQ_INIT_ATTR_MASK_PD, IBV_CREATE_CQ_ATTR_SINGLE_THREADED,
+    IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN,
+    IBV_QP_INIT_ATTR_PD, IBV_QP_INIT_ATTR_XRCD, IBV_QP_INIT_ATTR_CREATE_FLAGS,
+    IBV_QP_INIT_ATTR_MAX_TSO_HEADER, IBV_QP_INIT_ATTR_IND_TABLE, IBV_QP_INIT_ATTR_RX_HASH,
+    IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+    IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_SEND,
+    IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_EX_WITH_RDMA_READ, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP,
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_BIND_MW,
+    IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QP_EX_WITH_TSO, IBV_QP_EX_WITH_ATOMIC_WRITE,
+    IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS, IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT,
 }
 
 /// The C program printing the header's view of every entry of the list.

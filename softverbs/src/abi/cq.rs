@@ -83,48 +83,84 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
+    let attr = CqAttr {
+        cqe,
+        cq_context,
+        channel,
+        comp_vector,
+        stamped: false,
+    };
+    // SAFETY: forwarded.
+    match unsafe { create(context, &attr, |_| {}) } {
+        Ok(p) => p,
+        Err(e) => {
+            set_errno(e);
+            core::ptr::null_mut()
+        }
+    }
+}
+
+/// What a CQ is created with (`ibv_create_cq`'s arguments; `stamped` for an extended CQ
+/// reporting completion timestamps).
+pub(super) struct CqAttr {
+    pub cqe: c_int,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: c_int,
+    pub stamped: bool,
+}
+
+/// Creates a CQ; `extend` fills the extended part of its `ibv_cq_ex` (the `ibv_cq` head
+/// is filled here). The errno on failure.
+///
+/// # Safety
+/// No other thread destroys the context or the channel during the call.
+pub(super) unsafe fn create(
+    context: *mut ibv_context,
+    attr: &CqAttr,
+    extend: impl FnOnce(&mut ibv_cq_ex),
+) -> Result<*mut ibv_cq, c_int> {
     // SAFETY: per the contract.
     let Some(c) = (unsafe { ctx(context) }) else {
-        set_errno(libc::EINVAL);
-        return core::ptr::null_mut();
+        return Err(libc::EINVAL);
     };
-    if !(1..=MAX_CQE).contains(&cqe) || comp_vector != 0 {
-        set_errno(libc::EINVAL);
-        return core::ptr::null_mut();
+    if !(1..=MAX_CQE).contains(&attr.cqe) || attr.comp_vector != 0 {
+        return Err(libc::EINVAL);
     }
-    let ch = if channel.is_null() {
+    let ch = if attr.channel.is_null() {
         None
     } else {
         // SAFETY: per the contract.
-        match unsafe { live::<ChannelObj>(channel) } {
+        match unsafe { live::<ChannelObj>(attr.channel) } {
             Some(ch) => Some(Arc::clone(&ch.core)),
-            None => {
-                set_errno(libc::EINVAL);
-                return core::ptr::null_mut();
-            }
+            None => return Err(libc::EINVAL),
         }
     };
-    let core = Arc::new(CqCore::new(
-        cqe as usize,
+    let mut core = CqCore::new(
+        attr.cqe as usize,
         c.core.dev,
         Arc::clone(&c.core),
         ch,
-        cq_context as usize,
-    ));
-    let ibv = ibv_cq {
+        attr.cq_context as usize,
+    );
+    core.stamped = attr.stamped;
+    let core = Arc::new(core);
+    let mut ibv = ibv_cq_ex {
         context,
-        channel,
-        cq_context,
+        channel: attr.channel,
+        cq_context: attr.cq_context,
         handle: provider::get().next_id(),
-        cqe,
+        cqe: attr.cqe,
         ..Default::default()
     };
+    extend(&mut ibv);
     let p = publish(CqObj {
         ibv: UnsafeCell::new(ibv),
         core: Arc::clone(&core),
+        current: Default::default(),
     });
     core.handle.store(p as usize, Ordering::Relaxed);
-    p
+    Ok(p)
 }
 
 /// `ibv_destroy_cq`: `EBUSY` while QPs use it; drops its events nobody took from the

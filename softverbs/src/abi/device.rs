@@ -9,7 +9,7 @@ use vqp_sys::*;
 
 use super::cq::MAX_CQE;
 use super::object::{live, publish, retire, CtxObj};
-use super::{context_ops, set_errno};
+use super::{context_ops, set_errno, verbs_ops};
 use crate::cq::CtxCore;
 use crate::provider;
 use crate::qp::{MAX_QP_WR, MAX_RD_ATOMIC, MAX_SGE};
@@ -134,7 +134,10 @@ pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> __be64 
     device_index(device).map_or(0, |i| provider::get().devices[i].guid.to_be())
 }
 
-/// `ibv_open_device`: a new context on `device`.
+/// `ibv_open_device`: a new context on `device`, extended: the `ibv_context` returned
+/// is the last field of a `verbs_context` holding the extended operations (see
+/// `verbs_ops`), with `abi_compat` set to `__VERBS_ABI_IS_EXTENDED`, as rdma-core's
+/// `verbs_init_and_alloc_context` lays out a provider's context.
 ///
 /// # Safety
 /// `device` is null or a device of this provider.
@@ -151,18 +154,28 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             return core::ptr::null_mut();
         }
     };
+    let cmd = match crate::os::EventFd::new() {
+        Ok(f) => f,
+        Err(e) => {
+            set_errno(e.raw_os_error().unwrap_or(libc::EMFILE));
+            return core::ptr::null_mut();
+        }
+    };
     provider::get().register_context(&core);
-    let ibv = ibv_context {
+    let mut ibv = verbs_ops();
+    ibv.context = ibv_context {
         device,
         ops: context_ops(),
-        cmd_fd: -1,
+        cmd_fd: cmd.raw(),
         async_fd: core.async_fd.raw(),
         num_comp_vectors: 1,
+        abi_compat: VERBS_ABI_IS_EXTENDED,
         ..Default::default()
     };
     publish(CtxObj {
         ibv: UnsafeCell::new(ibv),
         core,
+        cmd,
     })
 }
 

@@ -11,10 +11,13 @@
 //! -1 with `errno`; `ibv_get_cq_event` / `ibv_get_async_event`: -1 with `errno`).
 //! Null object pointers are refused with `EINVAL` rather than dereferenced.
 //!
-//! The context is *not* an extended `verbs_context` (`abi_compat` is null): verbs.h's
-//! inline wrappers that look for extended operations then fall back to the exported
-//! functions (`ibv_query_port`, `ibv_query_device_ex` → `ibv_query_device`) or report
-//! `EOPNOTSUPP`, as with an old provider.
+//! Every context is an extended one, as rdma-core's providers make it: a
+//! `verbs_context` lies in front of the `ibv_context` handed out (`abi_compat` is
+//! `__VERBS_ABI_IS_EXTENDED`, `sz` its size), holding the extended operations
+//! ([`verbs_ops`]) that verbs.h's inline wrappers call: `xdevice` (`query_device_ex`,
+//! `query_port`, `query_rt_values`, thread and parent domains), `cq_ex`
+//! (`create_cq_ex` and the `ibv_start_poll` family), `qp_ex` (`create_qp_ex` and the
+//! `ibv_wr_*` posting functions), `dm` (device memory).
 //!
 //! The further exports, by module: `query` (device index, GID table and types, P_Key index, port
 //! speed), `sysfs` (`ibv_read_sysfs_file` with the soft devices' attributes), `text`
@@ -28,14 +31,17 @@ mod address;
 mod buf;
 mod compat;
 mod cq;
+mod cq_ex;
 mod data;
 mod device;
+mod dm;
 mod event;
 mod faults;
 mod marshall;
 mod object;
 mod pd_mr;
 mod qp;
+mod qp_ex;
 mod query;
 mod resize;
 mod srq;
@@ -43,6 +49,7 @@ mod strings;
 mod sysfs;
 mod text;
 mod unsupported;
+mod xdevice;
 
 use core::ffi::c_int;
 
@@ -66,6 +73,7 @@ pub use strings::*;
 pub use sysfs::*;
 pub use text::*;
 pub use unsupported::*;
+pub use xdevice::*;
 
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(e: c_int) {
@@ -124,6 +132,27 @@ fn context_ops() -> ibv_context_ops {
         post_send: Some(data::post_send),
         post_recv: Some(data::post_recv),
         post_srq_recv: Some(data::post_srq_recv),
+        ..Default::default()
+    }
+}
+
+/// The extended operations every context carries in its `verbs_context` (the slots a
+/// ConnectX context fills and this provider implements; the others stay null, so that
+/// verbs.h reports `EOPNOTSUPP` for them), with `sz` set. The caller fills `context`.
+fn verbs_ops() -> verbs_context {
+    verbs_context {
+        query_port: Some(xdevice::query_port_ex),
+        query_device_ex: Some(xdevice::query_device_ex),
+        query_rt_values: Some(xdevice::query_rt_values),
+        alloc_td: Some(xdevice::alloc_td),
+        dealloc_td: Some(xdevice::dealloc_td),
+        alloc_parent_domain: Some(xdevice::alloc_parent_domain),
+        create_cq_ex: Some(cq_ex::create_cq_ex),
+        create_qp_ex: Some(qp_ex::create_qp_ex),
+        alloc_dm: Some(dm::alloc_dm),
+        free_dm: Some(dm::free_dm),
+        reg_dm_mr: Some(dm::reg_dm_mr),
+        sz: core::mem::size_of::<verbs_context>(),
         ..Default::default()
     }
 }

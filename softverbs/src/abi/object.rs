@@ -1,8 +1,12 @@
-//! The objects handed out: each is a `#[repr(C)]` wrapper whose **first field** is the
-//! rdma-core struct (`ibv_context`, `ibv_pd`, `ibv_mr`, `ibv_cq`, `ibv_comp_channel`,
-//! `ibv_qp`), followed by the provider's state. A pointer to the wrapper is a valid
-//! pointer to the struct, so an application reads `qp->qp_num`, `mr->lkey` or
-//! `cq->cq_context` directly, and a pointer it hands back is cast to the wrapper.
+//! The objects handed out: each is a `#[repr(C)]` wrapper whose **first field** holds the
+//! rdma-core struct (`ibv_pd`, `ibv_mr`, `ibv_cq_ex` with `ibv_cq` at its head,
+//! `ibv_comp_channel`, `ibv_qp_ex` with `ibv_qp` at its head, …), followed by the
+//! provider's state. The pointer handed out is the struct's, at [`Object::OFFSET`] in the
+//! wrapper: 0 for all but the context, whose `ibv_context` is the *last* field of the
+//! `verbs_context` in front of it (verbs.h's `verbs_get_ctx` finds the extended
+//! operations just before the pointer). So an application reads `qp->qp_num`,
+//! `mr->lkey` or `cq->cq_context` directly, and a pointer it hands back is turned back
+//! into the wrapper.
 //!
 //! # Lifetimes
 //! Every object handed out is recorded, by address and kind, in a registry of live
@@ -43,25 +47,62 @@ pub(crate) struct PdCore {
     pub users: std::sync::atomic::AtomicU32,
 }
 
-/// `ibv_context` and the context's state.
+/// `verbs_context` (whose last field is the `ibv_context` handed out) and the context's
+/// state.
 #[repr(C)]
 pub(crate) struct CtxObj {
-    pub(super) ibv: UnsafeCell<ibv_context>,
+    pub(super) ibv: UnsafeCell<verbs_context>,
     pub(super) core: Arc<CtxCore>,
+    /// The context's `cmd_fd`: a descriptor it owns and closes with it, as a kernel
+    /// provider's context owns its open `uverbs` device (programs `dup` it to share
+    /// the context, `ibv_import_device`, which answers `EOPNOTSUPP` here). No command
+    /// goes through it; it never becomes readable.
+    pub(super) cmd: crate::os::EventFd,
 }
 
-/// `ibv_pd` and the PD's state.
+/// `ibv_pd` and the PD's state. A parent domain (`ibv_alloc_parent_domain`) is a PD
+/// too: its core has the protection domain's id and device (so keys of the one are
+/// good in the other) and a count of users of its own.
 #[repr(C)]
 pub(crate) struct PdObj {
     pub(super) ibv: ibv_pd,
     pub(super) core: Arc<PdCore>,
+    /// What a parent domain holds; `None` for a protection domain.
+    pub(super) parent: Option<Parent>,
 }
 
-/// `ibv_mr` and the region's PD.
+/// A parent domain's references: the protection domain's and the thread domain's user
+/// counts it raised (and lowers when it is deallocated), and its `pd_context`.
+pub(crate) struct Parent {
+    pub(super) pd: Arc<PdCore>,
+    pub(super) td: Option<Arc<std::sync::atomic::AtomicU32>>,
+    #[allow(dead_code)]
+    pub(super) pd_context: usize,
+}
+
+/// `ibv_td`: a thread domain, and the parent domains using it.
+#[repr(C)]
+pub(crate) struct TdObj {
+    pub(super) ibv: ibv_td,
+    pub(super) users: Arc<std::sync::atomic::AtomicU32>,
+}
+
+/// `ibv_mr` and the region's PD (and device memory, for `ibv_reg_dm_mr`'s regions).
 #[repr(C)]
 pub(crate) struct MrObj {
     pub(super) ibv: ibv_mr,
     pub(super) pd: Arc<PdCore>,
+    /// The user count of the device memory the region lies in, if it does.
+    pub(super) dm: Option<Arc<std::sync::atomic::AtomicU32>>,
+}
+
+/// `ibv_dm` and the host memory that stands for device memory.
+#[repr(C)]
+pub(crate) struct DmObj {
+    pub(super) ibv: ibv_dm,
+    pub(super) mem: super::dm::DmMem,
+    /// Regions registered over it (`ibv_free_dm` is `EBUSY` while non-zero).
+    pub(super) users: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// `ibv_comp_channel` and its events.
@@ -71,11 +112,14 @@ pub(crate) struct ChannelObj {
     pub(super) core: Arc<ChannelCore>,
 }
 
-/// `ibv_cq` and the CQ's state.
+/// `ibv_cq_ex` (whose head is the `ibv_cq` handed out) and the CQ's state. A CQ made
+/// by `ibv_create_cq` has the extended part zeroed; `ibv_create_cq_ex` fills it.
 #[repr(C)]
 pub(crate) struct CqObj {
-    pub(super) ibv: UnsafeCell<ibv_cq>,
+    pub(super) ibv: UnsafeCell<ibv_cq_ex>,
     pub(super) core: Arc<CqCore>,
+    /// The completion between `ibv_start_poll` and `ibv_end_poll` (extended CQs).
+    pub(super) current: Mutex<super::cq_ex::Current>,
 }
 
 /// `ibv_srq` and the SRQ's state.
@@ -97,12 +141,18 @@ pub(crate) struct AhObj {
     pub(super) pd: Arc<PdCore>,
 }
 
-/// `ibv_qp` and the QP's state.
+/// `ibv_qp_ex` (whose head is the `ibv_qp` handed out) and the QP's state. A QP made
+/// without send ops has the extended part zeroed and `send_ops` 0.
 #[repr(C)]
 pub(crate) struct QpObj {
-    pub(super) ibv: UnsafeCell<ibv_qp>,
+    pub(super) ibv: UnsafeCell<ibv_qp_ex>,
     pub(super) core: Arc<QpCore>,
     pub(super) pd: Arc<PdCore>,
+    /// `IBV_QP_EX_WITH_*` the QP was created with (`ibv_create_qp_ex`); non-zero makes
+    /// it an extended QP (`ibv_qp_to_qp_ex`).
+    pub(super) send_ops: u64,
+    /// The work requests between `ibv_wr_start` and `ibv_wr_complete`.
+    pub(super) batch: Mutex<super::qp_ex::Batch>,
 }
 
 // The wrappers must start with the ABI struct, so that the two pointers are one.
@@ -115,6 +165,8 @@ const _: () = {
     assert!(core::mem::offset_of!(QpObj, ibv) == 0);
     assert!(core::mem::offset_of!(SrqObj, ibv) == 0);
     assert!(core::mem::offset_of!(AhObj, ibv) == 0);
+    assert!(core::mem::offset_of!(TdObj, ibv) == 0);
+    assert!(core::mem::offset_of!(DmObj, ibv) == 0);
 };
 
 /// The kinds of object handed out; a pointer registered as one kind is never taken for
@@ -129,6 +181,8 @@ pub(super) enum Kind {
     Qp,
     Srq,
     Ah,
+    Td,
+    Dm,
 }
 
 /// A wrapper and the C struct at its offset 0.
@@ -137,6 +191,8 @@ pub(super) trait Object: Sized {
     type Abi;
     /// The wrapper's kind in the registry.
     const KIND: Kind;
+    /// Where the ABI struct handed out sits in the wrapper.
+    const OFFSET: usize = 0;
 }
 
 macro_rules! object {
@@ -147,7 +203,11 @@ macro_rules! object {
         }
     };
 }
-object!(CtxObj, ibv_context, Context);
+impl Object for CtxObj {
+    type Abi = ibv_context;
+    const KIND: Kind = Kind::Context;
+    const OFFSET: usize = core::mem::offset_of!(verbs_context, context);
+}
 object!(PdObj, ibv_pd, Pd);
 object!(MrObj, ibv_mr, Mr);
 object!(ChannelObj, ibv_comp_channel, Channel);
@@ -155,6 +215,8 @@ object!(CqObj, ibv_cq, Cq);
 object!(QpObj, ibv_qp, Qp);
 object!(SrqObj, ibv_srq, Srq);
 object!(AhObj, ibv_ah, Ah);
+object!(TdObj, ibv_td, Td);
+object!(DmObj, ibv_dm, Dm);
 
 /// Where a registered object is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,12 +234,22 @@ enum Phase {
 /// "possibly lost" at exit.
 static LIVE: Mutex<BTreeMap<usize, (Kind, Phase)>> = Mutex::new(BTreeMap::new());
 
-/// Moves `obj` to the heap, registers it as live, and returns the pointer to its
-/// leading ABI struct.
+/// The ABI pointer of the wrapper at `p`.
+fn abi_of<T: Object>(p: *mut T) -> *mut T::Abi {
+    p.cast::<u8>().wrapping_add(T::OFFSET).cast()
+}
+
+/// The wrapper of the ABI pointer `p` (which need not be one: only arithmetic).
+fn wrapper_of<T: Object>(p: *mut T::Abi) -> *mut T {
+    p.cast::<u8>().wrapping_sub(T::OFFSET).cast()
+}
+
+/// Moves `obj` to the heap, registers it as live, and returns the pointer to its ABI
+/// struct.
 pub(super) fn publish<T: Object>(obj: T) -> *mut T::Abi {
-    let p = Box::into_raw(Box::new(obj));
+    let p = abi_of(Box::into_raw(Box::new(obj)));
     lock(&LIVE).insert(p as usize, (T::KIND, Phase::Live));
-    p.cast()
+    p
 }
 
 /// Whether `p` is registered as a `T` in a phase `ok` accepts.
@@ -195,10 +267,10 @@ pub(super) unsafe fn live<'a, T: Object>(p: *mut T::Abi) -> Option<&'a T> {
     if !registered::<T>(p, |ph| ph == Phase::Live) {
         return None;
     }
-    // SAFETY: registered as a live `T`, so `p` is the `Box<T>` allocation `publish`
-    // leaked (the ABI struct is at offset 0, checked above) and it is not freed before
-    // its destroy verb, which the contract keeps away while the reference is used.
-    unsafe { p.cast::<T>().as_ref() }
+    // SAFETY: registered as a live `T`, so `p` is the ABI struct of the `Box<T>`
+    // allocation `publish` leaked, at `T::OFFSET`, and it is not freed before its destroy
+    // verb, which the contract keeps away while the reference is used.
+    unsafe { wrapper_of::<T>(p).as_ref() }
 }
 
 /// As [`live`], also accepting an object whose destroy verb is under way.
@@ -210,7 +282,7 @@ pub(super) unsafe fn live_or_closing<'a, T: Object>(p: *mut T::Abi) -> Option<&'
         return None;
     }
     // SAFETY: as in `live`: a registered `T` is not freed yet.
-    unsafe { p.cast::<T>().as_ref() }
+    unsafe { wrapper_of::<T>(p).as_ref() }
 }
 
 /// Borrows the wrapper behind an ABI pointer without consulting the registry (the data
@@ -220,15 +292,20 @@ pub(super) unsafe fn live_or_closing<'a, T: Object>(p: *mut T::Abi) -> Option<&'
 /// `p` is null or a live `T` of this provider, not destroyed while the reference is
 /// used.
 pub(super) unsafe fn unchecked<'a, T: Object>(p: *mut T::Abi) -> Option<&'a T> {
-    // SAFETY: per the contract, a non-null `p` is a live `T` whose first field (offset
-    // 0, checked above) is the ABI struct.
-    unsafe { p.cast::<T>().as_ref() }
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract, a non-null `p` is the ABI struct of a live `T`, at
+    // `T::OFFSET` in it.
+    unsafe { wrapper_of::<T>(p).as_ref() }
 }
 
 /// An object its destroy verb took out of use: lookups no longer find it (a second
 /// destroy is refused) and [`Retiring::free`] frees it.
 pub(super) struct Retiring<T: Object> {
     ptr: *mut T,
+    /// The key it is registered under (its ABI pointer).
+    key: usize,
 }
 
 impl<T: Object> Retiring<T> {
@@ -241,7 +318,7 @@ impl<T: Object> Retiring<T> {
 
     /// Removes the object from the registry and frees it.
     pub(super) fn free(self) {
-        lock(&LIVE).remove(&(self.ptr as usize));
+        lock(&LIVE).remove(&self.key);
         // SAFETY: the `Box<T>` allocation `publish` leaked; `retire` hands out one
         // `Retiring` per object (it marks it closing), so it is freed once.
         drop(unsafe { Box::from_raw(self.ptr) });
@@ -262,10 +339,14 @@ pub(super) fn retire<T: Object>(
     if *entry != (T::KIND, Phase::Live) {
         return Err(libc::EINVAL);
     }
-    let ptr = p.cast::<T>();
-    // SAFETY: registered as a live `T`: the `Box<T>` allocation `publish` leaked, not
-    // freed while it is registered (and only `Retiring::free` frees it).
+    let ptr = wrapper_of::<T>(p);
+    // SAFETY: registered as a live `T`: the ABI struct of the `Box<T>` allocation
+    // `publish` leaked, not freed while it is registered (and only `Retiring::free`
+    // frees it).
     check(unsafe { &*ptr })?;
     entry.1 = Phase::Closing;
-    Ok(Retiring { ptr })
+    Ok(Retiring {
+        ptr,
+        key: p as usize,
+    })
 }

@@ -35,11 +35,13 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
             dev: c.core.dev,
             users: Default::default(),
         }),
+        parent: None,
     })
 }
 
-/// `ibv_dealloc_pd`: `EBUSY` while MRs or QPs use it; `EINVAL` for a PD that is not
-/// allocated (deallocated already, or never allocated here).
+/// `ibv_dealloc_pd`: `EBUSY` while MRs, QPs or parent domains use it; `EINVAL` for a
+/// PD that is not allocated (deallocated already, or never allocated here). A parent
+/// domain is deallocated here too, releasing its protection and thread domains.
 ///
 /// # Safety
 /// No other thread uses the PD during the call or after it succeeds.
@@ -54,6 +56,12 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     };
     match retire::<PdObj>(pd, busy) {
         Ok(p) => {
+            if let Some(parent) = &p.get().parent {
+                parent.pd.users.fetch_sub(1, Ordering::AcqRel);
+                if let Some(td) = &parent.td {
+                    td.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
             p.free();
             0
         }
@@ -130,6 +138,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
             rkey: key,
         },
         pd: Arc::clone(&p.core),
+        dm: None,
     })
 }
 
@@ -190,6 +199,18 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     mrs.deregister(m.get().ibv.lkey);
     drop(mrs);
     m.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+    if let Some(dm) = &m.get().dm {
+        dm.fetch_sub(1, Ordering::AcqRel);
+    }
     m.free();
     0
+}
+
+/// Whether `pd` is a live parent domain (`ibv_alloc_parent_domain`).
+///
+/// # Safety
+/// No other thread deallocates `pd` during the call.
+pub(super) unsafe fn is_parent_domain(pd: *mut ibv_pd) -> bool {
+    // SAFETY: per the contract.
+    unsafe { live::<PdObj>(pd) }.is_some_and(|p| p.parent.is_some())
 }

@@ -28,6 +28,21 @@ pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
+    // SAFETY: forwarded.
+    unsafe { create(pd, qp_init_attr, 0) }
+}
+
+/// `ibv_create_qp`, and `ibv_create_qp_ex` with `send_ops` (`IBV_QP_EX_WITH_*`, checked
+/// by the caller): non-zero makes an extended QP whose `ibv_qp_ex` has the `ibv_wr_*`
+/// functions. Null with `errno` on failure.
+///
+/// # Safety
+/// As [`ibv_create_qp`].
+pub(super) unsafe fn create(
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+    send_ops: u64,
+) -> *mut ibv_qp {
     // SAFETY: per the contract.
     let (Some(p), Some(init)) = (unsafe { live::<PdObj>(pd) }, unsafe {
         qp_init_attr.as_mut()
@@ -103,7 +118,7 @@ pub unsafe extern "C" fn ibv_create_qp(
     }
     prov.register_qp(&core);
     p.core.users.fetch_add(1, Ordering::AcqRel);
-    let ibv = ibv_qp {
+    let base = ibv_qp {
         // SAFETY: a live PD (contract).
         context: unsafe { (*pd).context },
         qp_context: init.qp_context,
@@ -117,10 +132,19 @@ pub unsafe extern "C" fn ibv_create_qp(
         qp_type: init.qp_type,
         ..Default::default()
     };
+    let mut ibv = ibv_qp_ex {
+        qp_base: base,
+        ..Default::default()
+    };
+    if send_ops != 0 {
+        super::qp_ex::fill(&mut ibv);
+    }
     let ptr = publish(QpObj {
         ibv: UnsafeCell::new(ibv),
         core: Arc::clone(&core),
         pd: Arc::clone(&p.core),
+        send_ops,
+        batch: Default::default(),
     });
     core.handle.store(ptr as usize, Ordering::Relaxed);
     ptr
@@ -176,7 +200,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             if mask & IBV_QP_STATE != 0 {
                 // SAFETY: the `ibv_qp` is live; `state` is the library's to write, as
                 // libibverbs' own `ibv_modify_qp` does.
-                unsafe { (*q.ibv.get()).state = a.qp_state };
+                unsafe { (*q.ibv.get()).qp_base.state = a.qp_state };
             }
             0
         }
@@ -206,7 +230,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     unsafe { attr.write(q.core.query()) };
     if !init_attr.is_null() {
         // SAFETY: the `ibv_qp` is live; we read fields set at creation.
-        let ibv = unsafe { &*q.ibv.get() };
+        let ibv = unsafe { &(*q.ibv.get()).qp_base };
         let init = ibv_qp_init_attr {
             qp_context: ibv.qp_context,
             send_cq: ibv.send_cq,

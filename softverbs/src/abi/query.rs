@@ -307,10 +307,10 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(
     0
 }
 
-/// `ibv_qp_to_qp_ex`: null, with `errno` `EOPNOTSUPP`: QPs here are made by
-/// `ibv_create_qp`, never extended (`ibv_create_qp_ex` with send ops needs a
-/// `verbs_context`, which this provider does not offer), so a program falls back to
-/// `ibv_post_send`.
+/// `ibv_qp_to_qp_ex`: the `ibv_qp_ex` of a QP created by `ibv_create_qp_ex` with
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` (see `qp_ex`); null for any other QP, as
+/// libibverbs answers for a QP without `VERBS_QP_EX` (with `errno` `EOPNOTSUPP` here,
+/// `EINVAL` for a pointer that is not a live QP).
 ///
 /// # Safety
 /// `qp` is null or a live QP of this provider.
@@ -318,7 +318,13 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
     // SAFETY: per the contract.
     let errno = match unsafe { live::<QpObj>(qp) } {
-        Some(_) => libc::EOPNOTSUPP,
+        Some(q) => {
+            let x = super::qp_ex::to_qp_ex(q);
+            if !x.is_null() {
+                return x.cast();
+            }
+            libc::EOPNOTSUPP
+        }
         None => libc::EINVAL,
     };
     set_errno(errno);

@@ -85,6 +85,12 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     // SAFETY: a live MR of this provider, used by no other control call (contract):
     // this call is its only user, so it may change it.
     let m = unsafe { &mut *mr.cast::<MrObj>() };
+    if m.dm.is_some() {
+        // A region of device memory cannot be re-registered (the kernel's
+        // `ib_uverbs_rereg_mr` refuses an MR with a DM: EINVAL).
+        set_errno(libc::EINVAL);
+        return IBV_REREG_MR_ERR_INPUT;
+    }
     let refuse = |errno| {
         set_errno(errno);
         IBV_REREG_MR_ERR_CMD

@@ -75,6 +75,35 @@ impl QpCore {
         wqes: &mut dyn Iterator<Item = Result<SendWqe, i32>>,
     ) -> (u32, u32, Result<(), i32>) {
         let mut g = self.lock();
+        self.push_sends(&mut g, wqes)
+    }
+
+    /// Posts a batch of send WQEs all or nothing (`ibv_wr_complete`): with the errors of
+    /// [`QpCore::post_send`] — `EINVAL` outside RTS (and ERR), `ENOMEM` when the send
+    /// queue has no room for all of them — checked for the whole batch before any is
+    /// posted. Returns how many were queued for execution.
+    pub fn post_send_all(&self, wqes: Vec<SendWqe>) -> Result<u32, i32> {
+        let mut g = self.lock();
+        if !matches!(g.state, IBV_QPS_RTS | IBV_QPS_ERR) {
+            return Err(libc::EINVAL);
+        }
+        let room = self
+            .cap
+            .max_send_wr
+            .saturating_sub(self.slots.load(Ordering::Acquire));
+        if wqes.len() > room as usize {
+            return Err(libc::ENOMEM);
+        }
+        let (_, queued, result) = self.push_sends(&mut g, &mut wqes.into_iter().map(Ok));
+        result.map(|()| queued)
+    }
+
+    /// The loop of [`QpCore::post_send`], under the QP's lock.
+    fn push_sends(
+        &self,
+        g: &mut MutexGuard<'_, QpInner>,
+        wqes: &mut dyn Iterator<Item = Result<SendWqe, i32>>,
+    ) -> (u32, u32, Result<(), i32>) {
         let (mut posted, mut queued) = (0u32, 0u32);
         let delay = self.delay_ns.load(Ordering::Relaxed);
         let ready_at = (delay != 0).then(|| Instant::now() + Duration::from_nanos(delay));

@@ -1,9 +1,10 @@
 /*
  * A libibverbs program built against the system's <infiniband/verbs.h>, run by
  * tests/verbs_h.rs with softverbs' cdylib in place of libibverbs. It goes through the
- * header's inline paths (the extended verbs behind verbs_context, which softverbs' contexts
- * do not carry, the ops table of the data path) and the exported verbs softverbs answers
- * with "not supported", and checks what each returns.
+ * header's inline paths (the extended verbs behind the verbs_context in front of every
+ * softverbs context, the ops table of the data path, the ibv_cq_ex and ibv_qp_ex
+ * functions) and the exported verbs softverbs answers with "not supported", and checks
+ * what each returns.
  *
  * Prints one line per check, "ok NAME" or "FAIL NAME: what"; exits 0 when all pass.
  */
@@ -31,6 +32,7 @@ static int failures;
 struct side {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
+	struct ibv_cq_ex *cqx;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
@@ -46,10 +48,11 @@ static struct ibv_qp *make_qp(struct side *s)
 		.cap = { .max_send_wr = 8, .max_recv_wr = 8,
 			 .max_send_sge = 1, .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_RC,
-		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 		.pd = s->pd,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND,
 	};
-	/* comp_mask == PD only: the header falls back to ibv_create_qp. */
+	/* With send ops: the header calls the context's create_qp_ex. */
 	return ibv_create_qp_ex(s->ctx, &a);
 }
 
@@ -88,11 +91,17 @@ static int open_side(struct ibv_device *dev, struct side *s)
 {
 	struct ibv_port_attr port;
 
+	struct ibv_cq_init_attr_ex cx = {
+		.cqe = 16,
+		.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+	};
+
 	s->ctx = ibv_open_device(dev);
 	if (!s->ctx)
 		return 1;
 	s->pd = ibv_alloc_pd(s->ctx);
-	s->cq = ibv_create_cq(s->ctx, 16, NULL, NULL, 0);
+	s->cqx = ibv_create_cq_ex(s->ctx, &cx);
+	s->cq = s->cqx ? ibv_cq_ex_to_cq(s->cqx) : NULL;
 	/* An optional access flag: the header routes this to ibv_reg_mr_iova2. */
 	s->mr = ibv_reg_mr(s->pd, s->buf, sizeof s->buf,
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
@@ -123,9 +132,14 @@ int main(void)
 
 	{
 		struct ibv_device_attr_ex dx;
+		struct ibv_values_ex rt = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
 		int rc = ibv_query_device_ex(a.ctx, NULL, &dx);
-		CHECK("query_device_ex_falls_back", rc == 0 && dx.orig_attr.phys_port_cnt == 1 &&
-		      dx.device_cap_flags_ex == 0, "rc %d", rc);
+		CHECK("query_device_ex", rc == 0 && dx.orig_attr.phys_port_cnt == 1 &&
+		      dx.phys_port_cnt_ex == 1 && dx.max_dm_size == 256 * 1024 &&
+		      dx.hca_core_clock == 1000000 && dx.odp_caps.general_caps == 0,
+		      "rc %d", rc);
+		CHECK("query_rt_values", ibv_query_rt_values_ex(a.ctx, &rt) == 0 &&
+		      rt.comp_mask == IBV_VALUES_MASK_RAW_CLOCK && rt.raw_clock.tv_nsec > 0, "-");
 	}
 	{
 		struct ibv_port_attr p;
@@ -147,23 +161,32 @@ int main(void)
 		CHECK("pkey_index", ibv_get_pkey_index(a.ctx, 1, idx_key) == 0, "-");
 	}
 	{
-		struct ibv_cq_init_attr_ex cx = { .cqe = 8 };
+		struct ibv_cq_init_attr_ex cx = { .cqe = 8, .wc_flags = IBV_WC_EX_WITH_CVLAN };
 		errno = 0;
-		CHECK("create_cq_ex_unsupported", !ibv_create_cq_ex(a.ctx, &cx) && errno == EOPNOTSUPP,
-		      "errno %d", errno);
+		CHECK("create_cq_ex_cvlan_unsupported", !ibv_create_cq_ex(a.ctx, &cx) &&
+		      errno == EOPNOTSUPP, "errno %d", errno);
 	}
 	{
 		struct ibv_qp_init_attr_ex qx = {
-			.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RC, .pd = a.pd,
+			.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_UD, .pd = a.pd,
 			.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
 				 .max_recv_sge = 1 },
 			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 			.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE,
 		};
+		struct ibv_qp_init_attr plain = {
+			.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RC,
+			.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1,
+				 .max_recv_sge = 1 },
+		};
+		struct ibv_qp *p = ibv_create_qp(a.pd, &plain);
 		errno = 0;
-		CHECK("create_qp_ex_send_ops_unsupported", !ibv_create_qp_ex(a.ctx, &qx) &&
+		CHECK("create_qp_ex_ud_write_unsupported", !ibv_create_qp_ex(a.ctx, &qx) &&
 		      errno == EOPNOTSUPP, "errno %d", errno);
-		CHECK("qp_to_qp_ex_null", ibv_qp_to_qp_ex(a.qp) == NULL, "-");
+		CHECK("qp_to_qp_ex", ibv_qp_to_qp_ex(a.qp) != NULL, "-");
+		CHECK("qp_to_qp_ex_null", p && ibv_qp_to_qp_ex(p) == NULL, "-");
+		if (p)
+			ibv_destroy_qp(p);
 	}
 	{
 		struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
@@ -172,7 +195,6 @@ int main(void)
 		struct ibv_alloc_dm_attr dm = { .length = 64 };
 		struct ibv_td_init_attr td = { 0 };
 		struct ibv_ece ece;
-		struct ibv_values_ex rt = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
 		struct ibv_srq *srq = ibv_create_srq(a.pd, &sa);
 		CHECK("create_srq", srq && sa.attr.max_wr == 4 && sa.attr.max_sge == 1, "%d", errno);
 		if (srq) {
@@ -197,11 +219,29 @@ int main(void)
 		CHECK("alloc_mw_unsupported", !ibv_alloc_mw(a.pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "%d", errno);
 		errno = 0;
 		CHECK("open_xrcd_unsupported", !ibv_open_xrcd(a.ctx, &xa) && errno == EOPNOTSUPP, "%d", errno);
-		errno = 0;
-		CHECK("alloc_dm_unsupported", !ibv_alloc_dm(a.ctx, &dm) && errno == EOPNOTSUPP, "%d", errno);
-		errno = 0;
-		CHECK("alloc_td_unsupported", !ibv_alloc_td(a.ctx, &td) && errno == EOPNOTSUPP, "%d", errno);
-		CHECK("query_rt_values_unsupported", ibv_query_rt_values_ex(a.ctx, &rt) == EOPNOTSUPP, "-");
+		struct ibv_dm *d = ibv_alloc_dm(a.ctx, &dm);
+		CHECK("alloc_dm", d != NULL, "%d", errno);
+		if (d) {
+			uint32_t in[4] = { 1, 2, 3, 4 }, out[4] = { 0 };
+			CHECK("memcpy_dm", ibv_memcpy_to_dm(d, 16, in, 16) == 0 &&
+			      ibv_memcpy_from_dm(out, d, 16, 16) == 0 && out[3] == 4 &&
+			      ibv_memcpy_to_dm(d, 2, in, 4) == EINVAL, "-");
+			struct ibv_mr *m = ibv_reg_dm_mr(a.pd, d, 0, 64,
+							 IBV_ACCESS_ZERO_BASED |
+							 IBV_ACCESS_LOCAL_WRITE);
+			CHECK("reg_dm_mr", m && m->addr == NULL, "%d", errno);
+			if (m)
+				ibv_dereg_mr(m);
+			CHECK("free_dm", ibv_free_dm(d) == 0, "-");
+		}
+		struct ibv_td *t = ibv_alloc_td(a.ctx, &td);
+		CHECK("alloc_td", t != NULL, "%d", errno);
+		if (t) {
+			struct ibv_parent_domain_init_attr pa = { .pd = a.pd, .td = t };
+			struct ibv_pd *par = ibv_alloc_parent_domain(a.ctx, &pa);
+			CHECK("parent_domain", par && ibv_dealloc_pd(par) == 0, "%d", errno);
+			CHECK("dealloc_td", ibv_dealloc_td(t) == 0, "-");
+		}
 		CHECK("query_ece_unsupported", ibv_query_ece(a.qp, &ece) == EOPNOTSUPP, "-");
 		CHECK("attach_mcast_unsupported", ibv_attach_mcast(a.qp, NULL, 0) == EOPNOTSUPP, "-");
 	}
@@ -231,6 +271,37 @@ int main(void)
 		CHECK("write_completes", polled == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 42,
 		      "polled %d status %s", polled, polled == 1 ? ibv_wc_status_str(wc.status) : "-");
 		CHECK("write_lands", b.buf[128] == 0x5a && b.buf[191] == 0x5a && b.buf[192] == 0, "-");
+	}
+	/* The same through the ibv_wr_* API, polled with ibv_start_poll. */
+	{
+		struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(a.qp);
+		struct ibv_poll_cq_attr pa = { 0 };
+		int rc = ENOENT, tries;
+
+		memset(a.buf, 0x6b, 32);
+		ibv_wr_start(qx);
+		qx->wr_id = 43;
+		qx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_write(qx, b.mr->rkey, (uintptr_t)b.buf + 256);
+		ibv_wr_set_sge(qx, a.mr->lkey, (uintptr_t)a.buf, 32);
+		CHECK("wr_complete", ibv_wr_complete(qx) == 0, "-");
+		for (tries = 0; tries < 1000000 && rc == ENOENT; tries++)
+			rc = ibv_start_poll(a.cqx, &pa);
+		CHECK("start_poll", rc == 0 && a.cqx->wr_id == 43 &&
+		      a.cqx->status == IBV_WC_SUCCESS &&
+		      ibv_wc_read_opcode(a.cqx) == IBV_WC_RDMA_WRITE &&
+		      ibv_wc_read_completion_ts(a.cqx) > 0, "rc %d", rc);
+		if (rc == 0) {
+			CHECK("next_poll", ibv_next_poll(a.cqx) == ENOENT, "-");
+			ibv_end_poll(a.cqx);
+		}
+		CHECK("wr_write_lands", b.buf[256] == 0x6b && b.buf[287] == 0x6b &&
+		      b.buf[288] == 0, "-");
+		ibv_wr_start(qx);
+		ibv_wr_rdma_write(qx, b.mr->rkey, (uintptr_t)b.buf);
+		ibv_wr_set_sge(qx, a.mr->lkey, (uintptr_t)a.buf, 8);
+		ibv_wr_abort(qx);
+		CHECK("wr_abort", ibv_start_poll(a.cqx, &pa) == ENOENT, "-");
 	}
 
 	ibv_destroy_qp(a.qp);
