@@ -65,6 +65,9 @@ pub fn cm_timeout() -> Duration {
 /// How long after a disconnection TIMEWAIT_EXIT comes.
 const TIMEWAIT: Duration = Duration::from_millis(100);
 
+/// The most READ/atomic requests a soft device takes per QP (`max_qp_rd_atom`).
+pub const MAX_RD_ATOMIC: u8 = 16;
+
 /// The most requests one listener holds unanswered, whatever its backlog.
 pub const MAX_BACKLOG: usize = 1024;
 
@@ -401,6 +404,24 @@ impl Agent {
             cs.local = Some(dst);
             cs.remote = Some(src);
             cs.parent = Some(l.clone());
+            // This side's part as the REQ sets it, before any accept: what
+            // `rdma_init_qp_attr` gives a program that moves its own QP first (IB CM's
+            // REQ-received state: a PSN of its own, depths and retries from the REQ).
+            cs.mine = Some(wire::Conn {
+                qpn: 0,
+                qp_type: conn.qp_type,
+                psn: crate::addr::random_psn(),
+                responder_resources: conn.initiator_depth.min(MAX_RD_ATOMIC),
+                initiator_depth: conn.responder_resources.min(MAX_RD_ATOMIC),
+                retry_count: conn.retry_count,
+                rnr_retry_count: conn.rnr_retry_count,
+                flow_control: conn.flow_control,
+                srq: 0,
+                gid: [0; 16],
+                lid: 0,
+                mtu: conn.mtu,
+                qkey: conn.qkey,
+            });
             cs.peer = Some(Peer {
                 name: m.name,
                 comm: m.from,

@@ -24,8 +24,7 @@ use crate::queue::{Queue, What};
 use crate::verbs::{self, Device};
 use crate::wire::{self, Body, Kind, Private};
 
-/// The most READ/atomic requests a soft device takes per QP (`max_qp_rd_atom`).
-const MAX_RD_ATOMIC: u8 = 16;
+use crate::agent::MAX_RD_ATOMIC;
 /// The local ACK timeout set on RC QPs: 4.096 µs · 2^14 ≈ 67 ms.
 const ACK_TIMEOUT: u8 = 14;
 /// The RNR NAK timer set on RC QPs: code 12, 0.64 ms.
@@ -440,10 +439,13 @@ pub unsafe fn resolve_addr(
     s.local = Some(local);
     s.remote = Some(remote);
     if addr::is_local(remote.ip()) {
+        drop(s);
+        // The id's fields first: the program may act on the event from another
+        // thread as soon as it is queued.
+        set_route_addr(id, dev, &local, Some(&remote));
+        let mut s = conn.lock();
         s.phase = Phase::AddrResolved;
         conn.report(&s, What::AddrResolved);
-        drop(s);
-        set_route_addr(id, dev, &local, Some(&remote));
     } else {
         s.phase = Phase::AddrResolving;
         s.deadline = Some(Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64));
@@ -457,13 +459,11 @@ pub unsafe fn resolve_addr(
 pub fn resolve_route(id: &mut Id, _timeout_ms: c_int) -> Result<(), i32> {
     let conn = id.conn.clone();
     let dev = verbs::by_context(id.c.verbs).ok_or(libc::EINVAL)?;
-    {
-        let mut s = conn.lock();
-        if !matches!(s.phase, Phase::AddrResolved | Phase::RouteResolved) {
-            return Err(libc::EINVAL);
-        }
-        s.phase = Phase::RouteResolved;
-        conn.report(&s, What::RouteResolved);
+    if !matches!(
+        conn.lock().phase,
+        Phase::AddrResolved | Phase::RouteResolved
+    ) {
+        return Err(libc::EINVAL);
     }
     id.path = ibv_sa_path_rec {
         dgid: dev.gid,
@@ -482,6 +482,11 @@ pub fn resolve_route(id: &mut Id, _timeout_ms: c_int) -> Result<(), i32> {
     };
     id.c.route.path_rec = &mut id.path;
     id.c.route.num_paths = 1;
+    {
+        let mut s = conn.lock();
+        s.phase = Phase::RouteResolved;
+        conn.report(&s, What::RouteResolved);
+    }
     complete(id)
 }
 
@@ -912,6 +917,10 @@ pub unsafe fn accept(id: &mut Id, p: *const rdma_conn_param) -> Result<(), i32> 
             return Err(libc::EINVAL);
         };
         let mut mine = my_conn(id, &p, dev);
+        // The PSN chosen when the REQ came (a program may have moved its QP with it).
+        if let Some(prev) = s.mine {
+            mine.psn = prev.psn;
+        }
         // What the request allows, from this side: its initiator depth is our
         // responder resources and the other way round (IB CM's REQ and REP).
         mine.responder_resources = clamp(mine.responder_resources, peer.conn.initiator_depth);
@@ -1218,20 +1227,19 @@ pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
                     continue;
                 };
                 copy_conn(&mut ev, &peer.conn, &peer.private);
+                // Our side: the REP's values, within what we offered.
+                {
+                    let mut s = p.conn.lock();
+                    if let Some(m) = s.mine.as_mut() {
+                        m.responder_resources =
+                            clamp(m.responder_resources, peer.conn.initiator_depth);
+                        m.initiator_depth = clamp(m.initiator_depth, peer.conn.responder_resources);
+                        m.rnr_retry_count = peer.conn.rnr_retry_count;
+                    }
+                }
                 if id.c.qp.is_null() {
                     (event::CONNECT_RESPONSE, 0)
                 } else {
-                    // Our side: the REP's values, within what we offered.
-                    {
-                        let mut s = p.conn.lock();
-                        if let Some(m) = s.mine.as_mut() {
-                            m.responder_resources =
-                                clamp(m.responder_resources, peer.conn.initiator_depth);
-                            m.initiator_depth =
-                                clamp(m.initiator_depth, peer.conn.responder_resources);
-                            m.rnr_retry_count = peer.conn.rnr_retry_count;
-                        }
-                    }
                     match connect_qp(id) {
                         Ok(()) => {
                             let rtu = establish(id);
