@@ -3,7 +3,6 @@
 //! system's librdmacm exports (where `librdmacm1` is installed) exported too, and the
 //! functions not implemented failing with `ENOSYS`.
 
-#[allow(dead_code)]
 #[path = "../../softverbs/tests/elf/mod.rs"]
 mod elf;
 #[allow(dead_code)]
