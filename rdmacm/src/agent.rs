@@ -71,12 +71,21 @@ pub const MAX_RD_ATOMIC: u8 = 16;
 /// The most requests one listener holds unanswered, whatever its backlog.
 pub const MAX_BACKLOG: usize = 1024;
 
+/// The epoll key of the kick descriptor (listener keys are communication ids, `u32`).
+const KICK: u64 = u64::MAX;
+
+/// The longest the thread sleeps without a timer due.
+const IDLE: Duration = Duration::from_secs(1);
+
 /// The agent.
 pub struct Agent {
     dir: Dir,
     sock: UnixDatagram,
     name: Name,
     epoll: OwnedFd,
+    /// An eventfd the program's calls write to when they set a timer, so that the
+    /// thread recomputes how long it may sleep.
+    kick: OwnedFd,
     conns: Mutex<HashMap<u32, Arc<Conn>>>,
     listeners: Mutex<HashMap<u32, Arc<UnixDatagram>>>,
     next: AtomicU32,
@@ -127,7 +136,15 @@ fn start() -> Result<Agent, i32> {
         }
     };
     sock.set_nonblocking(true).map_err(|e| errno_of(&e))?;
+    // SAFETY: eventfd takes an initial value and flags only.
+    let kfd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if kfd < 0 {
+        return Err(errno_of(&io::Error::last_os_error()));
+    }
+    // SAFETY: `kfd` was just created and is owned by nobody else.
+    let kick = unsafe { OwnedFd::from_raw_fd(kfd) };
     let made = Agent {
+        kick,
         name: Name::new(&name).ok_or(libc::ENAMETOOLONG)?,
         dir,
         sock,
@@ -137,6 +154,7 @@ fn start() -> Result<Agent, i32> {
         next: AtomicU32::new(1),
     };
     made.watch(made.sock.as_raw_fd(), 0)?;
+    made.watch(made.kick.as_raw_fd(), KICK)?;
     std::thread::Builder::new()
         .name("rdmacm-agent".into())
         .spawn(|| {
@@ -289,24 +307,43 @@ impl Agent {
         self.send(peer.name.as_str(), &m)
     }
 
+    /// Wakes the thread to look at the timers again (a call has set one).
+    pub fn kick(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own non-blocking eventfd; a full
+        // counter (EAGAIN) already means "wake up".
+        unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
     fn run(&self) {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        let mut next: Option<Instant> = None;
         loop {
+            let sleep = next.map_or(IDLE, |t| t.saturating_duration_since(Instant::now()));
+            // Rounded up, so that a timer is never found a millisecond early.
+            let ms = sleep.min(IDLE).as_micros().div_ceil(1000) as i32;
             // SAFETY: `events` has room for 16 entries.
             let n =
-                unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), 16, 50) };
+                unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), 16, ms) };
             for ev in events.iter().take(n.max(0) as usize) {
-                let key = ev.u64;
-                if key == 0 {
-                    self.drain(&self.sock, None);
-                } else {
-                    let s = self.lock_listeners().get(&(key as u32)).cloned();
-                    if let Some(s) = s {
-                        self.drain(&s, Some(key as u32));
+                match ev.u64 {
+                    0 => self.drain(&self.sock, None),
+                    KICK => {
+                        let mut v: u64 = 0;
+                        // SAFETY: reads 8 bytes into a live u64 (non-blocking).
+                        unsafe {
+                            libc::read(self.kick.as_raw_fd(), (&mut v as *mut u64).cast(), 8)
+                        };
+                    }
+                    key => {
+                        let s = self.lock_listeners().get(&(key as u32)).cloned();
+                        if let Some(s) = s {
+                            self.drain(&s, Some(key as u32));
+                        }
                     }
                 }
             }
-            self.expire(Instant::now());
+            next = self.expire(Instant::now());
         }
     }
 
@@ -532,35 +569,44 @@ impl Agent {
         c.report(&s, What::Disconnected);
     }
 
-    /// Runs the timers that are due at `now`.
-    fn expire(&self, now: Instant) {
+    /// Runs the timers that are due at `now`; returns when the next one is.
+    fn expire(&self, now: Instant) -> Option<Instant> {
         let conns: Vec<Arc<Conn>> = self.lock_conns().values().cloned().collect();
+        let mut next: Option<Instant> = None;
         for c in conns {
             let mut s = c.lock();
             if s.timewait.is_some_and(|t| t <= now) {
                 s.timewait = None;
                 c.report(&s, What::TimewaitExit);
             }
-            if !s.deadline.is_some_and(|d| d <= now) {
-                continue;
+            if s.deadline.is_some_and(|d| d <= now) {
+                s.deadline = None;
+                Self::expired(&c, &mut s, now);
             }
-            s.deadline = None;
-            match s.phase {
-                Phase::AddrResolving => {
-                    s.phase = Phase::Idle;
-                    c.report(&s, What::AddrError(-libc::ETIMEDOUT));
-                }
-                Phase::ReqSent | Phase::RepSent => {
-                    s.phase = Phase::Failed;
-                    c.report(&s, What::Unreachable(-libc::ETIMEDOUT));
-                }
-                Phase::DreqSent => {
-                    s.phase = Phase::Disconnected;
-                    s.timewait = Some(now + TIMEWAIT);
-                    c.report(&s, What::Disconnected);
-                }
-                _ => {}
+            for t in [s.deadline, s.timewait].into_iter().flatten() {
+                next = Some(next.map_or(t, |n| n.min(t)));
             }
+        }
+        next
+    }
+
+    /// What a timer that ran out does, by the phase.
+    fn expired(c: &Arc<Conn>, s: &mut crate::conn::State, now: Instant) {
+        match s.phase {
+            Phase::AddrResolving => {
+                s.phase = Phase::Idle;
+                c.report(s, What::AddrError(-libc::ETIMEDOUT));
+            }
+            Phase::ReqSent | Phase::RepSent => {
+                s.phase = Phase::Failed;
+                c.report(s, What::Unreachable(-libc::ETIMEDOUT));
+            }
+            Phase::DreqSent => {
+                s.phase = Phase::Disconnected;
+                s.timewait = Some(now + TIMEWAIT);
+                c.report(s, What::Disconnected);
+            }
+            _ => {}
         }
     }
 }

@@ -450,6 +450,7 @@ pub unsafe fn resolve_addr(
         s.phase = Phase::AddrResolving;
         s.deadline = Some(Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64));
         drop(s);
+        agent()?.kick();
         id.c.route.addr.dst = addr::to_storage(&remote);
     }
     complete(id)
@@ -833,6 +834,7 @@ pub unsafe fn connect(id: &mut Id, p: *const rdma_conn_param) -> Result<(), i32>
         s.deadline = Some(Instant::now() + agent::cm_timeout());
         (src, dst)
     };
+    a.kick();
     let m = a.message(
         if ud { Kind::SidrReq } else { Kind::Req },
         conn.num,
@@ -935,6 +937,7 @@ pub unsafe fn accept(id: &mut Id, p: *const rdma_conn_param) -> Result<(), i32> 
         // The REP carries the RNR retry count the other side's QP is to use.
         (peer, mine)
     };
+    a.kick();
     let (peer, mine) = peer;
     if let Err(e) = connect_qp(id) {
         let mut s = conn.lock();
@@ -1053,6 +1056,7 @@ pub fn disconnect(id: &mut Id) -> Result<(), i32> {
         }
     };
     qp_to_error(id);
+    a.kick();
     if let Some(p) = peer {
         if a.tell(&conn, &p, Kind::Dreq).is_err() {
             // The peer is gone: no DREP will come.
