@@ -20,15 +20,12 @@ use crate::abi::{self, event, *};
 use crate::addr;
 use crate::agent::{self, agent, reason, SendError};
 use crate::conn::{Conn, Listen, Phase};
+use crate::qp;
 use crate::queue::{Queue, What};
 use crate::verbs::{self, Device};
 use crate::wire::{self, Body, Kind, Private};
 
 use crate::agent::MAX_RD_ATOMIC;
-/// The local ACK timeout set on RC QPs: 4.096 µs · 2^14 ≈ 67 ms.
-const ACK_TIMEOUT: u8 = 14;
-/// The RNR NAK timer set on RC QPs: code 12, 0.64 ms.
-const MIN_RNR_TIMER: u8 = 12;
 
 /// An event channel.
 #[repr(C)]
@@ -64,12 +61,6 @@ pub struct Event {
     pub c: rdma_cm_event,
     private: [u8; 256],
     conn: Arc<Conn>,
-}
-
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
 }
 
 /// `rdma_create_event_channel`.
@@ -167,41 +158,35 @@ pub unsafe fn create_id(
     Ok(id)
 }
 
-/// Releases what `rdma_create_qp` made.
-fn destroy_qp(id: &mut Id) {
-    let Ok(t) = verbs::table() else { return };
-    if !id.c.qp.is_null() {
-        // SAFETY: the QP was created by `create_qp` and is not used after this.
-        unsafe { (t.destroy_qp)(id.c.qp) };
-        id.c.qp = ptr::null_mut();
-    }
-    if id.own_cqs {
-        for (cq, ch) in [
-            (id.c.send_cq, id.c.send_cq_channel),
-            (id.c.recv_cq, id.c.recv_cq_channel),
-        ] {
-            // SAFETY: CQs and channels `create_qp` made; each destroyed once (a CQ
-            // before its channel).
-            unsafe {
-                if !cq.is_null() {
-                    (t.destroy_cq)(cq);
-                }
-                if !ch.is_null() {
-                    (t.destroy_comp_channel)(ch);
-                }
-            }
-        }
-        id.c.send_cq = ptr::null_mut();
-        id.c.recv_cq = ptr::null_mut();
-        id.c.send_cq_channel = ptr::null_mut();
-        id.c.recv_cq_channel = ptr::null_mut();
-        id.own_cqs = false;
-    }
+/// `rdma_destroy_qp`: the QP, and the CQs `rdma_create_qp` made for it.
+pub fn destroy_qp_of(id: &mut Id) {
+    qp::destroy(&mut id.c, &mut id.own_cqs);
 }
 
-/// `rdma_destroy_qp`.
-pub fn destroy_qp_of(id: &mut Id) {
-    destroy_qp(id);
+/// `rdma_create_qp`.
+///
+/// # Safety
+/// `pd` is null or a live PD; `attr` points to a valid `ibv_qp_init_attr`.
+pub unsafe fn create_qp(
+    id: &mut Id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> Result<(), i32> {
+    // SAFETY: forwarded from the caller.
+    unsafe { qp::create(&id.conn, &mut id.c, &mut id.own_cqs, pd, attr) }
+}
+
+/// `rdma_init_qp_attr`: the attributes for moving the id's QP to `state`.
+pub fn qp_attr(id: &Id, state: u32) -> Result<(ibv_qp_attr, u32), i32> {
+    qp::attr(&id.conn, &id.c, state)
+}
+
+fn connect_qp(id: &Id) -> Result<(), i32> {
+    qp::connect(&id.conn, &id.c)
+}
+
+fn qp_to_error(id: &Id) {
+    qp::to_error(&id.c);
 }
 
 /// `rdma_destroy_id`: tells the peer (DREQ when connected, REJ when a request was not
@@ -260,7 +245,7 @@ pub unsafe fn destroy_id(idp: *mut Id) -> Result<(), i32> {
             reject_unclaimed(&child);
         }
     }
-    destroy_qp(id);
+    destroy_qp_of(id);
     // SAFETY: `idp` came from `Box::into_raw` in `new_id`; nothing refers to it now.
     let id = unsafe { Box::from_raw(idp) };
     if !id.own_channel.is_null() {
@@ -478,7 +463,7 @@ pub fn resolve_route(id: &mut Id, _timeout_ms: c_int) -> Result<(), i32> {
         mtu: dev.mtu,
         rate_selector: 2,
         packet_life_time_selector: 2,
-        packet_life_time: ACK_TIMEOUT - 1,
+        packet_life_time: qp::ACK_TIMEOUT - 1,
         ..ibv_sa_path_rec::default()
     };
     id.c.route.path_rec = &mut id.path;
@@ -489,242 +474,6 @@ pub fn resolve_route(id: &mut Id, _timeout_ms: c_int) -> Result<(), i32> {
         conn.report(&s, What::RouteResolved);
     }
     complete(id)
-}
-
-fn modify(qp: *mut ibv_qp, mut attr: ibv_qp_attr, mask: u32) -> Result<(), i32> {
-    let t = verbs::table()?;
-    // SAFETY: `qp` is the id's live QP; `attr` is a full, initialised attribute.
-    let rc = unsafe { (t.modify_qp)(qp, &mut attr, mask as c_int) };
-    if rc != 0 {
-        return Err(if rc > 0 { rc } else { last_errno() });
-    }
-    Ok(())
-}
-
-fn zero_attr() -> ibv_qp_attr {
-    // SAFETY: all-zero is a valid ibv_qp_attr (integers and plain structs).
-    unsafe { core::mem::zeroed() }
-}
-
-/// The attributes for moving the id's QP to `state`, from what the CM agreed, as
-/// `rdma_init_qp_attr` gives them (IB CM's `cm_init_qp_*_attr`).
-pub fn qp_attr(id: &Id, state: u32) -> Result<(ibv_qp_attr, u32), i32> {
-    let s = id.conn.lock();
-    let mut a = zero_attr();
-    a.qp_state = state;
-    let ud = id.conn.is_ud();
-    match state {
-        IBV_QPS_INIT => {
-            a.pkey_index = 0;
-            a.port_num = id.c.port_num.max(1);
-            if ud {
-                a.qkey = RDMA_UDP_QKEY;
-                return Ok((
-                    a,
-                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
-                ));
-            }
-            // IB CM grants READ and atomics only when this side takes such requests.
-            let resp = s.mine.map_or(0, |m| m.responder_resources);
-            a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE
-                | if resp > 0 {
-                    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
-                } else {
-                    0
-                };
-            Ok((
-                a,
-                IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-            ))
-        }
-        IBV_QPS_RTR => {
-            if ud {
-                return Ok((a, IBV_QP_STATE));
-            }
-            let (Some(p), Some(m)) = (s.peer, s.mine) else {
-                return Err(libc::EINVAL);
-            };
-            let dev = verbs::by_context(id.c.verbs).ok_or(libc::EINVAL)?;
-            a.path_mtu = u32::from(dev.mtu.min(p.conn.mtu).max(1));
-            a.dest_qp_num = p.conn.qpn;
-            a.rq_psn = p.conn.psn;
-            a.max_dest_rd_atomic = m.responder_resources;
-            a.min_rnr_timer = MIN_RNR_TIMER;
-            a.ah_attr.dlid = p.conn.lid;
-            a.ah_attr.port_num = id.c.port_num.max(1);
-            if p.conn.lid == 0 || dev.link_layer == IBV_LINK_LAYER_ETHERNET {
-                a.ah_attr.is_global = 1;
-                a.ah_attr.grh.dgid = ibv_gid { raw: p.conn.gid };
-                a.ah_attr.grh.hop_limit = 64;
-            }
-            Ok((
-                a,
-                IBV_QP_STATE
-                    | IBV_QP_AV
-                    | IBV_QP_PATH_MTU
-                    | IBV_QP_DEST_QPN
-                    | IBV_QP_RQ_PSN
-                    | IBV_QP_MAX_DEST_RD_ATOMIC
-                    | IBV_QP_MIN_RNR_TIMER,
-            ))
-        }
-        IBV_QPS_RTS => {
-            let Some(m) = s.mine else {
-                return Err(libc::EINVAL);
-            };
-            a.sq_psn = m.psn;
-            if ud {
-                return Ok((a, IBV_QP_STATE | IBV_QP_SQ_PSN));
-            }
-            a.timeout = ACK_TIMEOUT;
-            a.retry_cnt = m.retry_count;
-            a.rnr_retry = m.rnr_retry_count;
-            a.max_rd_atomic = m.initiator_depth;
-            Ok((
-                a,
-                IBV_QP_STATE
-                    | IBV_QP_TIMEOUT
-                    | IBV_QP_RETRY_CNT
-                    | IBV_QP_RNR_RETRY
-                    | IBV_QP_SQ_PSN
-                    | IBV_QP_MAX_QP_RD_ATOMIC,
-            ))
-        }
-        _ => Err(libc::EINVAL),
-    }
-}
-
-/// Moves the id's QP (if it has one) to RTS with the agreed attributes: INIT again
-/// with the access the CM grants, RTR, RTS (as rdma-core's `ucma_modify_qp_rtr`/`rts`).
-fn connect_qp(id: &Id) -> Result<(), i32> {
-    let qp = id.c.qp;
-    if qp.is_null() || id.conn.is_ud() {
-        return Ok(());
-    }
-    let (a, m) = qp_attr(id, IBV_QPS_INIT)?;
-    modify(qp, a, m)?;
-    let (a, m) = qp_attr(id, IBV_QPS_RTR)?;
-    modify(qp, a, m)?;
-    let (a, m) = qp_attr(id, IBV_QPS_RTS)?;
-    modify(qp, a, m)
-}
-
-fn qp_to_error(id: &Id) {
-    if !id.c.qp.is_null() {
-        let mut a = zero_attr();
-        a.qp_state = IBV_QPS_ERR;
-        let _ = modify(id.c.qp, a, IBV_QP_STATE);
-    }
-}
-
-/// `rdma_create_qp`: a QP on the id's device (with the device's default PD and CQs of
-/// the requested depths when none are given), in INIT — or, for UD, in RTS, as
-/// rdma-core leaves it.
-///
-/// # Safety
-/// `pd` is null or a live PD; `attr` points to a valid `ibv_qp_init_attr`.
-pub unsafe fn create_qp(
-    id: &mut Id,
-    pd: *mut ibv_pd,
-    attr: *mut ibv_qp_init_attr,
-) -> Result<(), i32> {
-    // SAFETY: the caller's contract.
-    let attr = unsafe { attr.as_mut() }.ok_or(libc::EINVAL)?;
-    if id.c.verbs.is_null() || !id.c.qp.is_null() {
-        return Err(libc::EINVAL);
-    }
-    let t = verbs::table()?;
-    let pd = if pd.is_null() {
-        if id.c.pd.is_null() {
-            verbs::default_pd(id.c.verbs)?
-        } else {
-            id.c.pd
-        }
-    } else {
-        // SAFETY: a live PD (the caller's contract).
-        if unsafe { (*pd).context } != id.c.verbs {
-            return Err(libc::EINVAL);
-        }
-        pd
-    };
-    let mut made = false;
-    if attr.send_cq.is_null() || attr.recv_cq.is_null() {
-        for (depth, cq, ch) in [
-            (
-                attr.cap.max_send_wr,
-                &mut id.c.send_cq,
-                &mut id.c.send_cq_channel,
-            ),
-            (
-                attr.cap.max_recv_wr,
-                &mut id.c.recv_cq,
-                &mut id.c.recv_cq_channel,
-            ),
-        ] {
-            // SAFETY: `verbs` is an open context.
-            *ch = unsafe { (t.create_comp_channel)(id.c.verbs) };
-            if ch.is_null() {
-                return Err(last_errno());
-            }
-            // SAFETY: as above; `*ch` was just created on it.
-            *cq = unsafe {
-                (t.create_cq)(id.c.verbs, depth.max(1) as c_int, ptr::null_mut(), *ch, 0)
-            };
-            if cq.is_null() {
-                return Err(last_errno());
-            }
-        }
-        id.own_cqs = true;
-        made = true;
-        attr.send_cq = id.c.send_cq;
-        attr.recv_cq = id.c.recv_cq;
-    }
-    attr.qp_type = id.c.qp_type;
-    // SAFETY: `pd` is live on the id's device; `attr` is valid.
-    let qp = unsafe { (t.create_qp)(pd, attr) };
-    if qp.is_null() {
-        let e = last_errno();
-        if made {
-            destroy_qp(id);
-        }
-        return Err(e);
-    }
-    id.c.qp = qp;
-    id.c.pd = pd;
-    id.c.srq = attr.srq;
-    let mut a = zero_attr();
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = id.c.port_num.max(1);
-    let init = if id.conn.is_ud() {
-        a.qkey = RDMA_UDP_QKEY;
-        modify(
-            qp,
-            a,
-            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
-        )
-        .and_then(|()| {
-            let mut r = zero_attr();
-            r.qp_state = IBV_QPS_RTR;
-            modify(qp, r, IBV_QP_STATE)
-        })
-        .and_then(|()| {
-            let mut r = zero_attr();
-            r.qp_state = IBV_QPS_RTS;
-            modify(qp, r, IBV_QP_STATE | IBV_QP_SQ_PSN)
-        })
-    } else {
-        // Access 0 until the CM agrees on more, as rdma-core's ucma_init_conn_qp.
-        modify(
-            qp,
-            a,
-            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-        )
-    };
-    if let Err(e) = init {
-        destroy_qp(id);
-        return Err(e);
-    }
-    Ok(())
 }
 
 /// Connection parameters as the program gave them, or rdma-core's defaults.
@@ -803,7 +552,7 @@ fn my_conn(id: &Id, p: &rdma_conn_param, dev: &Device) -> wire::Conn {
 /// `rdma_connect`: sends a REQ (SIDR_REQ for UD) to the listener of the destination.
 ///
 /// # Safety
-/// `p` as for [`params`].
+/// `p` is null or a valid `rdma_conn_param` whose private data is as long as it says.
 pub unsafe fn connect(id: &mut Id, p: *const rdma_conn_param) -> Result<(), i32> {
     let ud = id.conn.is_ud();
     // SAFETY: forwarded.
@@ -896,7 +645,7 @@ pub fn listen(id: &mut Id, backlog: c_int) -> Result<(), i32> {
 /// `rdma_accept`: the QP to RTS, then a REP (SIDR_REP for UD).
 ///
 /// # Safety
-/// `p` as for [`params`].
+/// `p` is null or a valid `rdma_conn_param` whose private data is as long as it says.
 pub unsafe fn accept(id: &mut Id, p: *const rdma_conn_param) -> Result<(), i32> {
     let ud = id.conn.is_ud();
     // SAFETY: forwarded.

@@ -13,6 +13,7 @@
 //! ```text
 //! capi      the exported C functions: errno, no panic across the ABI
 //! id        the C objects (channel, cm id, event) and the operations on them
+//! qp        a cm id's QP: creation and the attributes of each state
 //! agent     the process's socket, listeners, ids by number, the receive/timer thread
 //! conn      one id's connection state, shared by id and agent
 //! queue     an event channel's queue behind its pollable descriptor
@@ -48,7 +49,7 @@
 //! fails with `EOPNOTSUPP`. Only soft device 0 is reachable by address. Only processes
 //! of one machine (one rendezvous directory) connect. An id that only resolves a
 //! source address does not reserve its port.
-#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod abi;
@@ -59,6 +60,7 @@ pub mod capi;
 pub mod conn;
 pub mod dir;
 pub mod id;
+pub mod qp;
 pub mod queue;
 pub mod verbs;
 pub mod wire;
