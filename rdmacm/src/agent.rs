@@ -74,6 +74,9 @@ pub const MAX_BACKLOG: usize = 1024;
 /// The epoll key of the kick descriptor (listener keys are communication ids, `u32`).
 const KICK: u64 = u64::MAX;
 
+/// How often the processes whose answers are awaited are checked for.
+const PROBE: Duration = Duration::from_millis(500);
+
 /// The longest the thread sleeps without a timer due.
 const IDLE: Duration = Duration::from_secs(1);
 
@@ -318,6 +321,7 @@ impl Agent {
     fn run(&self) {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
         let mut next: Option<Instant> = None;
+        let mut next_probe = Instant::now() + PROBE;
         loop {
             let sleep = next.map_or(IDLE, |t| t.saturating_duration_since(Instant::now()));
             // Rounded up, so that a timer is never found a millisecond early.
@@ -343,7 +347,12 @@ impl Agent {
                     }
                 }
             }
-            next = self.expire(Instant::now());
+            let now = Instant::now();
+            if now >= next_probe {
+                self.probe_peers();
+                next_probe = now + PROBE;
+            }
+            next = self.expire(now).map(|t| t.min(next_probe));
         }
     }
 
@@ -500,6 +509,7 @@ impl Agent {
         }
         let mut s = c.lock();
         s.deadline = None;
+        s.awaiting = None;
         s.peer = Some(Peer {
             name: m.name,
             comm: m.from,
@@ -526,6 +536,7 @@ impl Agent {
         };
         let mut s = c.lock();
         s.deadline = None;
+        s.awaiting = None;
         s.phase = Phase::Connected;
         c.report(&s, What::Established);
     }
@@ -539,6 +550,7 @@ impl Agent {
         };
         let mut s = c.lock();
         s.deadline = None;
+        s.awaiting = None;
         s.phase = Phase::Failed;
         c.report(&s, What::Rejected(reason, private));
     }
@@ -553,6 +565,7 @@ impl Agent {
         };
         let mut s = c.lock();
         s.deadline = None;
+        s.awaiting = None;
         s.phase = Phase::Disconnected;
         s.timewait = Some(Instant::now() + TIMEWAIT);
         c.report(&s, What::Disconnected);
@@ -564,9 +577,43 @@ impl Agent {
         };
         let mut s = c.lock();
         s.deadline = None;
+        s.awaiting = None;
         s.phase = Phase::Disconnected;
         s.timewait = Some(Instant::now() + TIMEWAIT);
         c.report(&s, What::Disconnected);
+    }
+
+    /// Whether the socket `name` has no process behind it any more (its file is gone, or
+    /// connecting to it is refused).
+    fn gone(&self, name: &str) -> bool {
+        let Ok(probe) = UnixDatagram::unbound() else {
+            return false;
+        };
+        matches!(
+            probe.connect(self.dir.socket_path(name)),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::ENOENT))
+        )
+    }
+
+    /// Ends the waits on processes that are gone: what their timers would do later (a
+    /// process that exits without destroying its ids sends nothing; IB CM would find
+    /// out by its retries running out).
+    fn probe_peers(&self) {
+        let conns: Vec<Arc<Conn>> = self.lock_conns().values().cloned().collect();
+        for c in conns {
+            let Some(name) = c.lock().awaiting.clone() else {
+                continue;
+            };
+            if !self.gone(&name) {
+                continue;
+            }
+            let mut s = c.lock();
+            if s.awaiting.as_deref() == Some(name.as_str()) && s.deadline.is_some() {
+                s.deadline = None;
+                s.awaiting = None;
+                Self::expired(&c, &mut s, Instant::now());
+            }
+        }
     }
 
     /// Runs the timers that are due at `now`; returns when the next one is.
@@ -581,6 +628,7 @@ impl Agent {
             }
             if s.deadline.is_some_and(|d| d <= now) {
                 s.deadline = None;
+                s.awaiting = None;
                 Self::expired(&c, &mut s, now);
             }
             for t in [s.deadline, s.timewait].into_iter().flatten() {

@@ -92,6 +92,9 @@ pub struct State {
     pub afonly: bool,
     /// When the TIMEWAIT_EXIT is due, after a disconnection.
     pub timewait: Option<Instant>,
+    /// The socket a REQ, REP or DREQ was sent to, while its answer is awaited: the
+    /// agent checks that its process is still there.
+    pub awaiting: Option<String>,
 }
 
 /// One cm id's shared part.
@@ -132,6 +135,7 @@ impl Conn {
                 parent: None,
                 afonly: false,
                 timewait: None,
+                awaiting: None,
             }),
             unacked: AtomicUsize::new(0),
             acked: Mutex::new(()),

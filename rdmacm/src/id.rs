@@ -597,14 +597,21 @@ pub unsafe fn connect(id: &mut Id, p: *const rdma_conn_param) -> Result<(), i32>
         },
     );
     let mut sent = Err(SendError::Gone);
+    let mut to = String::new();
     for name in addr::candidates(conn.ps, &dst) {
         sent = a.send(&name, &m);
         if sent != Err(SendError::Gone) {
+            to = name;
             break;
         }
     }
     match sent {
-        Ok(()) => {}
+        Ok(()) => {
+            let mut s = conn.lock();
+            if s.phase == Phase::ReqSent {
+                s.awaiting = Some(to);
+            }
+        }
         Err(SendError::Gone) => {
             // Nobody listens there: the REJ the remote CM would send.
             let mut s = conn.lock();
@@ -683,6 +690,7 @@ pub unsafe fn accept(id: &mut Id, p: *const rdma_conn_param) -> Result<(), i32> 
         s.mine = Some(qp_side);
         s.phase = if ud { Phase::Connected } else { Phase::RepSent };
         s.deadline = (!ud).then(|| Instant::now() + agent::cm_timeout());
+        s.awaiting = (!ud).then(|| peer.name.as_str().to_string());
         // The REP carries the RNR retry count the other side's QP is to use.
         (peer, mine)
     };
@@ -798,6 +806,7 @@ pub fn disconnect(id: &mut Id) -> Result<(), i32> {
             Phase::Connected | Phase::RepSent => {
                 s.phase = Phase::DreqSent;
                 s.deadline = Some(Instant::now() + agent::cm_timeout());
+                s.awaiting = s.peer.map(|p| p.name.as_str().to_string());
                 s.peer
             }
             Phase::Disconnected | Phase::DreqSent => None,

@@ -5,8 +5,9 @@
 //! 28 and its private data, and the private-data limits are enforced; accept with 196
 //! bytes connects two QPs to RTS and a disconnect reaches both sides; malformed and
 //! forged messages are dropped without an event; a listener that never answers makes
-//! the connect UNREACHABLE (-ETIMEDOUT) after the CM timeout; an address of no local
-//! interface gives ADDR_ERROR (-ETIMEDOUT) after the caller's timeout.
+//! the connect UNREACHABLE (-ETIMEDOUT) after the CM timeout, and one whose process is
+//! gone makes it so well before; an address of no local interface gives ADDR_ERROR
+//! (-ETIMEDOUT) after the caller's timeout.
 
 use core::ffi::c_void;
 use core::ptr;
@@ -22,7 +23,7 @@ use vqp_rdmacm::wire;
 use vqp_sys::{ibv_qp_init_attr, IBV_QPS_RTS, IBV_QPT_RC};
 
 /// The CM timeout the tests run with (`VQP_RDMACM_TIMEOUT_MS`).
-const CM_TIMEOUT: Duration = Duration::from_millis(1500);
+const CM_TIMEOUT: Duration = Duration::from_millis(3000);
 
 fn dir() -> PathBuf {
     std::env::temp_dir().join(format!("vqp-rdmacm-behaviour-{}", std::process::id()))
@@ -504,4 +505,28 @@ fn an_address_of_no_local_interface_fails_after_the_callers_timeout() {
     // SAFETY: an unresolved id may not ask for a route.
     assert_eq!(unsafe { rdma_resolve_route(id, 100) }, -1);
     destroy(id);
+}
+
+#[test]
+fn a_listener_whose_process_is_gone_makes_connect_unreachable_before_the_timeout() {
+    setup();
+    let port = port();
+    let rd = dir().join("rdmacm");
+    let _ = std::fs::create_dir_all(&rd);
+    let path = rd.join(format!("l-106-4-7f000001-{port}"));
+    let (ch, id) = routed(port);
+    let listener = UnixDatagram::bind(&path).unwrap();
+    let p = param(&[]);
+    let start = Instant::now();
+    // SAFETY: a routed id.
+    assert_eq!(unsafe { rdma_connect(id, &p as *const _ as *mut _) }, 0);
+    // The REQ was taken; then its process goes (the socket's file stays, refused).
+    let mut buf = [0u8; wire::MAX_MESSAGE];
+    assert!(listener.recv(&mut buf).unwrap() > 0);
+    drop(listener);
+    let e = expect(ch, event::UNREACHABLE);
+    assert_eq!(e.status, -libc::ETIMEDOUT);
+    assert!(start.elapsed() < CM_TIMEOUT / 2, "{:?}", start.elapsed());
+    destroy(id);
+    let _ = std::fs::remove_file(&path);
 }
