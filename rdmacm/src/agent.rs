@@ -428,9 +428,12 @@ impl Agent {
             return;
         }
         let mut ls = l.lock();
+        // An IPv6 listener takes IPv4 requests unless RDMA_OPTION_ID_AFONLY says not.
+        let v6_only = ls.afonly && ls.local.is_some_and(|a| a.is_ipv6()) && dst.is_ipv4();
         let fits = ls.phase == Phase::Listening
             && u32::from(ps) == l.ps
-            && (m.kind == Kind::SidrReq) == l.is_ud();
+            && (m.kind == Kind::SidrReq) == l.is_ud()
+            && !v6_only;
         let info = match ls.listen.as_mut() {
             Some(info) if fits && info.active => info,
             _ => {

@@ -530,3 +530,50 @@ fn a_listener_whose_process_is_gone_makes_connect_unreachable_before_the_timeout
     destroy(id);
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn an_ipv6_wildcard_listener_takes_ipv4_requests_unless_afonly() {
+    for afonly in [0i32, 1] {
+        let port = port();
+        let lch = channel();
+        let lid = create_id(lch);
+        // SAFETY: the id and a 4-byte int option.
+        assert_eq!(
+            unsafe {
+                rdma_set_option(
+                    lid,
+                    abi::RDMA_OPTION_ID,
+                    abi::RDMA_OPTION_ID_AFONLY,
+                    (&afonly as *const i32).cast_mut().cast(),
+                    4,
+                )
+            },
+            0
+        );
+        let mut a = c_addr(&format!("[::]:{port}"));
+        // SAFETY: the id and a valid address.
+        assert_eq!(
+            unsafe { rdma_bind_addr(lid, sa(&mut a)) },
+            0,
+            "errno {}",
+            errno()
+        );
+        // SAFETY: the bound id.
+        assert_eq!(unsafe { rdma_listen(lid, 1) }, 0);
+        let (ch, id) = routed(port);
+        let p = param(&[]);
+        // SAFETY: a routed id.
+        assert_eq!(unsafe { rdma_connect(id, &p as *const _ as *mut _) }, 0);
+        if afonly == 1 {
+            assert_eq!(expect(ch, event::REJECTED).status, 8);
+        } else {
+            let r = expect(lch, event::CONNECT_REQUEST);
+            // SAFETY: the new id.
+            assert_eq!(unsafe { rdma_reject(r.id, ptr::null(), 0) }, 0);
+            assert_eq!(expect(ch, event::REJECTED).status, 28);
+            destroy(r.id);
+        }
+        destroy(id);
+        destroy(lid);
+    }
+}

@@ -4,7 +4,7 @@
 //! and with `-q`, QPs the program makes and moves with `rdma_init_qp_attr`), `ucmatose`
 //! (RC, connect/accept/disconnect and data), `udaddy` (UD: SIDR, Q_Key, address
 //! handles), `rdma_server`/`rdma_client` (the synchronous `rdma_create_ep` API), and
-//! `ib_write_bw -R`. Each test has its own namespace directory; the client starts once
+//! perftest's `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`. Each test has its own namespace directory; the client starts once
 //! the server's listener socket is in it. Gated on the packages: skipped with a line
 //! naming them when missing, failed then under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
 
@@ -46,7 +46,7 @@ fn listening(dir: &Path, port: u16) -> bool {
 /// launcher in a namespace of the test's own; both must exit 0 within 60 s.
 fn pair(test: &str, server: &[&str], client: &[&str], port: u16) -> Option<(String, String)> {
     let program = server[0];
-    let package = if program == "ib_write_bw" {
+    let package = if program.starts_with("ib_") {
         "perftest"
     } else {
         PACKAGE
@@ -258,4 +258,25 @@ fn ib_write_bw_connects_through_rdma_cm() {
         c.lines().any(|l| l.trim_start().starts_with("65536")),
         "no result line:\n{c}"
     );
+}
+
+#[test]
+fn ib_read_bw_and_ib_send_lat_connect_through_rdma_cm() {
+    for prog in ["ib_read_bw", "ib_send_lat"] {
+        let port = procs::free_port();
+        let p = port.to_string();
+        let Some((_, c)) = pair(
+            "ib_read_bw_and_ib_send_lat_connect_through_rdma_cm",
+            &[prog, "-R", "-n", "50", "-p", &p],
+            &[prog, "-R", "-n", "50", "-p", &p, "127.0.0.1"],
+            port,
+        ) else {
+            return;
+        };
+        let size = if prog == "ib_read_bw" { "65536" } else { "2" };
+        assert!(
+            c.lines().any(|l| l.trim_start().starts_with(size)),
+            "{prog}: no result line:\n{c}"
+        );
+    }
 }
