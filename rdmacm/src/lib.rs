@@ -47,7 +47,8 @@
 //! `rdma_create_srq_ex`, `RDMA_OPTION_IB_PATH` and rsockets (`rsocket`, `rpoll`,
 //! `riomap`, …) fail with `ENOSYS`; `rdma_create_qp_ex` with anything beyond a PD
 //! fails with `EOPNOTSUPP`. Only soft device 0 is reachable by address. Only processes
-//! of one machine (one rendezvous directory) connect. An id that only resolves a
+//! of one machine (one rendezvous directory) connect. An established connection whose
+//! peer process exits without disconnecting gets no event. An id that only resolves a
 //! source address does not reserve its port.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
