@@ -21,8 +21,11 @@
 //! [`cm_timeout`] (IB CM's: the REQ's 4.096 µs · 2^20 response time, tried 16 times —
 //! about 69 s; `VQP_RDMACM_TIMEOUT_MS` changes it), with the events the kernel's
 //! rdma_cm gives: UNREACHABLE (-ETIMEDOUT) for a connection, DISCONNECTED for a
-//! disconnection. An address that is not this machine's is not answered: ADDR_ERROR
-//! (-ETIMEDOUT) after the caller's timeout, as for an ARP request nobody answers.
+//! disconnection. Every 0.5 s the agent also checks that the process whose answer an
+//! id awaits is still there (its socket accepts a connection); when it is gone, the
+//! timer ends at once. An address that is not this machine's is not answered:
+//! ADDR_ERROR (-ETIMEDOUT) after the caller's timeout, as for an ARP request nobody
+//! answers.
 
 use std::collections::HashMap;
 use std::io;
