@@ -77,6 +77,10 @@ pub const MAX_BACKLOG: usize = 1024;
 /// The epoll key of the kick descriptor (listener keys are communication ids, `u32`).
 const KICK: u64 = u64::MAX;
 
+/// How long a send waits for room in the receiver's queue before the message is given
+/// up (the CM timers then act as for a lost message).
+const SEND_WAIT: Duration = Duration::from_secs(2);
+
 /// How often the processes whose answers are awaited are checked for.
 const PROBE: Duration = Duration::from_millis(500);
 
@@ -87,6 +91,11 @@ const IDLE: Duration = Duration::from_secs(1);
 pub struct Agent {
     dir: Dir,
     sock: UnixDatagram,
+    /// The socket messages are sent from: unbound (replies go to the name a message
+    /// carries) and blocking, so that a burst waits for room in the receiver's queue
+    /// (Linux holds `net.unix.max_dgram_qlen`, 10 by default, datagrams per socket)
+    /// instead of failing; at most [`SEND_WAIT`].
+    out: UnixDatagram,
     name: Name,
     epoll: OwnedFd,
     /// An eventfd the program's calls write to when they set a timer, so that the
@@ -149,7 +158,11 @@ fn start() -> Result<Agent, i32> {
     }
     // SAFETY: `kfd` was just created and is owned by nobody else.
     let kick = unsafe { OwnedFd::from_raw_fd(kfd) };
+    let out = UnixDatagram::unbound().map_err(|e| errno_of(&e))?;
+    out.set_write_timeout(Some(SEND_WAIT))
+        .map_err(|e| errno_of(&e))?;
     let made = Agent {
+        out,
         kick,
         name: Name::new(&name).ok_or(libc::ENAMETOOLONG)?,
         dir,
@@ -286,7 +299,7 @@ impl Agent {
     pub fn send(&self, to: &str, m: &Message) -> Result<(), SendError> {
         let mut buf = [0u8; wire::MAX_MESSAGE];
         let n = wire::encode(m, &mut buf);
-        match self.sock.send_to(&buf[..n], self.dir.socket_path(to)) {
+        match self.out.send_to(&buf[..n], self.dir.socket_path(to)) {
             Ok(_) => Ok(()),
             Err(e) => match e.raw_os_error() {
                 Some(libc::ENOENT | libc::ECONNREFUSED | libc::ENOTSOCK) => Err(SendError::Gone),

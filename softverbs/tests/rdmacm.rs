@@ -1,12 +1,13 @@
-//! librdmacm's programs (Debian's `rdmacm-utils`, and perftest's `ib_write_bw -R`),
-//! unmodified, as two processes through `softverbs run`, which preloads vqp-rdmacm's
-//! `librdmacm.so.1` beside softverbs: `rping` (RDMA READ and WRITE, 10 pings checked,
-//! and with `-q`, QPs the program makes and moves with `rdma_init_qp_attr`), `ucmatose`
-//! (RC, connect/accept/disconnect and data), `udaddy` (UD: SIDR, Q_Key, address
-//! handles), `rdma_server`/`rdma_client` (the synchronous `rdma_create_ep` API), and
-//! perftest's `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`. Each test has its own namespace directory; the client starts once
-//! the server's listener socket is in it. Gated on the packages: skipped with a line
-//! naming them when missing, failed then under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
+//! librdmacm's programs (Debian's `rdmacm-utils`, and perftest's), unmodified, as two
+//! processes through `softverbs run`, which preloads vqp-rdmacm's `librdmacm.so.1`
+//! beside softverbs: `rping` (RDMA READ and WRITE, 10 pings checked, and with `-q`, QPs
+//! the program makes and moves with `rdma_init_qp_attr`), `ucmatose` (RC, 50
+//! connections at once: connect/accept/disconnect and data), `udaddy` (UD, 50 at once:
+//! SIDR, Q_Key, address handles), `rdma_server`/`rdma_client` (the synchronous
+//! `rdma_create_ep` API), and `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`.
+//! Each test has its own namespace directory; the client starts once the server's
+//! listener socket is in it. Gated on the packages: skipped with a line naming them
+//! when missing, failed then under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
 
 mod procs;
 mod system;
@@ -204,8 +205,8 @@ fn udaddy_resolves_and_exchanges_datagrams() {
     // udaddy's port is fixed (7174); the test's own namespace keeps it apart.
     let Some((s, c)) = pair(
         "udaddy_resolves_and_exchanges_datagrams",
-        &["udaddy", "-c", "2", "-C", "10"],
-        &["udaddy", "-s", "127.0.0.1", "-c", "2", "-C", "10"],
+        &["udaddy", "-c", "50", "-C", "10"],
+        &["udaddy", "-s", "127.0.0.1", "-c", "50", "-C", "10"],
         7174,
     ) else {
         return;
