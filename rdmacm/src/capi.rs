@@ -1,8 +1,8 @@
 //! The exported C functions: every function of rdma-core's `rdma_cma.h` and
 //! `rsocket.h` (the list of `librdmacm.map`), as librdmacm reports failure — -1 (or
 //! null) with `errno` set. What is not implemented fails with `ENOSYS`: multicast,
-//! ECE, `rdma_resolve_addrinfo`/`rdma_query_addrinfo`, `rdma_create_srq_ex`, and every
-//! rsocket function. No panic crosses this boundary: each body runs under
+//! ECE, `rdma_resolve_addrinfo`/`rdma_query_addrinfo`, `rdma_create_srq_ex`, and of
+//! the rsocket functions `rselect`, `riomap`/`riounmap`/`riowrite` and `repoll_*`. No panic crosses this boundary: each body runs under
 //! `catch_unwind`, and a panic is reported as `EIO`.
 #![allow(clippy::missing_safety_doc)]
 
@@ -17,6 +17,7 @@ use vqp_sys::{ibv_context, ibv_pd, ibv_qp_attr, ibv_qp_init_attr, ibv_srq_init_a
 use crate::abi::*;
 use crate::addr;
 use crate::id::{self, Channel, Event, Id};
+use crate::rsocket;
 use crate::verbs;
 
 fn set_errno(e: i32) {
@@ -654,34 +655,292 @@ not_implemented! {
     rdma_get_remote_ece(Ptr, Ptr) -> c_int;
     rdma_resolve_addrinfo(Ptr, Ptr, Ptr, Ptr) -> c_int;
     rdma_query_addrinfo(Ptr, Ptr) -> c_int;
-    rsocket(c_int, c_int, c_int) -> c_int;
-    rbind(c_int, Ptr, u32) -> c_int;
-    rlisten(c_int, c_int) -> c_int;
-    raccept(c_int, Ptr, Ptr) -> c_int;
-    rconnect(c_int, Ptr, u32) -> c_int;
-    rshutdown(c_int, c_int) -> c_int;
-    rclose(c_int) -> c_int;
-    rrecv(c_int, Ptr, usize, c_int) -> isize;
-    rrecvfrom(c_int, Ptr, usize, c_int, Ptr, Ptr) -> isize;
-    rrecvmsg(c_int, Ptr, c_int) -> isize;
-    rsend(c_int, Ptr, usize, c_int) -> isize;
-    rsendto(c_int, Ptr, usize, c_int, Ptr, u32) -> isize;
-    rsendmsg(c_int, Ptr, c_int) -> isize;
-    rread(c_int, Ptr, usize) -> isize;
-    rreadv(c_int, Ptr, c_int) -> isize;
-    rwrite(c_int, Ptr, usize) -> isize;
-    rwritev(c_int, Ptr, c_int) -> isize;
-    rpoll(Ptr, u64, c_int) -> c_int;
     rselect(c_int, Ptr, Ptr, Ptr, Ptr) -> c_int;
-    rgetpeername(c_int, Ptr, Ptr) -> c_int;
-    rgetsockname(c_int, Ptr, Ptr) -> c_int;
-    rsetsockopt(c_int, c_int, c_int, Ptr, u32) -> c_int;
-    rgetsockopt(c_int, c_int, c_int, Ptr, Ptr) -> c_int;
-    rfcntl(c_int, c_int, usize) -> c_int;
     riomap(c_int, Ptr, usize, c_int, c_int, i64) -> i64;
     riounmap(c_int, Ptr, usize) -> c_int;
     riowrite(c_int, Ptr, usize, i64, c_int) -> usize;
     repoll_create(c_int) -> c_int;
     repoll_ctl(c_int, c_int, c_int, Ptr) -> c_int;
     repoll_wait(c_int, Ptr, c_int, c_int) -> c_int;
+}
+
+/// Runs `f`, turning an error or a panic into -1 with `errno`; a count otherwise.
+fn count(f: impl FnOnce() -> Result<usize, i32>) -> isize {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(n)) => n as isize,
+        Ok(Err(e)) => {
+            set_errno(e);
+            -1
+        }
+        Err(_) => {
+            set_errno(libc::EIO);
+            -1
+        }
+    }
+}
+
+/// Runs `f`, turning an error or a panic into -1 with `errno`.
+fn num(f: impl FnOnce() -> Result<c_int, i32>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => {
+            set_errno(e);
+            -1
+        }
+        Err(_) => {
+            set_errno(libc::EIO);
+            -1
+        }
+    }
+}
+
+/// The caller's buffer as a slice (empty for a null pointer with length 0).
+///
+/// # Safety
+/// `p` is null only with `len` 0, else `len` bytes that stay the caller's for the call.
+unsafe fn bytes<'a>(p: *const c_void, len: usize) -> Result<&'a [u8], i32> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { core::slice::from_raw_parts(p.cast(), len) })
+}
+
+/// As [`bytes`], writable.
+///
+/// # Safety
+/// As [`bytes`].
+unsafe fn bytes_mut<'a>(p: *mut c_void, len: usize) -> Result<&'a mut [u8], i32> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { core::slice::from_raw_parts_mut(p.cast(), len) })
+}
+
+#[no_mangle]
+pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
+    num(|| rsocket::socket(domain, kind, protocol))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rbind(fd: c_int, sa: *const libc::sockaddr, _len: u32) -> c_int {
+    // SAFETY: the caller's address.
+    int(|| unsafe { rsocket::bind(fd, sa) })
+}
+
+#[no_mangle]
+pub extern "C" fn rlisten(fd: c_int, backlog: c_int) -> c_int {
+    int(|| rsocket::listen(fd, backlog))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn raccept(
+    fd: c_int,
+    sa: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+) -> c_int {
+    // SAFETY: the caller's address buffer.
+    num(|| unsafe { rsocket::accept(fd, sa, len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rconnect(fd: c_int, sa: *const libc::sockaddr, _len: u32) -> c_int {
+    // SAFETY: the caller's address.
+    int(|| unsafe { rsocket::connect(fd, sa) })
+}
+
+#[no_mangle]
+pub extern "C" fn rshutdown(fd: c_int, how: c_int) -> c_int {
+    int(|| rsocket::shutdown(fd, how))
+}
+
+#[no_mangle]
+pub extern "C" fn rclose(fd: c_int) -> c_int {
+    int(|| rsocket::close(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rrecv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize {
+    // SAFETY: the caller's buffer.
+    count(|| rsocket::recv(fd, unsafe { bytes_mut(buf, len) }?, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rrecvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    flags: c_int,
+    _src: *mut libc::sockaddr,
+    _srclen: *mut libc::socklen_t,
+) -> isize {
+    // SAFETY: the caller's buffer.
+    unsafe { rrecv(fd, buf, len, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rread(fd: c_int, buf: *mut c_void, len: usize) -> isize {
+    // SAFETY: the caller's buffer.
+    unsafe { rrecv(fd, buf, len, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rsend(fd: c_int, buf: *const c_void, len: usize, flags: c_int) -> isize {
+    // SAFETY: the caller's buffer.
+    count(|| rsocket::send(fd, unsafe { bytes(buf, len) }?, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rsendto(
+    fd: c_int,
+    buf: *const c_void,
+    len: usize,
+    flags: c_int,
+    _dst: *const libc::sockaddr,
+    _dstlen: u32,
+) -> isize {
+    // SAFETY: the caller's buffer.
+    unsafe { rsend(fd, buf, len, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rwrite(fd: c_int, buf: *const c_void, len: usize) -> isize {
+    // SAFETY: the caller's buffer.
+    unsafe { rsend(fd, buf, len, 0) }
+}
+
+/// The caller's I/O vector.
+///
+/// # Safety
+/// `iov` holds `n` entries.
+unsafe fn iovec<'a>(iov: *const libc::iovec, n: c_int) -> Result<&'a [libc::iovec], i32> {
+    if n < 0 || (n > 0 && iov.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { core::slice::from_raw_parts(iov, n as usize) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rwritev(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize {
+    count(|| {
+        let mut total = 0;
+        // SAFETY: the caller's vector.
+        for v in unsafe { iovec(iov, n) }? {
+            // SAFETY: a buffer the vector names.
+            let b = unsafe { bytes(v.iov_base, v.iov_len) }?;
+            total += rsocket::send(fd, b, 0)?;
+        }
+        Ok(total)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rreadv(fd: c_int, iov: *const libc::iovec, n: c_int) -> isize {
+    count(|| {
+        let mut total = 0;
+        // SAFETY: the caller's vector.
+        for v in unsafe { iovec(iov, n) }? {
+            // SAFETY: a buffer the vector names.
+            let b = unsafe { bytes_mut(v.iov_base, v.iov_len) }?;
+            let got = rsocket::recv(fd, b, 0)?;
+            total += got;
+            if got < v.iov_len {
+                break;
+            }
+        }
+        Ok(total)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rsendmsg(fd: c_int, msg: *const libc::msghdr, _flags: c_int) -> isize {
+    // SAFETY: the caller's message header.
+    match unsafe { msg.as_ref() } {
+        // SAFETY: its vector.
+        Some(m) => unsafe { rwritev(fd, m.msg_iov, m.msg_iovlen as c_int) },
+        None => {
+            set_errno(libc::EINVAL);
+            -1
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rrecvmsg(fd: c_int, msg: *mut libc::msghdr, _flags: c_int) -> isize {
+    // SAFETY: the caller's message header.
+    match unsafe { msg.as_ref() } {
+        // SAFETY: its vector.
+        Some(m) => unsafe { rreadv(fd, m.msg_iov, m.msg_iovlen as c_int) },
+        None => {
+            set_errno(libc::EINVAL);
+            -1
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: u64, timeout: c_int) -> c_int {
+    // SAFETY: the caller's array.
+    num(|| unsafe { rsocket::poll(fds, nfds, timeout) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rgetpeername(
+    fd: c_int,
+    sa: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+) -> c_int {
+    // SAFETY: the caller's buffer.
+    int(|| unsafe { rsocket::name(fd, true, sa, len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rgetsockname(
+    fd: c_int,
+    sa: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+) -> c_int {
+    // SAFETY: the caller's buffer.
+    int(|| unsafe { rsocket::name(fd, false, sa, len) })
+}
+
+#[no_mangle]
+pub extern "C" fn rsetsockopt(
+    fd: c_int,
+    _level: c_int,
+    _name: c_int,
+    _val: *const c_void,
+    _len: u32,
+) -> c_int {
+    int(|| rsocket::setsockopt(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rgetsockopt(
+    fd: c_int,
+    _level: c_int,
+    _name: c_int,
+    val: *mut c_void,
+    len: *mut libc::socklen_t,
+) -> c_int {
+    // SAFETY: the caller's buffer.
+    int(|| unsafe { rsocket::getsockopt(fd, val, len) })
+}
+
+/// `rfcntl(fd, cmd, ...)`: the one optional argument is read as an integer (what
+/// `F_SETFL` passes), as the C calling convention hands it to a variadic function.
+#[no_mangle]
+pub extern "C" fn rfcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    num(|| rsocket::fcntl(fd, cmd, arg))
 }

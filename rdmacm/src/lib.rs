@@ -12,6 +12,7 @@
 //!
 //! ```text
 //! capi      the exported C functions: errno, no panic across the ABI
+//! rsocket   stream sockets over an RC QP, connected through the CM
 //! id        the C objects (channel, cm id, event) and the operations on them
 //! qp        a cm id's QP: creation and the attributes of each state
 //! agent     the process's socket, listeners, ids by number, the receive/timer thread
@@ -63,5 +64,6 @@ pub mod dir;
 pub mod id;
 pub mod qp;
 pub mod queue;
+pub mod rsocket;
 pub mod verbs;
 pub mod wire;

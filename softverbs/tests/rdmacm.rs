@@ -4,7 +4,8 @@
 //! the program makes and moves with `rdma_init_qp_attr`), `ucmatose` (RC, 50
 //! connections at once: connect/accept/disconnect and data), `udaddy` (UD, 50 at once:
 //! SIDR, Q_Key, address handles), `rdma_server`/`rdma_client` (the synchronous
-//! `rdma_create_ep` API), and `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`.
+//! `rdma_create_ep` API), `rstream` (rsockets, data verified, blocking, non-blocking
+//! and with `rpoll`), and `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`.
 //! Each test has its own namespace directory; the client starts once the server's
 //! listener socket is in it. Gated on the packages: skipped with a line naming them
 //! when missing, failed then under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
@@ -279,5 +280,39 @@ fn ib_read_bw_and_ib_send_lat_connect_through_rdma_cm() {
             c.lines().any(|l| l.trim_start().starts_with(size)),
             "{prog}: no result line:\n{c}"
         );
+    }
+}
+
+#[test]
+fn rstream_moves_verified_data_blocking_nonblocking_and_async() {
+    for mode in [["-T", "b"], ["-T", "n"], ["-T", "a"]] {
+        let port = procs::free_port();
+        let p = port.to_string();
+        let args = |client: bool| {
+            let mut v = vec!["rstream"];
+            if client {
+                v.extend(["-s", "127.0.0.1"]);
+            }
+            v.extend(["-p", &p, "-T", "v", "-S", "100000", "-C", "40"]);
+            v.extend(mode);
+            v.iter().map(|s| s.to_string()).collect::<Vec<String>>()
+        };
+        let (sa, ca) = (args(false), args(true));
+        let sa: Vec<&str> = sa.iter().map(String::as_str).collect();
+        let ca: Vec<&str> = ca.iter().map(String::as_str).collect();
+        let Some((s, c)) = pair(
+            "rstream_moves_verified_data_blocking_nonblocking_and_async",
+            &sa,
+            &ca,
+            port,
+        ) else {
+            return;
+        };
+        for out in [&s, &c] {
+            assert!(
+                out.lines().any(|l| l.starts_with("custom ")),
+                "{mode:?}: no result line:\n{out}"
+            );
+        }
     }
 }
