@@ -252,12 +252,15 @@ pub unsafe fn accept(
 ) -> Result<c_int, i32> {
     let l = get(fd)?;
     let new = {
-        let (state, lid) = {
+        let (state, lid, nonblock) = {
             let l = lock(&l);
-            (l.state, l.id)
+            (l.state, l.id, l.nonblock)
         };
         if state != State::Listening {
             return Err(libc::EINVAL);
+        }
+        if nonblock && !request_waiting(lid) {
+            return Err(libc::EAGAIN);
         }
         // SAFETY: the listener's live id (the listener's lock is not held while the
         // call waits, so that rpoll and others see the other sockets meanwhile).
@@ -534,15 +537,29 @@ pub fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> Result<c_int, i32> {
     }
 }
 
-/// Whether a socket has bytes (or its end) to read.
+/// Whether the cm id's own channel has an event queued (a listener's request).
+fn request_waiting(id: *mut Id) -> bool {
+    let mut p = libc::pollfd {
+        fd: number(id),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+/// Whether a socket has bytes (or its end) to read, or, listening, a request.
 fn readable(s: &mut Sock) -> bool {
+    if s.state == State::Listening {
+        return request_waiting(s.id);
+    }
     let _ = progress(s);
-    s.state == State::Listening || s.current.is_some() || s.eof
+    s.current.is_some() || s.eof
 }
 
 /// `rpoll`: rsockets and ordinary descriptors together, by polling both in turn until
-/// one is ready or `timeout` ms pass. A listener shows POLLIN (a request may be
-/// waiting: `raccept` then waits for it).
+/// one is ready or `timeout` ms pass. A listener shows POLLIN while a connection
+/// request waits for `raccept`.
 ///
 /// # Safety
 /// `fds` holds `nfds` entries.

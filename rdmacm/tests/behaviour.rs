@@ -25,8 +25,13 @@ use vqp_sys::{ibv_qp_init_attr, IBV_QPS_RTS, IBV_QPT_RC};
 /// The CM timeout the tests run with (`VQP_RDMACM_TIMEOUT_MS`).
 const CM_TIMEOUT: Duration = Duration::from_millis(3000);
 
+/// The rendezvous directory's parent: one for every run of these tests (ports are the
+/// kernel's picks and sockets are named by process, so runs do not collide; a
+/// crashed run's sockets are found stale and replaced).
 fn dir() -> PathBuf {
-    std::env::temp_dir().join(format!("vqp-rdmacm-behaviour-{}", std::process::id()))
+    // SAFETY: `geteuid` has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("vqp-rdmacm-behaviour-{euid}"))
 }
 
 fn setup() {
