@@ -27,7 +27,7 @@
 //! ADDR_ERROR (-ETIMEDOUT) after the caller's timeout, as for an ARP request nobody
 //! answers.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixDatagram;
@@ -101,12 +101,31 @@ pub struct Agent {
     /// An eventfd the program's calls write to when they set a timer, so that the
     /// thread recomputes how long it may sleep.
     kick: OwnedFd,
-    conns: Mutex<HashMap<u32, Arc<Conn>>>,
-    listeners: Mutex<HashMap<u32, Arc<UnixDatagram>>>,
+    conns: Mutex<BTreeMap<u32, Arc<Conn>>>,
+    listeners: Mutex<BTreeMap<u32, Arc<UnixDatagram>>>,
     next: AtomicU32,
 }
 
 static AGENT: OnceLock<Result<Agent, i32>> = OnceLock::new();
+
+/// The agent thread's handle, taken by [`stop`] at exit.
+static THREAD: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+
+/// Set at exit: the thread returns.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Runs at process exit (`atexit`): stops the agent thread and waits for it, so that
+/// nothing of it is left running while the process's memory is torn down.
+extern "C" fn stop() {
+    STOPPING.store(true, Ordering::Release);
+    if let Some(Ok(a)) = AGENT.get() {
+        a.kick();
+    }
+    let handle = THREAD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(h) = handle {
+        let _ = h.join();
+    }
+}
 
 /// The process's agent, started on first use; an errno value when the rendezvous
 /// directory or the socket cannot be made.
@@ -168,13 +187,13 @@ fn start() -> Result<Agent, i32> {
         dir,
         sock,
         epoll,
-        conns: Mutex::new(HashMap::new()),
-        listeners: Mutex::new(HashMap::new()),
+        conns: Mutex::new(BTreeMap::new()),
+        listeners: Mutex::new(BTreeMap::new()),
         next: AtomicU32::new(1),
     };
     made.watch(made.sock.as_raw_fd(), 0)?;
     made.watch(made.kick.as_raw_fd(), KICK)?;
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("rdmacm-agent".into())
         .spawn(|| {
             // The agent is in a static: the thread starts after it is stored.
@@ -183,6 +202,9 @@ fn start() -> Result<Agent, i32> {
             }
         })
         .map_err(|e| errno_of(&e))?;
+    *THREAD.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
+    // SAFETY: registers a function without arguments that touches only statics.
+    unsafe { libc::atexit(stop) };
     Ok(made)
 }
 
@@ -247,11 +269,11 @@ impl Agent {
         }
     }
 
-    fn lock_conns(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Arc<Conn>>> {
+    fn lock_conns(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Arc<Conn>>> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_listeners(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Arc<UnixDatagram>>> {
+    fn lock_listeners(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Arc<UnixDatagram>>> {
         self.listeners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -338,7 +360,7 @@ impl Agent {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
         let mut next: Option<Instant> = None;
         let mut next_probe = Instant::now() + PROBE;
-        loop {
+        while !STOPPING.load(Ordering::Acquire) {
             let sleep = next.map_or(IDLE, |t| t.saturating_duration_since(Instant::now()));
             // Rounded up, so that a timer is never found a millisecond early.
             let ms = sleep.min(IDLE).as_micros().div_ceil(1000) as i32;

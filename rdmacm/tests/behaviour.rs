@@ -200,6 +200,11 @@ fn param(private: &[u8]) -> rdma_conn_param {
     }
 }
 
+fn close(ch: *mut rdma_event_channel) {
+    // SAFETY: a channel of the test's whose ids are destroyed, not used again.
+    unsafe { rdma_destroy_event_channel(ch) };
+}
+
 fn destroy(id: *mut rdma_cm_id) {
     // SAFETY: an id of the test's, not used again.
     assert_eq!(unsafe { rdma_destroy_id(id) }, 0);
@@ -258,8 +263,7 @@ fn the_event_channel_is_pollable_and_honours_o_nonblock() {
     // SAFETY: the route's path record is set.
     assert_eq!(unsafe { (*id).route.num_paths }, 1);
     destroy(id);
-    // SAFETY: the channel, not used again.
-    unsafe { rdma_destroy_event_channel(ch) };
+    close(ch);
 }
 
 #[test]
@@ -271,6 +275,7 @@ fn a_connect_nobody_listens_for_is_rejected_with_reason_8() {
     let e = expect(ch, event::REJECTED);
     assert_eq!(e.status, 8);
     destroy(id);
+    close(ch);
 }
 
 #[test]
@@ -310,6 +315,8 @@ fn reject_carries_reason_28_and_its_private_data_within_the_limits() {
     destroy(child);
     destroy(id);
     destroy(lid);
+    close(ch);
+    close(lch);
 }
 
 fn qp(id: *mut rdma_cm_id) {
@@ -375,6 +382,8 @@ fn accept_with_196_bytes_connects_both_qps_and_a_disconnect_reaches_both_sides()
     destroy(child);
     destroy(id);
     destroy(lid);
+    close(ch);
+    close(lch);
 }
 
 #[test]
@@ -469,6 +478,8 @@ fn malformed_and_forged_messages_are_dropped() {
     destroy(r.id);
     destroy(id);
     destroy(lid);
+    close(ch);
+    close(lch);
 }
 
 #[test]
@@ -490,6 +501,7 @@ fn a_listener_that_never_answers_makes_connect_unreachable_after_the_timeout() {
     assert_eq!(e.status, -libc::ETIMEDOUT);
     assert!(start.elapsed() >= CM_TIMEOUT, "{:?}", start.elapsed());
     destroy(id);
+    close(ch);
     let _ = std::fs::remove_file(&path);
 }
 
@@ -510,6 +522,7 @@ fn an_address_of_no_local_interface_fails_after_the_callers_timeout() {
     // SAFETY: an unresolved id may not ask for a route.
     assert_eq!(unsafe { rdma_resolve_route(id, 100) }, -1);
     destroy(id);
+    close(ch);
 }
 
 #[test]
@@ -533,6 +546,7 @@ fn a_listener_whose_process_is_gone_makes_connect_unreachable_before_the_timeout
     assert_eq!(e.status, -libc::ETIMEDOUT);
     assert!(start.elapsed() < CM_TIMEOUT / 2, "{:?}", start.elapsed());
     destroy(id);
+    close(ch);
     let _ = std::fs::remove_file(&path);
 }
 
@@ -580,5 +594,7 @@ fn an_ipv6_wildcard_listener_takes_ipv4_requests_unless_afonly() {
         }
         destroy(id);
         destroy(lid);
+        close(ch);
+        close(lch);
     }
 }
