@@ -25,18 +25,34 @@ use vqp_sys::{ibv_qp_init_attr, IBV_QPS_RTS, IBV_QPT_RC};
 /// The CM timeout the tests run with (`VQP_RDMACM_TIMEOUT_MS`).
 const CM_TIMEOUT: Duration = Duration::from_millis(3000);
 
-/// The rendezvous directory's parent: one for every run of these tests (ports are the
-/// kernel's picks and sockets are named by process, so runs do not collide; a
-/// crashed run's sockets are found stale and replaced).
+/// The rendezvous directory's parent, one per test process (listener sockets are
+/// named by port, and another process may be given the same port by the kernel).
 fn dir() -> PathBuf {
-    // SAFETY: `geteuid` has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    std::env::temp_dir().join(format!("vqp-rdmacm-behaviour-{euid}"))
+    std::env::temp_dir().join(format!("{PREFIX}{}", std::process::id()))
+}
+
+const PREFIX: &str = "vqp-rdmacm-behaviour-";
+
+/// Removes the directories of earlier runs whose process is gone.
+fn sweep() {
+    let Ok(it) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in it.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 fn setup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
+        sweep();
         let lib = vqp_softverbs::find_cdylib().expect("softverbs' cdylib is built");
         std::env::set_var("VQP_IBVERBS_PATH", lib);
         std::env::set_var("VQP_SOFT_DIR", dir());
