@@ -3,7 +3,8 @@
 //! the event channel is a pollable descriptor that honours `O_NONBLOCK`; a connection
 //! to a port nobody listens on is REJECTED with IB's reason 8; a reject carries reason
 //! 28 and its private data, and the private-data limits are enforced; accept with 196
-//! bytes connects two QPs to RTS and a disconnect reaches both sides; malformed and
+//! bytes connects two QPs to RTS and a disconnect reaches both sides, each then
+//! leaving its time-wait; malformed and
 //! forged messages are dropped without an event; a listener that never answers makes
 //! the connect UNREACHABLE (-ETIMEDOUT) after the CM timeout, and one whose process is
 //! gone makes it so well before; an address of no local interface gives ADDR_ERROR
@@ -388,6 +389,9 @@ fn accept_with_196_bytes_connects_both_qps_and_a_disconnect_reaches_both_sides()
     assert_eq!(unsafe { rdma_disconnect(id) }, 0);
     expect(ch, event::DISCONNECTED);
     expect(lch, event::DISCONNECTED);
+    // Then each side leaves its time-wait.
+    assert_eq!(expect(ch, event::TIMEWAIT_EXIT).id, id);
+    assert_eq!(expect(lch, event::TIMEWAIT_EXIT).id, child);
     // SAFETY: the other side, disconnected by its peer.
     assert_eq!(unsafe { rdma_disconnect(child) }, 0);
     // SAFETY: ids of the test's, not used again.
