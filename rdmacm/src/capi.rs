@@ -2,7 +2,7 @@
 //! `rsocket.h` (the list of `librdmacm.map`), as librdmacm reports failure — -1 (or
 //! null) with `errno` set. What is not implemented fails with `ENOSYS`: multicast,
 //! ECE, `rdma_resolve_addrinfo`/`rdma_query_addrinfo`, `rdma_create_srq_ex`, and of
-//! the rsocket functions `rselect`, `riomap`/`riounmap`/`riowrite` and `repoll_*`. No panic crosses this boundary: each body runs under
+//! the rsocket functions `rselect` and `repoll_*`. No panic crosses this boundary: each body runs under
 //! `catch_unwind`, and a panic is reported as `EIO`.
 #![allow(clippy::missing_safety_doc)]
 
@@ -656,9 +656,6 @@ not_implemented! {
     rdma_resolve_addrinfo(Ptr, Ptr, Ptr, Ptr) -> c_int;
     rdma_query_addrinfo(Ptr, Ptr) -> c_int;
     rselect(c_int, Ptr, Ptr, Ptr, Ptr) -> c_int;
-    riomap(c_int, Ptr, usize, c_int, c_int, i64) -> i64;
-    riounmap(c_int, Ptr, usize) -> c_int;
-    riowrite(c_int, Ptr, usize, i64, c_int) -> usize;
     repoll_create(c_int) -> c_int;
     repoll_ctl(c_int, c_int, c_int, Ptr) -> c_int;
     repoll_wait(c_int, Ptr, c_int, c_int) -> c_int;
@@ -943,4 +940,51 @@ pub unsafe extern "C" fn rgetsockopt(
 #[no_mangle]
 pub extern "C" fn rfcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     num(|| rsocket::fcntl(fd, cmd, arg))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn riomap(
+    fd: c_int,
+    buf: *mut c_void,
+    len: usize,
+    _prot: c_int,
+    _flags: c_int,
+    offset: i64,
+) -> i64 {
+    // SAFETY: the caller's buffer, theirs until riounmap.
+    match catch_unwind(AssertUnwindSafe(|| unsafe {
+        rsocket::iomap(fd, buf, len, offset)
+    })) {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => {
+            set_errno(e);
+            -1
+        }
+        Err(_) => {
+            set_errno(libc::EIO);
+            -1
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn riounmap(fd: c_int, buf: *mut c_void, len: usize) -> c_int {
+    int(|| rsocket::iounmap(fd, buf, len))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn riowrite(
+    fd: c_int,
+    buf: *const c_void,
+    count: usize,
+    offset: i64,
+    _flags: c_int,
+) -> usize {
+    // SAFETY: the caller's buffer.
+    count_of(|| rsocket::iowrite(fd, unsafe { bytes(buf, count) }?, offset.max(0) as u64))
+}
+
+/// As [`count`], for the functions that return `size_t` (-1 as `SIZE_MAX`).
+fn count_of(f: impl FnOnce() -> Result<usize, i32>) -> usize {
+    count(f) as usize
 }

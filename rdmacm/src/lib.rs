@@ -45,9 +45,9 @@
 //! # Not done
 //!
 //! Multicast, ECE, `rdma_resolve_addrinfo`/`rdma_query_addrinfo`,
-//! `rdma_create_srq_ex`, `RDMA_OPTION_IB_PATH`, and of rsockets `rselect`,
-//! `riomap`/`riounmap`/`riowrite` and `repoll_*` fail with `ENOSYS` (stream rsockets
-//! work: [`rsocket`]); `rdma_create_qp_ex` with anything beyond a PD
+//! `rdma_create_srq_ex`, `RDMA_OPTION_IB_PATH`, and of rsockets `rselect` and
+//! `repoll_*` fail with `ENOSYS` (stream rsockets and `riomap`/`riowrite` work:
+//! [`rsocket`]); `rdma_create_qp_ex` with anything beyond a PD
 //! fails with `EOPNOTSUPP`. Only soft device 0 is reachable by address. Only processes
 //! of one machine (one rendezvous directory) connect. An established connection whose
 //! peer process exits without disconnecting gets no event. An id that only resolves a

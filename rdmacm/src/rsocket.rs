@@ -13,8 +13,12 @@
 //! stream (`rshutdown(SHUT_WR)`, `rclose`). A socket number is the descriptor of the
 //! cm id's own event channel, unique while the socket lives, as in rdma-core.
 //!
-//! Not here: `rselect`, `riomap`/`riounmap`/`riowrite`, `repoll_*` (`ENOSYS`),
-//! datagram rsockets (`SOCK_DGRAM`: `ENOTSUP`).
+//! `riomap` registers a region and announces it to the peer in a control message (a
+//! SEND with an immediate, which the receiving side takes out of the stream);
+//! `riowrite` RDMA WRITEs into an announced region through the bounce buffer.
+//!
+//! Not here: `rselect`, `repoll_*` (`ENOSYS`), datagram rsockets (`SOCK_DGRAM`:
+//! `ENOTSUP`).
 
 use core::ffi::c_int;
 use core::ptr;
@@ -33,6 +37,13 @@ use crate::verbs;
 pub const CHUNK: usize = 64 * 1024;
 /// Receives each side keeps posted.
 pub const DEPTH: usize = 16;
+
+/// The immediate of a control message announcing an `riomap`ped region; its payload
+/// is the region's offset, address and length (u64 each) and rkey (u32), little-endian.
+const IOMAP: u32 = 1;
+const IOMAP_LEN: usize = 28;
+/// The most regions a peer may announce.
+const MAX_MAPS: usize = 64;
 
 /// Where a socket is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +68,10 @@ struct Sock {
     eof: bool,
     /// A send not yet completed.
     sending: bool,
+    /// This side's `riomap`ped regions: (offset, start, length, MR).
+    local_maps: Vec<(u64, usize, usize, *mut ibv_mr)>,
+    /// The peer's, as its announcements said: (offset, address, length, rkey).
+    peer_maps: Vec<(u64, u64, u64, u32)>,
 }
 
 // SAFETY: the pointers are libibverbs and cm objects, usable from any thread; each
@@ -98,6 +113,8 @@ fn insert(id: *mut Id, state: State) -> c_int {
         current: None,
         eof: false,
         sending: false,
+        local_maps: Vec::new(),
+        peer_maps: Vec::new(),
     };
     table()
         .get_or_insert_with(HashMap::new)
@@ -343,11 +360,28 @@ fn progress(s: &mut Sock) -> Result<(), i32> {
         // SAFETY: the id's receive CQ; room for one completion.
         let n = unsafe { poll(idr.c.recv_cq, 1, &mut wc) };
         if n > 0 {
-            if wc.status != IBV_WC_SUCCESS || wc.byte_len == 0 {
+            let i = (wc.wr_id as usize).min(DEPTH - 1);
+            if wc.status != IBV_WC_SUCCESS
+                || (wc.byte_len == 0 && wc.wc_flags & IBV_WC_WITH_IMM == 0)
+            {
                 // A flush (the connection is gone) or the peer's end of stream.
                 s.eof = true;
+            } else if wc.wc_flags & IBV_WC_WITH_IMM != 0 {
+                // A control message: an riomap announcement.
+                // SAFETY: reading the immediate of a completion that has one.
+                let imm = u32::from_be(unsafe { wc.imm.imm_data });
+                if imm == IOMAP && wc.byte_len as usize >= IOMAP_LEN {
+                    let b = &s.bufs[i * CHUNK..i * CHUNK + IOMAP_LEN];
+                    let u64_at =
+                        |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+                    let rkey = u32::from_le_bytes(b[24..28].try_into().unwrap_or([0; 4]));
+                    let m = (u64_at(0), u64_at(8), u64_at(16), rkey);
+                    if s.peer_maps.len() < MAX_MAPS {
+                        s.peer_maps.push(m);
+                    }
+                }
+                post_recv(s, i)?;
             } else {
-                let i = (wc.wr_id as usize).min(DEPTH - 1);
                 s.current = Some((i, 0, (wc.byte_len as usize).min(CHUNK)));
             }
         }
@@ -432,9 +466,25 @@ pub fn send(fd: c_int, buf: &[u8], flags: c_int) -> Result<usize, i32> {
     }
 }
 
-/// Copies `data` (at most [`CHUNK`] bytes) into the bounce buffer and sends it, after
-/// the send before it completed.
+/// Sends `data` (at most [`CHUNK`] bytes) as stream data.
 fn post_send(s: &mut Sock, data: &[u8], may_stop: bool) -> Result<(), i32> {
+    post(s, data, may_stop, Op::Send)
+}
+
+/// What a post does with the bounce buffer's bytes.
+#[derive(Clone, Copy)]
+enum Op {
+    /// SEND: stream data.
+    Send,
+    /// SEND_WITH_IMM: a control message.
+    Control(u32),
+    /// RDMA WRITE to (address, rkey) of the peer.
+    Write(u64, u32),
+}
+
+/// Copies `data` (at most [`CHUNK`] bytes) into the bounce buffer and posts `op` with
+/// it, after the post before it completed; waits for its completion.
+fn post(s: &mut Sock, data: &[u8], may_stop: bool, op: Op) -> Result<(), i32> {
     let mut spins = 0;
     while s.sending {
         progress(s)?;
@@ -458,8 +508,18 @@ fn post_send(s: &mut Sock, data: &[u8], may_stop: bool) -> Result<(), i32> {
     let mut wr: ibv_send_wr = unsafe { core::mem::zeroed() };
     wr.sg_list = &mut sge;
     wr.num_sge = i32::from(!data.is_empty());
-    wr.opcode = IBV_WR_SEND;
     wr.send_flags = IBV_SEND_SIGNALED;
+    match op {
+        Op::Send => wr.opcode = IBV_WR_SEND,
+        Op::Control(imm) => {
+            wr.opcode = IBV_WR_SEND_WITH_IMM;
+            wr.imm.imm_data = imm.to_be();
+        }
+        Op::Write(remote_addr, rkey) => {
+            wr.opcode = IBV_WR_RDMA_WRITE;
+            wr.wr.rdma = ibv_send_wr_rdma { remote_addr, rkey };
+        }
+    }
     let mut bad = ptr::null_mut();
     // SAFETY: the QP's context's ops; a valid one-entry request within the MR.
     let rc = unsafe {
@@ -509,6 +569,12 @@ pub fn close(fd: c_int) -> Result<(), i32> {
         let _ = id::disconnect(unsafe { &mut *s.id });
     }
     s.state = State::Closed;
+    if let Ok(t) = verbs::table() {
+        for (_, _, _, mr) in s.local_maps.drain(..) {
+            // SAFETY: an MR riomap registered and riounmap did not release.
+            unsafe { (t.dereg_mr)(mr) };
+        }
+    }
     if !s.mr.is_null() {
         if let Ok(t) = verbs::table() {
             // SAFETY: the MR registered in `prepare`, deregistered once.
@@ -658,4 +724,114 @@ pub unsafe fn name(
     // SAFETY: the caller's buffer.
     unsafe { write_addr(st, sa, len) };
     Ok(())
+}
+
+/// `riomap`: registers `len` bytes at `buf` for the peer's `riowrite`s at `offset` (-1:
+/// the next offset free) and announces them; returns the offset.
+///
+/// # Safety
+/// `buf` is `len` writable bytes that stay the caller's until `riounmap`.
+pub unsafe fn iomap(
+    fd: c_int,
+    buf: *mut libc::c_void,
+    len: usize,
+    offset: i64,
+) -> Result<i64, i32> {
+    let s = get(fd)?;
+    let mut s = lock(&s);
+    if s.state != State::Connected {
+        return Err(libc::ENOTCONN);
+    }
+    if buf.is_null() || len == 0 || s.local_maps.len() >= MAX_MAPS {
+        return Err(libc::EINVAL);
+    }
+    let offset = if offset < 0 {
+        s.local_maps
+            .iter()
+            .map(|m| m.0 + m.2 as u64)
+            .max()
+            .unwrap_or(0)
+    } else {
+        offset as u64
+    };
+    let t = verbs::table()?;
+    // SAFETY: the id's PD; the caller's buffer (its contract).
+    let mr = unsafe {
+        (t.reg_mr)(
+            (*s.id).c.pd,
+            buf,
+            len,
+            (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) as c_int,
+        )
+    };
+    if mr.is_null() {
+        return Err(libc::ENOMEM);
+    }
+    // SAFETY: the MR just registered.
+    let rkey = unsafe { (*mr).rkey };
+    let mut msg = [0u8; IOMAP_LEN];
+    msg[0..8].copy_from_slice(&offset.to_le_bytes());
+    msg[8..16].copy_from_slice(&(buf as u64).to_le_bytes());
+    msg[16..24].copy_from_slice(&(len as u64).to_le_bytes());
+    msg[24..28].copy_from_slice(&rkey.to_le_bytes());
+    if let Err(e) = post(&mut s, &msg, false, Op::Control(IOMAP)) {
+        // SAFETY: the MR just registered, not announced.
+        unsafe { (t.dereg_mr)(mr) };
+        return Err(e);
+    }
+    s.local_maps.push((offset, buf as usize, len, mr));
+    Ok(offset as i64)
+}
+
+/// `riounmap`: deregisters a region `riomap` registered.
+pub fn iounmap(fd: c_int, buf: *mut libc::c_void, len: usize) -> Result<(), i32> {
+    let s = get(fd)?;
+    let mut s = lock(&s);
+    let i = s
+        .local_maps
+        .iter()
+        .position(|m| m.1 == buf as usize && m.2 == len)
+        .ok_or(libc::EINVAL)?;
+    let (_, _, _, mr) = s.local_maps.remove(i);
+    let t = verbs::table()?;
+    // SAFETY: the MR riomap registered, deregistered once.
+    unsafe { (t.dereg_mr)(mr) };
+    Ok(())
+}
+
+/// `riowrite`: RDMA WRITEs `data` into the peer's region at `offset`, in pieces of
+/// [`CHUNK`] bytes through the bounce buffer; returns the bytes written.
+pub fn iowrite(fd: c_int, data: &[u8], offset: u64) -> Result<usize, i32> {
+    let s = get(fd)?;
+    let mut s = lock(&s);
+    if s.state != State::Connected {
+        return Err(libc::ENOTCONN);
+    }
+    let end = offset.checked_add(data.len() as u64).ok_or(libc::EINVAL)?;
+    // The peer announced its regions before anything it sent after them; read on
+    // until the one wanted has come (or data is waiting to be read first).
+    let mut spins = 0;
+    let map = loop {
+        if let Some(m) = s
+            .peer_maps
+            .iter()
+            .find(|m| m.0 <= offset && end <= m.0 + m.2)
+            .copied()
+        {
+            break m;
+        }
+        if s.current.is_some() || s.eof || spins > 100_000 {
+            return Err(libc::EINVAL);
+        }
+        progress(&mut s)?;
+        pause(&mut spins);
+    };
+    let mut done = 0;
+    while done < data.len() {
+        let n = (data.len() - done).min(CHUNK);
+        let at = map.1 + (offset - map.0) + done as u64;
+        post(&mut s, &data[done..done + n], false, Op::Write(at, map.3))?;
+        done += n;
+    }
+    Ok(done)
 }

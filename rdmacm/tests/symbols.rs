@@ -114,7 +114,7 @@ fn what_is_not_implemented_fails_with_enosys() {
     unsafe {
         assert_eq!(capi::rselect(0, ptr(), ptr(), ptr(), ptr()), -1);
         assert_eq!(errno(), Some(libc::ENOSYS));
-        assert_eq!(capi::riomap(3, ptr(), 4096, 0, 0, 0), -1);
+        assert_eq!(capi::repoll_create(1), -1);
         assert_eq!(errno(), Some(libc::ENOSYS));
         assert_eq!(capi::rdma_join_multicast(ptr(), ptr(), ptr()), -1);
         assert_eq!(errno(), Some(libc::ENOSYS));

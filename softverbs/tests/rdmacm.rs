@@ -5,7 +5,7 @@
 //! connections at once: connect/accept/disconnect and data), `udaddy` (UD, 50 at once:
 //! SIDR, Q_Key, address handles), `rdma_server`/`rdma_client` (the synchronous
 //! `rdma_create_ep` API), `rstream` (rsockets, data verified, blocking, non-blocking
-//! and with `rpoll`), and `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`.
+//! and with `rpoll`), `riostream` (`riomap`/`riowrite`, data verified), and `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`.
 //! Each test has its own namespace directory; the client starts once the server's
 //! listener socket is in it. Gated on the packages: skipped with a line naming them
 //! when missing, failed then under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
@@ -314,5 +314,31 @@ fn rstream_moves_verified_data_blocking_nonblocking_and_async() {
                 "{mode:?}: no result line:\n{out}"
             );
         }
+    }
+}
+
+#[test]
+fn riostream_writes_verified_data_into_mapped_memory() {
+    let port = procs::free_port();
+    let p = port.to_string();
+    let common = ["-p", &p, "-T", "v", "-S", "200000", "-C", "20"];
+    let server: Vec<&str> = ["riostream"].into_iter().chain(common).collect();
+    let client: Vec<&str> = ["riostream", "-s", "127.0.0.1"]
+        .into_iter()
+        .chain(common)
+        .collect();
+    let Some((s, c)) = pair(
+        "riostream_writes_verified_data_into_mapped_memory",
+        &server,
+        &client,
+        port,
+    ) else {
+        return;
+    };
+    for out in [&s, &c] {
+        assert!(
+            out.lines().any(|l| l.starts_with("custom ")),
+            "no result line:\n{out}"
+        );
     }
 }
