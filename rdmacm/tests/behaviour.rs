@@ -8,7 +8,8 @@
 //! forged messages are dropped without an event; a listener that never answers makes
 //! the connect UNREACHABLE (-ETIMEDOUT) after the CM timeout, and one whose process is
 //! gone makes it so well before; an address of no local interface gives ADDR_ERROR
-//! (-ETIMEDOUT) after the caller's timeout.
+//! (-ETIMEDOUT) after the caller's timeout; bad calls (null pointers, ids in the wrong state,
+//! foreign address families) fail with their errno.
 
 use core::ffi::c_void;
 use core::ptr;
@@ -617,4 +618,63 @@ fn an_ipv6_wildcard_listener_takes_ipv4_requests_unless_afonly() {
         close(ch);
         close(lch);
     }
+}
+
+#[test]
+fn bad_calls_fail_with_einval_and_touch_nothing() {
+    setup();
+    let null_id: *mut rdma_cm_id = ptr::null_mut();
+    let mut out = ptr::null_mut();
+    // SAFETY: every call is given null or an id in the wrong state; none may crash.
+    unsafe {
+        assert_eq!(
+            rdma_create_id(
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+                abi::RDMA_PS_TCP
+            ),
+            -1
+        );
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(rdma_get_cm_event(ptr::null_mut(), &mut out), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(rdma_ack_cm_event(ptr::null_mut()), -1);
+        assert_eq!(rdma_destroy_id(null_id), -1);
+        assert_eq!(rdma_connect(null_id, ptr::null_mut()), -1);
+        assert_eq!(rdma_listen(null_id, 1), -1);
+        assert_eq!(errno(), libc::EINVAL);
+    }
+    let ch = channel();
+    let mut id = ptr::null_mut();
+    // SAFETY: a live channel; an unknown port space.
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut id, ptr::null_mut(), 0x999) },
+        -1
+    );
+    assert_eq!(errno(), libc::EINVAL);
+    let id = create_id(ch);
+    let p = param(&[]);
+    // SAFETY: an id with nothing resolved: connect, listen, accept, disconnect, a
+    // route, a QP and an IPv4 address of another family are all refused.
+    unsafe {
+        assert_eq!(rdma_connect(id, &p as *const _ as *mut _), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(rdma_listen(id, 1), -1);
+        assert_eq!(rdma_accept(id, ptr::null_mut()), -1);
+        assert_eq!(rdma_disconnect(id), -1);
+        assert_eq!(rdma_resolve_route(id, 100), -1);
+        let mut a: ibv_qp_init_attr = core::mem::zeroed();
+        assert_eq!(rdma_create_qp(id, ptr::null_mut(), &mut a), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        let mut un: libc::sockaddr_storage = core::mem::zeroed();
+        un.ss_family = libc::AF_UNIX as libc::sa_family_t;
+        assert_eq!(rdma_bind_addr(id, sa(&mut un)), -1);
+        assert_eq!(errno(), libc::EAFNOSUPPORT);
+        let mut far = c_addr("192.0.2.9:1");
+        assert_eq!(rdma_bind_addr(id, sa(&mut far)), -1);
+        assert_eq!(errno(), libc::EADDRNOTAVAIL);
+    }
+    destroy(id);
+    close(ch);
 }
