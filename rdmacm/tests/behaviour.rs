@@ -3,13 +3,13 @@
 //! the event channel is a pollable descriptor that honours `O_NONBLOCK`; a connection
 //! to a port nobody listens on is REJECTED with IB's reason 8; a reject carries reason
 //! 28 and its private data, and the private-data limits are enforced; accept with 196
-//! bytes connects two QPs to RTS and a disconnect reaches both sides, each then
-//! leaving its time-wait; malformed and
-//! forged messages are dropped without an event; a listener that never answers makes
-//! the connect UNREACHABLE (-ETIMEDOUT) after the CM timeout, and one whose process is
-//! gone makes it so well before; an address of no local interface gives ADDR_ERROR
-//! (-ETIMEDOUT) after the caller's timeout; bad calls (null pointers, ids in the wrong state,
-//! foreign address families) fail with their errno.
+//! bytes connects two QPs to RTS, a disconnect reaches both sides and each then leaves
+//! its time-wait; malformed and forged messages are dropped without an event; a
+//! listener that never answers makes the connect UNREACHABLE (-ETIMEDOUT) after the CM
+//! timeout, and one whose process is gone makes it so well before; an address of no
+//! local interface gives ADDR_ERROR (-ETIMEDOUT) after the caller's timeout; AFONLY is
+//! honoured; bad calls (null pointers, ids in the wrong state, other address families)
+//! fail with their errno.
 
 use core::ffi::c_void;
 use core::ptr;
