@@ -250,7 +250,7 @@ pub use config::{
 };
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
 pub use link::parse_rate;
-pub use locate::{cdylib_candidates, find_cdylib};
+pub use locate::{cdylib_candidates, cdylib_candidates_of, find_cdylib};
 pub use shared::ENV_DIR;
 
 /// The process id that owns QP `qpn` of device `device` in the shared namespace, if a
