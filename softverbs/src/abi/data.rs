@@ -199,8 +199,9 @@ unsafe fn answer<T>(
 /// `ops.post_send`: queues the chain; on failure `*bad_wr` is the first request not
 /// posted (those before it were), and the return value an errno, as mlx5 answers (see
 /// `QpCore::check_send`): `EINVAL` (bad opcode, inline on a READ or atomic, an atomic
-/// without one SGE, QP not in RTS), `ENOMEM` (send queue full, more SGEs than
-/// `max_send_sge`, inline data over `max_inline_data`). A negative `num_sge` is taken
+/// without one SGE), `ENOMEM` (send queue full, more SGEs than `max_send_sge`, inline
+/// data over `max_inline_data`, a QP that has not reached RTS: see
+/// `QpCore::post_send`). A negative `num_sge` is taken
 /// as no SGEs (see `sge_count`).
 ///
 /// # Safety

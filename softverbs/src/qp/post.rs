@@ -68,8 +68,16 @@ impl QpCore {
     }
 
     /// Posts send WQEs in order until one fails; returns how many were posted and the
-    /// error of the first that was not. Posts to a QP in error complete at once with
-    /// `IBV_WC_WR_FLUSH_ERR`; otherwise the QP must be in RTS.
+    /// error of the first that was not.
+    ///
+    /// Which states take sends is mlx5's rule (`providers/mlx5/qp.c`,
+    /// `_mlx5_post_send`: `num_sge > qp->sq.qp_state_max_gs` → `ENOMEM`; `verbs.c`,
+    /// `set_qp_operational_state` sets that limit to -1 at creation and on RESET and to
+    /// the queue's SGE count on reaching RTS, and no other transition touches it): a QP
+    /// that has not reached RTS since it was created or last RESET (RESET, INIT, RTR,
+    /// or ERR entered from those) refuses every send with `ENOMEM`; in RTS they queue;
+    /// in ERR after RTS they are accepted and complete at once with
+    /// `IBV_WC_WR_FLUSH_ERR`, as the device flushes them.
     pub fn post_send(
         &self,
         wqes: &mut dyn Iterator<Item = Result<SendWqe, i32>>,
@@ -83,10 +91,8 @@ impl QpCore {
                 Ok(w) => w,
                 Err(e) => return (posted, queued, Err(e)),
             };
-            match g.state {
-                IBV_QPS_RTS => {}
-                IBV_QPS_ERR => {}
-                _ => return (posted, queued, Err(libc::EINVAL)),
+            if !g.sq_open {
+                return (posted, queued, Err(libc::ENOMEM));
             }
             if self.slots.load(Ordering::Acquire) >= self.cap.max_send_wr {
                 return (posted, queued, Err(libc::ENOMEM));
@@ -112,7 +118,11 @@ impl QpCore {
     }
 
     /// Posts receive WQEs in order until one fails (see [`QpCore::post_send`]).
-    /// Receives may be posted from INIT on.
+    /// Receives are taken once the QP reached INIT since it was created or last RESET
+    /// (mlx5: `mlx5_post_recv` compares `num_sge` with `rq.qp_state_max_gs`, -1 until
+    /// INIT, and answers `EINVAL`); before that — RESET, or ERR entered from RESET —
+    /// they are refused with `EINVAL`. In ERR they complete at once with
+    /// `IBV_WC_WR_FLUSH_ERR`.
     pub fn post_recv(
         &self,
         wqes: &mut dyn Iterator<Item = Result<RecvWqe, i32>>,
@@ -128,8 +138,10 @@ impl QpCore {
                 Ok(r) => r,
                 Err(e) => return (posted, Err(e)),
             };
+            if !g.rq_open {
+                return (posted, Err(libc::EINVAL));
+            }
             match g.state {
-                IBV_QPS_RESET => return (posted, Err(libc::EINVAL)),
                 IBV_QPS_ERR => {
                     self.recv_cq.push(
                         self.wc(r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0),

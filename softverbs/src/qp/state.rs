@@ -177,6 +177,8 @@ impl QpCore {
             IBV_QPS_RESET => {
                 g.sq.clear();
                 g.rq.clear();
+                g.sq_open = false;
+                g.rq_open = false;
                 self.slots.store(0, Ordering::Release);
                 g.unsignaled = 0;
                 g.attr = ibv_qp_attr::default();
@@ -195,6 +197,8 @@ impl QpCore {
                 g.peer = Weak::new();
                 g.remote = Default::default();
             }
+            IBV_QPS_INIT => g.rq_open = true,
+            IBV_QPS_RTS => g.sq_open = true,
             _ => {}
         }
         g.state = next;
@@ -203,6 +207,11 @@ impl QpCore {
             .then(|| resolve(&g.attr.ah_attr))
             .flatten();
         self.export(&g, dest_dev);
+        if next == IBV_QPS_RESET {
+            // Under the QP's lock (the order completions are pushed in): nothing of
+            // this QP lands on its CQs after the clean.
+            self.clean_cqs();
+        }
         if given & IBV_QP_PATH_MIG_STATE != 0 && attr.path_mig_state != IBV_MIG_MIGRATED {
             // Automatic path migration is not supported (the device does not advertise
             // IBV_DEVICE_AUTO_PATH_MIG): an alternate path asked to be armed cannot be
