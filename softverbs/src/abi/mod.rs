@@ -2,7 +2,8 @@
 //! `ibv_context_ops` data path, and [`verbs_table`].
 //!
 //! One module per kind of object or concern: `object` (the wrappers around the C
-//! structs), `device` (device list, contexts, queries), `pd_mr`, `cq`, `qp`, `event`
+//! structs), `device` (device list, contexts, queries), `pd_mr`, `mw` (memory
+//! windows, through `ibv_context_ops`), `cq`, `qp`, `event`
 //! (asynchronous events), `data` (the `ibv_context_ops` data path), `strings`, and
 //! `faults` (the `vqp_soft_*` controls).
 //!
@@ -33,6 +34,7 @@ mod device;
 mod event;
 mod faults;
 mod marshall;
+mod mw;
 mod object;
 mod pd_mr;
 mod qp;
@@ -124,6 +126,9 @@ fn context_ops() -> ibv_context_ops {
         post_send: Some(data::post_send),
         post_recv: Some(data::post_recv),
         post_srq_recv: Some(data::post_srq_recv),
+        alloc_mw: Some(mw::alloc_mw),
+        bind_mw: Some(mw::bind_mw),
+        dealloc_mw: Some(mw::dealloc_mw),
         ..Default::default()
     }
 }

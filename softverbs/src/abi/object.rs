@@ -97,6 +97,16 @@ pub(crate) struct AhObj {
     pub(super) pd: Arc<PdCore>,
 }
 
+/// `ibv_mw`, the window's handle in the key table and its PD.
+#[repr(C)]
+pub(crate) struct MwObj {
+    /// The application reads `rkey`, which `ibv_bind_mw` changes.
+    pub(super) ibv: UnsafeCell<ibv_mw>,
+    /// The window's slot in the key table (`key >> 8`).
+    pub(super) handle: u32,
+    pub(super) pd: Arc<PdCore>,
+}
+
 /// `ibv_qp` and the QP's state.
 #[repr(C)]
 pub(crate) struct QpObj {
@@ -115,6 +125,7 @@ const _: () = {
     assert!(core::mem::offset_of!(QpObj, ibv) == 0);
     assert!(core::mem::offset_of!(SrqObj, ibv) == 0);
     assert!(core::mem::offset_of!(AhObj, ibv) == 0);
+    assert!(core::mem::offset_of!(MwObj, ibv) == 0);
 };
 
 /// The kinds of object handed out; a pointer registered as one kind is never taken for
@@ -129,6 +140,7 @@ pub(super) enum Kind {
     Qp,
     Srq,
     Ah,
+    Mw,
 }
 
 /// A wrapper and the C struct at its offset 0.
@@ -155,6 +167,7 @@ object!(CqObj, ibv_cq, Cq);
 object!(QpObj, ibv_qp, Qp);
 object!(SrqObj, ibv_srq, Srq);
 object!(AhObj, ibv_ah, Ah);
+object!(MwObj, ibv_mw, Mw);
 
 /// Where a registered object is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -106,6 +106,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
         access,
         dev: p.core.dev,
         pd: p.core.id,
+        qpn: 0,
     };
     let key = provider::get()
         .mrs
@@ -169,7 +170,8 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as c_uint) }
 }
 
-/// `ibv_dereg_mr`. WQEs that reach the region afterwards fail with a protection error.
+/// `ibv_dereg_mr`. WQEs that reach the region afterwards fail with a protection error,
+/// as do requests through memory windows bound in it (they are unbound).
 /// `EINVAL` for a region that is not registered (deregistered already, or never
 /// registered here): the key table and the PD's count are left alone.
 ///
@@ -186,6 +188,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         .write()
         .unwrap_or_else(|e| e.into_inner());
     // Under the table's lock, so the slot is not reused before other processes let go.
+    // Windows bound in the region go with it (a NIC fails accesses through them).
+    for k in mrs.unbind_windows_of(m.get().ibv.lkey) {
+        crate::shared::revoke_mr(k);
+    }
     crate::shared::revoke_mr(m.get().ibv.lkey);
     mrs.deregister(m.get().ibv.lkey);
     drop(mrs);

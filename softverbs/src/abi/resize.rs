@@ -128,7 +128,11 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         }
         info.access = a;
     }
-    // Other processes let go of the old region before it changes (see `ibv_dereg_mr`).
+    // Windows bound in the old region grant nothing any more, and other processes let
+    // go of the old region before it changes (see `ibv_dereg_mr`).
+    for k in mrs.unbind_windows_of(m.ibv.lkey) {
+        crate::shared::revoke_mr(k);
+    }
     crate::shared::revoke_mr(m.ibv.lkey);
     if !mrs.update(m.ibv.lkey, info) {
         return refuse(libc::EINVAL);

@@ -261,7 +261,7 @@ fn respond_checked<M: Mover>(
         if access & need == 0 {
             return Err(KeyError::Access);
         }
-        mrs.span(w.rkey, b.dev, b.pd, w.remote_addr, rlen, need)
+        mrs.remote_span(w.rkey, b.dev, b.pd, b.qpn, w.remote_addr, rlen, need)
     };
     let byte_len = len as u32;
     let min_rnr_timer = gb.attr.min_rnr_timer;
@@ -273,7 +273,7 @@ fn respond_checked<M: Mover>(
         None => Receives::Own(&mut gb.rq, b.pd),
     };
     match w.opcode {
-        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => {
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV => {
             let recv_pd = receives.pd();
             let Some(r) = receives.front() else {
                 return Response::Rnr(min_rnr_timer);
@@ -313,6 +313,27 @@ fn respond_checked<M: Mover>(
             if w.opcode == IBV_WR_SEND_WITH_IMM {
                 wc.wc_flags = IBV_WC_WITH_IMM;
                 wc.imm = ibv_wc_imm { imm_data: w.imm };
+            }
+            if w.opcode == IBV_WR_SEND_WITH_INV {
+                // The rkey to invalidate names a type 2 window bound through this QP
+                // (IBA Vol. 1 §10.6.7.2; a region or a type 1 window cannot be
+                // invalidated remotely). When it does not, the error is the
+                // responder's "class J" (as `rdma_rxe` handles it): the receive
+                // completes with `IBV_WC_REM_INV_REQ_ERR`, the requester is NAKed as
+                // an invalid request, and the responder goes to error.
+                if mrs.invalidate(w.imm, b.pd, Some(b.qpn)).is_err() {
+                    b.recv_cq.push(
+                        b.wc(r.wr_id, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0),
+                        false,
+                        None,
+                    );
+                    return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
+                }
+                crate::shared::revoke_mr(w.imm);
+                wc.wc_flags = IBV_WC_WITH_INV;
+                wc.imm = ibv_wc_imm {
+                    invalidated_rkey: w.imm,
+                };
             }
             if !b.recv_cq.push(wc, w.solicited, None) {
                 b.to_error(gb, None);

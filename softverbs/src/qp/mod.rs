@@ -103,6 +103,8 @@ pub(crate) fn wc_opcode(wr_opcode: u32) -> u32 {
         IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
         IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
         IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+        IBV_WR_BIND_MW => IBV_WC_BIND_MW,
+        IBV_WR_LOCAL_INV => IBV_WC_LOCAL_INV,
         _ => IBV_WC_SEND,
     }
 }

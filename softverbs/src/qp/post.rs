@@ -6,16 +6,20 @@ use vqp_sys::*;
 use super::*;
 
 /// Whether the opcode is one this provider executes on a QP of type `qp_type`: RC has
-/// them all; UC has SEND and RDMA WRITE (with immediate or not), no READ and no
-/// atomics; UD has SEND only (IBA Vol. 1 §9.4 lists which transports carry which
-/// operations).
+/// them all; UC has SEND and RDMA WRITE (with immediate or not), no READ, no atomics
+/// and no SEND with invalidate; UD has SEND only (IBA Vol. 1 §9.4 lists which
+/// transports carry which operations). Binding a memory window and local
+/// invalidation are local operations of the connected transports (§10.6.7.2: a
+/// window is bound through an RC or UC QP).
 fn supported(qp_type: u32, opcode: u32) -> bool {
     match opcode {
         IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => true,
         IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => qp_type != IBV_QPT_UD,
-        IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
-            qp_type == IBV_QPT_RC
-        }
+        IBV_WR_BIND_MW | IBV_WR_LOCAL_INV => qp_type != IBV_QPT_UD,
+        IBV_WR_RDMA_READ
+        | IBV_WR_ATOMIC_CMP_AND_SWP
+        | IBV_WR_ATOMIC_FETCH_AND_ADD
+        | IBV_WR_SEND_WITH_INV => qp_type == IBV_QPT_RC,
         _ => false,
     }
 }
@@ -30,7 +34,8 @@ impl QpCore {
     ///   is refused here rather than failed by the device);
     /// - more SGEs than the QP's `max_send_sge`, inline or not: `ENOMEM` (mlx5:
     ///   `num_sge > qp->sq.qp_state_max_gs` → `ENOMEM`);
-    /// - `IBV_SEND_INLINE` on a READ or an atomic, and an atomic without exactly one
+    /// - `IBV_SEND_INLINE` on a READ, an atomic, a bind or a local invalidation, and an
+    ///   atomic without exactly one
     ///   SGE: `EINVAL` (mlx5 does not check these and builds a WQE the device then
     ///   fails; the verbs' "invalid request" is the clearer answer).
     pub fn check_send(&self, opcode: u32, flags: u32, n: u32) -> Result<(), i32> {
@@ -43,7 +48,11 @@ impl QpCore {
         if flags & IBV_SEND_INLINE != 0
             && !matches!(
                 opcode,
-                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+                IBV_WR_SEND
+                    | IBV_WR_SEND_WITH_IMM
+                    | IBV_WR_SEND_WITH_INV
+                    | IBV_WR_RDMA_WRITE
+                    | IBV_WR_RDMA_WRITE_WITH_IMM
             )
         {
             return Err(libc::EINVAL);

@@ -148,7 +148,11 @@ pub(crate) fn send(
     // responder then copies it from the ring instead of calling `process_vm_readv`.
     let carried = matches!(
         w.opcode,
-        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+        IBV_WR_SEND
+            | IBV_WR_SEND_WITH_IMM
+            | IBV_WR_SEND_WITH_INV
+            | IBV_WR_RDMA_WRITE
+            | IBV_WR_RDMA_WRITE_WITH_IMM
     ) && len <= PAYLOAD as u64;
     let pushed = match g.remote.link.as_mut() {
         Some(l) => {

@@ -218,6 +218,7 @@ pub(super) fn on_request(
             swap: rec.swap,
             ready_at: None,
             shaped: false,
+            bind: None,
             ud: datagram.then_some(Datagram {
                 dev: Some(dst_dev),
                 qpn: rec.dst_qpn,
