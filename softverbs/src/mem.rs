@@ -826,14 +826,19 @@ mod tests {
             "unbound"
         );
         let k1 = (w1 & !0xff) | ((w1 + 1) & 0xff);
-        let r = t.bind_window(&bind(w1 >> 8, k1, mr, base + 16, 32)).unwrap();
+        let r = t
+            .bind_window(&bind(w1 >> 8, k1, mr, base + 16, 32))
+            .unwrap();
         assert_eq!((r.new.map(|n| n.0), r.old), (Some(k1), None));
         assert!(t.remote_span(k1, 0, 1, 7, base + 16, 32, need).is_ok());
         assert_eq!(
             t.remote_span(k1, 0, 1, 7, base + 8, 16, need).unwrap_err(),
             KeyError::Bounds
         );
-        assert_eq!(t.span(k1, 0, 1, base + 16, 8, 0).unwrap_err(), KeyError::BadKey);
+        assert_eq!(
+            t.span(k1, 0, 1, base + 16, 8, 0).unwrap_err(),
+            KeyError::BadKey
+        );
         // Type 2: answers through its QP only, binds only when free.
         let r = t.bind_window(&bind(w2 >> 8, w2, mr, base, 64)).unwrap();
         assert_eq!(r.new.unwrap().1.qpn, 0x42);
@@ -843,7 +848,8 @@ mod tests {
             KeyError::BadKey
         );
         assert_eq!(
-            t.bind_window(&bind(w2 >> 8, w2 + 1, mr, base, 64)).unwrap_err(),
+            t.bind_window(&bind(w2 >> 8, w2 + 1, mr, base, 64))
+                .unwrap_err(),
             BindError::Busy
         );
         assert_eq!(t.invalidate(k1, 1, None), Err(KeyError::BadKey), "type 1");
