@@ -260,6 +260,11 @@ impl MrTable {
         Ok(bound.map(|b| b.key))
     }
 
+    /// Whether `key`'s slot holds a memory window.
+    pub(crate) fn is_window(&self, key: u32) -> bool {
+        self.window(key >> 8).is_some()
+    }
+
     fn window(&self, handle: u32) -> Option<&Window> {
         let slot = handle.checked_sub(1)? as usize;
         self.slots.get(slot)?.window.as_deref()

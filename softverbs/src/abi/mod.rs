@@ -3,7 +3,8 @@
 //!
 //! One module per kind of object or concern: `object` (the wrappers around the C
 //! structs), `device` (device list, contexts, queries), `pd_mr`, `mw` (memory
-//! windows, through `ibv_context_ops`), `cq`, `qp`, `event`
+//! windows, through `ibv_context_ops`), `odp` (on-demand paging: `advise_mr`, the
+//! capabilities), `cq`, `qp`, `event`
 //! (asynchronous events), `data` (the `ibv_context_ops` data path), `strings`, and
 //! `faults` (the `vqp_soft_*` controls).
 //!
@@ -36,6 +37,7 @@ mod faults;
 mod marshall;
 mod mw;
 mod object;
+mod odp;
 mod pd_mr;
 mod qp;
 mod query;

@@ -74,9 +74,20 @@ pub(super) const MR_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
 /// `ibv_reg_mr`: registers `[addr, addr + length)`. Remote write or atomic access
 /// without local write is `EINVAL`, as the specification requires.
 ///
+/// With `IBV_ACCESS_ON_DEMAND` the region is on-demand paging: its pages need not be
+/// mapped while it is registered; each access checks that its range is mapped at
+/// that moment and fails as a NIC's would where nothing can be faulted in (a local
+/// protection error for a local buffer, a remote access error at the responder)
+/// rather than fault the process (see `abi::odp`). `addr` null with `length`
+/// `SIZE_MAX` and `IBV_ACCESS_ON_DEMAND` registers the whole address space (implicit
+/// ODP, as mlx5 has it: `mlx5_ib_reg_user_mr` takes `start == 0` and `length ==
+/// U64_MAX` for it); its lkey and rkey are good for any address.
+///
 /// # Safety
 /// `pd` is a live PD; the memory stays valid (mapped, readable and writable as the
-/// access flags allow) until [`ibv_dereg_mr`].
+/// access flags allow) until [`ibv_dereg_mr`], unless the region is on-demand (then
+/// any part may be unmapped, but a mapping without the access the region grants —
+/// read-only, `PROT_NONE` — still faults the process when accessed).
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_reg_mr(
     pd: *mut ibv_pd,
@@ -91,8 +102,9 @@ pub unsafe extern "C" fn ibv_reg_mr(
     };
     let access = access as u32;
     let remote_needs_local = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    let implicit = super::odp::implicit(addr, length, access);
     if length == 0
-        || addr.is_null()
+        || (addr.is_null() && !implicit)
         || access & !MR_ACCESS != 0
         || (access & remote_needs_local != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0)
         || (addr as u64).checked_add(length as u64).is_none()
