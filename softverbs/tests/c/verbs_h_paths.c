@@ -193,8 +193,17 @@ int main(void)
 		CHECK("create_ah", h != NULL, "%d", errno);
 		if (h)
 			CHECK("destroy_ah", ibv_destroy_ah(h) == 0, "-");
-		errno = 0;
-		CHECK("alloc_mw_unsupported", !ibv_alloc_mw(a.pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "%d", errno);
+		{
+			/* Memory windows through the inline verbs: ops.alloc_mw, the inline
+			 * ibv_bind_mw's own refusal of a type 2 window, ops.dealloc_mw. */
+			struct ibv_mw *mw = ibv_alloc_mw(a.pd, IBV_MW_TYPE_2);
+			struct ibv_mw_bind mb = { .wr_id = 1 };
+			CHECK("alloc_mw", mw && mw->type == IBV_MW_TYPE_2 && mw->pd == a.pd, "%d", errno);
+			if (mw) {
+				CHECK("bind_mw_type2_einval", ibv_bind_mw(a.qp, mw, &mb) == EINVAL, "-");
+				CHECK("dealloc_mw", ibv_dealloc_mw(mw) == 0, "-");
+			}
+		}
 		errno = 0;
 		CHECK("open_xrcd_unsupported", !ibv_open_xrcd(a.ctx, &xa) && errno == EOPNOTSUPP, "%d", errno);
 		errno = 0;
