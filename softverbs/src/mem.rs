@@ -219,13 +219,24 @@ impl MrTable {
     /// processes. A NIC fails accesses through such windows, as the region's
     /// translation is gone.
     pub(crate) fn unbind_windows_of(&self, key: u32) -> Vec<u32> {
+        self.unbind_where(|b| b.parent == key)
+    }
+
+    /// Unbinds every type 2 window bound through QP `qpn` of device `dev` (the QP is
+    /// being destroyed: a type 2B window answers only through its QP, whose number
+    /// another QP may take next), and returns the keys they answered to.
+    pub(crate) fn unbind_windows_of_qp(&self, dev: usize, qpn: u32) -> Vec<u32> {
+        self.unbind_where(|b| b.info.qpn == qpn && b.info.dev == dev)
+    }
+
+    fn unbind_where(&self, hit: impl Fn(&Binding) -> bool) -> Vec<u32> {
         let mut keys = Vec::new();
         for &w in &self.windows {
             let Some(win) = self.slots[w as usize].window.as_ref() else {
                 continue;
             };
             let mut b = win.bound.lock().unwrap_or_else(|e| e.into_inner());
-            if b.is_some_and(|b| b.parent == key) {
+            if b.as_ref().is_some_and(&hit) {
                 keys.extend(b.take().map(|b| b.key));
             }
         }

@@ -389,6 +389,38 @@ fn a_type_2_window_answers_through_its_own_qp_only() {
 }
 
 #[test]
+fn destroying_its_qp_unbinds_a_type_2_window() {
+    let v = verbs();
+    let o = opts();
+    let (a, b) = pair_with(&v, &o);
+    // The window is bound through a second QP of b's PD, then that QP is destroyed.
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let b2 = b.pd.create_qp(&QpInit::rc(&b.cq, cap)).unwrap();
+    let lid_of = |s: &Side| s.ctx.query_port(1).unwrap().lid();
+    connect::connect(&b2, &Path::new(1, Address::lid(lid_of(&a)), 1, 8, 7)).unwrap();
+    let mw = alloc_mw(&b, IBV_MW_TYPE_2);
+    let k = next_key(rkey(mw));
+    let mut w = bind_wr(&b, mw, k, 0, 512, IBV_ACCESS_REMOTE_WRITE);
+    // SAFETY: the WR lives across the call.
+    unsafe { b2.post_send(&mut w) }.unwrap();
+    assert_eq!(wc_one(&b).1, WcStatus::Success);
+    drop(b2);
+    // The key is dead, even for a QP that is the window's no longer exists.
+    let mut inv = send_wr(12, IBV_WR_LOCAL_INV, &mut []);
+    inv.imm.invalidate_rkey = k;
+    post(&b, &mut inv);
+    assert_eq!(poll_n(&b.cq, 1)[0].status(), WcStatus::LocQpOpErr);
+    let _ = a;
+    assert_eq!(dealloc_mw(&b, mw), 0);
+}
+
+#[test]
 fn binds_fail_as_the_specification_says() {
     let v = verbs();
     let o = opts();
