@@ -671,3 +671,45 @@ fn memory_windows_of_another_process_are_checked_as_its_regions() {
         WcStatus::RemAccessErr
     );
 }
+
+#[test]
+fn implicit_on_demand_regions_of_another_process_fail_cleanly_where_unmapped() {
+    use vqp_host::WcStatus;
+    let o = Opts::default();
+    let (mut a, mut peer, (_, _, raddr, _)) = connected("soft0", "soft1", &o);
+    fill(&mut a, 11);
+    let k: u32 = peer.cmd("odp")[0].parse().unwrap();
+    // Anywhere mapped over there: a lone WRITE (direct), then a READ behind a WRITE
+    // (through the inbox).
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_WRITE, raddr + 256, k),
+        WcStatus::Success
+    );
+    assert_eq!(unhex(&peer.cmd("read 256 16")[0]), &bytes(&a)[..16]);
+    let mut sge = a.mr.sge(0, 16).unwrap();
+    let mut w1 = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        raddr + 512,
+        k,
+    );
+    let mut sge2 = a.mr.sge(200, 16).unwrap();
+    let mut w2 = wr_rdma(
+        2,
+        IBV_WR_RDMA_READ,
+        std::slice::from_mut(&mut sge2),
+        raddr + 256,
+        k,
+    );
+    w1.next = &mut w2;
+    post(&a, &mut w1);
+    assert!(poll_n(&a.cq, 2).iter().all(|c| c.is_ok()));
+    assert_eq!(&bytes(&a)[200..216], &bytes(&a)[..16]);
+    // Page 0 is mapped nowhere: a remote access error, and the child lives on.
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_WRITE, 64, k),
+        WcStatus::RemAccessErr
+    );
+    assert_eq!(peer.cmd("state")[0], "state Err");
+}

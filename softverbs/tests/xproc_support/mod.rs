@@ -378,6 +378,26 @@ pub fn child_main() {
                 // SAFETY: a live window.
                 out(format!("{} {}", wc[0].raw().status, unsafe { (*mw).rkey }));
             }
+            Some("odp") => {
+                // An implicit on-demand region in the side's PD: its rkey.
+                let s = side.as_ref().unwrap();
+                let access = IBV_ACCESS_ON_DEMAND
+                    | IBV_ACCESS_LOCAL_WRITE
+                    | IBV_ACCESS_REMOTE_WRITE
+                    | IBV_ACCESS_REMOTE_READ;
+                // SAFETY: a live PD; an on-demand region needs no memory behind it.
+                let mr = unsafe {
+                    vqp_softverbs::ibv_reg_mr(
+                        s.pd.as_raw(),
+                        std::ptr::null_mut(),
+                        usize::MAX,
+                        access as i32,
+                    )
+                };
+                assert!(!mr.is_null());
+                // SAFETY: a live region (kept until the child exits).
+                out(unsafe { (*mr).rkey }.to_string());
+            }
             Some("inv") => {
                 // `inv KEY`: local invalidation through the side's QP; its status.
                 let s = side.as_ref().unwrap();
