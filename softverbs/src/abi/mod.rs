@@ -37,7 +37,7 @@ mod faults;
 mod marshall;
 mod mw;
 mod object;
-mod odp;
+pub(crate) mod odp;
 mod pd_mr;
 mod qp;
 mod query;
