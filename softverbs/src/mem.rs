@@ -8,7 +8,9 @@
 //! deregistered during the copy).
 //!
 //! The one trust assumption is libibverbs' own: memory stays valid (mapped, readable and
-//! writable) for as long as it is registered. Concurrent access by the application to
+//! writable) for as long as it is registered — except an on-demand region's, whose
+//! ranges are checked mapped when a span is made and are then copied only through
+//! `process_vm_readv` / `writev` on this process, which fail rather than fault. Concurrent access by the application to
 //! memory a WQE is moving is a data race in the application, as it is with a NIC; the
 //! copies use raw pointers only, never references, so no Rust aliasing rule is broken
 //! on our side.
@@ -495,12 +497,14 @@ fn check<'t>(
     if mr.access & need != need {
         return Err(KeyError::Access);
     }
-    if mr.on_demand() && !mapped(addr, len) {
+    let odp = mr.on_demand();
+    if odp && !mapped(addr, len) {
         return Err(KeyError::NotMapped);
     }
     Ok(Span {
         addr,
         len,
+        odp,
         _table: PhantomData,
     })
 }
@@ -554,10 +558,16 @@ pub(crate) fn mapped(addr: u64, len: u64) -> bool {
 /// Invariant: `[addr, addr + len)` lies inside a region registered when the span was
 /// made, with the access the operation needed, and the region stays registered for
 /// `'t` (deregistration needs the write lock).
+///
+/// A span of an on-demand region (`odp`) was mapped when it was made; the copies reach
+/// it only through `process_vm_readv` / `writev` on this process ([`guarded_copy`]),
+/// which fail instead of faulting where it is no longer (or not in the needed way)
+/// accessible.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Span<'t> {
     addr: u64,
     len: u64,
+    odp: bool,
     _table: PhantomData<&'t MrTable>,
 }
 
@@ -567,6 +577,7 @@ impl Span<'static> {
         Span {
             addr: 0,
             len: 0,
+            odp: false,
             _table: PhantomData,
         }
     }
@@ -611,6 +622,7 @@ pub(crate) fn split_at<'t>(
             Span {
                 addr: s.addr + h,
                 len: s.len - h,
+                odp: s.odp,
                 _table: PhantomData,
             },
         );
@@ -623,17 +635,86 @@ pub(crate) fn total(spans: &[Span<'_>]) -> u64 {
     spans.iter().map(|s| s.len).sum()
 }
 
+/// A copy touching on-demand memory found it inaccessible (unmapped, or mapped
+/// without the access) on its source side or its destination side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    Src,
+    Dst,
+}
+
+/// Copies `n` bytes from address `s` to address `d`, where the source (`s_odp`) or the
+/// destination (`d_odp`) lies in an on-demand region: through a bounce buffer, the
+/// on-demand side read or written with `process_vm_readv` / `writev` on this process,
+/// which fail with `EFAULT` where the memory is not accessible instead of faulting.
+/// Overlapping ranges (a loopback copy) are copied in the order that keeps them right.
+/// Where the system refuses `process_vm_*` on this process (a seccomp filter), the
+/// range, found mapped when its span was made, is copied directly.
+fn guarded_copy(d: u64, s: u64, n: u64, s_odp: bool, d_odp: bool) -> Result<(), Fault> {
+    use crate::shared::sys::{process_copy, CopyError};
+    const PIECE: u64 = 4096;
+    let mut bounce = [0u8; PIECE as usize];
+    let b = bounce.as_mut_ptr() as u64;
+    let me = std::process::id();
+    let backward = d > s && d < s.saturating_add(n);
+    let mut done = 0u64;
+    while done < n {
+        let k = (n - done).min(PIECE);
+        let off = if backward { n - done - k } else { done };
+        let read = s_odp
+            && match process_copy(me, &[(b, k)], &[(s + off, k)], true) {
+                Ok(()) => true,
+                Err(CopyError::Denied) => false,
+                Err(_) => return Err(Fault::Src),
+            };
+        if !read {
+            // SAFETY: `[s + off, s + off + k)` lies in a span of registered memory
+            // (pinned, or on-demand and mapped when checked); `bounce` holds `k` bytes
+            // and is the provider's own.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    (s + off) as usize as *const u8,
+                    bounce.as_mut_ptr(),
+                    k as usize,
+                )
+            }
+        }
+        let written = d_odp
+            && match process_copy(me, &[(b, k)], &[(d + off, k)], false) {
+                Ok(()) => true,
+                Err(CopyError::Denied) => false,
+                Err(_) => return Err(Fault::Dst),
+            };
+        if !written {
+            // SAFETY: as above, for the destination span.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    bounce.as_ptr(),
+                    (d + off) as usize as *mut u8,
+                    k as usize,
+                )
+            }
+        }
+        done += k;
+    }
+    Ok(())
+}
+
 /// Copies from the `src` spans, in order, into the `dst` spans, in order, until either
 /// list is exhausted; returns the bytes copied. Overlap between source and destination
 /// (a loopback copy inside one region) is allowed.
-pub(crate) fn copy_spans(dst: &[Span<'_>], src: &[Span<'_>]) -> u64 {
+///
+/// # Errors
+/// [`Fault`] when on-demand memory on either side is not accessible; the bytes before
+/// it may have been copied.
+pub(crate) fn copy_spans(dst: &[Span<'_>], src: &[Span<'_>]) -> Result<u64, Fault> {
     let (mut di, mut doff) = (0usize, 0u64);
     let mut copied = 0u64;
     for s in src {
         let mut soff = 0u64;
         while soff < s.len {
             let Some(d) = dst.get(di) else {
-                return copied;
+                return Ok(copied);
             };
             if doff == d.len {
                 di += 1;
@@ -641,26 +722,33 @@ pub(crate) fn copy_spans(dst: &[Span<'_>], src: &[Span<'_>]) -> u64 {
                 continue;
             }
             let n = (s.len - soff).min(d.len - doff);
-            // SAFETY: both ranges lie inside live registered regions (the `Span`
-            // invariant: checked bounds, registration held by the read lock), `n` stays
-            // within both remainders; `ptr::copy` allows overlap.
-            unsafe {
-                core::ptr::copy(
-                    s.ptr().add(soff as usize),
-                    d.ptr().add(doff as usize),
-                    n as usize,
-                );
+            if s.odp || d.odp {
+                guarded_copy(d.addr + doff, s.addr + soff, n, s.odp, d.odp)?;
+            } else {
+                // SAFETY: both ranges lie inside live registered regions, pinned (the
+                // `Span` invariant: checked bounds, registration held by the read
+                // lock), `n` stays within both remainders; `ptr::copy` allows overlap.
+                unsafe {
+                    core::ptr::copy(
+                        s.ptr().add(soff as usize),
+                        d.ptr().add(doff as usize),
+                        n as usize,
+                    );
+                }
             }
             soff += n;
             doff += n;
             copied += n;
         }
     }
-    copied
+    Ok(copied)
 }
 
 /// Copies `src` into the `dst` spans, in order; returns the bytes copied.
-pub(crate) fn copy_from_bytes(dst: &[Span<'_>], src: &[u8]) -> u64 {
+///
+/// # Errors
+/// [`Fault::Dst`] when on-demand memory of `dst` is not accessible.
+pub(crate) fn copy_from_bytes(dst: &[Span<'_>], src: &[u8]) -> Result<u64, Fault> {
     let mut off = 0usize;
     for d in dst {
         if off == src.len() {
@@ -670,18 +758,26 @@ pub(crate) fn copy_from_bytes(dst: &[Span<'_>], src: &[u8]) -> u64 {
         if n == 0 {
             continue;
         }
-        // SAFETY: `d` is a live registered range at least `n` bytes long (the `Span`
-        // invariant); `src[off..off + n]` is in bounds; a `Vec` owned by the WQE cannot
-        // overlap registered application memory.
-        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr().add(off), d.ptr(), n) };
+        let from = src.as_ptr() as u64 + off as u64;
+        if d.odp {
+            guarded_copy(d.addr, from, n as u64, false, true)?;
+        } else {
+            // SAFETY: `d` is a live, pinned registered range at least `n` bytes long
+            // (the `Span` invariant); `src[off..off + n]` is in bounds; a `Vec` owned
+            // by the WQE cannot overlap registered application memory.
+            unsafe { core::ptr::copy_nonoverlapping(src.as_ptr().add(off), d.ptr(), n) };
+        }
         off += n;
     }
-    off as u64
+    Ok(off as u64)
 }
 
 /// Copies from the spans `src`, in order, into `dst` until either ends; returns the
 /// bytes copied.
-pub(crate) fn copy_to_bytes(dst: &mut [u8], src: &[Span<'_>]) -> u64 {
+///
+/// # Errors
+/// [`Fault::Src`] when on-demand memory of `src` is not accessible.
+pub(crate) fn copy_to_bytes(dst: &mut [u8], src: &[Span<'_>]) -> Result<u64, Fault> {
     let mut off = 0usize;
     for s in src {
         if off == dst.len() {
@@ -691,13 +787,59 @@ pub(crate) fn copy_to_bytes(dst: &mut [u8], src: &[Span<'_>]) -> u64 {
         if n == 0 {
             continue;
         }
-        // SAFETY: `s` is a live registered range at least `n` bytes long (the `Span`
-        // invariant); `dst[off..off + n]` is in bounds; a buffer of the provider's own
-        // cannot overlap registered application memory.
-        unsafe { core::ptr::copy_nonoverlapping(s.ptr(), dst.as_mut_ptr().add(off), n) };
+        if s.odp {
+            let to = dst.as_mut_ptr() as u64 + off as u64;
+            guarded_copy(to, s.addr, n as u64, true, false)?;
+        } else {
+            // SAFETY: `s` is a live, pinned registered range at least `n` bytes long
+            // (the `Span` invariant); `dst[off..off + n]` is in bounds; a buffer of the
+            // provider's own cannot overlap registered application memory.
+            unsafe { core::ptr::copy_nonoverlapping(s.ptr(), dst.as_mut_ptr().add(off), n) };
+        }
         off += n;
     }
-    off as u64
+    Ok(off as u64)
+}
+
+/// Whether an atomic may operate on `span` in place: always for pinned memory; for an
+/// on-demand span, when the mapping under it is readable and writable now (read from
+/// `/proc/self/maps`: an atomic cannot go through `process_vm_*`, and reading then
+/// writing back to test access would race with other atomics on the word).
+pub(crate) fn atomic_accessible(span: &Span<'_>) -> bool {
+    !span.odp || mapping_writable(span.addr, span.len)
+}
+
+/// Whether `[addr, addr + len)` lies in readable and writable mappings of this
+/// process (`/proc/self/maps`).
+fn mapping_writable(addr: u64, len: u64) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    let end = addr.saturating_add(len);
+    let mut at = addr;
+    // Mappings are listed in address order; adjacent ones may cover the range.
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) else {
+            continue;
+        };
+        if lo <= at && at < hi {
+            if !perms.starts_with("rw") {
+                return false;
+            }
+            at = hi;
+            if at >= end {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// Views an 8-byte, 8-aligned span as an atomic; `None` when it is not one.
@@ -802,11 +944,11 @@ mod tests {
             t.span(kd, 0, 1, d0 + 50, 50, 1).unwrap(),
         ];
         assert_eq!(total(&srcs), 40);
-        assert_eq!(copy_spans(&dsts, &srcs), 40);
+        assert_eq!(copy_spans(&dsts, &srcs), Ok(40));
         assert_eq!(&dst[..25], &src[..25]);
         assert_eq!(&dst[50..65], &src[25..40]);
         assert!(dst[25..50].iter().all(|&b| b == 0));
-        assert_eq!(copy_from_bytes(&dsts[..1], &[9; 30]), 25);
+        assert_eq!(copy_from_bytes(&dsts[..1], &[9; 30]), Ok(25));
         assert_eq!(&dst[..25], &[9; 25]);
     }
 
@@ -899,6 +1041,77 @@ mod tests {
         assert_eq!(t.span(k, 0, 1, 16, 8, 0).unwrap_err(), KeyError::NotMapped);
         assert!(mapped(base, 64));
         assert!(!mapped(0, 4096));
+    }
+
+    #[test]
+    fn on_demand_copies_fail_where_the_memory_is_not_accessible() {
+        // Three pages: read-write, read-only, no access.
+        const P: usize = 4096;
+        // SAFETY: a fresh anonymous mapping, protected page by page, unmapped below.
+        let base = unsafe {
+            let p = libc::mmap(
+                core::ptr::null_mut(),
+                3 * P,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let b = p.cast::<u8>();
+            assert_eq!(libc::mprotect(b.add(P).cast(), P, libc::PROT_READ), 0);
+            assert_eq!(libc::mprotect(b.add(2 * P).cast(), P, libc::PROT_NONE), 0);
+            b as u64
+        };
+        let mut t = MrTable::default();
+        let odp = MrInfo {
+            addr: base,
+            len: 3 * P as u64,
+            access: vqp_sys::IBV_ACCESS_ON_DEMAND | vqp_sys::IBV_ACCESS_LOCAL_WRITE,
+            dev: 0,
+            pd: 1,
+            qpn: 0,
+        };
+        let k = t.register(odp).unwrap();
+        let span = |off: u64, len: u64| t.span(k, 0, 1, base + off, len, 0).unwrap();
+        let page = P as u64;
+        // Mapped pages of every kind pass the check; the copies tell them apart.
+        assert_eq!(copy_spans(&[span(page, 8)], &[span(0, 8)]), Err(Fault::Dst));
+        assert_eq!(
+            copy_spans(&[span(0, 8)], &[span(2 * page, 8)]),
+            Err(Fault::Src)
+        );
+        assert_eq!(
+            copy_from_bytes(&[span(page, 4)], &[1, 2, 3, 4]),
+            Err(Fault::Dst)
+        );
+        let mut out = [0u8; 4];
+        assert_eq!(
+            copy_to_bytes(&mut out, &[span(2 * page, 4)]),
+            Err(Fault::Src)
+        );
+        // What is accessible is copied, overlapping ranges included.
+        assert_eq!(
+            copy_from_bytes(&[span(0, 8)], &[1, 2, 3, 4, 5, 6, 7, 8]),
+            Ok(8)
+        );
+        assert_eq!(copy_spans(&[span(2, 6)], &[span(0, 6)]), Ok(6));
+        assert_eq!(copy_to_bytes(&mut out, &[span(0, 4)]), Ok(4));
+        assert_eq!(out, [1, 2, 1, 2]);
+        assert_eq!(
+            copy_spans(&[span(page, 4)], &[span(page, 4)]),
+            Err(Fault::Dst)
+        );
+        assert_eq!(
+            copy_to_bytes(&mut out, &[span(page, 4)]),
+            Ok(4),
+            "read-only reads"
+        );
+        assert!(atomic_accessible(&span(0, 8)));
+        assert!(!atomic_accessible(&span(page, 8)));
+        assert!(!atomic_accessible(&span(2 * page, 8)));
+        // SAFETY: the mapping made above, no span of it used any more.
+        unsafe { libc::munmap(base as usize as *mut libc::c_void, 3 * P) };
     }
 
     #[test]

@@ -296,3 +296,118 @@ fn implicit_odp_covers_the_address_space() {
     dereg(ia);
     dereg(ib);
 }
+
+/// Three pages: read-write, read-only, no access.
+struct Protected {
+    base: *mut u8,
+}
+
+impl Protected {
+    fn new() -> Protected {
+        // SAFETY: a fresh anonymous mapping, protected page by page.
+        let base = unsafe {
+            let p = libc::mmap(
+                null_mut(),
+                3 * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let b = p.cast::<u8>();
+            assert_eq!(libc::mprotect(b.add(PAGE).cast(), PAGE, libc::PROT_READ), 0);
+            assert_eq!(
+                libc::mprotect(b.add(2 * PAGE).cast(), PAGE, libc::PROT_NONE),
+                0
+            );
+            b
+        };
+        Protected { base }
+    }
+
+    fn page(&self, i: usize) -> u64 {
+        self.base as u64 + (i * PAGE) as u64
+    }
+}
+
+impl Drop for Protected {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this struct made.
+        unsafe { libc::munmap(self.base.cast(), 3 * PAGE) };
+    }
+}
+
+#[test]
+fn a_page_without_the_access_fails_the_request_not_the_process() {
+    let v = verbs();
+    let m = Protected::new();
+    let with_target = |f: &dyn Fn(&Side, u32)| {
+        let (a, b) = pair(&v);
+        let mr = reg(&b, m.base.cast(), 3 * PAGE, ODP_ALL);
+        f(&a, keys(mr).1);
+        dereg(mr);
+    };
+    let la = |a: &Side| (a.mr.addr(), a.mr.lkey());
+    // At the responder: writing a read-only page, reading a page without access, an
+    // atomic on a read-only page; reading a read-only page works.
+    with_target(&|a, rkey| {
+        let (l, k) = la(a);
+        assert_eq!(
+            op(a, IBV_WR_RDMA_READ, l, k, 16, m.page(1), rkey),
+            WcStatus::Success
+        );
+        assert_eq!(
+            op(a, IBV_WR_RDMA_WRITE, l, k, 16, m.page(1), rkey),
+            WcStatus::RemAccessErr
+        );
+    });
+    with_target(&|a, rkey| {
+        let (l, k) = la(a);
+        assert_eq!(
+            op(a, IBV_WR_RDMA_READ, l, k, 16, m.page(2), rkey),
+            WcStatus::RemAccessErr
+        );
+    });
+    with_target(&|a, rkey| {
+        let (l, k) = la(a);
+        assert_eq!(
+            op(a, IBV_WR_ATOMIC_FETCH_AND_ADD, l, k, 8, m.page(1), rkey),
+            WcStatus::RemAccessErr
+        );
+    });
+    with_target(&|a, rkey| {
+        let (l, k) = la(a);
+        assert_eq!(
+            op(a, IBV_WR_ATOMIC_FETCH_AND_ADD, l, k, 8, m.page(0), rkey),
+            WcStatus::Success
+        );
+    });
+    // At the requester: sending from a page without access, reading into a read-only
+    // page.
+    let (a, b) = pair(&v);
+    let mr = reg(&a, m.base.cast(), 3 * PAGE, ODP_ALL);
+    let mut rs = b.mr.sge(0, 64).unwrap();
+    let mut r = recv_wr(1, std::slice::from_mut(&mut rs));
+    post_recv(&b, &mut r);
+    assert_eq!(
+        op(&a, IBV_WR_SEND, m.page(2), keys(mr).0, 16, 0, 0),
+        WcStatus::LocProtErr
+    );
+    dereg(mr);
+    let (a, b) = pair(&v);
+    let mr = reg(&a, m.base.cast(), 3 * PAGE, ODP_ALL);
+    assert_eq!(
+        op(
+            &a,
+            IBV_WR_RDMA_READ,
+            m.page(1),
+            keys(mr).0,
+            16,
+            b.mr.addr(),
+            b.mr.rkey()
+        ),
+        WcStatus::LocProtErr
+    );
+    dereg(mr);
+}

@@ -74,8 +74,9 @@ impl RemoteMover<'_> {
 impl Mover for RemoteMover<'_> {
     fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError> {
         if self.rec.flags & F_INLINE != 0 {
-            mem::copy_from_bytes(dst, self.payload);
-            return Ok(());
+            return mem::copy_from_bytes(dst, self.payload)
+                .map(drop)
+                .map_err(|_| MoveError::Target);
         }
         self.copy(dst, true)
     }
