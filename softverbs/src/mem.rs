@@ -2,7 +2,8 @@
 //!
 //! This is one of the two places that touch raw memory (the other is the `extern "C"`
 //! surface in [`crate::abi`]). Everything else reaches application memory only through
-//! a [`Span`], and a `Span` can only be made by [`MrTable::span`], which checks the key,
+//! a [`Span`], and a `Span` can only be made by [`MrTable::span`] (an lkey's region) or
+//! [`MrTable::remote_span`] (an rkey's region or memory window), which check the key,
 //! the device, the protection domain, the bounds and the access rights against a live
 //! registration while the caller holds the table's read lock (so the region cannot be
 //! deregistered during the copy).
@@ -10,10 +11,10 @@
 //! The one trust assumption is libibverbs' own: memory stays valid (mapped, readable and
 //! writable) for as long as it is registered — except an on-demand region's, whose
 //! ranges are checked mapped when a span is made and are then copied only through
-//! `process_vm_readv` / `writev` on this process, which fail rather than fault. Concurrent access by the application to
-//! memory a WQE is moving is a data race in the application, as it is with a NIC; the
-//! copies use raw pointers only, never references, so no Rust aliasing rule is broken
-//! on our side.
+//! `process_vm_readv` / `writev` on this process, which fail rather than fault.
+//! Concurrent access by the application to memory a WQE is moving is a data race in
+//! the application, as it is with a NIC; the copies use raw pointers only, never
+//! references, so no Rust aliasing rule is broken on our side.
 
 use core::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -476,7 +477,8 @@ const WINDOW_ACCESS: u32 = vqp_sys::IBV_ACCESS_REMOTE_WRITE
 /// deregistered while the table's read lock is held (deregistration unbinds it
 /// first). An on-demand region's range must be mapped in the process now
 /// ([`mapped`]): a NIC faults the pages in, or fails the access when there is
-/// nothing to fault in.
+/// nothing to fault in; its span is marked, so that the copies reach it only through
+/// [`guarded_copy`].
 fn check<'t>(
     mr: &MrInfo,
     dev: usize,
@@ -511,10 +513,9 @@ fn check<'t>(
 
 /// Whether every page of `[addr, addr + len)` is mapped in this process now
 /// (`mincore(2)` fails with `ENOMEM` on a range that is not). Whether a mapping is
-/// resident does not matter (an access faults it in), nor — a limit of this check —
-/// whether it grants the access: a read-only or `PROT_NONE` mapping under an
-/// on-demand region still faults the process when written, as it would under any
-/// region.
+/// resident does not matter (an access faults it in), nor whether it grants the
+/// access: the copies find that out ([`guarded_copy`]); this check tells an unmapped
+/// range before anything is moved.
 pub(crate) fn mapped(addr: u64, len: u64) -> bool {
     if len == 0 {
         return true;

@@ -3,18 +3,18 @@
 //! `ibv_advise_mr`, and the capabilities the device reports.
 //!
 //! A NIC with ODP faults a region's pages in when it accesses them, and fails the
-//! access when there is nothing to fault in (the range is not mapped). softverbs
-//! copies with the CPU, so "faulting in" is what the copy does anyway; what it must
-//! not do is touch an unmapped address (a `SIGSEGV` in the process, where a NIC
-//! reports a completion error). So every span of an on-demand region is checked to
-//! be mapped when it is made (`mem::mapped`, `mincore(2)`), under the key table's
-//! read lock, just before the copy: an unmapped local buffer completes with
-//! `IBV_WC_LOC_PROT_ERR`, an unmapped target at the responder with
-//! `IBV_WC_REM_ACCESS_ERR` at the requester — in one process and across processes
-//! (where `process_vm_readv`/`writev` fail with `EFAULT` on unmapped memory anyway).
-//! Memory unmapped by the application *during* a copy, or mapped without the access
-//! the region grants, is not caught: a race or a mistake of the application's, as
-//! the same with a pinned region would be.
+//! access when there is nothing to fault in (the range is not mapped, or not with the
+//! access). softverbs copies with the CPU, so "faulting in" is what the copy does
+//! anyway; what it must not do is touch memory that is not there (a `SIGSEGV` in the
+//! process, where a NIC reports a completion error). So every span of an on-demand
+//! region is checked to be mapped when it is made (`mem::mapped`, `mincore(2)`), under
+//! the key table's read lock, and is copied only through `process_vm_readv` /
+//! `writev` on this process (`mem::copy_spans`), which fail with `EFAULT` where a
+//! plain copy would fault; an atomic first finds a read-write mapping under it. An
+//! inaccessible local buffer completes with `IBV_WC_LOC_PROT_ERR`, an inaccessible
+//! target at the responder with `IBV_WC_REM_ACCESS_ERR` at the requester — in one
+//! process and across processes. A mapping removed or protected while an atomic runs
+//! on it is not caught: a race of the application's.
 //!
 //! [`advise_mr`] and [`odp_caps`] belong to the extended context (`verbs_context`'s
 //! `advise_mr`, `ibv_device_attr_ex`'s `odp_caps`), which is built elsewhere and

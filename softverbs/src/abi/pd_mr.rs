@@ -75,10 +75,10 @@ pub(super) const MR_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
 /// without local write is `EINVAL`, as the specification requires.
 ///
 /// With `IBV_ACCESS_ON_DEMAND` the region is on-demand paging: its pages need not be
-/// mapped while it is registered; each access checks that its range is mapped at
-/// that moment and fails as a NIC's would where nothing can be faulted in (a local
-/// protection error for a local buffer, a remote access error at the responder)
-/// rather than fault the process (see `abi::odp`). `addr` null with `length`
+/// mapped while it is registered; an access to a range not mapped (or not with the
+/// access) at that moment fails as a NIC's would (a local protection error for a
+/// local buffer, a remote access error at the responder) rather than fault the
+/// process (see `abi::odp`). `addr` null with `length`
 /// `SIZE_MAX` and `IBV_ACCESS_ON_DEMAND` registers the whole address space (implicit
 /// ODP, as mlx5 has it: `mlx5_ib_reg_user_mr` takes `start == 0` and `length ==
 /// U64_MAX` for it); its lkey and rkey are good for any address.
@@ -86,8 +86,7 @@ pub(super) const MR_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
 /// # Safety
 /// `pd` is a live PD; the memory stays valid (mapped, readable and writable as the
 /// access flags allow) until [`ibv_dereg_mr`], unless the region is on-demand (then
-/// any part may be unmapped, but a mapping without the access the region grants —
-/// read-only, `PROT_NONE` — still faults the process when accessed).
+/// any part may be unmapped or protected, except under an atomic while it runs).
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_reg_mr(
     pd: *mut ibv_pd,
