@@ -807,12 +807,19 @@ pub(crate) fn copy_to_bytes(dst: &mut [u8], src: &[Span<'_>]) -> Result<u64, Fau
 /// `/proc/self/maps`: an atomic cannot go through `process_vm_*`, and reading then
 /// writing back to test access would race with other atomics on the word).
 pub(crate) fn atomic_accessible(span: &Span<'_>) -> bool {
-    !span.odp || mapping_writable(span.addr, span.len)
+    accessible(span, true)
 }
 
-/// Whether `[addr, addr + len)` lies in readable and writable mappings of this
-/// process (`/proc/self/maps`).
-fn mapping_writable(addr: u64, len: u64) -> bool {
+/// Whether `span` can be read (and, with `write`, written) now: always for pinned
+/// memory; for an on-demand span, as its mappings say. For telling which side of a
+/// failed copy between processes was at fault.
+pub(crate) fn accessible(span: &Span<'_>, write: bool) -> bool {
+    !span.odp || mapping_allows(span.addr, span.len, write)
+}
+
+/// Whether `[addr, addr + len)` lies in readable (and, with `write`, writable)
+/// mappings of this process (`/proc/self/maps`).
+fn mapping_allows(addr: u64, len: u64, write: bool) -> bool {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return false;
     };
@@ -831,7 +838,8 @@ fn mapping_writable(addr: u64, len: u64) -> bool {
             continue;
         };
         if lo <= at && at < hi {
-            if !perms.starts_with("rw") {
+            let p = perms.as_bytes();
+            if p.first() != Some(&b'r') || (write && p.get(1) != Some(&b'w')) {
                 return false;
             }
             at = hi;
@@ -1111,6 +1119,8 @@ mod tests {
         assert!(atomic_accessible(&span(0, 8)));
         assert!(!atomic_accessible(&span(page, 8)));
         assert!(!atomic_accessible(&span(2 * page, 8)));
+        assert!(accessible(&span(page, 8), false));
+        assert!(!accessible(&span(2 * page, 8), false));
         // SAFETY: the mapping made above, no span of it used any more.
         unsafe { libc::munmap(base as usize as *mut libc::c_void, 3 * P) };
     }

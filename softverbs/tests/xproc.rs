@@ -712,4 +712,37 @@ fn implicit_on_demand_regions_of_another_process_fail_cleanly_where_unmapped() {
         WcStatus::RemAccessErr
     );
     assert_eq!(peer.cmd("state")[0], "state Err");
+    drop(peer);
+
+    // A page of the child's on-demand region without access: a remote access error
+    // (the child's side of the copy failed), not a protection error of ours.
+    let (a, mut peer, _) = connected("soft0", "soft1", &o);
+    let l = peer.cmd("odp-guard");
+    let f: Vec<u64> = l[0].split(' ').map(|x| x.parse().unwrap()).collect();
+    let (base, k) = (f[0], f[1] as u32);
+    assert_eq!(one_sided(&a, IBV_WR_RDMA_WRITE, base, k), WcStatus::Success);
+    // Behind a WRITE, so that the READ goes through the child's responder.
+    let mut sge = a.mr.sge(0, 16).unwrap();
+    let mut w1 = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        base,
+        k,
+    );
+    let mut sge2 = a.mr.sge(100, 16).unwrap();
+    let mut w2 = wr_rdma(
+        2,
+        IBV_WR_RDMA_READ,
+        std::slice::from_mut(&mut sge2),
+        base + 4096,
+        k,
+    );
+    w1.next = &mut w2;
+    post(&a, &mut w1);
+    let c = poll_n(&a.cq, 2);
+    assert_eq!(
+        (c[0].status(), c[1].status()),
+        (WcStatus::Success, WcStatus::RemAccessErr)
+    );
 }

@@ -398,6 +398,35 @@ pub fn child_main() {
                 // SAFETY: a live region (kept until the child exits).
                 out(unsafe { (*mr).rkey }.to_string());
             }
+            Some("odp-guard") => {
+                // Two pages under an on-demand region, the second without access:
+                // answers the first page's address and the rkey.
+                let s = side.as_ref().unwrap();
+                // SAFETY: a fresh anonymous mapping, kept (leaked) until the child
+                // exits; the region is on-demand, so its protection may change.
+                let (base, mr) = unsafe {
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        8192,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    );
+                    assert_ne!(p, libc::MAP_FAILED);
+                    let access = IBV_ACCESS_ON_DEMAND
+                        | IBV_ACCESS_LOCAL_WRITE
+                        | IBV_ACCESS_REMOTE_WRITE
+                        | IBV_ACCESS_REMOTE_READ;
+                    let mr = vqp_softverbs::ibv_reg_mr(s.pd.as_raw(), p, 8192, access as i32);
+                    let second = p.cast::<u8>().add(4096).cast();
+                    assert_eq!(libc::mprotect(second, 4096, libc::PROT_NONE), 0);
+                    (p as u64, mr)
+                };
+                assert!(!mr.is_null());
+                // SAFETY: a live region.
+                out(format!("{base} {}", unsafe { (*mr).rkey }));
+            }
             Some("inv") => {
                 // `inv KEY`: local invalidation through the side's QP; its status.
                 let s = side.as_ref().unwrap();

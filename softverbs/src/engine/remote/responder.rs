@@ -67,7 +67,15 @@ impl RemoteMover<'_> {
         }
         let mut r = [(0u64, 0u64); 64];
         let nr = self.remote_ranges(&mut r);
-        process_copy(self.pid, &l[..nl], &r[..nr], pull).map_err(copy_status)
+        process_copy(self.pid, &l[..nl], &r[..nr], pull).map_err(|e| {
+            // A fault on our side: an on-demand span of ours without the access (the
+            // copy into it writes, out of it reads). Else it was the requester's.
+            if e == CopyError::Fault && local.iter().any(|s| !mem::accessible(s, pull)) {
+                MoveError::Target
+            } else {
+                copy_status(e)
+            }
+        })
     }
 }
 
