@@ -146,19 +146,19 @@ fn a_type_1_window_grants_its_range_and_rights_only() {
         WcStatus::RemAccessErr
     );
 
-    // A READ through a write-only window; the key before the bind.
+    // A READ through a write-only window.
     let (a, b) = pair_with(&v, &o);
     let mw = alloc_mw(&b, IBV_MW_TYPE_1);
-    let stale = rkey(mw);
     assert_eq!(bind_mw(&b, &b.qp, mw, 0, 256, IBV_ACCESS_REMOTE_WRITE), 0);
     assert_eq!(wc_one(&b).1, WcStatus::Success);
     assert_eq!(
         one_sided(&a, &b, IBV_WR_RDMA_READ, rkey(mw), 0),
         WcStatus::RemAccessErr
     );
+    // The key the window had before its bind grants nothing.
     let (a, b) = pair_with(&v, &o);
     let mw = alloc_mw(&b, IBV_MW_TYPE_1);
-    let stale2 = rkey(mw);
+    let unbound = rkey(mw);
     assert_eq!(bind_mw(&b, &b.qp, mw, 0, 256, IBV_ACCESS_REMOTE_READ), 0);
     assert_eq!(wc_one(&b).1, WcStatus::Success);
     assert_eq!(
@@ -166,23 +166,33 @@ fn a_type_1_window_grants_its_range_and_rights_only() {
         WcStatus::Success
     );
     assert_eq!(
-        one_sided(&a, &b, IBV_WR_RDMA_READ, stale2, 0),
+        one_sided(&a, &b, IBV_WR_RDMA_READ, unbound, 0),
         WcStatus::RemAccessErr
     );
-    let _ = stale;
 
-    // Rebinding moves the key: the old one fails. Unbinding (no region) too.
+    // Rebinding moves the key: the new one works, the old one fails.
     let (a, b) = pair_with(&v, &o);
     let mw = alloc_mw(&b, IBV_MW_TYPE_1);
     assert_eq!(bind_mw(&b, &b.qp, mw, 0, 64, IBV_ACCESS_REMOTE_WRITE), 0);
     let k1 = rkey(mw);
     assert_eq!(bind_mw(&b, &b.qp, mw, 0, 64, IBV_ACCESS_REMOTE_WRITE), 0);
     let k2 = rkey(mw);
+    assert_ne!(k1, k2);
     assert_eq!(poll_n(&b.cq, 2).len(), 2);
     assert_eq!(
         one_sided(&a, &b, IBV_WR_RDMA_WRITE, k2, 0),
         WcStatus::Success
     );
+    assert_eq!(
+        one_sided(&a, &b, IBV_WR_RDMA_WRITE, k1, 0),
+        WcStatus::RemAccessErr
+    );
+
+    // Unbinding (no region, no range) leaves the window's key granting nothing.
+    let (a, b) = pair_with(&v, &o);
+    let mw = alloc_mw(&b, IBV_MW_TYPE_1);
+    assert_eq!(bind_mw(&b, &b.qp, mw, 0, 64, IBV_ACCESS_REMOTE_WRITE), 0);
+    assert_eq!(wc_one(&b).1, WcStatus::Success);
     let mut ub = ibv_mw_bind {
         wr_id: 1,
         send_flags: IBV_SEND_SIGNALED,
@@ -203,7 +213,6 @@ fn a_type_1_window_grants_its_range_and_rights_only() {
         one_sided(&a, &b, IBV_WR_RDMA_WRITE, rkey(mw), 0),
         WcStatus::RemAccessErr
     );
-    let _ = k1;
     assert_eq!(dealloc_mw(&b, mw), 0);
     assert_eq!(dealloc_mw(&b, mw), libc::EINVAL, "a second dealloc");
 }
