@@ -434,8 +434,14 @@ impl MrTable {
         len: u64,
         need: u32,
     ) -> Result<Span<'_>, KeyError> {
-        let mr = *self.get(key).ok_or(KeyError::BadKey)?;
-        check(&mr, dev, pd, addr, len, need)
+        check(
+            self.get(key).ok_or(KeyError::BadKey)?,
+            dev,
+            pd,
+            addr,
+            len,
+            need,
+        )
     }
 
     /// Checks a remote request's `[addr, addr + len)` against rkey `key`, which names
