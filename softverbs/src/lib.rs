@@ -165,8 +165,10 @@
 //!
 //! # Errors as hardware reports them
 //! - bad lkey, PD or bounds of a local SGE → `IBV_WC_LOC_PROT_ERR`;
-//! - bad rkey (unknown, of another PD or device), bounds, or access (MR or responder QP
-//!   flags) → `IBV_WC_REM_ACCESS_ERR` at the requester; a misaligned atomic →
+//! - bad rkey (unknown, of another PD or device, an invalidated or unbound window, a
+//!   type 2 window through another QP), bounds, access (MR, window or responder QP
+//!   flags), or an unmapped range of an on-demand region → `IBV_WC_REM_ACCESS_ERR` at
+//!   the requester; a misaligned atomic →
 //!   `IBV_WC_REM_INV_REQ_ERR`. As on ConnectX, the responder detected the error, so
 //!   its QP goes to error too (its receives are flushed) and raises
 //!   `IBV_EVENT_QP_ACCESS_ERR` (`IBV_EVENT_QP_REQ_ERR` for the invalid request);
