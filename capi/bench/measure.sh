@@ -47,16 +47,19 @@ done
 : >"$work/ns"
 for _ in $(seq "$runs"); do
   for p in rt_c rt_rust; do
-    echo "$p $(run "$work/$p" 100000 | grep -o '[0-9.]* ns' | cut -d' ' -f1)" >>"$work/ns"
+    echo "$p $(run "$work/$p" 100000 | grep -o '[0-9.]* ns' | cut -d' ' -f1 | paste -sd' ')" \
+      >>"$work/ns"
   done
 done
-median() { grep "^$1 " "$work/ns" | cut -d' ' -f2 | sort -g | awk '{v[NR] = $1}
+# median PROGRAM COLUMN: the median of one column (2: the clock, 3: CPU time).
+median() { grep "^$1 " "$work/ns" | cut -d' ' -f"$2" | sort -g | awk '{v[NR] = $1}
   END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-c_ns=$(median rt_c)
-r_ns=$(median rt_rust)
-awk -v ci="${ir[rt_c]}" -v ri="${ir[rt_rust]}" -v cn="$c_ns" -v rn="$r_ns" -v k="$runs" 'BEGIN {
-  printf "%-28s %12s %12s\n", "", "instr/req", "ns/req"
-  printf "%-28s %12.1f %12.1f\n", "C API", ci / 10000, cn
-  printf "%-28s %12.1f %12.1f\n", "Rust on vqp-host", ri / 10000, rn
-  printf "%-28s %+11.1f%% %+11.1f%%   (ns: median of %d alternating runs)\n",
-    "C API over Rust", 100 * (ci - ri) / ri, 100 * (cn - rn) / rn, k }'
+awk -v ci="${ir[rt_c]}" -v ri="${ir[rt_rust]}" -v k="$runs" \
+  -v cn="$(median rt_c 2)" -v rn="$(median rt_rust 2)" \
+  -v cc="$(median rt_c 3)" -v rc="$(median rt_rust 3)" 'BEGIN {
+  printf "%-20s %12s %12s %12s\n", "", "instr/req", "ns/req", "CPU ns/req"
+  printf "%-20s %12.1f %12.1f %12.1f\n", "C API", ci / 10000, cn, cc
+  printf "%-20s %12.1f %12.1f %12.1f\n", "Rust on vqp-host", ri / 10000, rn, rc
+  printf "%-20s %+11.1f%% %+11.1f%% %+11.1f%%\n", "C API over Rust",
+    100 * (ci - ri) / ri, 100 * (cn - rn) / rn, 100 * (cc - rc) / rc
+  printf "(ns: medians of %d alternating runs of 100,000; CPU: the looping thread'"'"'s)\n", k }'
