@@ -4,12 +4,13 @@
 //! recorded as `Copy` details. `catch_unwind` (in `guard`) adds no instruction to a
 //! call that does not panic: unwinding is table-driven, so it stays on the data path.
 
-use vqp_core::{Keys, Opcode, RecvWr, SendFlags, SendWr, WcOpcode, MAX_DEVICES};
+use vqp_core::{Keys, Opcode, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcOut, MAX_DEVICES};
 
 use crate::endpoint::live;
 use crate::status::{guard, vqp_status, Fail};
 use crate::types::{
-    vqp_endpoint, vqp_keys, vqp_recv_wr, vqp_send_wr, vqp_wc, VQP_MAX_DEVICES, VQP_WC_WITH_IMM,
+    vqp_endpoint, vqp_keys, vqp_recv_wr, vqp_send_wr, vqp_wc, VQP_MAX_DEVICES, VQP_POLL_BATCH,
+    VQP_WC_WITH_IMM,
 };
 
 /// vqp-core's request, read in place from C's: the two have one layout (asserted
@@ -172,31 +173,53 @@ pub unsafe extern "C" fn vqp_poll(
         }
         // SAFETY: one thread at a time per endpoint (the contract).
         let l = unsafe { live(ep) }?;
-        let room = (cap as usize).min(l.scratch.len());
+        let mut out = CWcs {
+            wc,
+            cap: (cap as usize).min(VQP_POLL_BATCH as usize),
+        };
         let c = &mut l.conn;
-        let got = c.vcq.poll(&mut [&mut c.vqp], &mut l.scratch[..room])?;
-        for (i, w) in l.scratch[..got].iter().enumerate() {
-            let out = vqp_wc {
-                wr_id: w.wr_id,
-                byte_len: w.byte_len,
-                status: w.status.0,
-                opcode: w.opcode.0,
-                qp_num: w.qp_num,
-                imm_data: w.imm_data.unwrap_or(0),
-                flags: if w.imm_data.is_some() {
-                    VQP_WC_WITH_IMM
-                } else {
-                    0
-                },
-                reserved: 0,
-            };
-            // SAFETY: i < got <= room <= cap, and `wc` is writable for `cap` entries.
-            unsafe { wc.add(i).write(out) };
-        }
+        let got = c.vcq.poll_into(&mut [&mut c.vqp], &mut out)?;
         // SAFETY: `n` is non-null and writable.
         unsafe { n.write(got as u32) };
         Ok(())
     })
+}
+
+/// The caller's `vqp_wc` array, written in place by the virtual CQ's poll.
+struct CWcs {
+    /// Writable for `cap` completions (`vqp_poll`'s contract; null only with `cap` 0).
+    wc: *mut vqp_wc,
+    cap: usize,
+}
+
+impl WcOut for CWcs {
+    #[inline(always)]
+    fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    #[inline(always)]
+    fn put(&mut self, i: usize, w: Wc) {
+        if i >= self.cap {
+            return;
+        }
+        let out = vqp_wc {
+            wr_id: w.wr_id,
+            byte_len: w.byte_len,
+            status: w.status.0,
+            opcode: w.opcode.0,
+            qp_num: w.qp_num,
+            imm_data: w.imm_data.unwrap_or(0),
+            flags: if w.imm_data.is_some() {
+                VQP_WC_WITH_IMM
+            } else {
+                0
+            },
+            reserved: 0,
+        };
+        // SAFETY: i < cap, and `wc` is writable for `cap` entries.
+        unsafe { self.wc.add(i).write(out) };
+    }
 }
 
 const _: () = assert!(

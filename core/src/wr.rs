@@ -450,6 +450,28 @@ impl Wc {
     };
 }
 
+/// Where a poll writes virtual completions: a `[Wc]`, or a caller's array of another
+/// layout (vqp-capi writes C's `vqp_wc` in place through it, with no copy between).
+pub trait WcOut {
+    /// How many completions fit.
+    fn capacity(&self) -> usize;
+    /// Write completion `i`; called only with `i < capacity()`, each index once per
+    /// poll, in increasing order.
+    fn put(&mut self, i: usize, wc: Wc);
+}
+
+impl WcOut for [Wc] {
+    #[inline(always)]
+    fn capacity(&self) -> usize {
+        self.len()
+    }
+
+    #[inline(always)]
+    fn put(&mut self, i: usize, wc: Wc) {
+        self[i] = wc;
+    }
+}
+
 impl Default for Wc {
     fn default() -> Self {
         Self::EMPTY
