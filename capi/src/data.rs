@@ -1,6 +1,7 @@
 //! The data path: post sends and receives, poll completions into the caller's array.
 //! Nothing here allocates or locks: the handle lookup is an index and one compare,
-//! a send request is read in place (its layout is vqp-core's), and errors are
+//! a send request is read in place (its layout is vqp-core's), completions are
+//! written straight into the caller's array (through `WcOut`), and errors are
 //! recorded as `Copy` details. `catch_unwind` (in `guard`) adds no instruction to a
 //! call that does not panic: unwinding is table-driven, so it stays on the data path.
 
