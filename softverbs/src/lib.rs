@@ -237,6 +237,7 @@ mod shared;
 mod srq;
 pub mod symbols;
 mod wqe;
+mod xrc;
 
 use std::fmt;
 use std::sync::atomic::Ordering;

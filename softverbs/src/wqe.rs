@@ -79,6 +79,9 @@ pub(crate) struct SendWqe {
     pub ud: Option<Datagram>,
     /// Its bytes have a slot on the device's link (a rated link: see `link`).
     pub shaped: bool,
+    /// An XRC send's remote SRQ number (`qp_type.xrc.remote_srqn`, carried in the
+    /// request's XRC extended transport header); 0 for other QP types.
+    pub xrc_srqn: u32,
 }
 
 impl SendWqe {

@@ -236,7 +236,13 @@ pub unsafe extern "C" fn ibv_query_device(
         hw_ver: 1,
         max_qp: 1 << 20,
         max_qp_wr: MAX_QP_WR as c_int,
-        device_cap_flags: (1 << 5) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11) | (1 << 12),
+        device_cap_flags: (1 << 5)
+            | (1 << 7)
+            | (1 << 8)
+            | (1 << 10)
+            | (1 << 11)
+            | (1 << 12)
+            | IBV_DEVICE_XRC,
         max_sge: MAX_SGE as c_int,
         max_sge_rd: MAX_SGE as c_int,
         max_cq: 1 << 20,

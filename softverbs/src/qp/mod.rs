@@ -60,6 +60,12 @@ pub(crate) struct QpCore {
     pub recv_cq: Arc<CqCore>,
     /// The shared receive queue it takes its receives from, if any.
     pub srq: Option<Arc<crate::srq::SrqCore>>,
+    /// The XRC domain of an XRC receive QP (whose requests take their receives from
+    /// the SRQ of this domain they name).
+    pub xrcd: Option<Arc<crate::xrc::XrcdCore>>,
+    /// Handles `ibv_open_qp` made on it that are still open (it cannot be destroyed
+    /// meanwhile).
+    pub opens: AtomicU32,
     pub sq_sig_all: bool,
     /// Granted sizes.
     pub cap: ibv_qp_cap,
@@ -156,6 +162,8 @@ impl QpCore {
             send_cq,
             recv_cq,
             srq,
+            xrcd: None,
+            opens: AtomicU32::new(0),
             sq_sig_all,
             cap,
             handle: AtomicUsize::new(0),
@@ -229,6 +237,17 @@ impl QpCore {
         if let Some(s) = &self.srq {
             s.users.fetch_sub(1, Ordering::Relaxed);
         }
+        if let Some(x) = &self.xrcd {
+            x.users.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Makes it an XRC receive QP of domain `x` (counted as a user of it until
+    /// [`QpCore::destroy`]).
+    pub fn in_xrcd(mut self, x: Arc<crate::xrc::XrcdCore>) -> Self {
+        x.users.fetch_add(1, Ordering::AcqRel);
+        self.xrcd = Some(x);
+        self
     }
 
     /// Moves the QP to the error state (from the engine), flushing everything
@@ -278,10 +297,11 @@ impl QpCore {
     }
 
     /// Whether the QP is unreliable (UC or UD): nothing is acknowledged, so its
-    /// requests complete successfully whatever becomes of them at the responder.
+    /// requests complete successfully whatever becomes of them at the responder. (RC
+    /// and the two halves of XRC are reliable.)
     #[inline]
     pub fn unreliable(&self) -> bool {
-        self.qp_type != IBV_QPT_RC
+        matches!(self.qp_type, IBV_QPT_UC | IBV_QPT_UD)
     }
 
     /// Whether the QP is UD: each send names its destination through an address handle.

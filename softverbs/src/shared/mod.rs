@@ -527,6 +527,56 @@ pub(crate) fn qp_owner_pid(p: &'static dyn Endpoint, device: usize, qpn: u32) ->
     }
 }
 
+/// How an XRC domain was opened (see [`xrcd_hold`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum XrcdOpen {
+    /// No process of the namespace had it open: this one created it.
+    Created,
+    /// Another opener (this process or another) holds it.
+    Existing,
+}
+
+/// Takes a hold on the XRC domain of device `dev` named by the file (`st_dev`,
+/// `st_ino`), machine-wide: the namespace's `xrcd-<dev>-<st_dev>-<ino>` file, on which
+/// every holder keeps a shared `flock` (released by the kernel when the holder exits).
+/// Whether the domain exists is whether anyone holds the lock; the kernel's rules for
+/// `ibv_open_xrcd` (`ib_uverbs_open_xrcd`) follow: a domain nobody holds without
+/// `O_CREAT` is `EAGAIN`, one somebody holds with `O_EXCL` is `EINVAL`. The hold lasts
+/// as long as the returned file is open.
+pub(crate) fn xrcd_hold(
+    dev: usize,
+    st_dev: u64,
+    ino: u64,
+    create: bool,
+    excl: bool,
+) -> Result<(std::fs::File, XrcdOpen), i32> {
+    let ns = dir::NsDir::open().map_err(|e| e.errno())?;
+    let name = format!("xrcd-{dev}-{st_dev:x}-{ino:x}");
+    let f = ns
+        .open_file(&name, dir::Create::IfMissing)
+        .map_err(|e| match e {
+            dir::FileError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            dir::FileError::Refused(_) => libc::EACCES,
+        })?;
+    let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
+    // Alone (an exclusive lock is granted): nobody holds the domain.
+    let alone = sys::flock(&f, libc::LOCK_EX | libc::LOCK_NB).map_err(errno)?;
+    let how = if alone {
+        if !create {
+            return Err(libc::EAGAIN);
+        }
+        XrcdOpen::Created
+    } else {
+        if excl {
+            return Err(libc::EINVAL);
+        }
+        XrcdOpen::Existing
+    };
+    // Converts (or waits for a creator's exclusive lock to become) a shared one.
+    sys::flock(&f, libc::LOCK_SH).map_err(errno)?;
+    Ok((f, how))
+}
+
 /// Frees QP number `qpn`.
 pub(crate) fn release(qpn: u32) {
     if let Some(s) = current() {
