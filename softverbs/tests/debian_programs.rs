@@ -423,3 +423,65 @@ perftests! {
     perftest_read_lat_as_libibverbs_so_1: "ib_read_lat", LibraryPath, Table::Lat { server: false };
     perftest_send_lat_as_libibverbs_so_1: "ib_send_lat", LibraryPath, Table::Lat { server: true };
 }
+
+/// ibv_xsrq_pingpong: XRC. Each side opens the XRC domain of `/tmp/xrc_domain`,
+/// creates an XRC SRQ with its own CQ, an XRC receive QP and an XRC send QP, and sends
+/// naming the other side's SRQ number; `-n` round trips each way, then "success".
+/// Each side's remote receive QP, send QP and SRQ numbers are the other's local ones.
+fn xsrq_pingpong(test: &str, subst: Subst, extra: &[&str]) {
+    let server = [&["-d", "soft1", "-n", "50"], extra].concat();
+    let client = [&["-d", "soft0", "-n", "50"], extra].concat();
+    let Some(o) = two_processes(
+        test,
+        "ibverbs-utils",
+        "ibv_xsrq_pingpong",
+        subst,
+        (&server, &client),
+        procs::free_port(),
+    ) else {
+        return;
+    };
+    let both = format!("--- server\n{}--- client\n{}", o.server, o.client);
+    // "  local: LID 0002, QPN RECV 000012 SEND 000013, PSN 47e3ee, SRQN 000011, GID ::"
+    let ids = |out: &str, which: &str| -> (String, String, String) {
+        let l = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(which))
+            .unwrap_or_else(|| panic!("no {which} line:\n{both}"));
+        let after = |key: &str| {
+            l.split(key)
+                .nth(1)
+                .and_then(|s| s.split([',', ' ']).next())
+                .unwrap_or_else(|| panic!("no {key} in {l:?}:\n{both}"))
+                .to_string()
+        };
+        (after("RECV "), after("SEND "), after("SRQN "))
+    };
+    for out in [&o.server, &o.client] {
+        assert!(out.lines().any(|l| l == "success"), "{both}");
+    }
+    assert_eq!(ids(&o.server, "local"), ids(&o.client, "remote"), "{both}");
+    assert_eq!(ids(&o.client, "local"), ids(&o.server, "remote"), "{both}");
+    assert_ne!(ids(&o.server, "local"), ids(&o.client, "local"), "{both}");
+}
+
+#[test]
+fn xsrq_pingpong_under_ld_preload() {
+    xsrq_pingpong("xsrq_pingpong_under_ld_preload", Subst::Preload, &[]);
+}
+
+#[test]
+fn xsrq_pingpong_as_libibverbs_so_1() {
+    xsrq_pingpong("xsrq_pingpong_as_libibverbs_so_1", Subst::LibraryPath, &[]);
+}
+
+/// With `-e`: each side sleeps on its receive CQ's completion channel, woken by the
+/// completions the XRC SRQ's receives put on that CQ.
+#[test]
+fn xsrq_pingpong_with_completion_events_under_ld_preload() {
+    xsrq_pingpong(
+        "xsrq_pingpong_with_completion_events_under_ld_preload",
+        Subst::Preload,
+        &["-e"],
+    );
+}
