@@ -402,6 +402,30 @@ mod tests {
     }
 
     #[test]
+    fn xrc_transitions_are_the_kernels_xrc_ini_and_xrc_tgt() {
+        use super::state::transition_of;
+        let responder = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+        let (send_rtr, _) = transition_of(IBV_QPT_XRC_SEND, IBV_QPS_INIT, IBV_QPS_RTR).unwrap();
+        let (recv_rtr, _) = transition_of(IBV_QPT_XRC_RECV, IBV_QPS_INIT, IBV_QPS_RTR).unwrap();
+        assert_eq!(send_rtr & responder, 0);
+        assert_eq!(recv_rtr, send_rtr | responder);
+        let (send_rts, send_opt) =
+            transition_of(IBV_QPT_XRC_SEND, IBV_QPS_RTR, IBV_QPS_RTS).unwrap();
+        let (recv_rts, recv_opt) =
+            transition_of(IBV_QPT_XRC_RECV, IBV_QPS_RTR, IBV_QPS_RTS).unwrap();
+        assert_eq!(
+            send_rts,
+            transition_of(IBV_QPT_RC, IBV_QPS_RTR, IBV_QPS_RTS)
+                .unwrap()
+                .0
+        );
+        assert_eq!(recv_rts, IBV_QP_TIMEOUT | IBV_QP_SQ_PSN);
+        assert_eq!(send_opt & IBV_QP_MIN_RNR_TIMER, 0);
+        assert_ne!(recv_opt & IBV_QP_MIN_RNR_TIMER, 0);
+        assert!(transition_of(IBV_QPT_XRC_RECV, IBV_QPS_RESET, IBV_QPS_RTR).is_none());
+    }
+
+    #[test]
     fn rnr_timer_table() {
         assert_eq!(rnr_delay(12), Duration::from_micros(640));
         assert_eq!(
