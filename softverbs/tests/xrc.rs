@@ -505,3 +505,72 @@ fn child() {
     }
     drop(keep);
 }
+
+/// Null and foreign arguments to every XRC operation are `EINVAL` (or null with
+/// `errno` `EINVAL`), never a crash: a domain, SRQ or QP that does not exist, or an
+/// object of another kind in its place.
+#[test]
+fn xrc_operations_refuse_null_and_foreign_objects() {
+    isolate();
+    let v = verbs();
+    let a = Node::new(&v, "soft0");
+    let x = vctx(a.c());
+    let mut xa = ibv_xrcd_init_attr {
+        comp_mask: IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+        fd: -1,
+        oflags: 0,
+    };
+    // SAFETY: each call is given null or a pointer of another kind, which the provider
+    // must refuse without touching it.
+    unsafe {
+        assert!(x.open_xrcd.unwrap()(null_mut(), &mut xa).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        assert!(x.open_xrcd.unwrap()(a.c(), null_mut()).is_null());
+        assert_eq!(x.close_xrcd.unwrap()(null_mut()), libc::EINVAL);
+        assert_eq!(x.close_xrcd.unwrap()(a.pd.as_raw().cast()), libc::EINVAL);
+        assert!(x.create_srq_ex.unwrap()(a.c(), null_mut()).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        let mut n = 0;
+        assert_eq!(x.get_srq_num.unwrap()(null_mut(), &mut n), libc::EINVAL);
+        assert_eq!(x.get_srq_num.unwrap()(a.cq.cast(), &mut n), libc::EINVAL);
+        assert!(x.open_qp.unwrap()(a.c(), null_mut()).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+    }
+    let d = open_xrcd(a.c(), -1, 0).unwrap();
+    // An SRQ whose domain or CQ is not one.
+    let mut sa = ibv_srq_init_attr_ex {
+        attr: ibv_srq_attr {
+            max_wr: 4,
+            max_sge: 1,
+            srq_limit: 0,
+        },
+        comp_mask: IBV_SRQ_INIT_ATTR_TYPE
+            | IBV_SRQ_INIT_ATTR_PD
+            | IBV_SRQ_INIT_ATTR_XRCD
+            | IBV_SRQ_INIT_ATTR_CQ,
+        srq_type: IBV_SRQT_XRC,
+        pd: a.pd.as_raw(),
+        xrcd: a.pd.as_raw().cast(),
+        cq: a.cq,
+        ..Default::default()
+    };
+    assert_eq!(create_srq_ex(a.c(), &mut sa).err(), Some(libc::EINVAL));
+    sa.xrcd = d;
+    sa.cq = a.pd.as_raw().cast();
+    assert_eq!(create_srq_ex(a.c(), &mut sa).err(), Some(libc::EINVAL));
+    // A receive QP in no domain, or in a PD posing as one.
+    assert_eq!(recv_qp(a.c(), null_mut()).err(), Some(libc::EINVAL));
+    assert_eq!(
+        recv_qp(a.c(), a.pd.as_raw().cast()).err(),
+        Some(libc::EINVAL)
+    );
+    // ibv_open_qp of a QP that is not an XRC receive QP.
+    let s = send_qp(&a, 0).unwrap();
+    assert_eq!(open_qp(a.c(), d, qpn(s)).err(), Some(libc::EINVAL));
+    // SAFETY: a live QP nothing else uses.
+    assert_eq!(unsafe { sv::ibv_destroy_qp(s) }, 0);
+    assert_eq!(close_xrcd(d), 0);
+    // SAFETY: a domain closed already, which the provider must refuse untouched.
+    let again = unsafe { x.close_xrcd.unwrap()(d) };
+    assert_eq!(again, libc::EINVAL, "closed already");
+}
