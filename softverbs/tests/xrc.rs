@@ -57,8 +57,10 @@ fn each_request_takes_a_receive_of_the_srq_it_names() {
     assert_eq!(&b.buf()[..5], b"first");
     assert_eq!(&b.buf()[64..70], b"second");
     assert!(poll(b.cq, 1, 50).is_empty() && poll(cq2, 1, 50).is_empty());
-    // SAFETY: live objects, used by nothing else.
+    // SAFETY: live objects; the CQ and the domain are refused while an SRQ uses them.
     unsafe {
+        assert_eq!(sv::ibv_destroy_cq(cq2), libc::EBUSY);
+        assert_eq!(close_xrcd(x), libc::EBUSY);
         assert_eq!(sv::ibv_destroy_qp(s), 0);
         assert_eq!(sv::ibv_destroy_qp(r), 0);
         assert_eq!(sv::ibv_destroy_srq(s1), 0);
