@@ -375,8 +375,13 @@ fn check_row(out: &str, table: Table, bytes: f64, ctx: &str) {
 }
 
 fn perftest(test: &str, prog: &str, subst: Subst, table: Table, port: u16) {
-    let s = ["-d", "soft1", "-n", "100"];
-    let c = ["-d", "soft0", "-n", "100"];
+    perftest_with(test, prog, subst, table, &[], port);
+}
+
+/// As [`perftest`], with `extra` arguments on both sides.
+fn perftest_with(test: &str, prog: &str, subst: Subst, table: Table, extra: &[&str], port: u16) {
+    let s = [&["-d", "soft1", "-n", "100"], extra].concat();
+    let c = [&["-d", "soft0", "-n", "100"], extra].concat();
     let Some(o) = two_processes(test, "perftest", prog, subst, (&s, &c), port) else {
         return;
     };
@@ -422,6 +427,34 @@ perftests! {
     perftest_write_lat_as_libibverbs_so_1: "ib_write_lat", LibraryPath, Table::Lat { server: true };
     perftest_read_lat_as_libibverbs_so_1: "ib_read_lat", LibraryPath, Table::Lat { server: false };
     perftest_send_lat_as_libibverbs_so_1: "ib_send_lat", LibraryPath, Table::Lat { server: true };
+}
+
+/// perftest over XRC (`-c XRC`): each side's XRC send QP names the other's XRC SRQ,
+/// which its XRC receive QP serves; the QPs are moved with RC's attribute masks, which
+/// the kernel trims for each XRC half (`modify_qp_mask`).
+macro_rules! xrc_perftests {
+    ($($name:ident: $prog:literal, $subst:ident, $table:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            perftest_with(
+                stringify!($name),
+                $prog,
+                Subst::$subst,
+                $table,
+                &["-c", "XRC"],
+                procs::free_port(),
+            );
+        }
+    )*};
+}
+
+xrc_perftests! {
+    perftest_xrc_send_bw_under_ld_preload: "ib_send_bw", Preload, Table::Bw;
+    perftest_xrc_write_bw_under_ld_preload: "ib_write_bw", Preload, Table::Bw;
+    perftest_xrc_read_bw_under_ld_preload: "ib_read_bw", Preload, Table::Bw;
+    perftest_xrc_atomic_bw_under_ld_preload: "ib_atomic_bw", Preload, Table::Bw;
+    perftest_xrc_send_lat_under_ld_preload: "ib_send_lat", Preload, Table::Lat { server: true };
+    perftest_xrc_send_bw_as_libibverbs_so_1: "ib_send_bw", LibraryPath, Table::Bw;
 }
 
 /// ibv_xsrq_pingpong: XRC. Each side opens the XRC domain of `/tmp/xrc_domain`,

@@ -128,6 +128,18 @@ fn xrc_transition(recv: bool, cur: u32, next: u32) -> Option<(u32, u32)> {
     }
 }
 
+/// The mask without the attributes the kernel ignores for an XRC QP before it checks
+/// the transition (`modify_qp_mask`, drivers/infiniband/core/uverbs_cmd.c): the
+/// responder's read depth and RNR timer of a send half, the retry counts and read depth
+/// of a receive half. Programs written for RC masks (perftest, xsrq_pingpong) rely on it.
+fn ignored_removed(qp_type: u32, mask: u32) -> u32 {
+    match qp_type {
+        IBV_QPT_XRC_SEND => mask & !(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+        IBV_QPT_XRC_RECV => mask & !(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY),
+        _ => mask,
+    }
+}
+
 /// Access bits a QP may grant to its peer.
 const QP_ACCESS_BITS: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_WRITE
@@ -197,6 +209,7 @@ impl QpCore {
         mask: u32,
         resolve: impl FnOnce(&ibv_ah_attr) -> Option<usize>,
     ) -> Result<(), i32> {
+        let mask = ignored_removed(self.qp_type, mask);
         let mut g = self.lock();
         let cur = if mask & IBV_QP_CUR_STATE != 0 {
             if attr.cur_qp_state != g.state {
