@@ -10,7 +10,6 @@
 //! shared namespace ([`crate::shared::xrcd_hold`]). Without a file (`fd` -1) a domain
 //! is private to its opener.
 
-use std::fs::File;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// An XRC domain as one `ibv_open_xrcd` opened it.
@@ -22,7 +21,7 @@ pub(crate) struct XrcdCore {
     /// QPs and SRQs created in it through this handle (closing it meanwhile is `EBUSY`).
     pub users: AtomicU32,
     /// The machine-wide hold on a file-named domain (dropped with the handle).
-    _hold: Option<File>,
+    _hold: Option<crate::shared::XrcdHold>,
 }
 
 /// The identity of a private domain: bit 63 set, then the process id and a counter, so

@@ -141,7 +141,7 @@ fn an_srq_of_another_domain_is_an_invalid_request() {
 /// used, and the domain gone once every handle is closed.
 #[test]
 fn a_file_names_one_domain_with_o_creat_semantics() {
-    isolate();
+    let ns = isolate();
     let v = verbs();
     let a = Node::new(&v, "soft0");
     let b = Node::new(&v, "soft1");
@@ -199,8 +199,22 @@ fn a_file_names_one_domain_with_o_creat_semantics() {
     // x2 still holds it: opening without O_CREAT works; once it is closed, it does not.
     let x3 = open_xrcd(b.c(), f.fd(), 0).expect("x2 still holds the domain");
     assert_eq!(close_xrcd(x3), 0);
+    let ino = {
+        use std::os::unix::fs::MetadataExt;
+        f.file.metadata().unwrap().ino()
+    };
+    let domain_files = || {
+        std::fs::read_dir(&ns)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("xrcd-1-") && n.ends_with(&format!("-{ino:x}")))
+            .count()
+    };
+    assert_eq!(domain_files(), 1, "the domain's file while x2 holds it");
     assert_eq!(close_xrcd(x2), 0);
+    assert_eq!(domain_files(), 0, "the last holder removes it");
     assert_eq!(open_xrcd(b.c(), f.fd(), 0).err(), Some(libc::EAGAIN));
+    assert_eq!(domain_files(), 0, "a refused open leaves none");
 }
 
 /// The state machine of each XRC type (the kernel's `qp_state_table`), the queues they
