@@ -15,8 +15,8 @@
 //!                                            ▼                                 ▼
 //!  1 ABI          abi/, the API functions of this file, symbols, launch (`softverbs run`)
 //!  2 provider     provider: devices, the MR and QP tables, the engine, fault rules
-//!  3 objects      qp/ (state machine, queues, posting), cq, srq, mem (keys, checked copies),
-//!                 wqe (work requests as queued, the queue limits)
+//!  3 objects      qp/ (state machine, queues, posting), cq, srq, xrc (XRC domains), mem
+//!                 (keys, checked copies), wqe (work requests as queued, the queue limits)
 //!  4 engine       engine/: run queue, reorder policy, executing WQEs, the responder,
 //!                 remote/ (a WQE to or a request from another process)
 //!  5 transports   shared/ (other processes: namespace, registry, inbox, exports,
@@ -40,8 +40,8 @@
 //! [`set_device_count`] before first use). Each has one port, ACTIVE, link layer
 //! **InfiniBand**: LID `index + 1`, one GID (`fe80::` + node GUID, index 0), one P_Key
 //! (0xffff at index 0), MTU 4096. An address vector may name the peer by LID or, with a
-//! GRH, by GID. QP types: RC, UC and UD (with address handles), and shared receive
-//! queues. Limits are in [`ibv_query_device`]: 16384 WQEs per queue, 32 SGEs, 1 KiB
+//! GRH, by GID. QP types: RC, UC and UD (with address handles), XRC (send and receive
+//! QPs, XRC domains and SRQs), and shared receive queues. Limits are in [`ibv_query_device`]: 16384 WQEs per queue, 32 SGEs, 1 KiB
 //! inline, 4 Mi CQEs, 16 outstanding READ/atomic. A port's link can be rated (bytes per
 //! second, [`set_rate`]) or taken down ([`set_link`]). `ibv_query_port` reports a rated
 //! port's rate as the InfiniBand width and lane speed nearest to it (1 GB/s: 4X SDR,
@@ -71,11 +71,12 @@
 //! channels, RC QPs, UC QPs (SEND and WRITE, unacknowledged: what the responder cannot
 //! take is dropped and the requester completes), UD QPs with address handles (datagrams
 //! up to the MTU behind the GRH area, Q_Keys), shared receive queues with the limit
-//! and last-WQE events,
+//! and last-WQE events, XRC (`ibv_open_xrcd` domains shared between processes through
+//! a file, XRC SRQs, XRC send and receive QPs, `ibv_open_qp`; softverbs/README.md),
 //! asynchronous events, the string and rate helpers, the sysfs attributes of the soft
 //! devices) behave as on a ConnectX; the others fail as an
 //! rdma-core provider without the operation does — null with `errno` `EOPNOTSUPP`, or
-//! `EOPNOTSUPP` returned: XRC, multicast, imports, ECE, DMA handles, dma-buf
+//! `EOPNOTSUPP` returned: multicast, imports, ECE, DMA handles, dma-buf
 //! registration, memory windows, on-demand paging. The data-path verbs are verbs.h
 //! inlines over `context->ops`, which this provider fills. Every context is an extended
 //! `verbs_context` (laid out in front of the `ibv_context`, `abi_compat`
@@ -239,6 +240,7 @@ mod shared;
 mod srq;
 pub mod symbols;
 mod wqe;
+mod xrc;
 
 use std::fmt;
 use std::sync::atomic::Ordering;

@@ -91,6 +91,8 @@ pub(crate) struct Provider {
     /// referenced by their start, so memcheck sees them as reachable at exit, whereas
     /// hashbrown's pointer into the middle of its table is reported as "possibly lost".
     qps: RwLock<BTreeMap<u32, Weak<QpCore>>>,
+    /// Live XRC SRQs by number.
+    srqs: RwLock<BTreeMap<u32, Weak<crate::srq::SrqCore>>>,
     pub engine: Engine,
     pub faults: Mutex<Faults>,
     contexts: Mutex<Vec<Weak<CtxCore>>>,
@@ -168,6 +170,7 @@ impl Provider {
             devices,
             mrs: RwLock::new(MrTable::default()),
             qps: RwLock::new(BTreeMap::new()),
+            srqs: RwLock::new(BTreeMap::new()),
             engine: Engine::new(reorder, progress),
             faults: Mutex::new(faults),
             contexts: Mutex::new(Vec::new()),
@@ -235,6 +238,38 @@ impl Provider {
             .get(&qpn)?
             .upgrade()?;
         (qp.dev == dev).then_some(qp)
+    }
+
+    /// Allocates an XRC SRQ number, from the QP numbers' machine-wide table (so that
+    /// it names nothing else on the node; it does not count as a QP created).
+    pub fn alloc_srqn(&'static self) -> Result<u32, i32> {
+        crate::shared::alloc_qpn(self)
+    }
+
+    /// Makes XRC SRQ `srqn` findable by its number (taken with [`Provider::alloc_qpn`]).
+    pub fn register_srq(&self, srqn: u32, srq: &Arc<crate::srq::SrqCore>) {
+        self.srqs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(srqn, Arc::downgrade(srq));
+    }
+
+    /// Forgets XRC SRQ number `srqn` (and frees it machine-wide).
+    pub fn unregister_srq(&self, srqn: u32) {
+        self.srqs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&srqn);
+        crate::shared::release(srqn);
+    }
+
+    /// The live XRC SRQ `srqn` of this process.
+    pub fn find_srq(&self, srqn: u32) -> Option<Arc<crate::srq::SrqCore>> {
+        self.srqs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&srqn)?
+            .upgrade()
     }
 
     /// Every live QP (for fault rules applied after creation).

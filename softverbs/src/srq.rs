@@ -15,6 +15,11 @@
 //!   `IBV_EVENT_QP_LAST_WQE_REACHED` and leaves the SRQ's receives alone (they belong to
 //!   the SRQ, not to the QP; `qp::QpCore::to_error`);
 //! - destroying an SRQ that QPs still use is `EBUSY`.
+//!
+//! An XRC SRQ ([`XrcSrq`], `ibv_create_srq_ex` with `IBV_SRQT_XRC`) belongs to an XRC
+//! domain and has its own CQ and a number (`ibv_get_srq_num`): no QP is attached to it;
+//! a request arriving at an XRC receive QP of its domain names it and takes a receive
+//! from it, its completion going to the SRQ's CQ.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -42,7 +47,20 @@ pub(crate) struct SrqCore {
     pub handle: AtomicUsize,
     /// QPs attached.
     pub users: AtomicU32,
+    /// What an XRC SRQ has beside (`None` for a basic SRQ).
+    pub xrc: Option<XrcSrq>,
     inner: std::sync::Mutex<Queue>,
+}
+
+/// An XRC SRQ's domain, CQ and number.
+pub(crate) struct XrcSrq {
+    /// The domain; requests through XRC receive QPs of another domain may not use it.
+    pub xrcd: Arc<crate::xrc::XrcdCore>,
+    /// Where its receives complete.
+    pub cq: Arc<crate::cq::CqCore>,
+    /// The number requests name it by (from the machine-wide QP number table, so that
+    /// no two SRQs or QPs of the node share one).
+    pub srqn: u32,
 }
 
 /// The posted receives and the armed limit, under the SRQ's lock.
@@ -67,11 +85,29 @@ impl SrqCore {
             max_sge: attr.max_sge.max(1),
             handle: AtomicUsize::new(0),
             users: AtomicU32::new(0),
+            xrc: None,
             inner: std::sync::Mutex::new(Queue {
                 rq: VecDeque::new(),
                 limit: 0,
             }),
         })
+    }
+
+    /// Makes it an XRC SRQ (counted as a user of its domain and CQ until
+    /// [`SrqCore::detach`]).
+    pub fn with_xrc(mut self, x: XrcSrq) -> Self {
+        x.xrcd.users.fetch_add(1, Ordering::AcqRel);
+        x.cq.users.fetch_add(1, Ordering::AcqRel);
+        self.xrc = Some(x);
+        self
+    }
+
+    /// Called when the SRQ is destroyed: an XRC SRQ no longer uses its domain and CQ.
+    pub fn detach(&self) {
+        if let Some(x) = &self.xrc {
+            x.xrcd.users.fetch_sub(1, Ordering::AcqRel);
+            x.cq.users.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// Locks the queue (a responder holds it from the look at the head receive to

@@ -83,6 +83,9 @@ pub(crate) struct SendWqe {
     pub shaped: bool,
     /// What an `IBV_WR_BIND_MW` binds (its window, region, range and rights).
     pub bind: Option<Box<crate::mem::BindRequest>>,
+    /// An XRC send's remote SRQ number (`qp_type.xrc.remote_srqn`, carried in the
+    /// request's XRC extended transport header); 0 for other QP types.
+    pub xrc_srqn: u32,
 }
 
 impl SendWqe {

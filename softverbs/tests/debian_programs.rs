@@ -375,8 +375,13 @@ fn check_row(out: &str, table: Table, bytes: f64, ctx: &str) {
 }
 
 fn perftest(test: &str, prog: &str, subst: Subst, table: Table, port: u16) {
-    let s = ["-d", "soft1", "-n", "100"];
-    let c = ["-d", "soft0", "-n", "100"];
+    perftest_with(test, prog, subst, table, &[], port);
+}
+
+/// As [`perftest`], with `extra` arguments on both sides.
+fn perftest_with(test: &str, prog: &str, subst: Subst, table: Table, extra: &[&str], port: u16) {
+    let s = [&["-d", "soft1", "-n", "100"], extra].concat();
+    let c = [&["-d", "soft0", "-n", "100"], extra].concat();
     let Some(o) = two_processes(test, "perftest", prog, subst, (&s, &c), port) else {
         return;
     };
@@ -422,4 +427,94 @@ perftests! {
     perftest_write_lat_as_libibverbs_so_1: "ib_write_lat", LibraryPath, Table::Lat { server: true };
     perftest_read_lat_as_libibverbs_so_1: "ib_read_lat", LibraryPath, Table::Lat { server: false };
     perftest_send_lat_as_libibverbs_so_1: "ib_send_lat", LibraryPath, Table::Lat { server: true };
+}
+
+/// perftest over XRC (`-c XRC`): each side's XRC send QP names the other's XRC SRQ,
+/// which its XRC receive QP serves; the QPs are moved with RC's attribute masks, which
+/// the kernel trims for each XRC half (`modify_qp_mask`).
+macro_rules! xrc_perftests {
+    ($($name:ident: $prog:literal, $subst:ident, $table:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            perftest_with(
+                stringify!($name),
+                $prog,
+                Subst::$subst,
+                $table,
+                &["-c", "XRC"],
+                procs::free_port(),
+            );
+        }
+    )*};
+}
+
+xrc_perftests! {
+    perftest_xrc_send_bw_under_ld_preload: "ib_send_bw", Preload, Table::Bw;
+    perftest_xrc_write_bw_under_ld_preload: "ib_write_bw", Preload, Table::Bw;
+    perftest_xrc_read_bw_under_ld_preload: "ib_read_bw", Preload, Table::Bw;
+    perftest_xrc_atomic_bw_under_ld_preload: "ib_atomic_bw", Preload, Table::Bw;
+    perftest_xrc_send_lat_under_ld_preload: "ib_send_lat", Preload, Table::Lat { server: true };
+    perftest_xrc_send_bw_as_libibverbs_so_1: "ib_send_bw", LibraryPath, Table::Bw;
+}
+
+/// ibv_xsrq_pingpong: XRC. Each side opens the XRC domain of `/tmp/xrc_domain`,
+/// creates an XRC SRQ with its own CQ, an XRC receive QP and an XRC send QP, and sends
+/// naming the other side's SRQ number; `-n` round trips each way, then "success".
+/// Each side's remote receive QP, send QP and SRQ numbers are the other's local ones.
+fn xsrq_pingpong(test: &str, subst: Subst, extra: &[&str]) {
+    let server = [&["-d", "soft1", "-n", "50"], extra].concat();
+    let client = [&["-d", "soft0", "-n", "50"], extra].concat();
+    let Some(o) = two_processes(
+        test,
+        "ibverbs-utils",
+        "ibv_xsrq_pingpong",
+        subst,
+        (&server, &client),
+        procs::free_port(),
+    ) else {
+        return;
+    };
+    let both = format!("--- server\n{}--- client\n{}", o.server, o.client);
+    // "  local: LID 0002, QPN RECV 000012 SEND 000013, PSN 47e3ee, SRQN 000011, GID ::"
+    let ids = |out: &str, which: &str| -> (String, String, String) {
+        let l = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(which))
+            .unwrap_or_else(|| panic!("no {which} line:\n{both}"));
+        let after = |key: &str| {
+            l.split(key)
+                .nth(1)
+                .and_then(|s| s.split([',', ' ']).next())
+                .unwrap_or_else(|| panic!("no {key} in {l:?}:\n{both}"))
+                .to_string()
+        };
+        (after("RECV "), after("SEND "), after("SRQN "))
+    };
+    for out in [&o.server, &o.client] {
+        assert!(out.lines().any(|l| l == "success"), "{both}");
+    }
+    assert_eq!(ids(&o.server, "local"), ids(&o.client, "remote"), "{both}");
+    assert_eq!(ids(&o.client, "local"), ids(&o.server, "remote"), "{both}");
+    assert_ne!(ids(&o.server, "local"), ids(&o.client, "local"), "{both}");
+}
+
+#[test]
+fn xsrq_pingpong_under_ld_preload() {
+    xsrq_pingpong("xsrq_pingpong_under_ld_preload", Subst::Preload, &[]);
+}
+
+#[test]
+fn xsrq_pingpong_as_libibverbs_so_1() {
+    xsrq_pingpong("xsrq_pingpong_as_libibverbs_so_1", Subst::LibraryPath, &[]);
+}
+
+/// With `-e`: each side sleeps on its receive CQ's completion channel, woken by the
+/// completions the XRC SRQ's receives put on that CQ.
+#[test]
+fn xsrq_pingpong_with_completion_events_under_ld_preload() {
+    xsrq_pingpong(
+        "xsrq_pingpong_with_completion_events_under_ld_preload",
+        Subst::Preload,
+        &["-e"],
+    );
 }

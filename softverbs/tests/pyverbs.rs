@@ -1,7 +1,7 @@
 //! rdma-core's own test suite — the pyverbs tests Debian's `python3-pyverbs` installs
 //! under /usr/share/doc/rdma-core/tests — unmodified, through `softverbs run`: every
 //! test either passes or is skipped by the suite itself for a feature the soft devices
-//! do not have (mlx5 and EFA direct verbs, Ethernet, ODP, memory windows, XRC, …); none
+//! do not have (mlx5 and EFA direct verbs, Ethernet, ODP, memory windows, …); none
 //! fails and none errs. The skips are listed with their reasons and counts (see
 //! softverbs/README.md). Gated on the package: skipped with a line naming it when the
 //! suite or pyverbs is missing, failed then under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.

@@ -84,7 +84,7 @@ fn run_probe(test: &str, preload: bool) {
         run.describe()
     );
     let oks = run.stdout.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(oks, 48, "every check ran:\n{}", run.describe());
+    assert_eq!(oks, 55, "every check ran:\n{}", run.describe());
     assert!(run.stdout.contains("\n0 failures"), "{}", run.describe());
 }
 

@@ -106,19 +106,22 @@ pub struct verbs_context {
     pub ibv_create_flow: verbs_op,
     /// `ABI_placeholder1`.
     pub abi_placeholder1: verbs_op,
-    /// `open_qp`.
-    pub open_qp: verbs_op,
+    /// `ibv_open_qp`.
+    pub open_qp:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_open_attr) -> *mut ibv_qp>,
     /// `ibv_create_qp_ex`.
     pub create_qp_ex:
         Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
-    /// `get_srq_num`.
-    pub get_srq_num: verbs_op,
-    /// `create_srq_ex`.
-    pub create_srq_ex: verbs_op,
-    /// `open_xrcd`.
-    pub open_xrcd: verbs_op,
-    /// `close_xrcd`.
-    pub close_xrcd: verbs_op,
+    /// `ibv_get_srq_num`.
+    pub get_srq_num: Option<unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int>,
+    /// `ibv_create_srq_ex`.
+    pub create_srq_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq>,
+    /// `ibv_open_xrcd`.
+    pub open_xrcd:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd>,
+    /// `ibv_close_xrcd`.
+    pub close_xrcd: Option<unsafe extern "C" fn(*mut ibv_xrcd) -> c_int>,
     /// `_ABI_placeholder3`.
     pub abi_placeholder3: u64,
     /// `sizeof(struct verbs_context)`, immediately before `context`.
@@ -470,7 +473,7 @@ pub struct ibv_qp_init_attr_ex {
     /// Protection domain (or parent domain).
     pub pd: *mut ibv_pd,
     /// XRC domain.
-    pub xrcd: *mut c_void,
+    pub xrcd: *mut ibv_xrcd,
     /// `IBV_QP_CREATE_*`.
     pub create_flags: u32,
     /// TSO header size.
@@ -662,7 +665,116 @@ pub struct ibv_alloc_dm_attr {
     pub comp_mask: u32,
 }
 
+/// `struct ibv_xrcd`: an XRC domain.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_xrcd {
+    /// Owning context.
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_xrcd_init_attr`: `ibv_open_xrcd`'s argument.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_xrcd_init_attr {
+    /// `IBV_XRCD_INIT_ATTR_*`: which of the fields below are valid.
+    pub comp_mask: u32,
+    /// A file whose inode names the domain, or -1 for a private domain.
+    pub fd: c_int,
+    /// `O_CREAT`, `O_EXCL`.
+    pub oflags: c_int,
+}
+
+/// `IBV_XRCD_INIT_ATTR_FD`.
+pub const IBV_XRCD_INIT_ATTR_FD: u32 = 1;
+/// `IBV_XRCD_INIT_ATTR_OFLAGS`.
+pub const IBV_XRCD_INIT_ATTR_OFLAGS: u32 = 1 << 1;
+/// `IBV_XRCD_INIT_ATTR_RESERVED`.
+pub const IBV_XRCD_INIT_ATTR_RESERVED: u32 = 1 << 2;
+
+/// `struct ibv_tm_cap`: tag matching capacities of an SRQ.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_tm_cap {
+    /// Tags.
+    pub max_num_tags: u32,
+    /// Outstanding operations.
+    pub max_ops: u32,
+}
+
+/// `struct ibv_srq_init_attr_ex`: `ibv_create_srq_ex`'s argument.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_srq_init_attr_ex {
+    /// User context.
+    pub srq_context: *mut c_void,
+    /// Sizes (updated with what was granted) and limit.
+    pub attr: super::ibv_srq_attr,
+    /// `IBV_SRQ_INIT_ATTR_*`: which of the fields below are valid.
+    pub comp_mask: u32,
+    /// `IBV_SRQT_*`.
+    pub srq_type: u32,
+    /// Protection domain.
+    pub pd: *mut ibv_pd,
+    /// XRC domain (XRC SRQs).
+    pub xrcd: *mut ibv_xrcd,
+    /// Completion queue of the receives (XRC SRQs).
+    pub cq: *mut ibv_cq,
+    /// Tag matching.
+    pub tm_cap: ibv_tm_cap,
+}
+
+/// `IBV_SRQ_INIT_ATTR_TYPE`.
+pub const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1;
+/// `IBV_SRQ_INIT_ATTR_PD`.
+pub const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+/// `IBV_SRQ_INIT_ATTR_XRCD`.
+pub const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
+/// `IBV_SRQ_INIT_ATTR_CQ`.
+pub const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
+/// `IBV_SRQ_INIT_ATTR_TM`.
+pub const IBV_SRQ_INIT_ATTR_TM: u32 = 1 << 4;
+/// `IBV_SRQT_BASIC`.
+pub const IBV_SRQT_BASIC: u32 = 0;
+/// `IBV_SRQT_XRC`.
+pub const IBV_SRQT_XRC: u32 = 1;
+/// `IBV_SRQT_TM`.
+pub const IBV_SRQT_TM: u32 = 2;
+
+/// `struct ibv_qp_open_attr`: `ibv_open_qp`'s argument.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_qp_open_attr {
+    /// `IBV_QP_OPEN_ATTR_*`: which of the fields below are valid.
+    pub comp_mask: u32,
+    /// The QP to open.
+    pub qp_num: u32,
+    /// The XRC domain it was created in.
+    pub xrcd: *mut ibv_xrcd,
+    /// User context of the handle.
+    pub qp_context: *mut c_void,
+    /// `IBV_QPT_XRC_RECV`.
+    pub qp_type: u32,
+}
+
+/// `IBV_QP_OPEN_ATTR_NUM`.
+pub const IBV_QP_OPEN_ATTR_NUM: u32 = 1;
+/// `IBV_QP_OPEN_ATTR_XRCD`.
+pub const IBV_QP_OPEN_ATTR_XRCD: u32 = 1 << 1;
+/// `IBV_QP_OPEN_ATTR_CONTEXT`.
+pub const IBV_QP_OPEN_ATTR_CONTEXT: u32 = 1 << 2;
+/// `IBV_QP_OPEN_ATTR_TYPE`.
+pub const IBV_QP_OPEN_ATTR_TYPE: u32 = 1 << 3;
+/// `IBV_QP_OPEN_ATTR_RESERVED`.
+pub const IBV_QP_OPEN_ATTR_RESERVED: u32 = 1 << 4;
+
+/// `IBV_DEVICE_XRC`: the device has XRC.
+pub const IBV_DEVICE_XRC: u32 = 1 << 20;
+
 zeroed_default!(
+    ibv_xrcd,
+    ibv_srq_init_attr_ex,
+    ibv_qp_open_attr,
     verbs_context,
     ibv_device_attr_ex,
     ibv_values_ex,

@@ -218,6 +218,11 @@ layouts! {
     struct ibv_parent_domain_init_attr { pd, td, comp_mask, alloc, free, pd_context }
     struct ibv_dm { context, memcpy_to_dm, memcpy_from_dm, comp_mask, handle }
     struct ibv_alloc_dm_attr { length, log_align_req, comp_mask }
+    struct ibv_xrcd { context }
+    struct ibv_xrcd_init_attr { comp_mask, fd, oflags }
+    struct ibv_tm_cap { max_num_tags, max_ops }
+    struct ibv_srq_init_attr_ex { srq_context, attr, comp_mask, srq_type, pd, xrcd, cq, tm_cap }
+    struct ibv_qp_open_attr { comp_mask, qp_num, xrcd, qp_context, qp_type }
     struct ibv_port_attr [grows] {
         state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr,
         qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout,
@@ -285,6 +290,11 @@ constants! {
     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_BIND_MW,
     IBV_QP_EX_WITH_SEND_WITH_INV, IBV_QP_EX_WITH_TSO, IBV_QP_EX_WITH_ATOMIC_WRITE,
     IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS, IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT,
+    IBV_XRCD_INIT_ATTR_FD, IBV_XRCD_INIT_ATTR_OFLAGS, IBV_XRCD_INIT_ATTR_RESERVED,
+    IBV_SRQ_INIT_ATTR_TYPE, IBV_SRQ_INIT_ATTR_PD, IBV_SRQ_INIT_ATTR_XRCD, IBV_SRQ_INIT_ATTR_CQ,
+    IBV_SRQ_INIT_ATTR_TM, IBV_SRQT_BASIC, IBV_SRQT_XRC, IBV_SRQT_TM,
+    IBV_QP_OPEN_ATTR_NUM, IBV_QP_OPEN_ATTR_XRCD, IBV_QP_OPEN_ATTR_CONTEXT, IBV_QP_OPEN_ATTR_TYPE,
+    IBV_QP_OPEN_ATTR_RESERVED, IBV_DEVICE_XRC,
 }
 
 /// The C program printing the header's view of every entry of the list.

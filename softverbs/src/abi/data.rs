@@ -102,6 +102,12 @@ impl SendChain<'_> {
         } else {
             None
         };
+        let xrc_srqn = if self.qp.qp_type == IBV_QPT_XRC_SEND {
+            // SAFETY: the `qp_type` union has one member, `xrc`, a `u32`.
+            unsafe { wr.qp_type.xrc.remote_srqn }
+        } else {
+            0
+        };
         Ok(SendWqe {
             bind,
             wr_id: wr.wr_id,
@@ -122,6 +128,7 @@ impl SendChain<'_> {
             ready_at: None,
             shaped: false,
             ud,
+            xrc_srqn,
         })
     }
 }

@@ -238,7 +238,7 @@ pub unsafe extern "C" fn ibv_query_device(
         max_qp_wr: MAX_QP_WR as c_int,
         // Memory windows, type 1 and 2B, as a ConnectX reports them (Linux
         // drivers/infiniband/hw/mlx5/main.c, `mlx5_ib_query_device`:
-        // IB_DEVICE_MEM_WINDOW | IB_DEVICE_MEM_WINDOW_TYPE_2B, bits 17 and 24).
+        // IB_DEVICE_MEM_WINDOW | IB_DEVICE_MEM_WINDOW_TYPE_2B, bits 17 and 24), and XRC.
         device_cap_flags: (1 << 5)
             | (1 << 7)
             | (1 << 8)
@@ -246,7 +246,8 @@ pub unsafe extern "C" fn ibv_query_device(
             | (1 << 11)
             | (1 << 12)
             | (1 << 17)
-            | (1 << 24),
+            | (1 << 24)
+            | IBV_DEVICE_XRC,
         max_sge: MAX_SGE as c_int,
         max_sge_rd: MAX_SGE as c_int,
         max_cq: 1 << 20,

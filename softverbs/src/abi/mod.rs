@@ -19,7 +19,8 @@
 //! ([`verbs_ops`]) that verbs.h's inline wrappers call: `xdevice` (`query_device_ex`,
 //! `query_port`, `query_rt_values`, thread and parent domains), `cq_ex`
 //! (`create_cq_ex` and the `ibv_start_poll` family), `qp_ex` (`create_qp_ex` and the
-//! `ibv_wr_*` posting functions), `dm` (device memory).
+//! `ibv_wr_*` posting functions), `dm` (device memory), `xrc` (XRC domains, XRC SRQs
+//! and receive QPs, `ibv_open_qp`).
 //!
 //! The further exports, by module: `query` (device index, GID table and types, P_Key index, port
 //! speed), `sysfs` (`ibv_read_sysfs_file` with the soft devices' attributes), `text`
@@ -54,6 +55,7 @@ mod sysfs;
 mod text;
 mod unsupported;
 mod xdevice;
+mod xrc;
 
 use core::ffi::c_int;
 
@@ -160,6 +162,11 @@ fn verbs_ops() -> verbs_context {
         free_dm: Some(dm::free_dm),
         reg_dm_mr: Some(dm::reg_dm_mr),
         advise_mr: Some(odp::advise_mr),
+        open_xrcd: Some(xrc::open_xrcd),
+        close_xrcd: Some(xrc::close_xrcd),
+        create_srq_ex: Some(xrc::create_srq_ex),
+        get_srq_num: Some(xrc::get_srq_num),
+        open_qp: Some(xrc::open_qp),
         sz: core::mem::size_of::<verbs_context>(),
         ..Default::default()
     }

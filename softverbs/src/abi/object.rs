@@ -163,6 +163,16 @@ pub(crate) struct QpObj {
     pub(super) send_ops: u64,
     /// The work requests between `ibv_wr_start` and `ibv_wr_complete`.
     pub(super) batch: Mutex<super::qp_ex::Batch>,
+    /// A handle `ibv_open_qp` made on an XRC receive QP created elsewhere: destroying
+    /// it closes the handle only.
+    pub(super) opened: bool,
+}
+
+/// An `ibv_xrcd`: an XRC domain as one `ibv_open_xrcd` opened it.
+#[repr(C)]
+pub(crate) struct XrcdObj {
+    pub(super) ibv: ibv_xrcd,
+    pub(super) core: Arc<crate::xrc::XrcdCore>,
 }
 
 // The wrappers must start with the ABI struct, so that the two pointers are one.
@@ -178,6 +188,7 @@ const _: () = {
     assert!(core::mem::offset_of!(TdObj, ibv) == 0);
     assert!(core::mem::offset_of!(DmObj, ibv) == 0);
     assert!(core::mem::offset_of!(MwObj, ibv) == 0);
+    assert!(core::mem::offset_of!(XrcdObj, ibv) == 0);
 };
 
 /// The kinds of object handed out; a pointer registered as one kind is never taken for
@@ -195,6 +206,7 @@ pub(super) enum Kind {
     Td,
     Dm,
     Mw,
+    Xrcd,
 }
 
 /// A wrapper and the C struct at its offset 0.
@@ -230,6 +242,7 @@ object!(AhObj, ibv_ah, Ah);
 object!(TdObj, ibv_td, Td);
 object!(DmObj, ibv_dm, Dm);
 object!(MwObj, ibv_mw, Mw);
+object!(XrcdObj, ibv_xrcd, Xrcd);
 
 /// Where a registered object is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

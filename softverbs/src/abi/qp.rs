@@ -50,17 +50,28 @@ pub(super) unsafe fn create(
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };
-    if !matches!(init.qp_type, IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_UD) {
+    if !matches!(
+        init.qp_type,
+        IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_UD | IBV_QPT_XRC_SEND
+    ) {
         set_errno(libc::EOPNOTSUPP);
         return core::ptr::null_mut();
     }
+    // An XRC send QP has a send queue only: no receive CQ, no SRQ (mlx5 creates it
+    // without a receive queue).
+    let xrc_send = init.qp_type == IBV_QPT_XRC_SEND;
+    let recv_cq = if xrc_send { init.send_cq } else { init.recv_cq };
     // SAFETY: per the contract.
     let (Some(scq), Some(rcq)) = (unsafe { live::<CqObj>(init.send_cq) }, unsafe {
-        live::<CqObj>(init.recv_cq)
+        live::<CqObj>(recv_cq)
     }) else {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };
+    if xrc_send && !init.srq.is_null() {
+        set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
     // SAFETY: per the contract (the SRQ, like the CQs, is not destroyed meanwhile).
     let srq = (!init.srq.is_null()).then(|| unsafe { srq_core(init.srq) });
     let bad_srq = matches!(&srq, Some(s) if !s.as_ref().is_some_and(|s| s.dev == p.core.dev));
@@ -76,9 +87,9 @@ pub(super) unsafe fn create(
             return core::ptr::null_mut();
         }
     };
-    if srq.is_some() {
-        // Receives come from the SRQ; the QP has no receive queue of its own (mlx5
-        // reports zero sizes).
+    if srq.is_some() || xrc_send {
+        // Receives come from the SRQ (or, XRC, there are none); the QP has no receive
+        // queue of its own (mlx5 reports zero sizes).
         cap.max_recv_wr = 0;
         cap.max_recv_sge = 0;
     }
@@ -104,19 +115,7 @@ pub(super) unsafe fn create(
         cap,
         srq,
     ));
-    {
-        let faults = crate::os::lock(&prov.faults);
-        if let Some(n) = faults.fail_after(qpn, nth) {
-            core.fail_after.store(n, Ordering::Relaxed);
-        }
-        if let Some(d) = faults.delay(qpn, nth) {
-            core.delay_ns.store(
-                d.as_nanos().min(u128::from(u64::MAX)) as u64,
-                Ordering::Relaxed,
-            );
-        }
-    }
-    prov.register_qp(&core);
+    register(prov, &core);
     p.core.users.fetch_add(1, Ordering::AcqRel);
     let base = ibv_qp {
         // SAFETY: a live PD (contract).
@@ -145,9 +144,26 @@ pub(super) unsafe fn create(
         pd: Arc::clone(&p.core),
         send_ops,
         batch: Default::default(),
+        opened: false,
     });
     core.handle.store(ptr as usize, Ordering::Relaxed);
     ptr
+}
+
+/// Applies the fault rules that name a new QP and makes it findable by its number.
+pub(super) fn register(prov: &crate::provider::Provider, core: &Arc<QpCore>) {
+    let faults = crate::os::lock(&prov.faults);
+    if let Some(n) = faults.fail_after(core.qpn, core.nth) {
+        core.fail_after.store(n, Ordering::Relaxed);
+    }
+    if let Some(d) = faults.delay(core.qpn, core.nth) {
+        core.delay_ns.store(
+            d.as_nanos().min(u128::from(u64::MAX)) as u64,
+            Ordering::Relaxed,
+        );
+    }
+    drop(faults);
+    prov.register_qp(core);
 }
 
 /// The QP behind `qp`; `None` for null or a QP that does not exist.
@@ -169,10 +185,25 @@ unsafe fn qp_obj<'a>(qp: *mut ibv_qp) -> Option<&'a QpObj> {
 /// No other thread uses the QP during the call or after it succeeds.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    let q = match retire::<QpObj>(qp, |_| Ok(())) {
+    // A QP that `ibv_open_qp` handles still use is `EBUSY` (the kernel's
+    // `ib_destroy_qp`: `usecnt` non-zero); such a handle only closes itself.
+    let busy = |q: &QpObj| {
+        if !q.opened && q.core.opens.load(Ordering::Acquire) != 0 {
+            Err(libc::EBUSY)
+        } else {
+            Ok(())
+        }
+    };
+    let q = match retire::<QpObj>(qp, busy) {
         Ok(q) => q,
         Err(e) => return e,
     };
+    if q.get().opened {
+        q.get().core.opens.fetch_sub(1, Ordering::AcqRel);
+        q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+        q.free();
+        return 0;
+    }
     let p = provider::get();
     p.unregister_qp(q.get().core.qpn);
     q.get().core.destroy();

@@ -53,8 +53,9 @@ impl Batch {
 }
 
 /// Send operations `ibv_create_qp_ex` accepts per QP type: those of mlx5
-/// (`MLX5_SUPPORTED_SEND_OPS_FLAGS_RC` / `_UC` / `_UD`, `providers/mlx5/qp.c`), the
-/// memory-window operations (`LOCAL_INV`, `BIND_MW`, `SEND_WITH_INV`) included.
+/// (`MLX5_SUPPORTED_SEND_OPS_FLAGS_RC` / `_XRC` / `_UC` / `_UD`, `providers/mlx5/qp.c`;
+/// XRC's are RC's), the memory-window operations (`LOCAL_INV`, `BIND_MW`,
+/// `SEND_WITH_INV`) included.
 fn send_ops_allowed(qp_type: u32) -> u64 {
     let mw = IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
     let uc = IBV_QP_EX_WITH_SEND
@@ -63,7 +64,7 @@ fn send_ops_allowed(qp_type: u32) -> u64 {
         | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
         | mw;
     match qp_type {
-        IBV_QPT_RC => {
+        IBV_QPT_RC | IBV_QPT_XRC_SEND => {
             uc | IBV_QP_EX_WITH_RDMA_READ
                 | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
                 | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
@@ -76,9 +77,10 @@ fn send_ops_allowed(qp_type: u32) -> u64 {
 
 /// `verbs_context.create_qp_ex`: `ibv_create_qp` with `attr.pd` (required:
 /// `IBV_QP_INIT_ATTR_PD`; a parent domain goes too) and, with
-/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, an extended QP. `EINVAL` without a PD, with
-/// creation flags, or with `send_ops_flags` 0; `EOPNOTSUPP` for XRC, RSS, TSO and
-/// indirection tables, and for send operations the QP type does not have. Writes the
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, an extended QP; an XRC receive QP
+/// (`IBV_QPT_XRC_RECV`) takes `attr.xrcd` instead (`xrc::create_recv_qp`). `EINVAL`
+/// without a PD, with creation flags, or with `send_ops_flags` 0; `EOPNOTSUPP` for RSS,
+/// TSO and indirection tables, and for send operations the QP type does not have. Writes the
 /// granted sizes back into `attr.cap`.
 ///
 /// # Safety
@@ -96,19 +98,29 @@ pub(super) unsafe extern "C" fn create_qp_ex(
     let Some(a) = (unsafe { attr.as_mut() }) else {
         return fail(libc::EINVAL);
     };
-    let unsupported = IBV_QP_INIT_ATTR_XRCD
-        | IBV_QP_INIT_ATTR_MAX_TSO_HEADER
-        | IBV_QP_INIT_ATTR_IND_TABLE
-        | IBV_QP_INIT_ATTR_RX_HASH;
-    let known =
-        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let unsupported =
+        IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
+    let known = IBV_QP_INIT_ATTR_PD
+        | IBV_QP_INIT_ATTR_XRCD
+        | IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
     if a.comp_mask & unsupported != 0 {
         return fail(libc::EOPNOTSUPP);
     }
     if a.comp_mask & !(known | unsupported) != 0
-        || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0
         || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
     {
+        return fail(libc::EINVAL);
+    }
+    if a.qp_type == IBV_QPT_XRC_RECV {
+        // No PD and no send queue: an XRC receive QP lives in its domain.
+        if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 {
+            return fail(libc::EOPNOTSUPP);
+        }
+        // SAFETY: per the contract.
+        return unsafe { super::xrc::create_recv_qp(context, a) };
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
         return fail(libc::EINVAL);
     }
     // SAFETY: per the contract (the PD is not deallocated during the call).
@@ -242,6 +254,7 @@ unsafe fn begin(qp: *mut ibv_qp_ex, opcode: u32, fill: impl FnOnce(&mut SendWqe)
                 ud: None,
                 shaped: false,
                 bind: None,
+                xrc_srqn: 0,
             };
             fill(&mut wqe);
             b.cur = Some(Building { wqe, sge_n: 0 });
@@ -516,13 +529,22 @@ unsafe extern "C" fn wr_atomic_write(
     unsafe { refuse(qp, IBV_WR_ATOMIC_WRITE, libc::EOPNOTSUPP) }
 }
 
-/// `ibv_wr_set_xrc_srqn`: no XRC; the batch fails with `EOPNOTSUPP`.
+/// `ibv_wr_set_xrc_srqn`: the remote SRQ an XRC send QP's request goes to (`EINVAL`
+/// at complete on a QP of another type, where mlx5 has no such setter).
 ///
 /// # Safety
 /// `qp` is a live extended QP.
-unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, _remote_srqn: u32) {
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, remote_srqn: u32) {
     // SAFETY: forwarded.
-    unsafe { with_batch(qp, |_, b| b.fail(libc::EOPNOTSUPP)) }
+    unsafe {
+        set(qp, |q, cur| {
+            if q.core.qp_type != IBV_QPT_XRC_SEND {
+                return Err(libc::EINVAL);
+            }
+            cur.wqe.xrc_srqn = remote_srqn;
+            Ok(())
+        })
+    }
 }
 
 /// `ibv_wr_set_sge`: the request's one SGE.

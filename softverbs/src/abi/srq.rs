@@ -1,7 +1,7 @@
 //! Shared receive queues: `ibv_create_srq`, `ibv_modify_srq`, `ibv_query_srq`,
 //! `ibv_destroy_srq`; posting (`ops.post_srq_recv`) is in `data`. The semantics are in
-//! [`crate::srq`]. XRC SRQs (`ibv_create_srq_ex` with another type) are refused with
-//! `EOPNOTSUPP` by verbs.h itself, as this provider has no `create_srq_ex`.
+//! [`crate::srq`]. XRC SRQs are made by `xrc::create_srq_ex`; destroying and posting
+//! are the same for both kinds.
 
 use core::cell::UnsafeCell;
 use core::ffi::c_int;
@@ -124,6 +124,10 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     match retire::<SrqObj>(srq, busy) {
         Ok(s) => {
             s.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+            if let Some(x) = &s.get().core.xrc {
+                crate::provider::get().unregister_srq(x.srqn);
+            }
+            s.get().core.detach();
             s.free();
             0
         }

@@ -2,6 +2,7 @@
 //! the receive completion, and the payload's movement through a [`Mover`].
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use vqp_sys::*;
 
@@ -270,7 +271,7 @@ fn respond_checked<M: Mover>(
         Err(MoveError::Target) => Some(Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR)),
     };
     let connected = matches!(gb.state, IBV_QPS_RTR | IBV_QPS_RTS)
-        && b.qp_type == a.qp_type
+        && answers(a.qp_type, b.qp_type)
         && gb.attr.dest_qp_num == a_qpn
         && p.resolve_av(&gb.attr.ah_attr) == Some(a_dev);
     if !connected {
@@ -278,18 +279,32 @@ fn respond_checked<M: Mover>(
         // responder sees nothing and the requester retransmits.
         return Response::Unanswered;
     }
+    // An XRC receive QP serves the request with the SRQ it names, which must be an XRC
+    // SRQ of the QP's domain (IBA Vol. 1 Annex A14, XRC: the XRC SRQ's protection
+    // domain checks the request's memory, its CQ takes the receive's completion; an
+    // XRCETH naming an SRQ outside the domain is an invalid request, NAKed, and the
+    // responder QP goes to error as for any invalid request, §9.9.3).
+    let xrc_srq = match xrc_target(p, b, w) {
+        Ok(s) => s,
+        Err(()) => return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR),
+    };
+    let pd = xrc_srq.as_ref().map_or(b.pd, |s| s.pd);
+    let recv_cq = match xrc_srq.as_ref().and_then(|s| s.xrc.as_ref()) {
+        Some(x) => &x.cq,
+        None => &b.recv_cq,
+    };
     let access = gb.attr.qp_access_flags;
     let remote = |need: u32, rlen: u64| -> Result<Span<'_>, KeyError> {
         if access & need == 0 {
             return Err(KeyError::Access);
         }
-        mrs.remote_span(w.rkey, b.dev, b.pd, b.qpn, w.remote_addr, rlen, need)
+        mrs.remote_span(w.rkey, b.dev, pd, b.qpn, w.remote_addr, rlen, need)
     };
     let byte_len = len as u32;
     let min_rnr_timer = gb.attr.min_rnr_timer;
     // The SRQ's lock, when the QP has one, is held from the look at the head receive to
     // its consumption (another QP of the SRQ may be responding on another thread).
-    let mut srq_queue = b.srq.as_ref().map(|s| (s, s.lock()));
+    let mut srq_queue = xrc_srq.as_ref().or(b.srq.as_ref()).map(|s| (s, s.lock()));
     let mut receives = match srq_queue.as_mut() {
         Some((s, q)) => Receives::Shared(s, q),
         None => Receives::Own(&mut gb.rq, b.pd),
@@ -329,8 +344,7 @@ fn respond_checked<M: Mover>(
             };
             drop(srq_queue);
             if recv_status != IBV_WC_SUCCESS {
-                b.recv_cq
-                    .push(b.wc(r.wr_id, recv_status, IBV_WC_RECV, 0), false, None);
+                recv_cq.push(b.wc(r.wr_id, recv_status, IBV_WC_RECV, 0), false, None);
                 if b.unreliable() {
                     // The error is in the receive completion; no event.
                     b.to_error(gb, None);
@@ -351,8 +365,8 @@ fn respond_checked<M: Mover>(
                 // responder's "class J" (as `rdma_rxe` handles it): the receive
                 // completes with `IBV_WC_REM_INV_REQ_ERR`, the requester is NAKed as
                 // an invalid request, and the responder goes to error.
-                if mrs.invalidate(w.imm, b.pd, Some(b.qpn)).is_err() {
-                    b.recv_cq.push(
+                if mrs.invalidate(w.imm, pd, Some(b.qpn)).is_err() {
+                    recv_cq.push(
                         b.wc(r.wr_id, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0),
                         false,
                         None,
@@ -365,7 +379,7 @@ fn respond_checked<M: Mover>(
                     invalidated_rkey: w.imm,
                 };
             }
-            if !b.recv_cq.push(wc, w.solicited, None) {
+            if !recv_cq.push(wc, w.solicited, None) {
                 b.to_error(gb, None);
             }
             Response::Ok(0)
@@ -391,7 +405,7 @@ fn respond_checked<M: Mover>(
                 wc.slid = p.devices[a_dev].lid;
                 wc.wc_flags = IBV_WC_WITH_IMM;
                 wc.imm = ibv_wc_imm { imm_data: w.imm };
-                if !b.recv_cq.push(wc, w.solicited, None) {
+                if !recv_cq.push(wc, w.solicited, None) {
                     b.to_error(gb, None);
                 }
             }
@@ -433,6 +447,29 @@ fn respond_checked<M: Mover>(
         }
         _ => Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR),
     }
+}
+
+/// Whether a responder QP of type `resp` answers a requester of type `req`: its own
+/// type, or for an XRC receive QP an XRC send QP (an XRC send QP receives nothing).
+fn answers(req: u32, resp: u32) -> bool {
+    match (req, resp) {
+        (IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV) => true,
+        (_, IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV) => false,
+        (req, resp) => req == resp,
+    }
+}
+
+/// The XRC SRQ request `w` at XRC receive QP `b` names: `Ok(None)` for a QP of
+/// another type, `Err` for a number that is no XRC SRQ of `b`'s domain and device.
+fn xrc_target(p: &Provider, b: &QpCore, w: &SendWqe) -> Result<Option<Arc<SrqCore>>, ()> {
+    if b.qp_type != IBV_QPT_XRC_RECV {
+        return Ok(None);
+    }
+    let domain = b.xrcd.as_ref().map(|d| d.id);
+    p.find_srq(w.xrc_srqn)
+        .filter(|s| s.dev == b.dev && s.xrc.as_ref().map(|x| x.xrcd.id) == domain)
+        .map(Some)
+        .ok_or(())
 }
 
 /// A UD datagram at UD QP `b` (`w.rkey` carries the effective Q_Key). Dropped silently,

@@ -66,6 +66,12 @@ pub(crate) struct QpCore {
     pub recv_cq: Arc<CqCore>,
     /// The shared receive queue it takes its receives from, if any.
     pub srq: Option<Arc<crate::srq::SrqCore>>,
+    /// The XRC domain of an XRC receive QP (whose requests take their receives from
+    /// the SRQ of this domain they name).
+    pub xrcd: Option<Arc<crate::xrc::XrcdCore>>,
+    /// Handles `ibv_open_qp` made on it that are still open (it cannot be destroyed
+    /// meanwhile).
+    pub opens: AtomicU32,
     pub sq_sig_all: bool,
     /// Granted sizes.
     pub cap: ibv_qp_cap,
@@ -164,6 +170,8 @@ impl QpCore {
             send_cq,
             recv_cq,
             srq,
+            xrcd: None,
+            opens: AtomicU32::new(0),
             sq_sig_all,
             cap,
             handle: AtomicUsize::new(0),
@@ -241,6 +249,17 @@ impl QpCore {
         if let Some(s) = &self.srq {
             s.users.fetch_sub(1, Ordering::Relaxed);
         }
+        if let Some(x) = &self.xrcd {
+            x.users.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Makes it an XRC receive QP of domain `x` (counted as a user of it until
+    /// [`QpCore::destroy`]).
+    pub fn in_xrcd(mut self, x: Arc<crate::xrc::XrcdCore>) -> Self {
+        x.users.fetch_add(1, Ordering::AcqRel);
+        self.xrcd = Some(x);
+        self
     }
 
     /// Moves the QP to the error state (from the engine), flushing everything
@@ -290,10 +309,11 @@ impl QpCore {
     }
 
     /// Whether the QP is unreliable (UC or UD): nothing is acknowledged, so its
-    /// requests complete successfully whatever becomes of them at the responder.
+    /// requests complete successfully whatever becomes of them at the responder. (RC
+    /// and the two halves of XRC are reliable.)
     #[inline]
     pub fn unreliable(&self) -> bool {
-        self.qp_type != IBV_QPT_RC
+        matches!(self.qp_type, IBV_QPT_UC | IBV_QPT_UD)
     }
 
     /// Whether the QP is UD: each send names its destination through an address handle.
@@ -418,6 +438,30 @@ mod tests {
         assert!(transition(IBV_QPS_ERR, IBV_QPS_RTS).is_none());
         assert_eq!(transition(IBV_QPS_RTS, IBV_QPS_ERR), Some((0, 0)));
         assert_eq!(transition(IBV_QPS_ERR, IBV_QPS_RESET), Some((0, 0)));
+    }
+
+    #[test]
+    fn xrc_transitions_are_the_kernels_xrc_ini_and_xrc_tgt() {
+        use super::state::transition_of;
+        let responder = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+        let (send_rtr, _) = transition_of(IBV_QPT_XRC_SEND, IBV_QPS_INIT, IBV_QPS_RTR).unwrap();
+        let (recv_rtr, _) = transition_of(IBV_QPT_XRC_RECV, IBV_QPS_INIT, IBV_QPS_RTR).unwrap();
+        assert_eq!(send_rtr & responder, 0);
+        assert_eq!(recv_rtr, send_rtr | responder);
+        let (send_rts, send_opt) =
+            transition_of(IBV_QPT_XRC_SEND, IBV_QPS_RTR, IBV_QPS_RTS).unwrap();
+        let (recv_rts, recv_opt) =
+            transition_of(IBV_QPT_XRC_RECV, IBV_QPS_RTR, IBV_QPS_RTS).unwrap();
+        assert_eq!(
+            send_rts,
+            transition_of(IBV_QPT_RC, IBV_QPS_RTR, IBV_QPS_RTS)
+                .unwrap()
+                .0
+        );
+        assert_eq!(recv_rts, IBV_QP_TIMEOUT | IBV_QP_SQ_PSN);
+        assert_eq!(send_opt & IBV_QP_MIN_RNR_TIMER, 0);
+        assert_ne!(recv_opt & IBV_QP_MIN_RNR_TIMER, 0);
+        assert!(transition_of(IBV_QPT_XRC_RECV, IBV_QPS_RESET, IBV_QPS_RTR).is_none());
     }
 
     #[test]

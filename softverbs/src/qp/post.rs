@@ -12,6 +12,13 @@ use super::*;
 /// invalidation are local operations of the connected transports (§10.6.7.2: a
 /// window is bound through an RC or UC QP).
 fn supported(qp_type: u32, opcode: u32) -> bool {
+    // An XRC send QP carries what RC carries (mlx5's `MLX5_SUPPORTED_SEND_OPS_FLAGS_XRC`
+    // is RC's); an XRC receive QP has no send queue.
+    let qp_type = match qp_type {
+        IBV_QPT_XRC_SEND => IBV_QPT_RC,
+        IBV_QPT_XRC_RECV => return false,
+        t => t,
+    };
     match opcode {
         IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => true,
         IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => qp_type != IBV_QPT_UD,
@@ -165,8 +172,9 @@ impl QpCore {
         &self,
         wqes: &mut dyn Iterator<Item = Result<RecvWqe, i32>>,
     ) -> (u32, Result<(), i32>) {
-        if self.srq.is_some() {
-            // Its receive queue has no room (mlx5 creates it empty: `ENOMEM`).
+        if self.srq.is_some() || matches!(self.qp_type, IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV) {
+            // Its receive queue has no room (mlx5 creates it empty: `ENOMEM`); XRC QPs
+            // have none at all (their receives are the XRC SRQs').
             return (0, Err(libc::ENOMEM));
         }
         let mut g = self.lock();

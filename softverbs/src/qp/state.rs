@@ -23,6 +23,9 @@ pub(super) fn transition_of(qp_type: u32, cur: u32, next: u32) -> Option<(u32, u
     if qp_type == IBV_QPT_UD {
         return ud_transition(cur, next);
     }
+    if matches!(qp_type, IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV) {
+        return xrc_transition(qp_type == IBV_QPT_XRC_RECV, cur, next);
+    }
     let uc = qp_type == IBV_QPT_UC;
     const INIT_OPT: u32 = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
     let rts_opt: u32 = IBV_QP_CUR_STATE
@@ -80,6 +83,60 @@ fn ud_transition(cur: u32, next: u32) -> Option<(u32, u32)> {
         (IBV_QPS_RTR, IBV_QPS_RTS) => Some((IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY)),
         (IBV_QPS_RTS, IBV_QPS_RTS) => Some((0, IBV_QP_CUR_STATE | IBV_QP_QKEY)),
         _ => None,
+    }
+}
+
+/// The masks of an XRC transition, as the kernel's `qp_state_table` has them for
+/// `IB_QPT_XRC_INI` (the send half, `recv` false) and `IB_QPT_XRC_TGT` (the receive
+/// half): the send half has no responder attributes at RTR (no read/atomic depth, no
+/// RNR timer: it receives nothing); the receive half sends nothing but
+/// acknowledgements, so RTS needs only the timeout and the send PSN.
+fn xrc_transition(recv: bool, cur: u32, next: u32) -> Option<(u32, u32)> {
+    const INIT: u32 = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    let rts_opt = IBV_QP_CUR_STATE
+        | IBV_QP_ALT_PATH
+        | IBV_QP_ACCESS_FLAGS
+        | IBV_QP_PATH_MIG_STATE
+        | if recv { IBV_QP_MIN_RNR_TIMER } else { 0 };
+    match (cur, next) {
+        (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => Some((0, 0)),
+        (IBV_QPS_RESET, IBV_QPS_INIT) => Some((INIT, 0)),
+        (IBV_QPS_INIT, IBV_QPS_INIT) => Some((0, INIT)),
+        (IBV_QPS_INIT, IBV_QPS_RTR) => Some((
+            IBV_QP_AV
+                | IBV_QP_PATH_MTU
+                | IBV_QP_DEST_QPN
+                | IBV_QP_RQ_PSN
+                | if recv {
+                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER
+                } else {
+                    0
+                },
+            IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
+        )),
+        (IBV_QPS_RTR, IBV_QPS_RTS) if recv => Some((IBV_QP_TIMEOUT | IBV_QP_SQ_PSN, rts_opt)),
+        (IBV_QPS_RTR, IBV_QPS_RTS) => Some((
+            IBV_QP_TIMEOUT
+                | IBV_QP_RETRY_CNT
+                | IBV_QP_RNR_RETRY
+                | IBV_QP_SQ_PSN
+                | IBV_QP_MAX_QP_RD_ATOMIC,
+            rts_opt,
+        )),
+        (IBV_QPS_RTS, IBV_QPS_RTS) => Some((0, rts_opt)),
+        _ => None,
+    }
+}
+
+/// The mask without the attributes the kernel ignores for an XRC QP before it checks
+/// the transition (`modify_qp_mask`, drivers/infiniband/core/uverbs_cmd.c): the
+/// responder's read depth and RNR timer of a send half, the retry counts and read depth
+/// of a receive half. Programs written for RC masks (perftest, xsrq_pingpong) rely on it.
+fn ignored_removed(qp_type: u32, mask: u32) -> u32 {
+    match qp_type {
+        IBV_QPT_XRC_SEND => mask & !(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+        IBV_QPT_XRC_RECV => mask & !(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY),
+        _ => mask,
     }
 }
 
@@ -159,6 +216,7 @@ impl QpCore {
         mask: u32,
         resolve: impl FnOnce(&ibv_ah_attr) -> Option<usize>,
     ) -> Result<(), i32> {
+        let mask = ignored_removed(self.qp_type, mask);
         let mut g = self.lock();
         let cur = if mask & IBV_QP_CUR_STATE != 0 {
             if attr.cur_qp_state != g.state {

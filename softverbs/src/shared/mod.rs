@@ -527,6 +527,104 @@ pub(crate) fn qp_owner_pid(p: &'static dyn Endpoint, device: usize, qpn: u32) ->
     }
 }
 
+/// How an XRC domain was opened (see [`xrcd_hold`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum XrcdOpen {
+    /// No process of the namespace had it open: this one created it.
+    Created,
+    /// Another opener (this process or another) holds it.
+    Existing,
+}
+
+/// A hold on a file-named XRC domain (see [`xrcd_hold`]); released when dropped.
+pub(crate) struct XrcdHold {
+    file: std::fs::File,
+    ns: dir::NsDir,
+    name: String,
+}
+
+impl Drop for XrcdHold {
+    /// The last holder (the one that gets the exclusive lock) removes the file, under
+    /// that lock, so the namespace keeps no file of a domain nobody has; an opener that
+    /// reached the file meanwhile finds it unlinked and starts again.
+    fn drop(&mut self) {
+        if let Ok(true) = sys::flock(&self.file, libc::LOCK_EX | libc::LOCK_NB) {
+            if same_file(&self.ns, &self.name, &self.file) {
+                let _ = self.ns.remove(&self.name);
+            }
+        }
+    }
+}
+
+/// Whether `name` in the namespace is still the file `f` is open on (not unlinked, not
+/// replaced by a new one).
+fn same_file(ns: &dir::NsDir, name: &str, f: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let now = ns.open_file(name, dir::Create::No);
+    match (
+        now.and_then(|n| n.metadata().map_err(dir::FileError::Io)),
+        f.metadata(),
+    ) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Takes a hold on the XRC domain of device `dev` named by the file (`st_dev`,
+/// `st_ino`), machine-wide: the namespace's `xrcd-<dev>-<st_dev>-<ino>` file, on which
+/// every holder keeps a shared `flock` (released by the kernel when the holder exits).
+/// Whether the domain exists is whether anyone holds the lock; the kernel's rules for
+/// `ibv_open_xrcd` (`ib_uverbs_open_xrcd`) follow: a domain nobody holds without
+/// `O_CREAT` is `EAGAIN`, one somebody holds with `O_EXCL` is `EINVAL`. The hold lasts
+/// as long as the returned [`XrcdHold`].
+pub(crate) fn xrcd_hold(
+    dev: usize,
+    st_dev: u64,
+    ino: u64,
+    create: bool,
+    excl: bool,
+) -> Result<(XrcdHold, XrcdOpen), i32> {
+    let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
+    let name = format!("xrcd-{dev}-{st_dev:x}-{ino:x}");
+    loop {
+        let ns = dir::NsDir::open().map_err(|e| e.errno())?;
+        let file = ns
+            .open_file(&name, dir::Create::IfMissing)
+            .map_err(|e| match e {
+                dir::FileError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+                dir::FileError::Refused(_) => libc::EACCES,
+            })?;
+        // Alone (an exclusive lock is granted): nobody holds the domain.
+        let alone = sys::flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(errno)?;
+        if alone && !same_file(&ns, &name, &file) {
+            // The last holder removed it after we opened it: start again.
+            continue;
+        }
+        let how = if alone {
+            XrcdOpen::Created
+        } else {
+            XrcdOpen::Existing
+        };
+        let hold = XrcdHold {
+            file,
+            ns,
+            name: name.clone(),
+        };
+        match how {
+            // Dropping the hold removes the file we may have made.
+            XrcdOpen::Created if !create => return Err(libc::EAGAIN),
+            XrcdOpen::Existing if excl => return Err(libc::EINVAL),
+            _ => {}
+        }
+        // Converts (or waits for a holder's exclusive lock to become) a shared one; a
+        // file its last holder removed meanwhile is not the domain's any more.
+        sys::flock(&hold.file, libc::LOCK_SH).map_err(errno)?;
+        if same_file(&hold.ns, &hold.name, &hold.file) {
+            return Ok((hold, how));
+        }
+    }
+}
+
 /// Frees QP number `qpn`.
 pub(crate) fn release(qpn: u32) {
     if let Some(s) = current() {

@@ -209,8 +209,9 @@ int main(void)
 			};
 			CHECK("post_srq_recv", ibv_post_srq_recv(srq, &rw, &bad) == 0, "-");
 			errno = 0;
-			CHECK("create_srq_ex_xrc_unsupported", !ibv_create_srq_ex(a.ctx, &sx) &&
-			      errno == EOPNOTSUPP, "%d", errno);
+			CHECK("create_srq_ex_xrc_without_domain", !ibv_create_srq_ex(a.ctx, &sx) &&
+			      errno == EINVAL, "%d", errno);
+			CHECK("get_srq_num_basic", ibv_get_srq_num(srq, &(uint32_t){ 0 }) == EINVAL, "-");
 			CHECK("destroy_srq", ibv_destroy_srq(srq) == 0, "-");
 		}
 		struct ibv_ah *h = ibv_create_ah(a.pd, &ah);
@@ -229,7 +230,50 @@ int main(void)
 			}
 		}
 		errno = 0;
-		CHECK("open_xrcd_unsupported", !ibv_open_xrcd(a.ctx, &xa) && errno == EOPNOTSUPP, "%d", errno);
+		CHECK("open_xrcd_without_mask", !ibv_open_xrcd(a.ctx, &xa) && errno == EINVAL, "%d", errno);
+		xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+		xa.fd = -1;
+		struct ibv_xrcd *x = ibv_open_xrcd(a.ctx, &xa);
+		CHECK("open_xrcd", x != NULL, "%d", errno);
+		if (x) {
+			struct ibv_srq_init_attr_ex sx = {
+				.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+					     IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ,
+				.srq_type = IBV_SRQT_XRC,
+				.pd = a.pd,
+				.xrcd = x,
+				.cq = a.cq,
+				.attr = { .max_wr = 4, .max_sge = 1 },
+			};
+			struct ibv_srq *xs = ibv_create_srq_ex(a.ctx, &sx);
+			uint32_t n = 0;
+			CHECK("create_srq_ex_xrc", xs && ibv_get_srq_num(xs, &n) == 0 && n != 0,
+			      "%d", errno);
+			struct ibv_qp_init_attr_ex rx = {
+				.qp_type = IBV_QPT_XRC_RECV,
+				.comp_mask = IBV_QP_INIT_ATTR_XRCD,
+				.xrcd = x,
+			};
+			struct ibv_qp *r = ibv_create_qp_ex(a.ctx, &rx);
+			CHECK("create_qp_ex_xrc_recv", r && r->qp_type == IBV_QPT_XRC_RECV, "%d", errno);
+			struct ibv_qp_open_attr oa = {
+				.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+					     IBV_QP_OPEN_ATTR_TYPE,
+				.qp_num = r ? r->qp_num : 0,
+				.xrcd = x,
+				.qp_type = IBV_QPT_XRC_RECV,
+			};
+			struct ibv_qp *o = r ? ibv_open_qp(a.ctx, &oa) : NULL;
+			CHECK("open_qp", o && o->qp_num == r->qp_num, "%d", errno);
+			CHECK("close_xrcd_busy", ibv_close_xrcd(x) == EBUSY, "-");
+			if (o)
+				ibv_destroy_qp(o);
+			if (r)
+				ibv_destroy_qp(r);
+			if (xs)
+				ibv_destroy_srq(xs);
+			CHECK("close_xrcd", ibv_close_xrcd(x) == 0, "-");
+		}
 		struct ibv_dm *d = ibv_alloc_dm(a.ctx, &dm);
 		CHECK("alloc_dm", d != NULL, "%d", errno);
 		if (d) {

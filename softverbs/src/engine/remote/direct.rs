@@ -41,6 +41,10 @@ pub(super) fn execute(
     local: &[Span<'_>],
     len: u64,
 ) -> Option<u32> {
+    if qp.qp_type == IBV_QPT_XRC_SEND {
+        // The responder checks the SRQ an XRC request names (its domain, its PD).
+        return None;
+    }
     let (need, pull) = match w.opcode {
         IBV_WR_RDMA_WRITE => (IBV_ACCESS_REMOTE_WRITE, false),
         IBV_WR_RDMA_READ => (IBV_ACCESS_REMOTE_READ, true),

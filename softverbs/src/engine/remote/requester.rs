@@ -12,7 +12,8 @@ use crate::mem::{self, Span};
 use crate::provider::Provider;
 use crate::qp::{ack_timeout, rnr_delay, transport_timeout, wc_opcode, QpCore, QpInner, SendWqe};
 use crate::shared::inbox::{
-    Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, PAYLOAD,
+    Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, PAYLOAD,
+    XRC_SRQN_SHIFT,
 };
 use crate::shared::Shared;
 
@@ -116,6 +117,8 @@ pub(crate) fn send(
         }
     } else if qp.unreliable() {
         rec.flags |= F_UC;
+    } else if qp.qp_type == IBV_QPT_XRC_SEND {
+        rec.flags |= F_XRC | (w.xrc_srqn & 0x00ff_ffff) << XRC_SRQN_SHIFT;
     }
     rec.from_pid = sh.me.pid;
     rec.from_token = sh.me.token;

@@ -11,7 +11,9 @@ use crate::engine::{respond, MoveError, Mover, Requester, Response};
 use crate::mem::{self, Span};
 use crate::provider::Provider;
 use crate::qp::{Datagram, SendWqe, Sges, QP_REQ_ERR};
-use crate::shared::inbox::{iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD};
+use crate::shared::inbox::{
+    iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, XRC_SRQN_SHIFT,
+};
 use crate::shared::sys::{process_copy, CopyError, Range};
 use crate::shared::{Ack, Owner, Shared};
 
@@ -228,6 +230,11 @@ pub(super) fn on_request(
             ready_at: None,
             shaped: false,
             bind: None,
+            xrc_srqn: if rec.flags & F_XRC != 0 {
+                rec.flags >> XRC_SRQN_SHIFT
+            } else {
+                0
+            },
             ud: datagram.then_some(Datagram {
                 dev: Some(dst_dev),
                 qpn: rec.dst_qpn,
@@ -247,6 +254,8 @@ pub(super) fn on_request(
                 IBV_QPT_UD
             } else if rec.flags & F_UC != 0 {
                 IBV_QPT_UC
+            } else if rec.flags & F_XRC != 0 {
+                IBV_QPT_XRC_SEND
             } else {
                 IBV_QPT_RC
             },

@@ -20,7 +20,8 @@ pub(crate) struct Record {
     pub kind: Kind,
     /// Request: `IBV_WR_*`. Response: a response code (see `remote`).
     pub code: u32,
-    /// Bit 0: solicited; bit 1: the payload is inline data.
+    /// Bit 0: solicited; bit 1: the payload is inline data; the other `F_*`; an XRC
+    /// request's SRQ number from [`XRC_SRQN_SHIFT`] up.
     pub flags: u32,
     /// The sending process.
     pub from_pid: u32,
@@ -59,6 +60,11 @@ pub(crate) const F_UC: u32 = 4;
 pub(crate) const F_UD: u32 = 8;
 /// Flag: the datagram's address handle had a global route (the receiver gets a GRH).
 pub(crate) const F_GRH: u32 = 16;
+/// Flag: the requester QP is an XRC send QP; bits 8 to 31 of `flags` carry the
+/// remote SRQ number (24 bits, as the XRC extended transport header's).
+pub(crate) const F_XRC: u32 = 32;
+/// Where the remote SRQ number of an XRC request sits in `flags`.
+pub(crate) const XRC_SRQN_SHIFT: u32 = 8;
 
 impl Record {
     /// An empty record of `kind`.

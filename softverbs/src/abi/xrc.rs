@@ -1,0 +1,356 @@
+//! XRC, as verbs.h reaches it through the `verbs_context`: `ibv_open_xrcd` /
+//! `ibv_close_xrcd`, `ibv_create_srq_ex` (XRC SRQs; basic ones go to `ibv_create_srq`),
+//! `ibv_get_srq_num`, XRC receive QPs (`ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`) and
+//! `ibv_open_qp`. XRC send QPs are made by `qp::create`; the semantics are in
+//! [`crate::xrc`], [`crate::srq`] and the engine's responder.
+
+use core::cell::UnsafeCell;
+use core::ffi::c_int;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use vqp_sys::*;
+
+use super::device::ctx;
+use super::object::{live, publish, retire, CqObj, PdCore, PdObj, QpObj, SrqObj, XrcdObj};
+use super::set_errno;
+use crate::provider;
+use crate::qp::QpCore;
+use crate::srq::{SrqCore, XrcSrq};
+use crate::xrc::XrcdCore;
+
+fn fail<T>(e: c_int) -> *mut T {
+    set_errno(e);
+    core::ptr::null_mut()
+}
+
+/// `verbs_context.open_xrcd` (`ibv_open_xrcd`): with `fd` -1 a private domain; with the
+/// descriptor of a file, the domain every process of the node that opens that file on
+/// this device shares, created when `oflags` has `O_CREAT` and nobody has it, refused
+/// (`EAGAIN`) otherwise; `O_EXCL` refuses an existing one (`EINVAL`); a descriptor
+/// that is not open is `EBADF` (the kernel's `ib_uverbs_open_xrcd`). As rdma-core's
+/// `ibv_cmd_open_xrcd`: unknown `comp_mask` bits are `EOPNOTSUPP`, a mask without both
+/// `IBV_XRCD_INIT_ATTR_FD` and `IBV_XRCD_INIT_ATTR_OFLAGS` is `EINVAL`.
+///
+/// # Safety
+/// `context` is a live context; `attr` readable.
+pub(super) unsafe extern "C" fn open_xrcd(
+    context: *mut ibv_context,
+    attr: *mut ibv_xrcd_init_attr,
+) -> *mut ibv_xrcd {
+    // SAFETY: per the contract.
+    let (Some(c), Some(a)) = (unsafe { ctx(context) }, unsafe { attr.as_ref() }) else {
+        return fail(libc::EINVAL);
+    };
+    if a.comp_mask >= IBV_XRCD_INIT_ATTR_RESERVED {
+        return fail(libc::EOPNOTSUPP);
+    }
+    let both = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    if a.comp_mask & both != both {
+        return fail(libc::EINVAL);
+    }
+    let dev = c.core.dev;
+    let core = if a.fd == -1 {
+        XrcdCore::private(dev)
+    } else {
+        match XrcdCore::of_file(dev, a.fd, a.oflags) {
+            Ok(x) => x,
+            Err(e) => return fail(e),
+        }
+    };
+    publish(XrcdObj {
+        ibv: ibv_xrcd { context },
+        core: Arc::new(core),
+    })
+}
+
+/// `verbs_context.close_xrcd` (`ibv_close_xrcd`): `EBUSY` while QPs or SRQs created
+/// through this handle use it, `EINVAL` for one that does not exist. A file-named
+/// domain lives on while another opener has it.
+///
+/// # Safety
+/// No other thread uses the handle during the call or after it succeeds.
+pub(super) unsafe extern "C" fn close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
+    let busy = |x: &XrcdObj| {
+        if x.core.users.load(Ordering::Acquire) != 0 {
+            Err(libc::EBUSY)
+        } else {
+            Ok(())
+        }
+    };
+    match retire::<XrcdObj>(xrcd, busy) {
+        Ok(x) => {
+            x.free();
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+/// `verbs_context.create_srq_ex` (`ibv_create_srq_ex` when verbs.h does not turn it
+/// into `ibv_create_srq`): a basic SRQ (`IBV_SRQT_BASIC` with a PD) as
+/// `ibv_create_srq` makes it, or an XRC SRQ (`IBV_SRQT_XRC`), which needs a PD (its
+/// receives' memory), an XRC domain and a CQ (its completions), all of this context's
+/// device. `EOPNOTSUPP` for tag-matching SRQs (`IBV_SRQT_TM`, `IBV_SRQ_INIT_ATTR_TM`),
+/// `EINVAL` for anything missing, of another device, or an unknown type; the sizes as
+/// for `ibv_create_srq`, the granted ones written back.
+///
+/// # Safety
+/// `context` is a live context; `attr` readable and writable; its objects not
+/// destroyed during the call.
+pub(super) unsafe extern "C" fn create_srq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    // SAFETY: per the contract.
+    let (Some(c), Some(a)) = (unsafe { ctx(context) }, unsafe { attr.as_mut() }) else {
+        return fail(libc::EINVAL);
+    };
+    let known = IBV_SRQ_INIT_ATTR_TYPE
+        | IBV_SRQ_INIT_ATTR_PD
+        | IBV_SRQ_INIT_ATTR_XRCD
+        | IBV_SRQ_INIT_ATTR_CQ
+        | IBV_SRQ_INIT_ATTR_TM;
+    if a.comp_mask & !known != 0 {
+        return fail(libc::EINVAL);
+    }
+    let srq_type = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 {
+        a.srq_type
+    } else {
+        IBV_SRQT_BASIC
+    };
+    if srq_type == IBV_SRQT_TM || a.comp_mask & IBV_SRQ_INIT_ATTR_TM != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: per the contract (the PD is not deallocated during the call).
+    let Some(p) = (unsafe { live::<PdObj>(a.pd) }).filter(|p| p.core.dev == c.core.dev) else {
+        return fail(libc::EINVAL);
+    };
+    if srq_type == IBV_SRQT_BASIC {
+        let mut init = ibv_srq_init_attr {
+            srq_context: a.srq_context,
+            attr: a.attr,
+        };
+        // SAFETY: a live PD (checked); `init` a local.
+        let srq = unsafe { super::srq::ibv_create_srq(a.pd, &mut init) };
+        a.attr = init.attr;
+        return srq;
+    }
+    let need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    if srq_type != IBV_SRQT_XRC || a.comp_mask & need != need {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: per the contract (the domain and the CQ are not destroyed meanwhile).
+    let (Some(x), Some(cq)) = (unsafe { live::<XrcdObj>(a.xrcd) }, unsafe {
+        live::<CqObj>(a.cq)
+    }) else {
+        return fail(libc::EINVAL);
+    };
+    if x.core.dev != c.core.dev || cq.core.dev != c.core.dev {
+        return fail(libc::EINVAL);
+    }
+    let prov = provider::get();
+    let srq = match SrqCore::new(c.core.dev, p.core.id, Arc::clone(&c.core), &a.attr) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let srqn = match prov.alloc_srqn() {
+        Ok(n) => n,
+        Err(e) => return fail(e),
+    };
+    let core = Arc::new(srq.with_xrc(XrcSrq {
+        xrcd: Arc::clone(&x.core),
+        cq: Arc::clone(&cq.core),
+        srqn,
+    }));
+    prov.register_srq(srqn, &core);
+    a.attr = core.query();
+    p.core.users.fetch_add(1, Ordering::AcqRel);
+    let ibv = ibv_srq {
+        context,
+        srq_context: a.srq_context,
+        pd: a.pd,
+        handle: srqn,
+        // SAFETY: plain data; libibverbs initialises these for its own use.
+        mutex: unsafe { core::mem::zeroed() },
+        // SAFETY: as above.
+        cond: unsafe { core::mem::zeroed() },
+        events_completed: 0,
+    };
+    let ptr = publish(SrqObj {
+        ibv: UnsafeCell::new(ibv),
+        core: Arc::clone(&core),
+        pd: Arc::clone(&p.core),
+    });
+    core.handle.store(ptr as usize, Ordering::Relaxed);
+    ptr
+}
+
+/// `verbs_context.get_srq_num` (`ibv_get_srq_num`): an XRC SRQ's number, which XRC
+/// send requests name (`qp_type.xrc.remote_srqn`, `ibv_wr_set_xrc_srqn`). `EINVAL` for
+/// a basic SRQ (it has none here: nothing could name it), a null pointer, or an SRQ
+/// that does not exist.
+///
+/// # Safety
+/// `srq` is a live SRQ; `srq_num` writable.
+pub(super) unsafe extern "C" fn get_srq_num(srq: *mut ibv_srq, srq_num: *mut u32) -> c_int {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { live::<SrqObj>(srq) }) else {
+        return libc::EINVAL;
+    };
+    match (&s.core.xrc, srq_num.is_null()) {
+        (Some(x), false) => {
+            // SAFETY: writable (contract).
+            unsafe { srq_num.write(x.srqn) };
+            0
+        }
+        _ => libc::EINVAL,
+    }
+}
+
+/// `ibv_create_qp_ex` of an XRC receive QP (`IBV_QPT_XRC_RECV`, `IBV_QP_INIT_ATTR_XRCD`):
+/// a QP of the domain with no send or receive queue, no CQ and no PD (the sizes granted
+/// are all zero); requests arriving at it take their receives from the XRC SRQ of the
+/// domain they name. `EINVAL` without a domain of this device.
+///
+/// # Safety
+/// `context` is a live context; `a`'s domain is not closed during the call.
+pub(super) unsafe fn create_recv_qp(
+    context: *mut ibv_context,
+    a: &mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { ctx(context) }) else {
+        return fail(libc::EINVAL);
+    };
+    if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: per the contract.
+    let Some(x) = (unsafe { live::<XrcdObj>(a.xrcd) }).filter(|x| x.core.dev == c.core.dev) else {
+        return fail(libc::EINVAL);
+    };
+    let prov = provider::get();
+    let (qpn, nth) = match prov.alloc_qpn() {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    let dev = c.core.dev;
+    // Its completions go to the SRQs' CQs; this one (never handed out) receives none.
+    let none = Arc::new(crate::cq::CqCore::new(1, dev, Arc::clone(&c.core), None, 0));
+    let cap = ibv_qp_cap::default();
+    let core = QpCore::new(
+        qpn,
+        IBV_QPT_XRC_RECV,
+        nth,
+        dev,
+        0,
+        Arc::clone(&c.core),
+        Arc::clone(&none),
+        none,
+        false,
+        cap,
+        None,
+    )
+    .in_xrcd(Arc::clone(&x.core));
+    let core = Arc::new(core);
+    super::qp::register(prov, &core);
+    a.cap = cap;
+    publish_qp(context, &core, a.qp_context, false)
+}
+
+/// Hands out an `ibv_qp` for XRC receive QP `core` (created here, or `opened` by
+/// `ibv_open_qp`): no PD, CQs or SRQ.
+fn publish_qp(
+    context: *mut ibv_context,
+    core: &Arc<QpCore>,
+    qp_context: *mut core::ffi::c_void,
+    opened: bool,
+) -> *mut ibv_qp {
+    let base = ibv_qp {
+        context,
+        qp_context,
+        handle: core.qpn,
+        qp_num: core.qpn,
+        state: core.state.load(Ordering::Acquire),
+        qp_type: IBV_QPT_XRC_RECV,
+        ..Default::default()
+    };
+    let ptr = publish(QpObj {
+        ibv: UnsafeCell::new(ibv_qp_ex {
+            qp_base: base,
+            ..Default::default()
+        }),
+        core: Arc::clone(core),
+        // No PD: a placeholder nothing else counts on.
+        pd: Arc::new(PdCore {
+            id: 0,
+            dev: core.dev,
+            users: AtomicU32::new(1),
+        }),
+        send_ops: 0,
+        batch: Default::default(),
+        opened,
+    });
+    if !opened {
+        core.handle.store(ptr as usize, Ordering::Relaxed);
+    }
+    ptr
+}
+
+/// `verbs_context.open_qp` (`ibv_open_qp`): another handle on XRC receive QP `qp_num`
+/// of this process, created in the domain `xrcd` names (the same domain through any
+/// handle), for a process sharing the domain to modify, query and close. Destroying the
+/// handle closes it; the QP itself cannot be destroyed while handles are open (`EBUSY`).
+/// As rdma-core's `ibv_cmd_open_qp` and the kernel's `ib_uverbs_open_qp`: unknown
+/// `comp_mask` bits are `EOPNOTSUPP`; a mask without the number, the domain and the
+/// type, a type other than `IBV_QPT_XRC_RECV`, or a number that is no XRC receive QP of
+/// the domain is `EINVAL`. A QP of another process cannot be opened here
+/// (`EOPNOTSUPP`).
+///
+/// # Safety
+/// `context` is a live context; `attr` readable; its domain not closed during the call.
+pub(super) unsafe extern "C" fn open_qp(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_open_attr,
+) -> *mut ibv_qp {
+    // SAFETY: per the contract.
+    let (Some(c), Some(a)) = (unsafe { ctx(context) }, unsafe { attr.as_ref() }) else {
+        return fail(libc::EINVAL);
+    };
+    if a.comp_mask >= IBV_QP_OPEN_ATTR_RESERVED {
+        return fail(libc::EOPNOTSUPP);
+    }
+    let need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+    if a.comp_mask & need != need || a.qp_type != IBV_QPT_XRC_RECV {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: per the contract.
+    let Some(x) = (unsafe { live::<XrcdObj>(a.xrcd) }).filter(|x| x.core.dev == c.core.dev) else {
+        return fail(libc::EINVAL);
+    };
+    let prov = provider::get();
+    let Some(q) = prov.find_qp(c.core.dev, a.qp_num) else {
+        let elsewhere = crate::shared::qp_owner_pid(prov, c.core.dev, a.qp_num)
+            .is_some_and(|pid| pid != std::process::id());
+        return fail(if elsewhere {
+            libc::EOPNOTSUPP
+        } else {
+            libc::EINVAL
+        });
+    };
+    let same_domain = q.xrcd.as_ref().is_some_and(|d| d.id == x.core.id);
+    if q.qp_type != IBV_QPT_XRC_RECV || !same_domain {
+        return fail(libc::EINVAL);
+    }
+    q.opens.fetch_add(1, Ordering::AcqRel);
+    let qp_context = if a.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT != 0 {
+        a.qp_context
+    } else {
+        core::ptr::null_mut()
+    };
+    publish_qp(context, &q, qp_context, true)
+}

@@ -1,0 +1,96 @@
+//! XRC domains (eXtended Reliable Connected transport, IBA Vol. 1 §9.8 / Annex A14):
+//! the domain that XRC receive QPs and XRC SRQs are created in. A request arriving at
+//! an XRC receive QP names, in its XRC extended transport header, the SRQ whose receive
+//! it consumes; that SRQ must belong to the QP's domain.
+//!
+//! A domain opened through a file (`ibv_open_xrcd` with an `fd`) is the same domain for
+//! every process of the node that opens the same file on the same device, as the
+//! kernel's `ib_uverbs_open_xrcd` keys domains by inode; its identity here is the
+//! device and the file's device and inode numbers, and whether it exists is kept in the
+//! shared namespace ([`crate::shared::xrcd_hold`]). Without a file (`fd` -1) a domain
+//! is private to its opener.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// An XRC domain as one `ibv_open_xrcd` opened it.
+pub(crate) struct XrcdCore {
+    /// Device index.
+    pub dev: usize,
+    /// The domain's identity: equal for every opener of the same domain.
+    pub id: u64,
+    /// QPs and SRQs created in it through this handle (closing it meanwhile is `EBUSY`).
+    pub users: AtomicU32,
+    /// The machine-wide hold on a file-named domain (dropped with the handle).
+    _hold: Option<crate::shared::XrcdHold>,
+}
+
+/// The identity of a private domain: bit 63 set, then the process id and a counter, so
+/// that it never equals a file-named domain's or another process's.
+fn private_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
+    (1 << 63) | (u64::from(std::process::id()) << 31) | n
+}
+
+/// The identity of the domain of file (`st_dev`, `ino`) on device `dev` (bit 63 clear).
+fn file_id(dev: usize, st_dev: u64, ino: u64) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // A fixed-key hash: every process computes the same value.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (dev, st_dev, ino).hash(&mut h);
+    h.finish() & !(1 << 63)
+}
+
+impl XrcdCore {
+    /// A private domain of device `dev`.
+    pub fn private(dev: usize) -> XrcdCore {
+        XrcdCore {
+            dev,
+            id: private_id(),
+            users: AtomicU32::new(0),
+            _hold: None,
+        }
+    }
+
+    /// The domain of device `dev` named by the file open as `fd`, with `oflags`'
+    /// `O_CREAT` and `O_EXCL` (see [`crate::shared::xrcd_hold`]): `EBADF` for a
+    /// descriptor that is not open, `EAGAIN` for a domain nobody has without
+    /// `O_CREAT`, `EINVAL` for an existing one with `O_EXCL`.
+    pub fn of_file(dev: usize, fd: i32, oflags: i32) -> Result<XrcdCore, i32> {
+        use std::os::unix::fs::MetadataExt;
+        // The descriptor's file through its magic link (which reaches an unlinked file
+        // too): its device and inode.
+        let meta = (fd >= 0)
+            .then(|| std::fs::metadata(format!("/proc/self/fd/{fd}")).ok())
+            .flatten()
+            .ok_or(libc::EBADF)?;
+        let (st_dev, ino) = (meta.dev(), meta.ino());
+        let (hold, _) = crate::shared::xrcd_hold(
+            dev,
+            st_dev,
+            ino,
+            oflags & libc::O_CREAT != 0,
+            oflags & libc::O_EXCL != 0,
+        )?;
+        Ok(XrcdCore {
+            dev,
+            id: file_id(dev, st_dev, ino),
+            users: AtomicU32::new(0),
+            _hold: Some(hold),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_of_files_and_private_domains_never_meet() {
+        assert_eq!(file_id(0, 1, 2), file_id(0, 1, 2));
+        assert_ne!(file_id(0, 1, 2), file_id(1, 1, 2));
+        let (a, b) = (XrcdCore::private(0), XrcdCore::private(0));
+        assert_ne!(a.id, b.id);
+        assert_ne!(a.id >> 63, file_id(0, 1, 2) >> 63);
+    }
+}
