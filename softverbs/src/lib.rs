@@ -212,7 +212,7 @@
 //!
 //! # Safety fence
 //! `unsafe` code lives in five modules only: `abi` (the `extern "C"` surface: pointer
-//! casts, C structs), `os` (eventfds, `atexit`), `mem` (copies between registered memory),
+//! casts, C structs), `os` (eventfds, `atexit`, the interface queries of RoCE ports), `mem` (copies between registered memory),
 //! `shared::sys` (shared mappings, `flock`, futexes, `process_vm_*`) and `launch::mount`
 //! (`unshare` and `mount` for `softverbs run`).
 #![deny(unsafe_code, missing_docs)]
@@ -229,6 +229,7 @@ mod link;
 mod locate;
 #[allow(unsafe_code)]
 mod mem;
+mod netdev;
 #[allow(unsafe_code)]
 mod os;
 mod provider;
@@ -245,8 +246,8 @@ use std::time::Duration;
 pub use abi::*;
 pub use config::{
     DelayRule, FailRule, Progress, QpSelector, Reorder, ADVERSARIAL_BOUND, DEFAULT_DEVICES,
-    ENV_DELAY, ENV_DEVICES, ENV_FAIL_QP, ENV_LINK_DOWN, ENV_PROGRESS, ENV_RATE, ENV_REORDER,
-    MAX_DEVICES,
+    ENV_DELAY, ENV_DEVICES, ENV_FAIL_QP, ENV_LINK_DOWN, ENV_NETDEV, ENV_PROGRESS, ENV_RATE,
+    ENV_REORDER, MAX_DEVICES,
 };
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
 pub use link::parse_rate;

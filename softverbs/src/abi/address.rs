@@ -105,8 +105,8 @@ fn ah_from_wc(
     if dgid[0] == 0xff {
         return Err(libc::EINVAL);
     }
-    // The port's GID table: one GID, index 0 of port 1.
-    let table = [provider::get().devices[dev].gid];
+    // The port's GID table.
+    let table = provider::get().devices[dev].gids();
     let index = if port_num == 1 {
         table.iter().position(|g| *g == dgid)
     } else {
@@ -125,8 +125,8 @@ fn ah_from_wc(
 }
 
 /// `ibv_create_ah`: an address handle for UD sends to `attr`'s destination. `EINVAL`
-/// for a PD that does not exist, a port other than 1, or a global route from a source
-/// GID index the port does not have (its table has one GID); a destination no device
+/// for a PD that does not exist, a port other than 1, a global route from a source
+/// GID index the port does not have, or no global route on a RoCE port; a destination no device
 /// answers is accepted (as on a fabric: datagrams to it are lost).
 ///
 /// # Safety
@@ -138,11 +138,15 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };
-    if a.port_num != 1 || (a.is_global != 0 && a.grh.sgid_index != 0) {
+    let prov = provider::get();
+    let port = &prov.devices[p.core.dev];
+    // On a RoCE port an address needs a GRH: mlx5 refuses one without
+    // (`mlx5_create_ah`: `!attr->is_global && is_eth` is `EINVAL`).
+    let bad_global = a.is_global != 0 && usize::from(a.grh.sgid_index) >= port.gids().len();
+    if a.port_num != 1 || bad_global || (a.is_global == 0 && port.is_roce()) {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
-    let prov = provider::get();
     p.core.users.fetch_add(1, Ordering::AcqRel);
     publish(AhObj {
         ibv: ibv_ah {

@@ -14,7 +14,9 @@
 //!   version word (a key's generation, a valid bit and a change counter): a reader that
 //!   sees the same valid version before and after reading the fields read a consistent
 //!   region;
-//! - the mask of its devices whose link is down.
+//! - the mask of its devices whose link is down;
+//! - the RoCE GIDs of its devices bound to network interfaces, with the device index
+//!   (written once, when it joins), so that a GID names a device across processes.
 //!
 //! A requester that passes every check copies with `process_vm_writev`/`readv` and
 //! completes the WQE itself. Anything else (an unknown key, a bound, an access right, a
@@ -55,7 +57,15 @@ const OFF_MAGIC: usize = 0;
 const OFF_DOWN: usize = 8;
 const OFF_ACC: usize = 64;
 const ACC_SIZE: usize = 32;
+/// The GID table: [`GID_SLOTS`] entries of 32 bytes (a word with the valid bit and the
+/// device index, then the GID), between the accessors and the QP words.
+const OFF_GID: usize = 2560;
+const GID_SIZE: usize = 32;
+/// RoCE GIDs a process publishes (more are not reachable from other processes).
+pub(crate) const GID_SLOTS: usize = 48;
 const OFF_QP: usize = 4096;
+const _: () = assert!(OFF_ACC + ACCESSORS * ACC_SIZE <= OFF_GID);
+const _: () = assert!(OFF_GID + GID_SLOTS * GID_SIZE <= OFF_QP);
 const OFF_MR: usize = OFF_QP + QP_SLOTS * 8;
 const MR_SIZE: usize = 32;
 /// Bytes of the exports.
@@ -186,6 +196,48 @@ impl Exports {
         if let Some(w) = self.qp_word(qpn) {
             w.store(view.and_then(|v| v.pack()).unwrap_or(0), Ordering::Release);
         }
+    }
+
+    /// Publishes GID `gid` of device `dev` in slot `slot` (ignored past [`GID_SLOTS`]).
+    pub(crate) fn set_gid(&self, slot: usize, dev: usize, gid: &[u8; 16]) {
+        if slot >= GID_SLOTS {
+            return;
+        }
+        let at = OFF_GID + slot * GID_SIZE;
+        let (hi, lo) = gid.split_at(8);
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        self.map.u64_at(at + 8).store(word(hi), Ordering::Relaxed);
+        self.map.u64_at(at + 16).store(word(lo), Ordering::Relaxed);
+        self.map
+            .u64_at(at)
+            .store(1 << 63 | (dev as u64 & 0xff), Ordering::Release);
+    }
+
+    /// The device whose RoCE GID `gid` this process published.
+    pub(crate) fn gid_device(&self, gid: &[u8; 16]) -> Option<usize> {
+        (0..GID_SLOTS).find_map(|slot| {
+            let at = OFF_GID + slot * GID_SIZE;
+            let w = self.map.u64_at(at).load(Ordering::Acquire);
+            if w >> 63 == 0 {
+                return None;
+            }
+            let mut g = [0u8; 16];
+            g[..8].copy_from_slice(
+                &self
+                    .map
+                    .u64_at(at + 8)
+                    .load(Ordering::Relaxed)
+                    .to_le_bytes(),
+            );
+            g[8..].copy_from_slice(
+                &self
+                    .map
+                    .u64_at(at + 16)
+                    .load(Ordering::Relaxed)
+                    .to_le_bytes(),
+            );
+            (&g == gid).then_some((w & 0xff) as usize)
+        })
     }
 
     /// Publishes the mask of devices whose link is down.
