@@ -137,9 +137,9 @@ pub(crate) struct Provider {
     pub engine: Engine,
     pub faults: Mutex<Faults>,
     contexts: Mutex<Vec<Weak<CtxCore>>>,
-    /// RoCE GIDs of other processes' devices, found in the shared namespace: the
-    /// device index and when it was found (an entry is trusted for [`GID_CACHE_TTL`]).
-    remote_gids: RwLock<BTreeMap<[u8; 16], (usize, Instant)>>,
+    /// RoCE GIDs of other processes' devices, looked up in the shared namespace: the
+    /// device index (`None`: no process had it) and when it was looked up.
+    remote_gids: RwLock<GidCache>,
     /// When the interfaces of RoCE ports were last looked at.
     watched: Mutex<Option<Instant>>,
     qps_created: AtomicU64,
@@ -148,8 +148,16 @@ pub(crate) struct Provider {
 
 /// How long a GID found in another process's exports is used without looking again.
 const GID_CACHE_TTL: Duration = Duration::from_secs(1);
+/// How long a GID no process had is not looked up again.
+const GID_MISS_TTL: Duration = Duration::from_millis(100);
+/// Entries of the GID cache (it is emptied when full).
+const GID_CACHE_MAX: usize = 4096;
 /// How often the service thread looks at the interfaces of RoCE ports.
 pub(crate) const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// Other processes' RoCE GIDs as looked up: the device (`None`: no process had the GID)
+/// and when.
+type GidCache = BTreeMap<[u8; 16], (Option<usize>, Instant)>;
 
 static PROVIDER: OnceLock<Provider> = OnceLock::new();
 /// Device count requested by [`crate::set_device_count`] before initialisation.
@@ -335,7 +343,10 @@ impl Provider {
         }
     }
 
-    /// The device index of another process's RoCE GID `g` (cached for a while).
+    /// The device index of another process's RoCE GID `g`. Answers are cached, a found
+    /// device for [`GID_CACHE_TTL`], "none" for [`GID_MISS_TTL`] (a peer that starts
+    /// later is found that much later), so that the per-WQE resolution of an address
+    /// reads the namespace's files at most that often.
     fn remote_gid(&self, g: &[u8; 16]) -> Option<usize> {
         let now = Instant::now();
         let cached = self
@@ -345,20 +356,21 @@ impl Provider {
             .get(g)
             .copied();
         if let Some((dev, at)) = cached {
-            if now.duration_since(at) < GID_CACHE_TTL {
-                return Some(dev);
+            let ttl = if dev.is_some() {
+                GID_CACHE_TTL
+            } else {
+                GID_MISS_TTL
+            };
+            if now.duration_since(at) < ttl {
+                return dev;
             }
         }
         let found = crate::shared::find_gid(g);
         let mut cache = self.remote_gids.write().unwrap_or_else(|e| e.into_inner());
-        match found {
-            Some(dev) => {
-                cache.insert(*g, (dev, now));
-            }
-            None => {
-                cache.remove(g);
-            }
+        if cache.len() >= GID_CACHE_MAX {
+            cache.clear();
         }
+        cache.insert(*g, (found, now));
         found
     }
 
