@@ -400,7 +400,8 @@ fn wait_file(p: &std::path::Path) -> String {
 }
 
 fn write_file(p: &std::path::Path, text: &str) {
-    let tmp = p.with_extension("tmp");
+    let mut tmp = p.as_os_str().to_owned();
+    tmp.push(".tmp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, p).unwrap();
 }
@@ -512,5 +513,68 @@ fn the_launcher_presents_a_bound_port_in_sysfs() {
             "netdev=soft1=vr1"
         ]
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[path = "system/mod.rs"]
+mod system;
+
+#[test]
+fn ibv_rc_pingpong_by_gid_between_two_namespaces() {
+    let test = "ibv_rc_pingpong_by_gid_between_two_namespaces";
+    let Some(prog) = system::program(test, "ibv_rc_pingpong", "ibverbs-utils") else {
+        return;
+    };
+    if !netns::available(test) {
+        return;
+    }
+    let ns = Netns::new("roce4", 2);
+    ns.veth((0, "vr0", "192.0.2.1/24"), (1, "vr1", "192.0.2.2/24"), 1500);
+    let dir = procs::namespace("roce4");
+    let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
+    let port = procs::free_port().to_string();
+    let side = |i: usize, extra: &[&str]| {
+        let mut c = ns.exec(i, &prog);
+        c.args(["-d", "soft0", "-g", "1", "-n", "200", "-p", &port])
+            .args(extra)
+            .env("LD_PRELOAD", &lib)
+            .env("VQP_SOFT_DIR", &dir)
+            .env("VQP_SOFT_NETDEV", format!("soft0=vr{i}"));
+        c
+    };
+    let mut srv = procs::Killed(Some(start_cmd(&mut side(0, &[]))));
+    let pid = srv.0.as_ref().unwrap().id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !netns::listening_in(pid, port.parse().unwrap()) {
+        let exited = srv.0.as_mut().unwrap().try_wait().ok().flatten().is_some();
+        assert!(
+            !exited && std::time::Instant::now() < deadline,
+            "the server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cli = procs::Killed(Some(start_cmd(&mut side(1, &["192.0.2.1"]))));
+    let c = procs::wait(&mut cli, deadline, "client");
+    let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let ctx = format!("--- server\n{}--- client\n{}", text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "{ctx}");
+    // Each side names its own RoCE GID and the peer's, and completes its iterations.
+    for (o, local, remote) in [
+        (&s, "192.0.2.1", "192.0.2.2"),
+        (&c, "192.0.2.2", "192.0.2.1"),
+    ] {
+        let t = text(o);
+        assert!(t.contains("local address:  LID 0x0000"), "{ctx}");
+        assert!(t.contains(&format!("GID ::ffff:{local}")), "{ctx}");
+        assert!(t.contains(&format!("GID ::ffff:{remote}")), "{ctx}");
+        assert!(t.contains("200 iters in"), "{ctx}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
