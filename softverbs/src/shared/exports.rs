@@ -479,6 +479,31 @@ mod tests {
     }
 
     #[test]
+    fn a_published_gid_names_its_device_to_another_mapping() {
+        let f = file();
+        let owner = Exports::map(&f, true).unwrap();
+        let peer = Exports::map(&f, false).unwrap();
+        let g = |last: u8| {
+            let mut g = [0u8; 16];
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[15] = last;
+            g
+        };
+        assert_eq!(peer.gid_device(&g(1)), None, "nothing published");
+        owner.set_gid(0, 3, &g(1));
+        owner.set_gid(1, 5, &g(2));
+        owner.set_gid(GID_SLOTS, 7, &g(3));
+        assert_eq!(peer.gid_device(&g(1)), Some(3));
+        assert_eq!(peer.gid_device(&g(2)), Some(5));
+        assert_eq!(
+            peer.gid_device(&g(3)),
+            None,
+            "past the slots: not published"
+        );
+    }
+
+    #[test]
     fn revocation_waits_for_a_live_copy_and_not_for_a_dead_one() {
         let f = file();
         let owner = Exports::map(&f, true).unwrap();
