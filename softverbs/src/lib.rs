@@ -439,8 +439,9 @@ pub fn clear_faults() {
     }
 }
 
-/// Takes device `index`'s link down (`up == false`) or back up. While it is down the
-/// port reports `IBV_PORT_DOWN`, and every WQE to or from the device completes with
+/// Takes device `index`'s link down (`up == false`) or back up (on a RoCE port, the port
+/// is active only while its interface is up too). While it is down the port reports
+/// `IBV_PORT_DOWN`, and every WQE to or from the device completes with
 /// `IBV_WC_RETRY_EXC_ERR` (its QP going to error). Raises `IBV_EVENT_PORT_ERR` /
 /// `IBV_EVENT_PORT_ACTIVE` on the device's open contexts.
 ///
@@ -452,10 +453,14 @@ pub fn set_link(index: usize, up: bool) -> Result<(), ConfigError> {
         .devices
         .get(index)
         .ok_or(ConfigError::NoSuchDevice(index))?;
-    let was = dev.link_up.swap(up, Ordering::AcqRel);
+    // The port's state is the link's and, on a RoCE port, its interface's: an event
+    // only when that changes.
+    let was = dev.is_up();
+    dev.link_up.store(up, Ordering::Release);
+    let now = dev.is_up();
     crate::shared::export_links();
-    if was != up {
-        let kind = if up {
+    if was != now {
+        let kind = if now {
             cq::event::PORT_ACTIVE
         } else {
             cq::event::PORT_ERR

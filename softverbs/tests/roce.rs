@@ -284,6 +284,11 @@ fn child_roce_port() {
     );
     assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_DOWN);
     assert_eq!(sysfs("soft1", "ports/1/state"), "1: DOWN");
+    // The link control cannot bring the port up while its interface is down: no event.
+    vqp_softverbs::set_link(1, false).unwrap();
+    vqp_softverbs::set_link(1, true).unwrap();
+    assert_eq!(b.ctx.pending_async_events().unwrap(), []);
+    assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_DOWN);
     ns_ip(&["link", "set", "vr1", "up"]);
     let ev = b
         .ctx
