@@ -77,6 +77,9 @@
 //!   GIDs in its exports when it joins; a lookup is cached for a second). Two
 //!   processes in two network namespaces that name the same `VQP_SOFT_DIR` therefore
 //!   reach each other by GID; their data still moves through shared memory;
+//! - a datagram through an address handle with a GRH arrives with a GRH naming the
+//!   sender's GID at the handle's source index and the receiving port's GID of the same
+//!   kind (IPv4-mapped or not), in the IPv6 layout on every port;
 //! - sysfs (`ibv_read_sysfs_file` and `softverbs run`'s tree): `link_layer`
 //!   `Ethernet`, `lid` `0x0`, `gids/N`, `gid_attrs/types/N` `RoCE v2`,
 //!   `gid_attrs/ndevs/N` the interface.

@@ -1,8 +1,8 @@
 //! RoCE ports: soft devices bound to network interfaces (`VQP_SOFT_NETDEV`) in a
 //! network namespace made for the test — link layer Ethernet, the interfaces' addresses
 //! as RoCE v2 GIDs in the verbs and in sysfs, the MTU and the state of the interface, a
-//! GRH required, and QPs connected by GID, in one process and across two processes in
-//! two namespaces. An interface that does not exist is a clear error at
+//! GRH required, QPs connected by GID and datagrams sent by GID (their GRH naming both
+//! ports' GIDs), in one process and across two processes in two namespaces. An interface that does not exist is a clear error at
 //! `ibv_open_device`, and an unbound device stays an InfiniBand port.
 //!
 //! The checks run in a child process (this test binary, one `#[ignore]`d test, started
@@ -83,6 +83,28 @@ fn start_cmd(c: &mut Command) -> std::process::Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("starting {c:?}: {e}"))
+}
+
+/// An address handle on `s`'s PD to `dgid` from local GID index 1 (the IPv4 one).
+fn ah_to(s: &Side, dgid: [u8; 16]) -> *mut ibv_ah {
+    let mut attr = ibv_ah_attr {
+        port_num: 1,
+        is_global: 1,
+        ..Default::default()
+    };
+    attr.grh.dgid.raw = dgid;
+    attr.grh.sgid_index = 1;
+    attr.grh.hop_limit = 64;
+    // SAFETY: a live PD and a readable attribute.
+    let ah = unsafe { vqp_softverbs::ibv_create_ah(s.pd.as_raw(), &mut attr) };
+    assert!(!ah.is_null(), "ibv_create_ah by GID");
+    ah
+}
+
+/// The (source, destination) GIDs of the GRH at the head of `s`'s buffer.
+fn grh_gids(s: &Side) -> ([u8; 16], [u8; 16]) {
+    let b = bytes(s);
+    (b[8..24].try_into().unwrap(), b[24..40].try_into().unwrap())
 }
 
 /// Whether this process is the child meant to run `name`.
@@ -271,6 +293,45 @@ fn child_roce_port() {
     assert_eq!(post_status(&a, &mut wr), vqp_host::WcStatus::Success);
     assert_eq!(&bytes(&b)[..4096], &bytes(&a)[..4096]);
 
+    // A datagram by GID: its GRH names the sender's IPv4 GID and ours, and the address
+    // made from it answers from our IPv4 GID (index 1).
+    let qkey = 0x1111;
+    let ua = ud_side(&v, "soft0", qkey);
+    let mut ub = ud_side(&v, "soft1", qkey);
+    bytes_mut(&mut ub).fill(0);
+    post_receive(&ub, 7, 0, 40 + 64);
+    let ah = ah_to(&ua, v4([192, 0, 2, 2]));
+    assert_eq!(
+        ud_send(&ua, ah, ub.qp.qp_num(), qkey, 0, 64),
+        vqp_host::WcStatus::Success
+    );
+    assert_eq!(poll_n(&ub.cq, 1)[0].status(), vqp_host::WcStatus::Success);
+    assert_eq!(grh_gids(&ub), (v4([192, 0, 2, 1]), v4([192, 0, 2, 2])));
+    let mut wc = ibv_wc {
+        wc_flags: IBV_WC_GRH,
+        ..Default::default()
+    };
+    let mut back = ibv_ah_attr::default();
+    // SAFETY: a live context, a completion, the GRH at the head of the registered
+    // buffer, and a writable attribute.
+    let rc = unsafe {
+        vqp_softverbs::ibv_init_ah_from_wc(
+            ub.ctx.as_raw(),
+            1,
+            &mut wc,
+            ub.mr.addr() as *mut vqp_softverbs::ibv_grh,
+            &mut back,
+        )
+    };
+    assert_eq!(rc, 0);
+    // SAFETY: `raw` is the byte view of the GID union.
+    assert_eq!(
+        (back.grh.sgid_index, unsafe { back.grh.dgid.raw }),
+        (1, v4([192, 0, 2, 1]))
+    );
+    // SAFETY: made above, destroyed once.
+    assert_eq!(unsafe { vqp_softverbs::ibv_destroy_ah(ah) }, 0);
+
     // The interface going down is PORT_ERR on the port's contexts, up again PORT_ACTIVE.
     let ns_ip = |args: &[&str]| netns::ip(args);
     ns_ip(&["link", "set", "vr1", "down"]);
@@ -421,10 +482,19 @@ fn child_responder() {
     let o = Opts::default();
     let mut b = side(&v, "soft0", &o);
     bytes_mut(&mut b).fill(0);
+    let mut ub = ud_side(&v, "soft0", 0x2222);
+    bytes_mut(&mut ub).fill(0);
+    post_receive(&ub, 7, 0, 40 + 64);
     let base = rendezvous();
     write_file(
         &base.with_extension("b"),
-        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
+        &format!(
+            "{} {} {} {}\n",
+            b.qp.qp_num(),
+            b.mr.addr(),
+            b.mr.rkey(),
+            ub.qp.qp_num()
+        ),
     );
     let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
     let ga = vqp_host::sys::Gid::from_bytes(v4([192, 0, 2, 1]));
@@ -438,6 +508,9 @@ fn child_responder() {
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(9))
         .collect();
     assert_eq!(&bytes(&b)[..4096], &want[..]);
+    // The requester's datagram: its GRH names the requester's GID, not ours.
+    assert_eq!(poll_n(&ub.cq, 1)[0].status(), vqp_host::WcStatus::Success);
+    assert_eq!(grh_gids(&ub), (v4([192, 0, 2, 1]), v4([192, 0, 2, 2])));
 }
 
 #[test]
@@ -466,6 +539,12 @@ fn child_requester() {
         rkey: f[2] as u32,
     };
     assert_eq!(post_status(&a, &mut wr), vqp_host::WcStatus::Success);
+    let ua = ud_side(&v, "soft0", 0x2222);
+    let ah = ah_to(&ua, v4([192, 0, 2, 2]));
+    assert_eq!(
+        ud_send(&ua, ah, f[3] as u32, 0x2222, 0, 64),
+        vqp_host::WcStatus::Success
+    );
     write_file(&base.with_extension("a-done"), "done\n");
 }
 

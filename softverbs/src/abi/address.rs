@@ -40,8 +40,9 @@ const IB_NEXT_HDR: u8 = 0x1b;
 /// completion: DLID = the completion's SLID, its SL and path bits, the port; with
 /// `IBV_WC_GRH`, a global route back to the GRH's source GID, from the local GID the GRH
 /// was sent to. Returns 0, or -1 with `errno`: `EPROTONOSUPPORT` for a GRH that is not an
-/// InfiniBand one (IPv6 version, next header 0x1b: this port is InfiniBand, so RoCE v2
-/// headers never arrive), `EINVAL` for a multicast destination GID, `ENOENT` when that
+/// InfiniBand one (IPv6 version, next header 0x1b: softverbs' datagrams carry one on
+/// every port, a RoCE port's included, where a RoCE v2 NIC would write an IPv4 header
+/// for an IPv4 GID), `EINVAL` for a multicast destination GID, `ENOENT` when that
 /// GID is not in the port's table, `EINVAL` for a null argument or a bad context.
 ///
 /// # Safety

@@ -217,6 +217,7 @@ fn execute(
     let requester = Requester {
         qpn: qp.qpn,
         dev: qp.dev,
+        sgid: None,
         qp_type: qp.qp_type,
     };
     let response = if own_responder {
@@ -299,6 +300,7 @@ fn datagram(
     let requester = Requester {
         qpn: qp.qpn,
         dev: qp.dev,
+        sgid: None,
         qp_type: qp.qp_type,
     };
     let mut mover = LocalMover {

@@ -166,6 +166,10 @@ impl Receives<'_> {
 pub(crate) struct Requester {
     pub qpn: u32,
     pub dev: usize,
+    /// The sender's GID for a datagram's GRH when our device table does not hold it (a
+    /// RoCE GID of another process); `None`: our device `dev`'s GID at the datagram's
+    /// source GID index.
+    pub sgid: Option<[u8; 16]>,
     /// `IBV_QPT_RC` or `IBV_QPT_UC`: a QP answers only a requester of its own type.
     pub qp_type: u32,
 }
@@ -460,11 +464,9 @@ fn respond_datagram<M: Mover>(
     wc.src_qp = a.qpn;
     wc.slid = p.devices[a.dev].lid;
     wc.pkey_index = 0;
-    if w.ud.is_some_and(|d| d.global) {
-        mem::copy_from_bytes(
-            &grh_area[..ng],
-            &grh(&p.devices[a.dev].gid, &p.devices[b.dev].gid, len),
-        );
+    if let Some(d) = w.ud.filter(|d| d.global) {
+        let (sgid, dgid) = grh_gids(p, a, b.dev, d.sgid_index);
+        mem::copy_from_bytes(&grh_area[..ng], &grh(&sgid, &dgid, len));
         wc.wc_flags |= IBV_WC_GRH;
     }
     if w.opcode == IBV_WR_SEND_WITH_IMM {
@@ -475,6 +477,27 @@ fn respond_datagram<M: Mover>(
         b.to_error(gb, None);
     }
     dropped
+}
+
+/// The GIDs of a datagram's GRH: the sender's at the address handle's source index, and
+/// the receiving port's GID of the same kind (IPv4-mapped or not; its first otherwise),
+/// which is the one a RoCE sender addressed.
+fn grh_gids(p: &Provider, a: Requester, b_dev: usize, sgid_index: u8) -> ([u8; 16], [u8; 16]) {
+    let sender = &p.devices[a.dev];
+    let sgid = a
+        .sgid
+        .or_else(|| sender.gids().get(usize::from(sgid_index)).copied())
+        .unwrap_or(sender.gid);
+    let v4 = |g: &[u8; 16]| g[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+    let receiver = &p.devices[b_dev];
+    let dgid = receiver
+        .gids()
+        .iter()
+        .find(|g| v4(g) == v4(&sgid))
+        .or_else(|| receiver.gids().first())
+        .copied()
+        .unwrap_or(receiver.gid);
+    (sgid, dgid)
 }
 
 /// The 40-byte global route header a datagram from `sgid` to `dgid` carries: IPv6

@@ -240,6 +240,36 @@ impl Exports {
         })
     }
 
+    /// The `index`-th GID this process published for device `dev` (its RoCE GID table
+    /// entry `index`).
+    pub(crate) fn gid_of(&self, dev: usize, index: usize) -> Option<[u8; 16]> {
+        (0..GID_SLOTS)
+            .filter_map(|slot| {
+                let at = OFF_GID + slot * GID_SIZE;
+                let w = self.map.u64_at(at).load(Ordering::Acquire);
+                (w >> 63 == 1 && (w & 0xff) as usize == dev).then_some(at)
+            })
+            .nth(index)
+            .map(|at| {
+                let mut g = [0u8; 16];
+                g[..8].copy_from_slice(
+                    &self
+                        .map
+                        .u64_at(at + 8)
+                        .load(Ordering::Relaxed)
+                        .to_le_bytes(),
+                );
+                g[8..].copy_from_slice(
+                    &self
+                        .map
+                        .u64_at(at + 16)
+                        .load(Ordering::Relaxed)
+                        .to_le_bytes(),
+                );
+                g
+            })
+    }
+
     /// Publishes the mask of devices whose link is down.
     pub(crate) fn set_down(&self, mask: u64) {
         self.map.u64_at(OFF_DOWN).store(mask, Ordering::Release);
@@ -501,6 +531,10 @@ mod tests {
             None,
             "past the slots: not published"
         );
+        owner.set_gid(2, 3, &g(4));
+        assert_eq!(peer.gid_of(3, 0), Some(g(1)));
+        assert_eq!(peer.gid_of(3, 1), Some(g(4)), "the device's second GID");
+        assert_eq!(peer.gid_of(5, 1), None);
     }
 
     #[test]

@@ -11,7 +11,9 @@ use crate::engine::{respond, MoveError, Mover, Requester, Response};
 use crate::mem::{self, Span};
 use crate::provider::Provider;
 use crate::qp::{Datagram, SendWqe, Sges, QP_REQ_ERR};
-use crate::shared::inbox::{iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD};
+use crate::shared::inbox::{
+    iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, GRH_SGID_SHIFT,
+};
 use crate::shared::sys::{process_copy, CopyError, Range};
 use crate::shared::{Ack, Owner, Shared};
 
@@ -223,8 +225,17 @@ pub(super) fn on_request(
                 qpn: rec.dst_qpn,
                 qkey: rec.rkey,
                 global: rec.flags & F_GRH != 0,
+                sgid_index: (rec.flags >> GRH_SGID_SHIFT) as u8,
             }),
         };
+        // A datagram's GRH names the sender's GID: a RoCE GID is the sender's own (its
+        // exports), not that of our device of the same index.
+        let sgid = (datagram && rec.flags & F_GRH != 0)
+            .then(|| {
+                let index = usize::from((rec.flags >> GRH_SGID_SHIFT) as u8);
+                sh.peer(from)?.exports.gid_of(src_dev, index)
+            })
+            .flatten();
         let mut mv = RemoteMover {
             pid: rec.from_pid,
             rec,
@@ -233,6 +244,7 @@ pub(super) fn on_request(
         let a = Requester {
             qpn: rec.src_qpn,
             dev: src_dev,
+            sgid,
             qp_type: if datagram {
                 IBV_QPT_UD
             } else if rec.flags & F_UC != 0 {

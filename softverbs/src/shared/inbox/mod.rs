@@ -47,7 +47,9 @@ use std::time::{Duration, Instant};
 use super::sys::{self, Mapping};
 use ring::{Flag, Memory, Word};
 
-pub(crate) use record::{iov, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD};
+pub(crate) use record::{
+    iov, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, GRH_SGID_SHIFT,
+};
 
 /// Records the ring holds.
 pub(crate) const SLOTS: u64 = 512;

@@ -57,8 +57,11 @@ pub(crate) const F_UC: u32 = 4;
 /// Flag: the requester QP is UD (the request is a datagram: no sequence, `rkey` is the
 /// Q_Key).
 pub(crate) const F_UD: u32 = 8;
-/// Flag: the datagram's address handle had a global route (the receiver gets a GRH).
+/// Flag: the datagram's address handle had a global route (the receiver gets a GRH);
+/// the flags' top byte is then its source GID index ([`GRH_SGID_SHIFT`]).
 pub(crate) const F_GRH: u32 = 16;
+/// Where a datagram's source GID index sits in the flags.
+pub(crate) const GRH_SGID_SHIFT: u32 = 24;
 
 impl Record {
     /// An empty record of `kind`.
