@@ -62,7 +62,8 @@
 //!   which a ConnectX interleaves, so the first IPv4 GID is index 1 on every bound
 //!   device. The table is read when the provider starts;
 //! - its active MTU is the largest IB MTU that fits the interface's MTU after the RoCE
-//!   headers (the kernel's `iboe_get_mtu`: 1500 → 1024, 9000 → 4096);
+//!   headers (the kernel's `iboe_get_mtu`: 1500 → 1024, 9000 → 4096); a UD send longer
+//!   than it completes with `IBV_WC_LOC_LEN_ERR`;
 //! - its state follows the interface's (`IFF_UP` and `IFF_RUNNING`): the shared
 //!   namespace's service thread (started when a context is opened on a bound device)
 //!   looks at the interface with two ioctls every 100 ms, updates the MTU, and raises

@@ -329,6 +329,11 @@ fn child_roce_port() {
         (back.grh.sgid_index, unsafe { back.grh.dgid.raw }),
         (1, v4([192, 0, 2, 1]))
     );
+    // A datagram is one packet of the port's MTU: 1024 on soft0 (vr0's 1500).
+    assert_eq!(
+        ud_send(&ua, ah, ub.qp.qp_num(), qkey, 0, 1025),
+        vqp_host::WcStatus::LocLenErr
+    );
     // SAFETY: made above, destroyed once.
     assert_eq!(unsafe { vqp_softverbs::ibv_destroy_ah(ah) }, 0);
 

@@ -280,7 +280,9 @@ fn datagram(
     len: u64,
     d: Datagram,
 ) -> Step {
-    if len > UD_MTU {
+    // A datagram is one packet: at most the port's active MTU (a RoCE port's follows its
+    // interface).
+    if len > UD_MTU.min(128 << p.devices[qp.dev].active_mtu()) {
         fail(qp, g, &w, IBV_WC_LOC_LEN_ERR, None);
         return Step::Failed;
     }
