@@ -21,7 +21,8 @@
 //!                 remote/ (a WQE to or a request from another process)
 //!  5 transports   shared/ (other processes: namespace, registry, inbox, exports,
 //!                 process-to-process copies), link (rated ports)
-//!  6 base         config (environment), os (eventfd, atexit, lock), locate
+//!  6 base         config (environment), os (eventfd, atexit, lock, interface queries),
+//!                 netdev (a RoCE port's interface: GIDs, MTU, state), locate
 //!  ──────────────────────────────────────────────────────────────────────────────────
 //!                 vqp-sys: the C ABI's structs, constants, VerbsTable
 //! ```

@@ -208,6 +208,8 @@ impl Exports {
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
         self.map.u64_at(at + 8).store(word(hi), Ordering::Relaxed);
         self.map.u64_at(at + 16).store(word(lo), Ordering::Relaxed);
+        // Release: pairs with the Acquire load of the word in `gid_device`/`gid_of`, so a
+        // reader that sees the valid bit sees the GID's two words.
         self.map
             .u64_at(at)
             .store(1 << 63 | (dev as u64 & 0xff), Ordering::Release);
