@@ -232,7 +232,8 @@ pub unsafe extern "C" fn ibv_detach_mcast(
 }
 
 /// `ibv_resolve_eth_l2_from_gid`: `EINVAL` without a global route (as rdma-core), else
-/// `EOPNOTSUPP`: the ports are InfiniBand, there is no Ethernet address to resolve.
+/// `EOPNOTSUPP`: softverbs resolves no neighbours (an InfiniBand port has no Ethernet
+/// address; a RoCE port reaches its peers by GID, with no MAC on the way).
 ///
 /// # Safety
 /// `attr` is null or readable; nothing else is dereferenced.
