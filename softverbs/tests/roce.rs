@@ -87,13 +87,18 @@ fn start_cmd(c: &mut Command) -> std::process::Child {
 
 /// An address handle on `s`'s PD to `dgid` from local GID index 1 (the IPv4 one).
 fn ah_to(s: &Side, dgid: [u8; 16]) -> *mut ibv_ah {
+    ah_from(s, dgid, 1)
+}
+
+/// An address handle on `s`'s PD to `dgid` from local GID index `sgid_index`.
+fn ah_from(s: &Side, dgid: [u8; 16], sgid_index: u8) -> *mut ibv_ah {
     let mut attr = ibv_ah_attr {
         port_num: 1,
         is_global: 1,
         ..Default::default()
     };
     attr.grh.dgid.raw = dgid;
-    attr.grh.sgid_index = 1;
+    attr.grh.sgid_index = sgid_index;
     attr.grh.hop_limit = 64;
     // SAFETY: a live PD and a readable attribute.
     let ah = unsafe { vqp_softverbs::ibv_create_ah(s.pd.as_raw(), &mut attr) };
@@ -329,6 +334,19 @@ fn child_roce_port() {
         (back.grh.sgid_index, unsafe { back.grh.dgid.raw }),
         (1, v4([192, 0, 2, 1]))
     );
+    // From the default GID (index 0) to the peer's: both link-local GIDs in the GRH.
+    let ll_b = *b.ctx.query_gid(1, 0).unwrap().as_bytes();
+    let ah0 = ah_from(&ua, ll_b, 0);
+    bytes_mut(&mut ub).fill(0);
+    post_receive(&ub, 8, 0, 40 + 64);
+    assert_eq!(
+        ud_send(&ua, ah0, ub.qp.qp_num(), qkey, 0, 64),
+        vqp_host::WcStatus::Success
+    );
+    assert_eq!(poll_n(&ub.cq, 1)[0].status(), vqp_host::WcStatus::Success);
+    assert_eq!(grh_gids(&ub), (ll, ll_b));
+    // SAFETY: made above, destroyed once.
+    assert_eq!(unsafe { vqp_softverbs::ibv_destroy_ah(ah0) }, 0);
     // A datagram is one packet of the port's MTU: 1024 on soft0 (vr0's 1500).
     assert_eq!(
         ud_send(&ua, ah, ub.qp.qp_num(), qkey, 0, 1025),
