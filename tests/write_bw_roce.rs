@@ -36,7 +36,8 @@ fn run(test: &str, opcode: &str, qps: usize) {
     }
     let ns = netns::Netns::new(test, 2);
     ns.veth((0, "vr0", "192.0.2.1/24"), (1, "vr1", "192.0.2.2/24"), 1500);
-    let dir = procs::namespace(test);
+    let dir = netns::TempDir(procs::namespace(test));
+    let dir = dir.0.clone();
     let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
     let port = procs::free_port().to_string();
     let prog = write_bw();
@@ -111,7 +112,6 @@ fn run(test: &str, opcode: &str, qps: usize) {
         out.contains(check),
         "{check:?} missing on the server:\n{ctx}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

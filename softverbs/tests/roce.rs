@@ -125,7 +125,8 @@ fn a_bound_device_is_a_roce_port_and_connects_by_gid() {
     let ns = Netns::new("roce1", 1);
     ns.veth((0, "vr0", "192.0.2.1/24"), (0, "vr1", "192.0.2.2/24"), 1500);
     netns::ip(&["-n", ns.name(0), "link", "set", "vr1", "mtu", "9000"]);
-    let dir = procs::namespace("roce1");
+    let dir = netns::TempDir(procs::namespace("roce1"));
+    let dir = dir.0.clone();
     run_child(
         &ns,
         0,
@@ -136,7 +137,6 @@ fn a_bound_device_is_a_roce_port_and_connects_by_gid() {
             ("VQP_SOFT_DIR", dir.to_str().unwrap()),
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The interface's MAC, from sysfs (the namespace's: `ip netns exec` mounts it).
@@ -392,7 +392,8 @@ fn child_roce_port() {
 #[test]
 fn an_interface_that_does_not_exist_is_an_error_at_open() {
     let exe = std::env::current_exe().unwrap();
-    let dir = procs::namespace("roce-missing");
+    let dir = netns::TempDir(procs::namespace("roce-missing"));
+    let dir = dir.0.clone();
     let mut c = Command::new(exe);
     c.args([
         "child_missing_interface",
@@ -404,7 +405,6 @@ fn an_interface_that_does_not_exist_is_an_error_at_open() {
     .env("VQP_SOFT_NETDEV", "soft0=vqp-no-such0")
     .env("VQP_SOFT_DIR", &dir);
     check_child(c, "child_missing_interface");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -438,7 +438,8 @@ fn processes_in_two_namespaces_connect_by_gid() {
     }
     let ns = Netns::new("roce2", 2);
     ns.veth((0, "vr0", "192.0.2.1/24"), (1, "vr1", "192.0.2.2/24"), 1500);
-    let dir = procs::namespace("roce2");
+    let dir = netns::TempDir(procs::namespace("roce2"));
+    let dir = dir.0.clone();
     let d = dir.to_str().unwrap().to_string();
     // The responder (soft0 in namespace 1, GID ::ffff:192.0.2.2) waits for the
     // requester's data; the requester (soft0 in namespace 0) writes it by GID.
@@ -467,7 +468,6 @@ fn processes_in_two_namespaces_connect_by_gid() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The file through which the two children swap QP numbers and the responder's keys.
@@ -582,7 +582,8 @@ fn the_launcher_presents_a_bound_port_in_sysfs() {
         (0, "vr1", "198.51.100.1/24"),
         1500,
     );
-    let dir = procs::namespace("roce3");
+    let dir = netns::TempDir(procs::namespace("roce3"));
+    let dir = dir.0.clone();
     let mut c = ns.exec(0, std::path::Path::new(env!("CARGO_BIN_EXE_softverbs")));
     let sys = "/sys/class/infiniband";
     c.args(["run", "--netdev", "soft1=vr1", "--dir"])
@@ -620,7 +621,6 @@ fn the_launcher_presents_a_bound_port_in_sysfs() {
             "netdev=soft1=vr1"
         ]
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[path = "system/mod.rs"]
@@ -637,7 +637,8 @@ fn ibv_rc_pingpong_by_gid_between_two_namespaces() {
     }
     let ns = Netns::new("roce4", 2);
     ns.veth((0, "vr0", "192.0.2.1/24"), (1, "vr1", "192.0.2.2/24"), 1500);
-    let dir = procs::namespace("roce4");
+    let dir = netns::TempDir(procs::namespace("roce4"));
+    let dir = dir.0.clone();
     let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
     let port = procs::free_port().to_string();
     let side = |i: usize, extra: &[&str]| {
@@ -683,5 +684,4 @@ fn ibv_rc_pingpong_by_gid_between_two_namespaces() {
         assert!(t.contains(&format!("GID ::ffff:{remote}")), "{ctx}");
         assert!(t.contains("200 iters in"), "{ctx}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -155,6 +155,16 @@ impl Drop for Netns {
     }
 }
 
+/// A directory removed when dropped (a test's softverbs namespace directory), also when
+/// the test fails.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Whether process `pid` (in whatever network namespace) listens on TCP `port`.
 pub fn listening_in(pid: u32, port: u16) -> bool {
     let want = format!(":{port:04X}");
