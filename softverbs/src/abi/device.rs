@@ -315,7 +315,7 @@ pub unsafe extern "C" fn ibv_query_port(
         port_cap_flags: if roce {
             1 << 16 | 1 << 26 // IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS
         } else {
-            1 << 16 // IBV_PORT_CM_SUP (verbs.h), as before
+            1 << 16 // IBV_PORT_CM_SUP
         },
         max_msg_sz: crate::qp::MAX_MSG as u32,
         pkey_tbl_len: 1,
