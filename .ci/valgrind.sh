@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Memcheck over softverbs: short runs of the debug builds of write_bw (both modes) and
-# lat (both modes), which load the provider's cdylib and run its progress thread, and
-# of the provider's C-ABI misuse, responder-error and extended-verbs tests. Any valgrind
-# error fails the run, leaks included ("definitely" or "possibly lost"); so does a write_bw whose
-# data check does not pass. Runs from the repository root; builds what it runs.
+# lat (both modes), which load the provider's cdylib and run its progress thread, of
+# the provider's C-ABI misuse, responder-error and extended-verbs tests, and of
+# vqp-rdmacm's behaviour tests (its C functions, agent thread and QPs over the
+# provider). Any valgrind error fails the run, leaks included ("definitely" or
+# "possibly lost"); so does a write_bw whose data check does not pass. Runs from the repository root; builds what it runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -15,9 +16,10 @@ command -v valgrind >/dev/null 2>&1 || {
 
 cargo build --quiet --example write_bw --example lat
 # cargo names the test executables it built ("Executable tests/x.rs (target/...)").
-tests=$(cargo test -p vqp-softverbs --test bad_calls --test responder_errors --test xverbs --no-run 2>&1 |
+tests=$( (cargo test -p vqp-softverbs --test bad_calls --test responder_errors --test xverbs --no-run 2>&1
+  cargo test -p vqp-rdmacm --test behaviour --no-run 2>&1) |
   grep -o 'target/debug/deps/[a-z_]*-[0-9a-f]*' || true)
-[ "$(wc -w <<<"$tests")" = 3 ] || { echo "valgrind.sh: test binaries not found: $tests" >&2; exit 1; }
+[ "$(wc -w <<<"$tests")" = 4 ] || { echo "valgrind.sh: test binaries not found: $tests" >&2; exit 1; }
 
 # One suppression, for the Rust standard library rather than this project: the main
 # thread's `std::thread::current()` handle is referenced only through a pointer into

@@ -9,7 +9,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use vqp_core::split::SplitPolicy;
-use vqp_core::{Config, Mode, Policy, Signaling, Wc};
+use vqp_core::{Config, Mode, Policy, Signaling};
 use vqp_host::{exchange, Card, Connected, Endpoint, ProtectionDomain, Settings};
 
 use crate::device::{opt_str, DEVICES};
@@ -35,8 +35,6 @@ pub(crate) struct Live {
     pub conn: Connected<N, D, S, W, DEVS, B>,
     /// The exchange's TCP connection, when it was made here.
     pub _stream: Option<TcpStream>,
-    /// Where `vqp_poll` lets the virtual CQ write before converting to `vqp_wc`.
-    pub scratch: [Wc; B],
 }
 
 /// An endpoint's state.
@@ -327,7 +325,6 @@ fn connect_with(
     *st = State::Connected(Box::new(Live {
         conn,
         _stream: stream,
-        scratch: [Wc::EMPTY; B],
     }));
     Ok(())
 }

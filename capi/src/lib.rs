@@ -28,7 +28,8 @@
 //!   Every entry point runs under `catch_unwind`: no panic reaches C.
 //! - **The data path** (`vqp_post_send`, `vqp_post_recv`, `vqp_poll`) takes the
 //!   caller's structs and arrays, allocates nothing and takes no lock: a handle lookup
-//!   is two atomic loads.
+//!   is an index and one compare, a send request is read in place, and completions
+//!   are written into the caller's array.
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 // The C names are the API.

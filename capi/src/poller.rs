@@ -284,7 +284,7 @@ pub unsafe extern "C" fn vqp_app_send(a: vqp_app, wr: *const vqp_send_wr) -> vqp
         // SAFETY: one thread at a time per app handle (the contract).
         let h = unsafe { app(a) }?;
         h.handle
-            .send(w)
+            .send(*w)
             .map_err(|_| Fail::from(PostSendError::Full))
     })
 }

@@ -10,7 +10,9 @@
 //!
 //! Each table is a fixed array of [`CAPACITY`] slots in static memory. Creating and
 //! destroying take the table's mutex (set-up calls, which allocate anyway); looking a
-//! handle up — every data-path call does — is two atomic loads, no lock.
+//! handle up — every data-path call does — is an index and one compare of the whole
+//! handle with the one the slot holds (two plain loads on x86-64), no lock; which
+//! error a mismatch is gets worked out out of line.
 //!
 //! The contract that keeps a lookup sound: a handle is not destroyed while another
 //! thread is inside a call on it (the header says so for each call). A stale handle
@@ -18,7 +20,7 @@
 //! same handle is the caller's bug, as `ibv_destroy_qp` racing `ibv_post_send` is.
 
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::status::{Fail, VQP_ERR_NO_MEMORY, VQP_ERR_STALE_HANDLE, VQP_ERR_WRONG_HANDLE};
@@ -32,10 +34,12 @@ const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 const _: () = assert!(CAPACITY as u64 <= INDEX_MASK);
 
 struct Slot<T> {
+    /// The handle of the object in the slot, 0 when it is free. Stored with Release
+    /// after `ptr`; loaded with Acquire by lookups, pairing with that store.
+    handle: AtomicU64,
     /// Bumped (under the table's mutex) each time the slot is emptied.
     gen: AtomicU32,
-    /// The object, or null when the slot is free. Stored with Release after `gen`
-    /// is final; loaded with Acquire by lookups, pairing with that store.
+    /// The object, or null when the slot is free.
     ptr: AtomicPtr<T>,
 }
 
@@ -54,6 +58,7 @@ impl<T: Send> Table<T> {
             lock: Mutex::new(()),
             slots: [const {
                 Slot {
+                    handle: AtomicU64::new(0),
                     gen: AtomicU32::new(0),
                     ptr: AtomicPtr::new(ptr::null_mut()),
                 }
@@ -76,9 +81,11 @@ impl<T: Send> Table<T> {
         };
         let slot = &self.slots[i];
         let gen = slot.gen.load(Ordering::Relaxed);
+        let handle = u64::from(gen) << 32 | u64::from(self.tag) << INDEX_BITS | (i as u64 + 1);
         slot.ptr
-            .store(Box::into_raw(Box::new(value)), Ordering::Release);
-        Ok(u64::from(gen) << 32 | u64::from(self.tag) << INDEX_BITS | (i as u64 + 1))
+            .store(Box::into_raw(Box::new(value)), Ordering::Relaxed);
+        slot.handle.store(handle, Ordering::Release);
+        Ok(handle)
     }
 
     /// The slot a handle names, if it is of this table's type.
@@ -99,17 +106,31 @@ impl<T: Send> Table<T> {
     }
 
     /// The object `handle` names: a pointer valid until the handle is destroyed.
+    ///
+    /// The slot holds its object's whole handle (index, tag, generation), and no
+    /// other handle ever equals it: one compare tells a live handle from every other.
     #[inline]
     pub(crate) fn get(&self, handle: u64) -> Result<*mut T, Fail> {
-        let (slot, gen) = self.slot(handle)?;
-        let p = slot.ptr.load(Ordering::Acquire);
-        if p.is_null() || slot.gen.load(Ordering::Relaxed) != gen {
-            return Err(Fail::new(
+        let index = ((handle & INDEX_MASK) as usize).wrapping_sub(1);
+        match self.slots.get(index) {
+            Some(s) if s.handle.load(Ordering::Acquire) == handle => {
+                Ok(s.ptr.load(Ordering::Relaxed))
+            }
+            _ => Err(self.refused(handle)),
+        }
+    }
+
+    /// Why `get` refused `handle`.
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, handle: u64) -> Fail {
+        match self.slot(handle) {
+            Err(f) => f,
+            Ok(_) => Fail::new(
                 VQP_ERR_STALE_HANDLE,
                 "the handle was destroyed (a stale handle)",
-            ));
+            ),
         }
-        Ok(p)
     }
 
     /// Takes the object out of its slot; the handle and every copy of it are stale
@@ -119,7 +140,8 @@ impl<T: Send> Table<T> {
         let p = self.get(handle)?;
         let (slot, _) = self.slot(handle)?;
         slot.gen.fetch_add(1, Ordering::Relaxed);
-        slot.ptr.store(ptr::null_mut(), Ordering::Release);
+        slot.handle.store(0, Ordering::Release);
+        slot.ptr.store(ptr::null_mut(), Ordering::Relaxed);
         // SAFETY: `p` came from Box::into_raw in `insert` and was still in the slot;
         // the slot no longer holds it, so nothing else will free it.
         Ok(unsafe { Box::from_raw(p) })

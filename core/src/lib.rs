@@ -47,4 +47,4 @@ pub use vqp::{
     BuildError, Config, Failover, LaneStats, Mode, Policy, PostRecvError, PostSendError,
     RestoreError, Signaling, VirtualQp,
 };
-pub use wr::{Keys, Opcode, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcStatus, MAX_DEVICES};
+pub use wr::{Keys, Opcode, RecvWr, SendFlags, SendWr, Wc, WcOpcode, WcOut, WcStatus, MAX_DEVICES};

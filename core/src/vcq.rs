@@ -12,7 +12,7 @@ use core::fmt;
 
 use crate::phys::{PhysCq, PhysQp, PhysWc, PollFailure};
 use crate::vqp::VirtualQp;
-use crate::wr::{Wc, MAX_DEVICES};
+use crate::wr::{Wc, WcOut, MAX_DEVICES};
 use crate::wrid::WrId;
 
 /// A CQ could not be added or a virtual QP attached.
@@ -162,6 +162,24 @@ impl<C: PhysCq, const DEVS: usize, const B: usize> VirtualCq<C, DEVS, B> {
         vqps: &mut [&mut VirtualQp<Q, N, D, S, W>],
         out: &mut [Wc],
     ) -> Result<usize, PollFailure> {
+        self.poll_into(vqps, out)
+    }
+
+    /// [`poll`](Self::poll) into any [`WcOut`]: a caller whose completions have
+    /// another layout has them written in place, with no copy between.
+    #[inline]
+    pub fn poll_into<
+        Q: PhysQp,
+        O: WcOut + ?Sized,
+        const N: usize,
+        const D: usize,
+        const S: usize,
+        const W: usize,
+    >(
+        &mut self,
+        vqps: &mut [&mut VirtualQp<Q, N, D, S, W>],
+        out: &mut O,
+    ) -> Result<usize, PollFailure> {
         for dev in self.cqs.iter_mut() {
             let got = dev.cq.poll(&mut self.scratch)?;
             for wc in &self.scratch[..got] {
@@ -180,7 +198,7 @@ impl<C: PhysCq, const DEVS: usize, const B: usize> VirtualCq<C, DEVS, B> {
         let mut n = 0;
         for vqp in vqps.iter_mut() {
             vqp.progress();
-            n += vqp.drain(&mut out[n..]);
+            n += vqp.drain_into(out, n);
         }
         Ok(n)
     }

@@ -125,11 +125,18 @@ impl core::ops::BitOr for SendFlags {
 /// A virtual QP whose data QPs span several devices needs the keys each device gave
 /// the buffers; a fixed small array, indexed by the device index the QPs were built
 /// with, not a map.
+///
+/// The layout is C's (`#[repr(C)]`: the mask, then an `(lkey, rkey)` pair per
+/// device), so that a C caller's request can be read in place (vqp-capi's
+/// `vqp_send_wr`, checked at compile time there).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub struct Keys {
-    lkey: [u32; MAX_DEVICES],
-    rkey: [u32; MAX_DEVICES],
-    present: u8,
+    /// Bit `d` set: `pairs[d]` is given. Only the low [`MAX_DEVICES`] bits are ever
+    /// set.
+    present: u32,
+    /// `[lkey, rkey]` per device.
+    pairs: [[u32; 2]; MAX_DEVICES],
 }
 
 impl Keys {
@@ -141,9 +148,8 @@ impl Keys {
     /// No keys at all (valid only for requests that touch no memory key).
     pub const fn none() -> Self {
         Self {
-            lkey: [0; MAX_DEVICES],
-            rkey: [0; MAX_DEVICES],
             present: 0,
+            pairs: [[0; 2]; MAX_DEVICES],
         }
     }
 
@@ -152,8 +158,7 @@ impl Keys {
     #[must_use]
     pub const fn with(mut self, device: usize, lkey: u32, rkey: u32) -> Self {
         if device < MAX_DEVICES {
-            self.lkey[device] = lkey;
-            self.rkey[device] = rkey;
+            self.pairs[device] = [lkey, rkey];
             self.present |= 1 << device;
         }
         self
@@ -163,7 +168,7 @@ impl Keys {
     #[inline]
     pub const fn get(&self, device: usize) -> Option<(u32, u32)> {
         if device < MAX_DEVICES && self.present & (1 << device) != 0 {
-            Some((self.lkey[device], self.rkey[device]))
+            Some((self.pairs[device][0], self.pairs[device][1]))
         } else {
             None
         }
@@ -174,13 +179,15 @@ impl Keys {
     #[inline]
     pub(crate) const fn pair(&self, device: u8) -> (u32, u32) {
         let d = device as usize % MAX_DEVICES;
-        (self.lkey[d], self.rkey[d])
+        (self.pairs[d][0], self.pairs[d][1])
     }
 
     /// Bit mask of the devices whose keys are present.
     #[inline]
     pub const fn present(&self) -> u8 {
-        self.present
+        // Only the low MAX_DEVICES bits are set (`with`; vqp-capi checks a C
+        // caller's mask before reading its request in place).
+        self.present as u8
     }
 }
 
@@ -188,8 +195,10 @@ impl Keys {
 ///
 /// `len` is 64-bit: a fragmented request may be larger than one verbs WQE allows.
 /// `imm_data` is in network byte order, exactly as in `ibv_send_wr.imm_data`; vqp
-/// passes it through untouched.
+/// passes it through untouched. The layout is C's (`#[repr(C)]`), so that vqp-capi
+/// reads a C caller's `vqp_send_wr` in place instead of converting it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct SendWr {
     /// The application's identifier, returned in the completion.
     pub wr_id: u64,
@@ -439,6 +448,28 @@ impl Wc {
         imm_data: None,
         byte_len: 0,
     };
+}
+
+/// Where a poll writes virtual completions: a `[Wc]`, or a caller's array of another
+/// layout (vqp-capi writes C's `vqp_wc` in place through it, with no copy between).
+pub trait WcOut {
+    /// How many completions fit.
+    fn capacity(&self) -> usize;
+    /// Write completion `i`; called only with `i < capacity()`, each index once per
+    /// poll, in increasing order.
+    fn put(&mut self, i: usize, wc: Wc);
+}
+
+impl WcOut for [Wc] {
+    #[inline(always)]
+    fn capacity(&self) -> usize {
+        self.len()
+    }
+
+    #[inline(always)]
+    fn put(&mut self, i: usize, wc: Wc) {
+        self[i] = wc;
+    }
 }
 
 impl Default for Wc {

@@ -296,18 +296,34 @@ impl CqCore {
     }
 
     /// Changes the capacity to `cap` entries (`ibv_resize_cq`); the entries queued stay.
+    /// `owed`: completions the work outstanding on the CQ's QPs will still add (see
+    /// `QpCore::owed_to`).
     ///
     /// # Errors
-    /// `EINVAL` when more than `cap` entries are queued, as the verbs specification
-    /// requires.
-    pub fn resize(&self, cap: usize) -> Result<(), i32> {
+    /// `EINVAL` when the entries queued and owed are more than `cap`. The verbs
+    /// specification refuses a size below the entries queued (IBA Vol. 1 §11.2.7.3,
+    /// and the device's RESIZE_CQ, which mlx5's `mlx5_ib_resize_cq` passes on, fails
+    /// so). Work posted but not yet completed counts as queued here: a NIC completes
+    /// it within microseconds of the doorbell, softverbs' engine only when it runs,
+    /// so a program that posts, waits and then shrinks the CQ (rdma-core's
+    /// `test_resize_cq`) expects to find it queued — and a CQ shrunk below it would
+    /// overflow on its completions.
+    pub fn resize(&self, cap: usize, owed: usize) -> Result<(), i32> {
         let g = lock(&self.inner);
-        if g.queue.len() > cap {
+        if g.queue.len().saturating_add(owed) > cap {
             return Err(libc::EINVAL);
         }
         self.cap.store(cap, Ordering::Relaxed);
         drop(g);
         Ok(())
+    }
+
+    /// Removes every completion of QP `qpn` not yet polled (the QP was reset or
+    /// destroyed: see `QpCore::clean_cqs`); the others keep their order.
+    pub fn clean(&self, qpn: u32) {
+        lock(&self.inner)
+            .queue
+            .retain(|(wc, _, _)| wc.qp_num != qpn);
     }
 
     /// Arms the CQ for one event; `EINVAL` without a channel.

@@ -209,8 +209,10 @@
 //!
 //! # Errors as hardware reports them
 //! - bad lkey, PD or bounds of a local SGE → `IBV_WC_LOC_PROT_ERR`;
-//! - bad rkey (unknown, of another PD or device), bounds, or access (MR or responder QP
-//!   flags) → `IBV_WC_REM_ACCESS_ERR` at the requester; a misaligned atomic →
+//! - bad rkey (unknown, of another PD or device, an invalidated or unbound window, a
+//!   type 2 window through another QP), bounds, access (MR, window or responder QP
+//!   flags), or an unmapped range of an on-demand region → `IBV_WC_REM_ACCESS_ERR` at
+//!   the requester; a misaligned atomic →
 //!   `IBV_WC_REM_INV_REQ_ERR`. As on ConnectX, the responder detected the error, so
 //!   its QP goes to error too (its receives are flushed) and raises
 //!   `IBV_EVENT_QP_ACCESS_ERR` (`IBV_EVENT_QP_REQ_ERR` for the invalid request);
@@ -295,7 +297,7 @@ pub use config::{
 };
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
 pub use link::parse_rate;
-pub use locate::{cdylib_candidates, find_cdylib};
+pub use locate::{cdylib_candidates, cdylib_candidates_of, find_cdylib};
 pub use shared::ENV_DIR;
 
 /// The process id that owns QP `qpn` of device `device` in the shared namespace, if a

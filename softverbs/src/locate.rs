@@ -11,8 +11,14 @@ use std::path::PathBuf;
 
 /// The places [`find_cdylib`] looks, in order, for the running binary.
 pub fn cdylib_candidates() -> Vec<PathBuf> {
+    cdylib_candidates_of("vqp_softverbs")
+}
+
+/// The places a cdylib of this workspace with crate name `stem` (`vqp_softverbs`,
+/// `vqp_rdmacm`) is looked for, in order, for the running binary.
+pub fn cdylib_candidates_of(stem: &str) -> Vec<PathBuf> {
     let name = format!(
-        "{}vqp_softverbs{}",
+        "{}{stem}{}",
         std::env::consts::DLL_PREFIX,
         std::env::consts::DLL_SUFFIX
     );

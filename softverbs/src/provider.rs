@@ -453,7 +453,7 @@ impl crate::shared::Endpoint for Provider {
     fn each_region(&self, f: &mut dyn FnMut(u32, &crate::mem::MrInfo)) {
         let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
         for (key, info) in mrs.live() {
-            f(key, info);
+            f(key, &info);
         }
     }
 

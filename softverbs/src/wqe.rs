@@ -63,7 +63,9 @@ pub(crate) struct SendWqe {
     pub signaled: bool,
     /// The solicited-event bit.
     pub solicited: bool,
-    /// Immediate data as posted (network order).
+    /// Immediate data as posted (network order); for `IBV_WR_LOCAL_INV` and
+    /// `IBV_WR_SEND_WITH_INV` the rkey to invalidate (the same union in
+    /// `ibv_send_wr`).
     pub imm: u32,
     /// The local buffers (unused when `inline` is set).
     pub sges: Sges,
@@ -79,6 +81,8 @@ pub(crate) struct SendWqe {
     pub ud: Option<Datagram>,
     /// Its bytes have a slot on the device's link (a rated link: see `link`).
     pub shaped: bool,
+    /// What an `IBV_WR_BIND_MW` binds (its window, region, range and rights).
+    pub bind: Option<Box<crate::mem::BindRequest>>,
 }
 
 impl SendWqe {

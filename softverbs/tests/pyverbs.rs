@@ -23,23 +23,10 @@ const PYTHON: &str = "/usr/bin/python3";
 /// Tests that fail for a part of softverbs being changed elsewhere, with that part.
 /// Each must fail here, or the list is stale: a test in it that passes fails this test,
 /// naming the entry to remove.
-const OWNED_ELSEWHERE: &[(&str, &str)] = &[
-    (
-        "tests.test_cq.CQTest.test_resize_cq",
-        "ibv_resize_cq semantics (a CQ shrunk below its queued completions)",
-    ),
-    (
-        "tests.test_mr.MRTest.test_mr_rereg_addr",
-        "modify-to-RESET semantics (the QPs restated from ERR through RESET)",
-    ),
-    (
-        "tests.test_mr.MRTest.test_mr_rereg_pd",
-        "modify-to-RESET semantics (the QPs restated from ERR through RESET)",
-    ),
-];
+const OWNED_ELSEWHERE: &[(&str, &str)] = &[];
 
 /// Fewer tests passing than this means the suite did not really run.
-const MIN_PASSED: usize = 90;
+const MIN_PASSED: usize = 110;
 
 /// The suite in a fresh directory, gunzipped; `None` after skipping when the package
 /// (or gzip) is missing.

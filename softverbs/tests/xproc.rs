@@ -688,3 +688,194 @@ fn the_wr_api_and_an_extended_cq_work_with_a_qp_of_another_process() {
         assert_eq!(v.free_dm.unwrap()(dm), 0);
     }
 }
+
+/// Our side on soft0 connected to a child's on soft1 whose region allows windows.
+fn connected_to_windows() -> (Side, Peer, u64) {
+    isolate();
+    let o = Opts::default();
+    let v = verbs();
+    let s = side(&v, "soft0", &o);
+    let mut peer = Peer::spawn();
+    let l = peer.cmd("mwside soft1");
+    let f: Vec<u64> = l[0].split(' ').map(|x| x.parse().unwrap()).collect();
+    let lid = s.ctx.query_port(1).unwrap().lid();
+    peer.cmd(&format!("connect {lid} {}", s.qp.qp_num()));
+    connect_to(&s.qp, f[1] as u16, f[0] as u32, &o, 14);
+    (s, peer, f[2])
+}
+
+/// The child binds a window (`mw TYPE OFF LEN ACCESS`); its key.
+fn window(peer: &mut Peer, ty: u32, off: u64, len: u64, access: u32) -> u32 {
+    let l = peer.cmd(&format!("mw {ty} {off} {len} {access}"));
+    let f: Vec<u32> = l[0].split(' ').map(|x| x.parse().unwrap()).collect();
+    assert_eq!(f[0], IBV_WC_SUCCESS, "the bind completed");
+    f[1]
+}
+
+fn one_sided(a: &Side, op: u32, addr: u64, key: u32) -> vqp_host::WcStatus {
+    let mut sge = a.mr.sge(0, 16).unwrap();
+    let mut wr = wr_rdma(9, op, std::slice::from_mut(&mut sge), addr, key);
+    post(a, &mut wr);
+    poll_n(&a.cq, 1)[0].status()
+}
+
+#[test]
+fn memory_windows_of_another_process_are_checked_as_its_regions() {
+    use vqp_host::WcStatus;
+    let rw = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    // A type 2 window: its range, through both the exported keys (a lone WRITE) and
+    // the inbox (a READ behind a WRITE); past its end a remote access error.
+    let (mut a, mut peer, raddr) = connected_to_windows();
+    fill(&mut a, 5);
+    let k = window(&mut peer, IBV_MW_TYPE_2, 1000, 512, rw);
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_WRITE, raddr + 1000, k),
+        WcStatus::Success
+    );
+    assert_eq!(unhex(&peer.cmd("read 1000 16")[0]), &bytes(&a)[..16]);
+    let mut sge = a.mr.sge(0, 16).unwrap();
+    let mut w1 = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        raddr + 1100,
+        k,
+    );
+    let mut sge2 = a.mr.sge(100, 16).unwrap();
+    let mut w2 = wr_rdma(
+        2,
+        IBV_WR_RDMA_READ,
+        std::slice::from_mut(&mut sge2),
+        raddr + 1000,
+        k,
+    );
+    w1.next = &mut w2;
+    post(&a, &mut w1);
+    assert!(poll_n(&a.cq, 2).iter().all(|c| c.is_ok()));
+    assert_eq!(&bytes(&a)[100..116], &bytes(&a)[..16]);
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_WRITE, raddr + 1500, k),
+        WcStatus::RemAccessErr
+    );
+    drop(peer);
+
+    // Invalidated over there (LOCAL_INV): refused here.
+    let (a, mut peer, raddr) = connected_to_windows();
+    let k = window(&mut peer, IBV_MW_TYPE_2, 0, 4096, rw);
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_WRITE, raddr, k),
+        WcStatus::Success
+    );
+    assert_eq!(peer.cmd(&format!("inv {k}"))[0], IBV_WC_SUCCESS.to_string());
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_WRITE, raddr, k),
+        WcStatus::RemAccessErr
+    );
+    drop(peer);
+
+    // Invalidated by our SEND_WITH_INV: the receive over there says so.
+    let (a, mut peer, raddr) = connected_to_windows();
+    let k = window(&mut peer, IBV_MW_TYPE_2, 0, 4096, rw);
+    peer.cmd("recv 1 8192 64");
+    let mut sge = a.mr.sge(0, 8).unwrap();
+    let mut s = send_wr(3, IBV_WR_SEND_WITH_INV, std::slice::from_mut(&mut sge));
+    s.imm.invalidate_rkey = k;
+    post(&a, &mut s);
+    assert!(poll_n(&a.cq, 1)[0].is_ok());
+    assert_eq!(
+        peer.cmd("poll 1")[0],
+        format!("wc 1000 0 {IBV_WC_RECV} 8 {k}")
+    );
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_WRITE, raddr, k),
+        WcStatus::RemAccessErr
+    );
+    drop(peer);
+
+    // A type 1 window grants its rights only: no READ through a write-only window.
+    let (a, mut peer, raddr) = connected_to_windows();
+    let k = window(&mut peer, IBV_MW_TYPE_1, 0, 4096, IBV_ACCESS_REMOTE_WRITE);
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_WRITE, raddr, k),
+        WcStatus::Success
+    );
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_READ, raddr, k),
+        WcStatus::RemAccessErr
+    );
+}
+
+#[test]
+fn implicit_on_demand_regions_of_another_process_fail_cleanly_where_unmapped() {
+    use vqp_host::WcStatus;
+    let o = Opts::default();
+    let (mut a, mut peer, (_, _, raddr, _)) = connected("soft0", "soft1", &o);
+    fill(&mut a, 11);
+    let k: u32 = peer.cmd("odp")[0].parse().unwrap();
+    // Anywhere mapped over there: a lone WRITE (direct), then a READ behind a WRITE
+    // (through the inbox).
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_WRITE, raddr + 256, k),
+        WcStatus::Success
+    );
+    assert_eq!(unhex(&peer.cmd("read 256 16")[0]), &bytes(&a)[..16]);
+    let mut sge = a.mr.sge(0, 16).unwrap();
+    let mut w1 = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        raddr + 512,
+        k,
+    );
+    let mut sge2 = a.mr.sge(200, 16).unwrap();
+    let mut w2 = wr_rdma(
+        2,
+        IBV_WR_RDMA_READ,
+        std::slice::from_mut(&mut sge2),
+        raddr + 256,
+        k,
+    );
+    w1.next = &mut w2;
+    post(&a, &mut w1);
+    assert!(poll_n(&a.cq, 2).iter().all(|c| c.is_ok()));
+    assert_eq!(&bytes(&a)[200..216], &bytes(&a)[..16]);
+    // Page 0 is mapped nowhere: a remote access error, and the child lives on.
+    assert_eq!(
+        one_sided(&a, IBV_WR_RDMA_WRITE, 64, k),
+        WcStatus::RemAccessErr
+    );
+    assert_eq!(peer.cmd("state")[0], "state Err");
+    drop(peer);
+
+    // A page of the child's on-demand region without access: a remote access error
+    // (the child's side of the copy failed), not a protection error of ours.
+    let (a, mut peer, _) = connected("soft0", "soft1", &o);
+    let l = peer.cmd("odp-guard");
+    let f: Vec<u64> = l[0].split(' ').map(|x| x.parse().unwrap()).collect();
+    let (base, k) = (f[0], f[1] as u32);
+    assert_eq!(one_sided(&a, IBV_WR_RDMA_WRITE, base, k), WcStatus::Success);
+    // Behind a WRITE, so that the READ goes through the child's responder.
+    let mut sge = a.mr.sge(0, 16).unwrap();
+    let mut w1 = wr_rdma(
+        1,
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+        base,
+        k,
+    );
+    let mut sge2 = a.mr.sge(100, 16).unwrap();
+    let mut w2 = wr_rdma(
+        2,
+        IBV_WR_RDMA_READ,
+        std::slice::from_mut(&mut sge2),
+        base + 4096,
+        k,
+    );
+    w1.next = &mut w2;
+    post(&a, &mut w1);
+    let c = poll_n(&a.cq, 2);
+    assert_eq!(
+        (c[0].status(), c[1].status()),
+        (WcStatus::Success, WcStatus::RemAccessErr)
+    );
+}

@@ -29,8 +29,9 @@ pub struct verbs_context {
     /// `query_port` with the caller's `sizeof(struct ibv_port_attr)`.
     pub query_port:
         Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int>,
-    /// `advise_mr`.
-    pub advise_mr: verbs_op,
+    /// `advise_mr` (`ibv_advise_mr`): pd, `enum ibv_advise_mr_advice`, flags, the
+    /// ranges and their count.
+    pub advise_mr: Option<unsafe extern "C" fn(*mut ibv_pd, u32, u32, *mut ibv_sge, u32) -> c_int>,
     /// `alloc_null_mr`.
     pub alloc_null_mr: verbs_op,
     /// `read_counters`.

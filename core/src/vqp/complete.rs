@@ -5,7 +5,7 @@ use super::error::Stray;
 use super::slots::{credit_data, credit_notify};
 use super::VirtualQp;
 use crate::phys::PhysQp;
-use crate::wr::{SendFlags, Wc, WcStatus};
+use crate::wr::{SendFlags, Wc, WcOut, WcStatus};
 use crate::wrid::NOTIFY_LANE;
 
 impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
@@ -107,28 +107,32 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         }
     }
 
-    /// Report completed send requests in posting order.
+    /// Report completed send requests in posting order into `out` from index `at`;
+    /// returns how many.
     #[inline]
-    pub(super) fn drain_sends(&mut self, out: &mut [Wc]) -> usize {
-        let mut n = 0;
-        while self.tx.slots.head != self.tx.slots.tail && n < out.len() {
+    pub(super) fn drain_sends<O: WcOut + ?Sized>(&mut self, out: &mut O, at: usize) -> usize {
+        let mut n = at;
+        while self.tx.slots.head != self.tx.slots.tail && n < out.capacity() {
             let slot = self.tx.slots.get(self.tx.slots.head);
             if !slot.complete() {
                 break;
             }
             if slot.wr.flags.contains(SendFlags::SIGNALED) || !slot.status.is_ok() {
-                out[n] = Wc {
-                    wr_id: slot.wr.wr_id,
-                    status: slot.status,
-                    opcode: slot.wr.opcode.completion(),
-                    qp_num: self.cfg.qp_num,
-                    imm_data: None,
-                    byte_len: slot.wr.len,
-                };
+                out.put(
+                    n,
+                    Wc {
+                        wr_id: slot.wr.wr_id,
+                        status: slot.status,
+                        opcode: slot.wr.opcode.completion(),
+                        qp_num: self.cfg.qp_num,
+                        imm_data: None,
+                        byte_len: slot.wr.len,
+                    },
+                );
                 n += 1;
             }
             self.tx.slots.head += 1;
         }
-        n
+        n - at
     }
 }

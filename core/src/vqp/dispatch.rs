@@ -18,8 +18,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// waiting, goes as one WQE (a single fragment or a pass-through) and a QP has
     /// room: what a dispatch round would do for it, without the round. False, having
     /// done nothing, when a round is needed. Round-robin over every QP only: the
-    /// other policies choose in the round.
-    #[inline]
+    /// other policies choose in the round. Always inlined: each post has its own
+    /// copy, so that a binary with several post calls (the C library) does not take
+    /// it out of line for all of them.
+    #[inline(always)]
     pub(super) fn post_alone(&mut self) -> bool {
         let id = self.tx.dispatch;
         if id + 1 != self.tx.slots.tail || !self.lanes.even {

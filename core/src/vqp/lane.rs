@@ -332,7 +332,8 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
     /// Post `wqe`, the only WQE of request `id` (oldest DQPLB number `seq`), signaled
     /// and on its own: what staging it and [`Self::flush`] do for a chain of one,
     /// without the chain. The caller checked there is room and no chain is staged.
-    #[inline]
+    /// Always inlined, as its one caller `post_alone` is.
+    #[inline(always)]
     pub fn post_one(
         &mut self,
         id: u64,

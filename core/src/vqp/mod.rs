@@ -72,7 +72,7 @@ pub use run::LaneStats;
 use crate::caps;
 use crate::phys::{PhysQp, PhysWc};
 use crate::seq::Seq;
-use crate::wr::{Wc, WcStatus, MAX_DEVICES};
+use crate::wr::{Wc, WcOut, WcStatus, MAX_DEVICES};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 use lanes::Lanes;
 use policy::Served;
@@ -437,8 +437,15 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// order; returns how many. Never writes past `out`.
     #[inline]
     pub fn drain(&mut self, out: &mut [Wc]) -> usize {
-        let n = self.drain_sends(out);
-        n + self.drain_recvs(&mut out[n..])
+        self.drain_into(out, 0)
+    }
+
+    /// [`drain`](Self::drain) into any [`WcOut`], from index `at`; returns how many
+    /// it wrote.
+    #[inline]
+    pub fn drain_into<O: WcOut + ?Sized>(&mut self, out: &mut O, at: usize) -> usize {
+        let n = self.drain_sends(out, at);
+        n + self.drain_recvs(out, at + n)
     }
 }
 

@@ -13,7 +13,7 @@ use super::slots::{RecvSlot, Ring};
 use crate::imm::Imm;
 use crate::reorder::ReorderWindow;
 use crate::seq::Seq;
-use crate::wr::{RecvWr, Wc, WcOpcode, WcStatus};
+use crate::wr::{RecvWr, Wc, WcOpcode, WcOut, WcStatus};
 
 /// The receive side of a virtual QP: `S` receives in flight, a DQPLB window of `W`.
 pub(super) struct Receiver<const S: usize, const W: usize> {
@@ -209,27 +209,35 @@ impl<const S: usize, const W: usize> Receiver<S, W> {
         self.next = self.ring.tail;
     }
 
-    /// Report completed receives in posting order into `out`, as completions of
-    /// virtual QP `qp_num`; returns how many.
+    /// Report completed receives in posting order into `out` from index `at`, as
+    /// completions of virtual QP `qp_num`; returns how many.
     #[inline]
-    pub(super) fn drain(&mut self, out: &mut [Wc], qp_num: u32) -> usize {
-        let mut n = 0;
-        while self.ring.head != self.ring.tail && n < out.len() {
+    pub(super) fn drain<O: WcOut + ?Sized>(
+        &mut self,
+        out: &mut O,
+        at: usize,
+        qp_num: u32,
+    ) -> usize {
+        let mut n = at;
+        while self.ring.head != self.ring.tail && n < out.capacity() {
             let slot = self.ring.get(self.ring.head);
             if !slot.done {
                 break;
             }
-            out[n] = Wc {
-                wr_id: slot.wr.wr_id,
-                status: slot.status,
-                opcode: slot.opcode,
-                qp_num,
-                imm_data: slot.imm_data,
-                byte_len: slot.byte_len,
-            };
+            out.put(
+                n,
+                Wc {
+                    wr_id: slot.wr.wr_id,
+                    status: slot.status,
+                    opcode: slot.opcode,
+                    qp_num,
+                    imm_data: slot.imm_data,
+                    byte_len: slot.byte_len,
+                },
+            );
             n += 1;
             self.ring.head += 1;
         }
-        n
+        n - at
     }
 }

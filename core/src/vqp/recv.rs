@@ -17,7 +17,7 @@ use super::fragment::app_recv_wqe;
 use super::VirtualQp;
 use crate::imm::Imm;
 use crate::phys::{PhysQp, PhysWc, RecvWqe};
-use crate::wr::{RecvWr, Wc, WcStatus};
+use crate::wr::{RecvWr, WcOut, WcStatus};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 
 /// Zero-length DQPLB receives are posted in chains of at most this many.
@@ -279,7 +279,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Report completed receive requests in posting order.
     #[inline]
-    pub(super) fn drain_recvs(&mut self, out: &mut [Wc]) -> usize {
-        self.rx.drain(out, self.cfg.qp_num)
+    pub(super) fn drain_recvs<O: WcOut + ?Sized>(&mut self, out: &mut O, at: usize) -> usize {
+        self.rx.drain(out, at, self.cfg.qp_num)
     }
 }

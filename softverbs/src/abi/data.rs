@@ -8,7 +8,8 @@ use core::ffi::c_int;
 
 use vqp_sys::*;
 
-use super::object::{unchecked, AhObj, CqObj, QpObj, SrqObj};
+use super::object::{unchecked, AhObj, CqObj, MrObj, MwObj, QpObj, SrqObj};
+use crate::mem::BindRequest;
 use crate::provider;
 use crate::qp::{sge_count, Datagram, RecvWqe, SendWqe, Sges};
 
@@ -97,7 +98,13 @@ impl SendChain<'_> {
         } else {
             None
         };
+        let bind = if wr.opcode == IBV_WR_BIND_MW {
+            Some(self.bind(wr)?)
+        } else {
+            None
+        };
         Ok(SendWqe {
+            bind,
             wr_id: wr.wr_id,
             opcode: wr.opcode,
             signaled: wr.send_flags & IBV_SEND_SIGNALED != 0,
@@ -117,6 +124,38 @@ impl SendChain<'_> {
             shaped: false,
             ud,
         })
+    }
+}
+
+impl SendChain<'_> {
+    /// What an `IBV_WR_BIND_MW` request binds: `EINVAL` without a window.
+    fn bind(&self, wr: &ibv_send_wr) -> Result<Box<BindRequest>, i32> {
+        // SAFETY: for IBV_WR_BIND_MW the union holds `bind_mw` (the application's
+        // contract); its members are integers and pointers, valid for any bits.
+        let b = unsafe { wr.bind_mw_tso.bind_mw };
+        // SAFETY: a bind names a live window of this provider (the data path does not
+        // consult the registry, see the module docs).
+        let Some(mw) = (unsafe { unchecked::<MwObj>(b.mw) }) else {
+            return Err(libc::EINVAL);
+        };
+        let mr = if b.bind_info.mr.is_null() {
+            None
+        } else {
+            // SAFETY: a non-null region of a bind is a live MR of this provider
+            // (contract, as above).
+            unsafe { unchecked::<MrObj>(b.bind_info.mr) }.map(|m| m.ibv.lkey)
+        };
+        Ok(Box::new(BindRequest {
+            handle: mw.handle,
+            new_key: b.rkey,
+            mr,
+            addr: b.bind_info.addr,
+            len: b.bind_info.length,
+            access: b.bind_info.mw_access_flags,
+            dev: self.qp.dev,
+            pd: self.qp.pd,
+            qpn: self.qp.qpn,
+        }))
     }
 }
 
@@ -200,8 +239,9 @@ unsafe fn answer<T>(
 /// `ops.post_send`: queues the chain; on failure `*bad_wr` is the first request not
 /// posted (those before it were), and the return value an errno, as mlx5 answers (see
 /// `QpCore::check_send`): `EINVAL` (bad opcode, inline on a READ or atomic, an atomic
-/// without one SGE, QP not in RTS), `ENOMEM` (send queue full, more SGEs than
-/// `max_send_sge`, inline data over `max_inline_data`). A negative `num_sge` is taken
+/// without one SGE), `ENOMEM` (send queue full, more SGEs than `max_send_sge`, inline
+/// data over `max_inline_data`, a QP that has not reached RTS: see
+/// `QpCore::post_send`). A negative `num_sge` is taken
 /// as no SGEs (see `sge_count`).
 ///
 /// # Safety

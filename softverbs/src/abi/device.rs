@@ -244,12 +244,24 @@ pub unsafe extern "C" fn ibv_query_device(
         hw_ver: 1,
         max_qp: 1 << 20,
         max_qp_wr: MAX_QP_WR as c_int,
-        device_cap_flags: (1 << 5) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11) | (1 << 12),
+        // Memory windows, type 1 and 2B, as a ConnectX reports them (Linux
+        // drivers/infiniband/hw/mlx5/main.c, `mlx5_ib_query_device`:
+        // IB_DEVICE_MEM_WINDOW | IB_DEVICE_MEM_WINDOW_TYPE_2B, bits 17 and 24).
+        device_cap_flags: (1 << 5)
+            | (1 << 7)
+            | (1 << 8)
+            | (1 << 10)
+            | (1 << 11)
+            | (1 << 12)
+            | (1 << 17)
+            | (1 << 24),
         max_sge: MAX_SGE as c_int,
         max_sge_rd: MAX_SGE as c_int,
         max_cq: 1 << 20,
         max_cqe: MAX_CQE,
         max_mr: 1 << 24,
+        // Windows share the key table with regions.
+        max_mw: 1 << 24,
         max_pd: 1 << 24,
         max_qp_rd_atom: c_int::from(MAX_RD_ATOMIC),
         max_res_rd_atom: c_int::from(MAX_RD_ATOMIC) << 16,

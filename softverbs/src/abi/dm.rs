@@ -270,6 +270,7 @@ pub(super) unsafe extern "C" fn reg_dm_mr(
         access,
         dev: p.core.dev,
         pd: p.core.id,
+        qpn: 0,
     };
     let host = d.mem.ptr as u64 + dm_offset;
     let key = provider::get()

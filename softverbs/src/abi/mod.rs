@@ -2,7 +2,9 @@
 //! `ibv_context_ops` data path, and [`verbs_table`].
 //!
 //! One module per kind of object or concern: `object` (the wrappers around the C
-//! structs), `device` (device list, contexts, queries), `pd_mr`, `cq`, `qp`, `event`
+//! structs), `device` (device list, contexts, queries), `pd_mr`, `mw` (memory
+//! windows, through `ibv_context_ops`), `odp` (on-demand paging: `advise_mr`, the
+//! capabilities), `cq`, `qp`, `event`
 //! (asynchronous events), `data` (the `ibv_context_ops` data path), `strings`, and
 //! `faults` (the `vqp_soft_*` controls).
 //!
@@ -38,7 +40,9 @@ mod dm;
 mod event;
 mod faults;
 mod marshall;
+mod mw;
 mod object;
+pub(crate) mod odp;
 mod pd_mr;
 mod qp;
 mod qp_ex;
@@ -132,6 +136,9 @@ fn context_ops() -> ibv_context_ops {
         post_send: Some(data::post_send),
         post_recv: Some(data::post_recv),
         post_srq_recv: Some(data::post_srq_recv),
+        alloc_mw: Some(mw::alloc_mw),
+        bind_mw: Some(mw::bind_mw),
+        dealloc_mw: Some(mw::dealloc_mw),
         ..Default::default()
     }
 }
@@ -152,6 +159,7 @@ fn verbs_ops() -> verbs_context {
         alloc_dm: Some(dm::alloc_dm),
         free_dm: Some(dm::free_dm),
         reg_dm_mr: Some(dm::reg_dm_mr),
+        advise_mr: Some(odp::advise_mr),
         sz: core::mem::size_of::<verbs_context>(),
         ..Default::default()
     }

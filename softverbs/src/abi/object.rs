@@ -141,6 +141,16 @@ pub(crate) struct AhObj {
     pub(super) pd: Arc<PdCore>,
 }
 
+/// `ibv_mw`, the window's handle in the key table and its PD.
+#[repr(C)]
+pub(crate) struct MwObj {
+    /// The application reads `rkey`, which `ibv_bind_mw` changes.
+    pub(super) ibv: UnsafeCell<ibv_mw>,
+    /// The window's slot in the key table (`key >> 8`).
+    pub(super) handle: u32,
+    pub(super) pd: Arc<PdCore>,
+}
+
 /// `ibv_qp_ex` (whose head is the `ibv_qp` handed out) and the QP's state. A QP made
 /// without send ops has the extended part zeroed and `send_ops` 0.
 #[repr(C)]
@@ -167,6 +177,7 @@ const _: () = {
     assert!(core::mem::offset_of!(AhObj, ibv) == 0);
     assert!(core::mem::offset_of!(TdObj, ibv) == 0);
     assert!(core::mem::offset_of!(DmObj, ibv) == 0);
+    assert!(core::mem::offset_of!(MwObj, ibv) == 0);
 };
 
 /// The kinds of object handed out; a pointer registered as one kind is never taken for
@@ -183,6 +194,7 @@ pub(super) enum Kind {
     Ah,
     Td,
     Dm,
+    Mw,
 }
 
 /// A wrapper and the C struct at its offset 0.
@@ -217,6 +229,7 @@ object!(SrqObj, ibv_srq, Srq);
 object!(AhObj, ibv_ah, Ah);
 object!(TdObj, ibv_td, Td);
 object!(DmObj, ibv_dm, Dm);
+object!(MwObj, ibv_mw, Mw);
 
 /// Where a registered object is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

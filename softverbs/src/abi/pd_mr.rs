@@ -82,9 +82,19 @@ pub(super) const MR_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
 /// `ibv_reg_mr`: registers `[addr, addr + length)`. Remote write or atomic access
 /// without local write is `EINVAL`, as the specification requires.
 ///
+/// With `IBV_ACCESS_ON_DEMAND` the region is on-demand paging: its pages need not be
+/// mapped while it is registered; an access to a range not mapped (or not with the
+/// access) at that moment fails as a NIC's would (a local protection error for a
+/// local buffer, a remote access error at the responder) rather than fault the
+/// process (see `abi::odp`). `addr` null with `length`
+/// `SIZE_MAX` and `IBV_ACCESS_ON_DEMAND` registers the whole address space (implicit
+/// ODP, as mlx5 has it: `mlx5_ib_reg_user_mr` takes `start == 0` and `length ==
+/// U64_MAX` for it); its lkey and rkey are good for any address.
+///
 /// # Safety
 /// `pd` is a live PD; the memory stays valid (mapped, readable and writable as the
-/// access flags allow) until [`ibv_dereg_mr`].
+/// access flags allow) until [`ibv_dereg_mr`], unless the region is on-demand (then
+/// any part may be unmapped or protected, except under an atomic while it runs).
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_reg_mr(
     pd: *mut ibv_pd,
@@ -99,8 +109,9 @@ pub unsafe extern "C" fn ibv_reg_mr(
     };
     let access = access as u32;
     let remote_needs_local = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    let implicit = super::odp::implicit(addr, length, access);
     if length == 0
-        || addr.is_null()
+        || (addr.is_null() && !implicit)
         || access & !MR_ACCESS != 0
         || (access & remote_needs_local != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0)
         || (addr as u64).checked_add(length as u64).is_none()
@@ -114,6 +125,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
         access,
         dev: p.core.dev,
         pd: p.core.id,
+        qpn: 0,
     };
     let key = provider::get()
         .mrs
@@ -178,7 +190,8 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as c_uint) }
 }
 
-/// `ibv_dereg_mr`. WQEs that reach the region afterwards fail with a protection error.
+/// `ibv_dereg_mr`. WQEs that reach the region afterwards fail with a protection error,
+/// as do requests through memory windows bound in it (they are unbound).
 /// `EINVAL` for a region that is not registered (deregistered already, or never
 /// registered here): the key table and the PD's count are left alone.
 ///
@@ -195,6 +208,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         .write()
         .unwrap_or_else(|e| e.into_inner());
     // Under the table's lock, so the slot is not reused before other processes let go.
+    // Windows bound in the region go with it (a NIC fails accesses through them).
+    for k in mrs.unbind_windows_of(m.get().ibv.lkey) {
+        crate::shared::revoke_mr(k);
+    }
     crate::shared::revoke_mr(m.get().ibv.lkey);
     mrs.deregister(m.get().ibv.lkey);
     drop(mrs);

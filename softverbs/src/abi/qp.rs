@@ -159,7 +159,9 @@ unsafe fn qp_obj<'a>(qp: *mut ibv_qp) -> Option<&'a QpObj> {
     unsafe { live::<QpObj>(qp) }
 }
 
-/// `ibv_destroy_qp`: outstanding WQEs are dropped without completions. `EINVAL` for a
+/// `ibv_destroy_qp`: outstanding WQEs are dropped without completions, its completions
+/// not yet polled are removed from its CQs (as mlx5's `mlx5_destroy_qp`), and type 2
+/// memory windows bound through it are unbound. `EINVAL` for a
 /// QP that does not exist (destroyed already, or never created here): the QP registry,
 /// the CQs' and the PD's counts are left alone.
 ///
@@ -171,8 +173,15 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         Ok(q) => q,
         Err(e) => return e,
     };
-    provider::get().unregister_qp(q.get().core.qpn);
+    let p = provider::get();
+    p.unregister_qp(q.get().core.qpn);
     q.get().core.destroy();
+    // Type 2 windows bound through it grant nothing any more.
+    let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
+    for k in mrs.unbind_windows_of_qp(q.get().core.dev, q.get().core.qpn) {
+        crate::shared::revoke_mr(k);
+    }
+    drop(mrs);
     q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
     q.free();
     0

@@ -16,8 +16,9 @@ use core::ffi::{c_int, c_void};
 
 use vqp_sys::*;
 
-use super::object::{live, unchecked, AhObj, PdObj, QpObj};
+use super::object::{live, unchecked, AhObj, MrObj, MwObj, PdObj, QpObj};
 use super::set_errno;
+use crate::mem::BindRequest;
 use crate::provider;
 use crate::qp::{Datagram, SendWqe, Sges};
 
@@ -52,9 +53,8 @@ impl Batch {
 }
 
 /// Send operations `ibv_create_qp_ex` accepts per QP type: those of mlx5
-/// (`MLX5_SUPPORTED_SEND_OPS_FLAGS_RC` / `_UC` / `_UD`, `providers/mlx5/qp.c`). The
-/// memory-window operations (`LOCAL_INV`, `BIND_MW`, `SEND_WITH_INV`) are accepted and
-/// fail at `ibv_wr_complete` with `EOPNOTSUPP` until the provider has memory windows.
+/// (`MLX5_SUPPORTED_SEND_OPS_FLAGS_RC` / `_UC` / `_UD`, `providers/mlx5/qp.c`), the
+/// memory-window operations (`LOCAL_INV`, `BIND_MW`, `SEND_WITH_INV`) included.
 fn send_ops_allowed(qp_type: u32) -> u64 {
     let mw = IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
     let uc = IBV_QP_EX_WITH_SEND
@@ -161,9 +161,6 @@ pub(super) fn fill(x: &mut ibv_qp_ex) {
     x.wr_set_inline_data = Some(wr_set_inline_data);
     x.wr_set_inline_data_list = Some(wr_set_inline_data_list);
     x.wr_set_ud_addr = Some(wr_set_ud_addr);
-    // Memory windows (bind, local invalidate, send with invalidate): not in this
-    // provider yet. These fail the batch, `ibv_wr_complete` returning `EOPNOTSUPP`;
-    // they are replaced when memory windows are added.
     x.wr_bind_mw = Some(wr_bind_mw);
     x.wr_local_inv = Some(wr_local_inv);
     x.wr_send_inv = Some(wr_send_inv);
@@ -244,6 +241,7 @@ unsafe fn begin(qp: *mut ibv_qp_ex, opcode: u32, fill: impl FnOnce(&mut SendWqe)
                 ready_at: None,
                 ud: None,
                 shaped: false,
+                bind: None,
             };
             fill(&mut wqe);
             b.cur = Some(Building { wqe, sge_n: 0 });
@@ -439,37 +437,59 @@ unsafe extern "C" fn wr_atomic_fetch_add(
     }
 }
 
-/// `ibv_wr_bind_mw`: memory windows are not in this provider yet; the batch fails
-/// with `EOPNOTSUPP` at `ibv_wr_complete`.
+/// `ibv_wr_bind_mw`: binds type 2 window `mw` with key `rkey` as
+/// `bind_info` says (an `IBV_WR_BIND_MW` request, as `ibv_post_send` takes it); a
+/// null window fails the batch with `EINVAL` at `ibv_wr_complete`.
 ///
 /// # Safety
-/// `qp` is a live extended QP.
+/// `qp` is a live extended QP; `mw` a window of this provider (or null) and
+/// `bind_info` readable, as for `ibv_post_send`'s `bind_mw`.
 unsafe extern "C" fn wr_bind_mw(
     qp: *mut ibv_qp_ex,
-    _mw: *mut ibv_mw,
-    _rkey: u32,
-    _bind_info: *const ibv_mw_bind_info,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    bind_info: *const ibv_mw_bind_info,
 ) {
-    // SAFETY: forwarded.
-    unsafe { refuse(qp, IBV_WR_BIND_MW, libc::EOPNOTSUPP) }
+    // SAFETY: forwarded; `bind_info` is readable (contract).
+    unsafe {
+        begin(qp, IBV_WR_BIND_MW, |_| {});
+        set(qp, |q, cur| {
+            let info = bind_info.as_ref().ok_or(libc::EINVAL)?;
+            let window = unchecked::<MwObj>(mw).ok_or(libc::EINVAL)?;
+            let mr = unchecked::<MrObj>(info.mr).map(|m| m.ibv.lkey);
+            cur.wqe.bind = Some(Box::new(BindRequest {
+                handle: window.handle,
+                new_key: rkey,
+                mr,
+                addr: info.addr,
+                len: info.length,
+                access: info.mw_access_flags,
+                dev: q.core.dev,
+                pd: q.core.pd,
+                qpn: q.core.qpn,
+            }));
+            Ok(())
+        })
+    }
 }
 
-/// `ibv_wr_local_inv`: as [`wr_bind_mw`], `EOPNOTSUPP` at `ibv_wr_complete`.
+/// `ibv_wr_local_inv`: invalidates the window (or region) of `invalidate_rkey`.
 ///
 /// # Safety
 /// `qp` is a live extended QP.
-unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, _invalidate_rkey: u32) {
-    // SAFETY: forwarded.
-    unsafe { refuse(qp, IBV_WR_LOCAL_INV, libc::EOPNOTSUPP) }
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    // SAFETY: forwarded. The key travels where `ibv_send_wr` has it, in the union it
+    // shares with the immediate data.
+    unsafe { begin(qp, IBV_WR_LOCAL_INV, |w| w.imm = invalidate_rkey) }
 }
 
-/// `ibv_wr_send_inv`: as [`wr_bind_mw`], `EOPNOTSUPP` at `ibv_wr_complete`.
+/// `ibv_wr_send_inv`: a SEND that invalidates `invalidate_rkey` at the responder.
 ///
 /// # Safety
 /// `qp` is a live extended QP.
-unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, _invalidate_rkey: u32) {
-    // SAFETY: forwarded.
-    unsafe { refuse(qp, IBV_WR_SEND_WITH_INV, libc::EOPNOTSUPP) }
+unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, invalidate_rkey: u32) {
+    // SAFETY: forwarded, as `wr_local_inv`.
+    unsafe { begin(qp, IBV_WR_SEND_WITH_INV, |w| w.imm = invalidate_rkey) }
 }
 
 /// `ibv_wr_send_tso`: no TSO (raw packet QPs); `EOPNOTSUPP` at `ibv_wr_complete`.

@@ -13,7 +13,9 @@ use crate::provider;
 
 /// `ibv_resize_cq`: the CQ holds exactly `cqe` entries from now on (1 ..= `MAX_CQE`),
 /// and `cq->cqe` says so. `EINVAL` for a size out of range or smaller than the number of
-/// completions waiting to be polled; the CQ is unchanged then.
+/// completions outstanding — waiting to be polled, or owed by work posted on its QPs
+/// and not yet completed: signaled send WQEs and receives (see `CqCore::resize`); the
+/// CQ is unchanged then.
 ///
 /// # Safety
 /// `cq` is null or a live CQ of this provider, not used concurrently by another control
@@ -27,7 +29,13 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     if !(1..=MAX_CQE).contains(&cqe) {
         return libc::EINVAL;
     }
-    if let Err(e) = q.core.resize(cqe as usize) {
+    let p = provider::get();
+    let owed = p
+        .all_qps()
+        .iter()
+        .map(|qp| qp.owed_to(&q.core))
+        .fold(0usize, usize::saturating_add);
+    if let Err(e) = q.core.resize(cqe as usize, owed) {
         return e;
     }
     // SAFETY: the `ibv_cq` is live; `cqe` is the library's to write, as libibverbs'
@@ -126,7 +134,11 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         }
         info.access = a;
     }
-    // Other processes let go of the old region before it changes (see `ibv_dereg_mr`).
+    // Windows bound in the old region grant nothing any more, and other processes let
+    // go of the old region before it changes (see `ibv_dereg_mr`).
+    for k in mrs.unbind_windows_of(m.ibv.lkey) {
+        crate::shared::revoke_mr(k);
+    }
     crate::shared::revoke_mr(m.ibv.lkey);
     if !mrs.update(m.ibv.lkey, info) {
         return refuse(libc::EINVAL);

@@ -16,13 +16,6 @@ use super::set_errno;
 /// the clock counts nanoseconds (`CLOCK_MONOTONIC_RAW`), 1 GHz.
 pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
 
-/// On-demand paging capabilities `ibv_query_device_ex` reports: none yet (all zero), so
-/// nothing is advertised that does not work. The one place to change when the memory
-/// layer pages on demand.
-pub fn odp_caps() -> ibv_odp_caps {
-    ibv_odp_caps::default()
-}
-
 /// Copies the first `len` bytes of `src` to `dst` and zeroes `dst` from
 /// `size_of::<T>()` up to `len`, as the kernel answers a caller whose struct is larger.
 ///
@@ -43,7 +36,8 @@ unsafe fn put_sized<T>(dst: *mut T, len: usize, src: &T) {
 /// attributes, and of the extended ones those a ConnectX reports that this provider
 /// honours: `device_cap_flags_ex` (the same flags), the completion timestamp clock
 /// (`hca_core_clock` 1 GHz, `completion_timestamp_mask` all 64 bits: see `cq_ex`),
-/// device memory (`max_dm_size`), `phys_port_cnt_ex` 1, and [`odp_caps`]. TSO, RSS,
+/// device memory (`max_dm_size`), `phys_port_cnt_ex` 1, and on-demand paging
+/// (`odp::odp_caps`). TSO, RSS,
 /// packet pacing, tag matching, CQ moderation and PCI atomics are zero: not offered.
 /// `EINVAL` for a non-zero input `comp_mask`, or an `attr_size` smaller than
 /// `struct ibv_device_attr`; a smaller (older) struct gets its prefix, a larger one zeros
@@ -75,7 +69,7 @@ pub(super) unsafe extern "C" fn query_device_ex(
     a.completion_timestamp_mask = u64::MAX;
     a.hca_core_clock = HCA_CORE_CLOCK_KHZ;
     a.max_dm_size = super::dm::MAX_DM_SIZE as u64;
-    a.odp_caps = odp_caps();
+    a.odp_caps = super::odp::odp_caps();
     a.phys_port_cnt_ex = u32::from(a.orig_attr.phys_port_cnt);
     // SAFETY: writable for `attr_size` bytes (contract).
     unsafe { put_sized(attr, attr_size, &a) };

@@ -161,6 +161,11 @@ fn execute(
     mrs: &MrTable,
     w: SendWqe,
 ) -> Step {
+    match w.opcode {
+        IBV_WR_BIND_MW => return bind(qp, g, mrs, &w),
+        IBV_WR_LOCAL_INV => return local_invalidate(qp, g, mrs, &w),
+        _ => {}
+    }
     // Local buffers first: a bad lkey never leaves the requester.
     let need_local = match w.opcode {
         IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
@@ -262,6 +267,50 @@ fn execute(
             Step::Failed
         }
         Response::Unanswered => unanswered(qp, g, w),
+    }
+}
+
+/// Executes bind request `w`: binds its window (see `MrTable::bind_window`), withdraws
+/// the key it answered to from other processes and publishes the new one; completes
+/// with `IBV_WC_BIND_MW`, or fails with `IBV_WC_MW_BIND_ERR` (as the kernel's
+/// `rdma_rxe` reports a bind its checks refuse), the QP going to error as with any
+/// completion in error.
+fn bind(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
+    let Some(r) = w.bind.as_deref() else {
+        fail(qp, g, w, IBV_WC_MW_BIND_ERR, None);
+        return Step::Failed;
+    };
+    match mrs.bind_window(r) {
+        Ok(r) => {
+            if let Some(k) = r.old {
+                crate::shared::revoke_mr(k);
+            }
+            if let Some((k, info)) = r.new {
+                crate::shared::export_mr(k, &info);
+            }
+            complete(qp, g, w, 0)
+        }
+        Err(_) => {
+            fail(qp, g, w, IBV_WC_MW_BIND_ERR, None);
+            Step::Failed
+        }
+    }
+}
+
+/// Executes `IBV_WR_LOCAL_INV` `w`: invalidates the type 2 window bound under the
+/// rkey it names (a window of the QP's PD; type 1 windows and regions cannot be
+/// invalidated: o10-37.2.26). A key that names none fails the request with
+/// `IBV_WC_LOC_QP_OP_ERR`, as `rdma_rxe` reports a failed local invalidation.
+fn local_invalidate(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
+    match mrs.invalidate(w.imm, qp.pd, None) {
+        Ok(()) => {
+            crate::shared::revoke_mr(w.imm);
+            complete(qp, g, w, 0)
+        }
+        Err(_) => {
+            fail(qp, g, w, IBV_WC_LOC_QP_OP_ERR, None);
+            Step::Failed
+        }
     }
 }
 

@@ -99,6 +99,20 @@ pub(crate) enum MoveError {
     Gone,
     /// The requester's memory could not be accessed: complete with this status.
     Status(u32),
+    /// The responder's own memory (an on-demand range no longer accessible) could not
+    /// be: a remote access error for a WRITE, READ or atomic, a protection error of
+    /// the receive for a SEND.
+    Target,
+}
+
+/// The error of a copy by [`LocalMover`]: `requester` names which side of the copy is
+/// the requester's memory.
+fn local_fault(f: mem::Fault, requester: mem::Fault) -> MoveError {
+    if f == requester {
+        MoveError::Status(IBV_WC_LOC_PROT_ERR)
+    } else {
+        MoveError::Target
+    }
 }
 
 /// The in-process mover: plain copies between spans of this process.
@@ -113,20 +127,23 @@ impl Mover for LocalMover<'_, '_> {
         match self.inline {
             Some(d) => mem::copy_from_bytes(dst, d),
             None => mem::copy_spans(dst, self.local),
-        };
-        Ok(())
+        }
+        .map(drop)
+        .map_err(|f| local_fault(f, mem::Fault::Src))
     }
 
     #[inline]
     fn push(&mut self, src: &[Span<'_>]) -> Result<(), MoveError> {
-        mem::copy_spans(self.local, src);
-        Ok(())
+        mem::copy_spans(self.local, src)
+            .map(drop)
+            .map_err(|f| local_fault(f, mem::Fault::Dst))
     }
 
     #[inline]
     fn push_bytes(&mut self, bytes: &[u8]) -> Result<(), MoveError> {
-        mem::copy_from_bytes(self.local, bytes);
-        Ok(())
+        mem::copy_from_bytes(self.local, bytes)
+            .map(drop)
+            .map_err(|f| local_fault(f, mem::Fault::Dst))
     }
 }
 
@@ -254,6 +271,7 @@ fn respond_checked<M: Mover>(
         Ok(()) => None,
         Err(MoveError::Gone) => Some(Response::Dropped),
         Err(MoveError::Status(s)) => Some(Response::requester(s)),
+        Err(MoveError::Target) => Some(Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR)),
     };
     let connected = matches!(gb.state, IBV_QPS_RTR | IBV_QPS_RTS)
         && b.qp_type == a.qp_type
@@ -269,7 +287,7 @@ fn respond_checked<M: Mover>(
         if access & need == 0 {
             return Err(KeyError::Access);
         }
-        mrs.span(w.rkey, b.dev, b.pd, w.remote_addr, rlen, need)
+        mrs.remote_span(w.rkey, b.dev, b.pd, b.qpn, w.remote_addr, rlen, need)
     };
     let byte_len = len as u32;
     let min_rnr_timer = gb.attr.min_rnr_timer;
@@ -281,7 +299,7 @@ fn respond_checked<M: Mover>(
         None => Receives::Own(&mut gb.rq, b.pd),
     };
     match w.opcode {
-        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => {
+        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV => {
             let recv_pd = receives.pd();
             let Some(r) = receives.front() else {
                 return Response::Rnr(min_rnr_timer);
@@ -290,7 +308,7 @@ fn respond_checked<M: Mover>(
             let n_dst = receive_spans(mrs, r, b.dev, recv_pd, &mut dst_buf);
             let bad = n_dst.is_none();
             let dst = &dst_buf[..n_dst.unwrap_or(0)];
-            let (recv_status, req_status) = if bad {
+            let (mut recv_status, mut req_status) = if bad {
                 (IBV_WC_LOC_PROT_ERR, IBV_WC_REM_OP_ERR)
             } else if mem::total(dst) < len {
                 (IBV_WC_LOC_LEN_ERR, IBV_WC_REM_INV_REQ_ERR)
@@ -298,8 +316,16 @@ fn respond_checked<M: Mover>(
                 (IBV_WC_SUCCESS, IBV_WC_SUCCESS)
             };
             if recv_status == IBV_WC_SUCCESS {
-                if let Some(r) = moved(mv.pull(dst)) {
-                    return r;
+                match mv.pull(dst) {
+                    // The receive's own (on-demand) buffer: as a bad receive.
+                    Err(MoveError::Target) => {
+                        (recv_status, req_status) = (IBV_WC_LOC_PROT_ERR, IBV_WC_REM_OP_ERR)
+                    }
+                    r => {
+                        if let Some(r) = moved(r) {
+                            return r;
+                        }
+                    }
                 }
             }
             let Some(r) = receives.take() else {
@@ -321,6 +347,27 @@ fn respond_checked<M: Mover>(
             if w.opcode == IBV_WR_SEND_WITH_IMM {
                 wc.wc_flags = IBV_WC_WITH_IMM;
                 wc.imm = ibv_wc_imm { imm_data: w.imm };
+            }
+            if w.opcode == IBV_WR_SEND_WITH_INV {
+                // The rkey to invalidate names a type 2 window bound through this QP
+                // (IBA Vol. 1 §10.6.7.2; a region or a type 1 window cannot be
+                // invalidated remotely). When it does not, the error is the
+                // responder's "class J" (as `rdma_rxe` handles it): the receive
+                // completes with `IBV_WC_REM_INV_REQ_ERR`, the requester is NAKed as
+                // an invalid request, and the responder goes to error.
+                if mrs.invalidate(w.imm, b.pd, Some(b.qpn)).is_err() {
+                    b.recv_cq.push(
+                        b.wc(r.wr_id, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0),
+                        false,
+                        None,
+                    );
+                    return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
+                }
+                crate::shared::revoke_mr(w.imm);
+                wc.wc_flags = IBV_WC_WITH_INV;
+                wc.imm = ibv_wc_imm {
+                    invalidated_rkey: w.imm,
+                };
             }
             if !b.recv_cq.push(wc, w.solicited, None) {
                 b.to_error(gb, None);
@@ -372,6 +419,9 @@ fn respond_checked<M: Mover>(
             let Ok(target) = remote(IBV_ACCESS_REMOTE_ATOMIC, 8) else {
                 return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
             };
+            if !mem::atomic_accessible(&target) {
+                return Response::responder(IBV_WC_REM_ACCESS_ERR, QP_ACCESS_ERR);
+            }
             let orig = if w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD {
                 mem::fetch_add(&target, w.compare_add)
             } else {
@@ -428,7 +478,7 @@ fn respond_datagram<M: Mover>(
     let mut dst_buf: [Span<'_>; MAX_SGE as usize] = [Span::empty(); MAX_SGE as usize];
     let n_dst = receive_spans(mrs, r, b.dev, recv_pd, &mut dst_buf);
     let dst = &dst_buf[..n_dst.unwrap_or(0)];
-    let status = if n_dst.is_none() {
+    let mut status = if n_dst.is_none() {
         IBV_WC_LOC_PROT_ERR
     } else if mem::total(dst) < GRH_BYTES + len {
         IBV_WC_LOC_LEN_ERR
@@ -438,11 +488,21 @@ fn respond_datagram<M: Mover>(
     let mut grh_area = [Span::empty(); MAX_SGE as usize + 1];
     let mut data = [Span::empty(); MAX_SGE as usize + 1];
     let (ng, nd) = mem::split_at(dst, GRH_BYTES, &mut grh_area, &mut data);
+    let global_sgid_index = w.ud.filter(|d| d.global).map(|d| d.sgid_index);
+    let global = global_sgid_index.is_some();
     if status == IBV_WC_SUCCESS {
         match mv.pull(&data[..nd]) {
             Ok(()) => {}
             Err(MoveError::Gone) => return Response::Dropped,
             Err(MoveError::Status(s)) => return Response::requester(s),
+            Err(MoveError::Target) => status = IBV_WC_LOC_PROT_ERR,
+        }
+    }
+    if let (IBV_WC_SUCCESS, Some(sgid_index)) = (status, global_sgid_index) {
+        let (sgid, dgid) = grh_gids(p, a, b.dev, sgid_index);
+        let header = grh(&sgid, &dgid, len);
+        if mem::copy_from_bytes(&grh_area[..ng], &header).is_err() {
+            status = IBV_WC_LOC_PROT_ERR;
         }
     }
     let Some(r) = receives.take() else {
@@ -464,9 +524,7 @@ fn respond_datagram<M: Mover>(
     wc.src_qp = a.qpn;
     wc.slid = p.devices[a.dev].lid;
     wc.pkey_index = 0;
-    if let Some(d) = w.ud.filter(|d| d.global) {
-        let (sgid, dgid) = grh_gids(p, a, b.dev, d.sgid_index);
-        mem::copy_from_bytes(&grh_area[..ng], &grh(&sgid, &dgid, len));
+    if global {
         wc.wc_flags |= IBV_WC_GRH;
     }
     if w.opcode == IBV_WR_SEND_WITH_IMM {

@@ -41,12 +41,15 @@
 //!   the launcher's network namespace). Every `softverbs run`
 //!   naming the same directory (by default the user's own) shares the devices.
 //!
+//! - **RDMA-CM**: where vqp-rdmacm's cdylib is found (`$VQP_RDMACM_LIB`, else the one
+//!   cargo built beside this binary), it is preloaded too — its SONAME is
+//!   `librdmacm.so.1`, so programs linked against librdmacm use it — and
+//!   `/dev/infiniband/rdma_cm` is presented as the `uverbs` files are.
+//!
 //! Not provided: anything of a specific NIC's driver. A program that opens the
 //! character device itself to speak a kernel ABI, or takes mlx5-only paths (DEVX,
 //! `mlx5dv_*`, UCX's `rc_mlx5`/`dc_mlx5`/`ud_mlx5` transports), finds no mlx5 device
-//! here; UCX's generic `rc_verbs` and `ud_verbs` serve it. Nor RDMA-CM: there is no
-//! `/dev/infiniband/rdma_cm`, so the system's librdmacm finds no device (UCX's `rdmacm`
-//! connection manager is absent from `ucx_info -d`).
+//! here; UCX's generic `rc_verbs` and `ud_verbs` serve it.
 
 mod args;
 #[allow(unsafe_code)]
@@ -61,6 +64,10 @@ pub use args::{parse, Command, Options, UsageError, USAGE};
 
 /// The variable naming the cdylib to load when `--lib` is not given.
 pub const ENV_LIB: &str = "VQP_SOFT_LIB";
+
+/// The variable naming the librdmacm to preload (vqp-rdmacm's cdylib); when it is
+/// not set, the one cargo built beside this binary, if any; set and empty: none.
+pub const ENV_RDMACM_LIB: &str = "VQP_RDMACM_LIB";
 
 /// Exit status for a command line that does not parse.
 pub const EXIT_USAGE: i32 = 2;
@@ -138,6 +145,24 @@ fn newest_cdylib() -> Option<PathBuf> {
         .map(|(_, p)| p)
 }
 
+/// vqp-rdmacm's cdylib to preload as `librdmacm.so.1`: `$VQP_RDMACM_LIB`, else the
+/// newest one cargo built beside this binary; `None` when there is none (or the
+/// variable is set and empty), or its path cannot be preloaded.
+fn rdmacm_library() -> Option<PathBuf> {
+    let lib = match std::env::var_os(ENV_RDMACM_LIB) {
+        Some(v) if v.is_empty() => return None,
+        Some(v) => PathBuf::from(v),
+        None => crate::cdylib_candidates_of("vqp_rdmacm")
+            .into_iter()
+            .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+            .max_by_key(|(built, _)| *built)
+            .map(|(_, p)| p)?,
+    };
+    std::fs::canonicalize(lib)
+        .ok()
+        .filter(|p| p.is_file() && !p.to_string_lossy().contains([' ', ':']))
+}
+
 /// The number of devices: `--devices`, else `$VQP_SOFT_DEVICES`, else the default.
 fn device_count(o: &Options) -> usize {
     o.devices
@@ -168,9 +193,10 @@ fn run(o: &Options) -> i32 {
         // provider; the launcher is single-threaded here.
         std::env::set_var(crate::ENV_NETDEV, n);
     }
+    let rdmacm = rdmacm_library();
     let cpus = tree::Cpus::of_machine();
     let present = || {
-        let rdev = mount::present_dev(devices)?;
+        let rdev = mount::present_dev(devices, rdmacm.is_some())?;
         mount::present_sys(&tree::nodes(devices, rdev, &cpus))
     };
     let made = mount::enter_private_namespace()
@@ -181,6 +207,10 @@ fn run(o: &Options) -> i32 {
         return EXIT_SETUP;
     }
     let mut preload = lib.into_os_string();
+    if let Some(cm) = rdmacm {
+        preload.push(":");
+        preload.push(cm);
+    }
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");
         preload.push(old);

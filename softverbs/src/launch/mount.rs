@@ -240,9 +240,10 @@ pub fn overlay(dir: &Path, skip: &[&str]) -> Result<Underneath, SetupError> {
 
 /// Makes `/dev/infiniband/uverbs0..devices` — each the machine's `/dev/null` bound onto
 /// a file, which presents a readable and writable character device without
-/// `CAP_MKNOD` — over a `/dev` that keeps everything else of the machine's. Returns the
-/// `major:minor` of that character device.
-pub fn present_dev(devices: usize) -> Result<(u32, u32), SetupError> {
+/// `CAP_MKNOD` — over a `/dev` that keeps everything else of the machine's, and
+/// `/dev/infiniband/rdma_cm` likewise when `rdma_cm`. Returns the `major:minor` of that
+/// character device.
+pub fn present_dev(devices: usize, rdma_cm: bool) -> Result<(u32, u32), SetupError> {
     let dev = Path::new("/dev");
     let under = overlay(dev, &["infiniband"])?;
     let null = under.entry("null");
@@ -258,8 +259,11 @@ pub fn present_dev(devices: usize) -> Result<(u32, u32), SetupError> {
     let rdev = meta.rdev();
     let dir = dev.join("infiniband");
     std::fs::create_dir(&dir).map_err(failed("making /dev/infiniband", HINT_MOUNT))?;
-    for i in 0..devices {
-        let file = dir.join(format!("uverbs{i}"));
+    let names = (0..devices)
+        .map(|i| format!("uverbs{i}"))
+        .chain(rdma_cm.then(|| "rdma_cm".to_string()));
+    for name in names {
+        let file = dir.join(name);
         File::create(&file)
             .and_then(|_| bind(&null, &file))
             .map_err(failed(format!("presenting {}", file.display()), HINT_MOUNT))?;

@@ -43,6 +43,12 @@ pub(crate) struct QpInner {
     pub peer: Weak<QpCore>,
     /// Requests in flight to, and sequence state from, a QP of another process.
     pub remote: crate::engine::RemoteState,
+    /// The send queue takes work requests: the QP reached RTS since it was last
+    /// RESET (mlx5's `sq.qp_state_max_gs`, see `post`).
+    pub sq_open: bool,
+    /// The receive queue takes work requests: the QP reached INIT since it was last
+    /// RESET (mlx5's `rq.qp_state_max_gs`).
+    pub rq_open: bool,
 }
 
 /// The Rust side of a QP.
@@ -121,6 +127,8 @@ pub(crate) fn wc_opcode(wr_opcode: u32) -> u32 {
         IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
         IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
         IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+        IBV_WR_BIND_MW => IBV_WC_BIND_MW,
+        IBV_WR_LOCAL_INV => IBV_WC_LOCAL_INV,
         _ => IBV_WC_SEND,
     }
 }
@@ -175,6 +183,8 @@ impl QpCore {
                 executed: 0,
                 peer: Weak::new(),
                 remote: Default::default(),
+                sq_open: false,
+                rq_open: false,
             }),
         }
     }
@@ -213,7 +223,8 @@ impl QpCore {
         }
     }
 
-    /// Called when the QP is destroyed: drops its queues without completions and
+    /// Called when the QP is destroyed: drops its queues and its completions not yet
+    /// polled (as `mlx5_destroy_qp` cleans its CQs, see [`QpCore::clean_cqs`]) and
     /// detaches it from its CQs.
     pub fn destroy(&self) {
         let mut g = self.lock();
@@ -224,6 +235,7 @@ impl QpCore {
         g.remote = Default::default();
         self.export(&g, None);
         drop(g);
+        self.clean_cqs();
         self.send_cq.users.fetch_sub(1, Ordering::Relaxed);
         self.recv_cq.users.fetch_sub(1, Ordering::Relaxed);
         if let Some(s) = &self.srq {
@@ -288,6 +300,33 @@ impl QpCore {
     #[inline]
     pub fn datagram(&self) -> bool {
         self.qp_type == IBV_QPT_UD
+    }
+
+    /// Removes this QP's completions not yet polled from its CQs, as rdma-core's mlx5
+    /// provider does when a QP is modified to RESET or destroyed (`mlx5_modify_qp` →
+    /// `mlx5_cq_clean`, `mlx5_destroy_qp` → `__mlx5_cq_clean`, providers/mlx5/cq.c):
+    /// after ERR → RESET → … → RTS the next poll does not see the old flush.
+    pub fn clean_cqs(&self) {
+        self.recv_cq.clean(self.qpn);
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.send_cq.clean(self.qpn);
+        }
+    }
+
+    /// Completions this QP's outstanding work will still put on `cq`: its signaled
+    /// send WQEs queued or in flight (when `cq` is its send CQ) and its posted
+    /// receives (when `cq` is its receive CQ and it has no SRQ). What `ibv_resize_cq`
+    /// must leave room for (see `CqCore::resize`).
+    pub fn owed_to(&self, cq: &Arc<CqCore>) -> usize {
+        let g = self.lock();
+        let mut n = 0;
+        if Arc::ptr_eq(&self.send_cq, cq) {
+            n += g.sq.iter().filter(|w| w.signaled).count() + g.remote.signaled_in_flight();
+        }
+        if Arc::ptr_eq(&self.recv_cq, cq) && self.srq.is_none() {
+            n += g.rq.len();
+        }
+        n
     }
 
     /// Completes every queued WQE with `IBV_WC_WR_FLUSH_ERR`.

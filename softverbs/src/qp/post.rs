@@ -6,16 +6,20 @@ use vqp_sys::*;
 use super::*;
 
 /// Whether the opcode is one this provider executes on a QP of type `qp_type`: RC has
-/// them all; UC has SEND and RDMA WRITE (with immediate or not), no READ and no
-/// atomics; UD has SEND only (IBA Vol. 1 §9.4 lists which transports carry which
-/// operations).
+/// them all; UC has SEND and RDMA WRITE (with immediate or not), no READ, no atomics
+/// and no SEND with invalidate; UD has SEND only (IBA Vol. 1 §9.4 lists which
+/// transports carry which operations). Binding a memory window and local
+/// invalidation are local operations of the connected transports (§10.6.7.2: a
+/// window is bound through an RC or UC QP).
 fn supported(qp_type: u32, opcode: u32) -> bool {
     match opcode {
         IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => true,
         IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => qp_type != IBV_QPT_UD,
-        IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
-            qp_type == IBV_QPT_RC
-        }
+        IBV_WR_BIND_MW | IBV_WR_LOCAL_INV => qp_type != IBV_QPT_UD,
+        IBV_WR_RDMA_READ
+        | IBV_WR_ATOMIC_CMP_AND_SWP
+        | IBV_WR_ATOMIC_FETCH_AND_ADD
+        | IBV_WR_SEND_WITH_INV => qp_type == IBV_QPT_RC,
         _ => false,
     }
 }
@@ -30,7 +34,8 @@ impl QpCore {
     ///   is refused here rather than failed by the device);
     /// - more SGEs than the QP's `max_send_sge`, inline or not: `ENOMEM` (mlx5:
     ///   `num_sge > qp->sq.qp_state_max_gs` → `ENOMEM`);
-    /// - `IBV_SEND_INLINE` on a READ or an atomic, and an atomic without exactly one
+    /// - `IBV_SEND_INLINE` on a READ, an atomic, a bind or a local invalidation, and an
+    ///   atomic without exactly one
     ///   SGE: `EINVAL` (mlx5 does not check these and builds a WQE the device then
     ///   fails; the verbs' "invalid request" is the clearer answer).
     pub fn check_send(&self, opcode: u32, flags: u32, n: u32) -> Result<(), i32> {
@@ -43,7 +48,11 @@ impl QpCore {
         if flags & IBV_SEND_INLINE != 0
             && !matches!(
                 opcode,
-                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+                IBV_WR_SEND
+                    | IBV_WR_SEND_WITH_IMM
+                    | IBV_WR_SEND_WITH_INV
+                    | IBV_WR_RDMA_WRITE
+                    | IBV_WR_RDMA_WRITE_WITH_IMM
             )
         {
             return Err(libc::EINVAL);
@@ -68,8 +77,16 @@ impl QpCore {
     }
 
     /// Posts send WQEs in order until one fails; returns how many were posted and the
-    /// error of the first that was not. Posts to a QP in error complete at once with
-    /// `IBV_WC_WR_FLUSH_ERR`; otherwise the QP must be in RTS.
+    /// error of the first that was not.
+    ///
+    /// Which states take sends is mlx5's rule (`providers/mlx5/qp.c`,
+    /// `_mlx5_post_send`: `num_sge > qp->sq.qp_state_max_gs` → `ENOMEM`; `verbs.c`,
+    /// `set_qp_operational_state` sets that limit to -1 at creation and on RESET and to
+    /// the queue's SGE count on reaching RTS, and no other transition touches it): a QP
+    /// that has not reached RTS since it was created or last RESET (RESET, INIT, RTR,
+    /// or ERR entered from those) refuses every send with `ENOMEM`; in RTS they queue;
+    /// in ERR after RTS they are accepted and complete at once with
+    /// `IBV_WC_WR_FLUSH_ERR`, as the device flushes them.
     pub fn post_send(
         &self,
         wqes: &mut dyn Iterator<Item = Result<SendWqe, i32>>,
@@ -112,10 +129,8 @@ impl QpCore {
                 Ok(w) => w,
                 Err(e) => return (posted, queued, Err(e)),
             };
-            match g.state {
-                IBV_QPS_RTS => {}
-                IBV_QPS_ERR => {}
-                _ => return (posted, queued, Err(libc::EINVAL)),
+            if !g.sq_open {
+                return (posted, queued, Err(libc::ENOMEM));
             }
             if self.slots.load(Ordering::Acquire) >= self.cap.max_send_wr {
                 return (posted, queued, Err(libc::ENOMEM));
@@ -141,7 +156,11 @@ impl QpCore {
     }
 
     /// Posts receive WQEs in order until one fails (see [`QpCore::post_send`]).
-    /// Receives may be posted from INIT on.
+    /// Receives are taken once the QP reached INIT since it was created or last RESET
+    /// (mlx5: `mlx5_post_recv` compares `num_sge` with `rq.qp_state_max_gs`, -1 until
+    /// INIT, and answers `EINVAL`); before that — RESET, or ERR entered from RESET —
+    /// they are refused with `EINVAL`. In ERR they complete at once with
+    /// `IBV_WC_WR_FLUSH_ERR`.
     pub fn post_recv(
         &self,
         wqes: &mut dyn Iterator<Item = Result<RecvWqe, i32>>,
@@ -157,8 +176,10 @@ impl QpCore {
                 Ok(r) => r,
                 Err(e) => return (posted, Err(e)),
             };
+            if !g.rq_open {
+                return (posted, Err(libc::EINVAL));
+            }
             match g.state {
-                IBV_QPS_RESET => return (posted, Err(libc::EINVAL)),
                 IBV_QPS_ERR => {
                     self.recv_cq.push(
                         self.wc(r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0),

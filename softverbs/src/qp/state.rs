@@ -83,12 +83,19 @@ fn ud_transition(cur: u32, next: u32) -> Option<(u32, u32)> {
     }
 }
 
-/// Access bits a QP may grant to its peer.
+/// Access bits a QP's `qp_access_flags` may carry: those it grants its peer, and the
+/// region-only bits (zero-based, on-demand, huge pages, the optional range), which the
+/// kernel passes through and mlx5 ignores (`to_mlx5_access_flags` reads the remote
+/// bits only) — rdma-core's own tests give a QP its regions' flags.
 const QP_ACCESS_BITS: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_WRITE
     | IBV_ACCESS_REMOTE_READ
     | IBV_ACCESS_REMOTE_ATOMIC
-    | IBV_ACCESS_MW_BIND;
+    | IBV_ACCESS_MW_BIND
+    | IBV_ACCESS_ZERO_BASED
+    | IBV_ACCESS_ON_DEMAND
+    | IBV_ACCESS_HUGETLB
+    | IBV_ACCESS_OPTIONAL_RANGE;
 
 /// Checks the values of the attributes named in `mask`.
 fn check_values(a: &ibv_qp_attr, mask: u32, gids: usize) -> Result<(), i32> {
@@ -179,6 +186,8 @@ impl QpCore {
             IBV_QPS_RESET => {
                 g.sq.clear();
                 g.rq.clear();
+                g.sq_open = false;
+                g.rq_open = false;
                 self.slots.store(0, Ordering::Release);
                 g.unsignaled = 0;
                 g.attr = ibv_qp_attr::default();
@@ -198,6 +207,8 @@ impl QpCore {
                 g.peer = Weak::new();
                 g.remote = Default::default();
             }
+            IBV_QPS_INIT => g.rq_open = true,
+            IBV_QPS_RTS => g.sq_open = true,
             _ => {}
         }
         g.state = next;
@@ -206,6 +217,11 @@ impl QpCore {
             .then(|| resolve(&g.attr.ah_attr))
             .flatten();
         self.export(&g, dest_dev);
+        if next == IBV_QPS_RESET {
+            // Under the QP's lock (the order completions are pushed in): nothing of
+            // this QP lands on its CQs after the clean.
+            self.clean_cqs();
+        }
         if given & IBV_QP_PATH_MIG_STATE != 0 && attr.path_mig_state != IBV_MIG_MIGRATED {
             // Automatic path migration is not supported (the device does not advertise
             // IBV_DEVICE_AUTO_PATH_MIG): an alternate path asked to be armed cannot be

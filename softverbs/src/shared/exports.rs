@@ -10,7 +10,8 @@
 //! - per QP number: whether the QP accepts requests now (RTR or RTS), whom it is
 //!   connected to, its remote access flags, its protection domain and whether it is UC
 //!   ([`QpView`]);
-//! - per key slot: the registered region (address, length, access, device, PD) under a
+//! - per key slot: the registered region or bound memory window (address, length,
+//!   access, device, PD, and a type 2 window's QP number) under a
 //!   version word (a key's generation, a valid bit and a change counter): a reader that
 //!   sees the same valid version before and after reading the fields read a consistent
 //!   region;
@@ -300,9 +301,10 @@ impl Exports {
         self.map
             .u64_at(base + 16)
             .store(info.len, Ordering::Relaxed);
+        // The device (< 256) and a type 2 window's QP number (24 bits) share a word.
         self.map
             .u32_at(base + 24)
-            .store(info.dev as u32, Ordering::Relaxed);
+            .store((info.dev as u32 & 0xff) | info.qpn << 8, Ordering::Relaxed);
         self.map.u32_at(base + 28).store(info.pd, Ordering::Relaxed);
         let now = ver.load(Ordering::Relaxed);
         ver.store(
@@ -416,12 +418,14 @@ impl Exports {
             return None;
         }
         let base = OFF_MR + s * MR_SIZE;
+        let dev_qpn = self.map.u32_at(base + 24).load(Ordering::Relaxed);
         let info = MrInfo {
             access: self.map.u32_at(base + 4).load(Ordering::Relaxed),
             addr: self.map.u64_at(base + 8).load(Ordering::Relaxed),
             len: self.map.u64_at(base + 16).load(Ordering::Relaxed),
-            dev: self.map.u32_at(base + 24).load(Ordering::Relaxed) as usize,
+            dev: (dev_qpn & 0xff) as usize,
             pd: self.map.u32_at(base + 28).load(Ordering::Relaxed),
+            qpn: dev_qpn >> 8,
         };
         fence(Ordering::Acquire);
         if ver.load(Ordering::Relaxed) != v1 {
@@ -459,6 +463,7 @@ mod tests {
             access: 0b1111,
             dev: 1,
             pd: 7,
+            qpn: 0x12_3456,
         }
     }
 

@@ -136,7 +136,9 @@ int main(void)
 		int rc = ibv_query_device_ex(a.ctx, NULL, &dx);
 		CHECK("query_device_ex", rc == 0 && dx.orig_attr.phys_port_cnt == 1 &&
 		      dx.phys_port_cnt_ex == 1 && dx.max_dm_size == 256 * 1024 &&
-		      dx.hca_core_clock == 1000000 && dx.odp_caps.general_caps == 0,
+		      dx.hca_core_clock == 1000000 &&
+		      dx.odp_caps.general_caps == (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT) &&
+		      (dx.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_WRITE),
 		      "rc %d", rc);
 		CHECK("query_rt_values", ibv_query_rt_values_ex(a.ctx, &rt) == 0 &&
 		      rt.comp_mask == IBV_VALUES_MASK_RAW_CLOCK && rt.raw_clock.tv_nsec > 0, "-");
@@ -215,8 +217,17 @@ int main(void)
 		CHECK("create_ah", h != NULL, "%d", errno);
 		if (h)
 			CHECK("destroy_ah", ibv_destroy_ah(h) == 0, "-");
-		errno = 0;
-		CHECK("alloc_mw_unsupported", !ibv_alloc_mw(a.pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "%d", errno);
+		{
+			/* Memory windows through the inline verbs: ops.alloc_mw, the inline
+			 * ibv_bind_mw's own refusal of a type 2 window, ops.dealloc_mw. */
+			struct ibv_mw *mw = ibv_alloc_mw(a.pd, IBV_MW_TYPE_2);
+			struct ibv_mw_bind mb = { .wr_id = 1 };
+			CHECK("alloc_mw", mw && mw->type == IBV_MW_TYPE_2 && mw->pd == a.pd, "%d", errno);
+			if (mw) {
+				CHECK("bind_mw_type2_einval", ibv_bind_mw(a.qp, mw, &mb) == EINVAL, "-");
+				CHECK("dealloc_mw", ibv_dealloc_mw(mw) == 0, "-");
+			}
+		}
 		errno = 0;
 		CHECK("open_xrcd_unsupported", !ibv_open_xrcd(a.ctx, &xa) && errno == EOPNOTSUPP, "%d", errno);
 		struct ibv_dm *d = ibv_alloc_dm(a.ctx, &dm);

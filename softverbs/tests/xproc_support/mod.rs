@@ -218,6 +218,7 @@ pub fn child_main() {
     let o = Opts::default();
     let mut side: Option<Side> = None;
     let mut extra: Vec<vqp_host::MemoryRegion> = Vec::new();
+    let mut windows: Vec<*mut ibv_mw> = Vec::new();
     let stdin = std::io::stdin();
     let out = |s: String| println!("@{s}");
     for line in stdin.lock().lines() {
@@ -225,12 +226,22 @@ pub fn child_main() {
         let w: Vec<&str> = line.split_whitespace().collect();
         let num = |i: usize| -> u64 { w[i].parse().unwrap() };
         match w.first().copied() {
-            Some(kind @ ("side" | "uc" | "ud")) => {
-                // An RC side (`side DEV [mr-first]`), a UC side (`uc DEV`) or a UD side
+            Some(kind @ ("side" | "uc" | "ud" | "mwside")) => {
+                // An RC side (`side DEV [mr-first]`), one whose region allows binding
+                // memory windows (`mwside DEV`), a UC side (`uc DEV`) or a UD side
                 // with Q_Key (`ud DEV QKEY`).
                 let s = match kind {
                     "uc" => common::side_of(&verbs, w[1], vqp_host::QpType::Uc),
                     "ud" => common::ud_side(&verbs, w[1], num(2) as u32),
+                    "mwside" => {
+                        let mo = Opts {
+                            access: vqp_host::AccessFlags::from_bits(
+                                o.access.bits() | IBV_ACCESS_MW_BIND,
+                            ),
+                            ..Opts::default()
+                        };
+                        common::side(&verbs, w[1], &mo)
+                    }
                     _ if w.get(2) == Some(&"mr-first") => side_mr_first(&verbs, w[1], &o),
                     _ => common::side(&verbs, w[1], &o),
                 };
@@ -321,6 +332,109 @@ pub fn child_main() {
                 extra.push(mr);
             }
             Some("dereg") => drop(extra.pop()),
+            Some("mw") => {
+                // `mw TYPE OFF LEN ACCESS`: a window over the side's region bound
+                // through its QP (type 1 by `ibv_bind_mw`, type 2 by a bind work
+                // request); answers the bind's status and the window's key.
+                let s = side.as_ref().unwrap();
+                // SAFETY: a live context; `ops` is filled at open.
+                let ops = unsafe { (*s.ctx.as_raw()).ops };
+                let ty = num(1) as u32;
+                // SAFETY: a live PD.
+                let mw = unsafe { ops.alloc_mw.unwrap()(s.pd.as_raw(), ty) };
+                assert!(!mw.is_null());
+                windows.push(mw);
+                let info = ibv_mw_bind_info {
+                    mr: s.mr.as_raw(),
+                    addr: s.mr.addr() + num(2),
+                    length: num(3),
+                    mw_access_flags: num(4) as u32,
+                };
+                // SAFETY: a live window.
+                let cur = unsafe { (*mw).rkey };
+                if ty == IBV_MW_TYPE_1 {
+                    let mut b = ibv_mw_bind {
+                        wr_id: 1,
+                        send_flags: IBV_SEND_SIGNALED,
+                        bind_info: info,
+                    };
+                    // SAFETY: live QP and window; `b` lives across the call.
+                    assert_eq!(
+                        unsafe { ops.bind_mw.unwrap()(s.qp.as_raw(), mw, &mut b) },
+                        0
+                    );
+                } else {
+                    let mut wr = common::send_wr(1, IBV_WR_BIND_MW, &mut []);
+                    wr.bind_mw_tso.bind_mw = ibv_send_wr_bind_mw {
+                        mw,
+                        rkey: (cur & !0xff) | (cur.wrapping_add(1) & 0xff),
+                        bind_info: info,
+                    };
+                    common::post(s, &mut wr);
+                    // SAFETY: as above; the window's key is the bound one from now.
+                    unsafe { (*mw).rkey = wr.bind_mw_tso.bind_mw.rkey };
+                }
+                let wc = common::poll_n(&s.cq, 1);
+                // SAFETY: a live window.
+                out(format!("{} {}", wc[0].raw().status, unsafe { (*mw).rkey }));
+            }
+            Some("odp") => {
+                // An implicit on-demand region in the side's PD: its rkey.
+                let s = side.as_ref().unwrap();
+                let access = IBV_ACCESS_ON_DEMAND
+                    | IBV_ACCESS_LOCAL_WRITE
+                    | IBV_ACCESS_REMOTE_WRITE
+                    | IBV_ACCESS_REMOTE_READ;
+                // SAFETY: a live PD; an on-demand region needs no memory behind it.
+                let mr = unsafe {
+                    vqp_softverbs::ibv_reg_mr(
+                        s.pd.as_raw(),
+                        std::ptr::null_mut(),
+                        usize::MAX,
+                        access as i32,
+                    )
+                };
+                assert!(!mr.is_null());
+                // SAFETY: a live region (kept until the child exits).
+                out(unsafe { (*mr).rkey }.to_string());
+            }
+            Some("odp-guard") => {
+                // Two pages under an on-demand region, the second without access:
+                // answers the first page's address and the rkey.
+                let s = side.as_ref().unwrap();
+                // SAFETY: a fresh anonymous mapping, kept (leaked) until the child
+                // exits; the region is on-demand, so its protection may change.
+                let (base, mr) = unsafe {
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        8192,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    );
+                    assert_ne!(p, libc::MAP_FAILED);
+                    let access = IBV_ACCESS_ON_DEMAND
+                        | IBV_ACCESS_LOCAL_WRITE
+                        | IBV_ACCESS_REMOTE_WRITE
+                        | IBV_ACCESS_REMOTE_READ;
+                    let mr = vqp_softverbs::ibv_reg_mr(s.pd.as_raw(), p, 8192, access as i32);
+                    let second = p.cast::<u8>().add(4096).cast();
+                    assert_eq!(libc::mprotect(second, 4096, libc::PROT_NONE), 0);
+                    (p as u64, mr)
+                };
+                assert!(!mr.is_null());
+                // SAFETY: a live region.
+                out(format!("{base} {}", unsafe { (*mr).rkey }));
+            }
+            Some("inv") => {
+                // `inv KEY`: local invalidation through the side's QP; its status.
+                let s = side.as_ref().unwrap();
+                let mut wr = common::send_wr(2, IBV_WR_LOCAL_INV, &mut []);
+                wr.imm.invalidate_rkey = num(1) as u32;
+                common::post(s, &mut wr);
+                out(common::poll_n(&s.cq, 1)[0].raw().status.to_string());
+            }
             Some("events") => {
                 // The asynchronous events waiting: type, and whether they name our QP.
                 let s = side.as_ref().unwrap();

@@ -66,12 +66,14 @@ pub(super) fn execute(
         // No key is checked for a zero-length transfer (as in `respond`).
         return Some(byte_len);
     }
-    // The region: key, device, PD, bounds, access — as `MrTable::span` checks them.
+    // The region or window: key, device, PD, a type 2 window's QP, bounds, access —
+    // as `MrTable::remote_span` checks them.
     let entered = ex.enter(acc, w.rkey)?;
     let mr = &entered.info;
     let end = w.remote_addr.checked_add(len)?;
     if mr.dev != link.dev
         || mr.pd != view.pd
+        || (mr.qpn != 0 && mr.qpn != link.qpn)
         || mr.access & need == 0
         || w.remote_addr < mr.addr
         || end > mr.addr.checked_add(mr.len)?

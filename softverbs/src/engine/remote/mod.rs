@@ -78,6 +78,11 @@ impl RemoteState {
     pub(crate) fn take_in_flight(&mut self) -> Option<SendWqe> {
         self.in_flight.pop_front().map(|f| f.w)
     }
+
+    /// How many WQEs in flight are signaled (each owes its CQ a completion).
+    pub(crate) fn signaled_in_flight(&self) -> usize {
+        self.in_flight.iter().filter(|f| f.w.signaled).count()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -135,8 +135,14 @@ pub(crate) fn send(
     // responder then copies it from the ring instead of calling `process_vm_readv`.
     let carried = matches!(
         w.opcode,
-        IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+        IBV_WR_SEND
+            | IBV_WR_SEND_WITH_IMM
+            | IBV_WR_SEND_WITH_INV
+            | IBV_WR_RDMA_WRITE
+            | IBV_WR_RDMA_WRITE_WITH_IMM
     ) && len <= PAYLOAD as u64;
+    // The local (on-demand) buffer of a carried payload could not be read.
+    let mut unreadable = false;
     let pushed = match g.remote.link.as_mut() {
         Some(l) => {
             let payload: &[u8] = match &w.inline {
@@ -147,7 +153,7 @@ pub(crate) fn send(
                 None if carried => {
                     rec.flags |= F_INLINE;
                     let n = len as usize;
-                    mem::copy_to_bytes(&mut l.scratch[..n], local);
+                    unreadable = mem::copy_to_bytes(&mut l.scratch[..n], local).is_err();
                     &l.scratch[..n]
                 }
                 None => {
@@ -160,10 +166,18 @@ pub(crate) fn send(
                     &l.scratch[..rec.payload_len]
                 }
             };
-            l.peer.inbox.push(&rec, payload)
+            if unreadable {
+                Ok(())
+            } else {
+                l.peer.inbox.push(&rec, payload)
+            }
         }
         None => Err(PushError::Full),
     };
+    if unreadable {
+        fail(qp, g, &w, IBV_WC_LOC_PROT_ERR, None);
+        return Step::Failed;
+    }
     if pushed.is_err() {
         g.sq.push_front(w);
         return Step::Rnr(BACKOFF);

@@ -69,15 +69,24 @@ impl RemoteMover<'_> {
         }
         let mut r = [(0u64, 0u64); 64];
         let nr = self.remote_ranges(&mut r);
-        process_copy(self.pid, &l[..nl], &r[..nr], pull).map_err(copy_status)
+        process_copy(self.pid, &l[..nl], &r[..nr], pull).map_err(|e| {
+            // A fault on our side: an on-demand span of ours without the access (the
+            // copy into it writes, out of it reads). Else it was the requester's.
+            if e == CopyError::Fault && local.iter().any(|s| !mem::accessible(s, pull)) {
+                MoveError::Target
+            } else {
+                copy_status(e)
+            }
+        })
     }
 }
 
 impl Mover for RemoteMover<'_> {
     fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError> {
         if self.rec.flags & F_INLINE != 0 {
-            mem::copy_from_bytes(dst, self.payload);
-            return Ok(());
+            return mem::copy_from_bytes(dst, self.payload)
+                .map(drop)
+                .map_err(|_| MoveError::Target);
         }
         self.copy(dst, true)
     }
@@ -220,6 +229,7 @@ pub(super) fn on_request(
             swap: rec.swap,
             ready_at: None,
             shaped: false,
+            bind: None,
             ud: datagram.then_some(Datagram {
                 dev: Some(dst_dev),
                 qpn: rec.dst_qpn,

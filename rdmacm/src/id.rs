@@ -1,0 +1,1164 @@
+//! The C objects — event channels, cm ids, events — and the operations on them that
+//! the `rdma_*` functions ([`crate::capi`]) run. Each returns an errno value on failure.
+//!
+//! An object is a Rust struct whose first field is the C struct, so the pointer the
+//! program holds is the object's. The C struct's fields are written only here, in the
+//! program's own calls (the agent thread changes only [`Conn`]'s state): route and
+//! device when an address is resolved, the new id when a CONNECT_REQUEST is taken, the
+//! QP when it is created.
+
+use core::ffi::{c_int, c_void};
+use core::ptr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vqp_sys::*;
+
+use crate::abi::{self, event, *};
+use crate::addr;
+use crate::agent::{self, agent, reason, SendError};
+use crate::conn::{Conn, Listen, Phase};
+use crate::qp;
+use crate::queue::{Queue, What};
+use crate::verbs::{self, Device};
+use crate::wire::{self, Body, Kind, Private};
+
+use crate::agent::MAX_RD_ATOMIC;
+
+/// An event channel.
+#[repr(C)]
+pub struct Channel {
+    /// What the program sees.
+    pub c: rdma_event_channel,
+    /// Its queue.
+    pub queue: Arc<Queue>,
+}
+
+/// A cm id.
+#[repr(C)]
+pub struct Id {
+    /// What the program sees.
+    pub c: rdma_cm_id,
+    /// The connection state shared with the agent.
+    pub conn: Arc<Conn>,
+    /// The path record `c.route.path_rec` points to once the route is resolved.
+    path: ibv_sa_path_rec,
+    /// The channel of an id created without one (a synchronous id): its operations
+    /// wait for their own events.
+    own_channel: *mut Channel,
+    /// CQs (and their completion channels) `rdma_create_qp` made for the id.
+    own_cqs: bool,
+    /// QP attributes `rdma_create_ep` kept for a passive id's requests.
+    ep_attr: Option<(ibv_qp_init_attr, *mut ibv_pd)>,
+}
+
+/// An event the program holds until `rdma_ack_cm_event`.
+#[repr(C)]
+pub struct Event {
+    /// What the program sees.
+    pub c: rdma_cm_event,
+    private: [u8; 256],
+    conn: Arc<Conn>,
+}
+
+/// `rdma_create_event_channel`.
+pub fn create_channel() -> Result<*mut Channel, i32> {
+    agent()?;
+    let queue = Queue::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+    Ok(Box::into_raw(Box::new(Channel {
+        c: rdma_event_channel { fd: queue.fd() },
+        queue,
+    })))
+}
+
+/// `rdma_destroy_event_channel`.
+///
+/// # Safety
+/// `ch` came from [`create_channel`] and is not used again.
+pub unsafe fn destroy_channel(ch: *mut Channel) {
+    if !ch.is_null() {
+        // SAFETY: the caller's contract.
+        drop(unsafe { Box::from_raw(ch) });
+    }
+}
+
+/// The channel behind a C pointer.
+///
+/// # Safety
+/// `ch` is null or came from [`create_channel`] and is alive.
+pub unsafe fn channel<'a>(ch: *mut rdma_event_channel) -> Result<&'a Channel, i32> {
+    // SAFETY: a live `Channel` starts with its `rdma_event_channel`.
+    unsafe { ch.cast::<Channel>().as_ref() }.ok_or(libc::EINVAL)
+}
+
+/// The id behind a C pointer.
+///
+/// # Safety
+/// `id` is null or came from this library and is alive, and the program does not use
+/// it from another thread during the call (as librdmacm requires).
+pub unsafe fn id<'a>(id: *mut rdma_cm_id) -> Result<&'a mut Id, i32> {
+    // SAFETY: a live `Id` starts with its `rdma_cm_id`.
+    unsafe { id.cast::<Id>().as_mut() }.ok_or(libc::EINVAL)
+}
+
+fn qp_type_of(ps: u32) -> Option<u32> {
+    match ps {
+        RDMA_PS_TCP | RDMA_PS_IB => Some(IBV_QPT_RC),
+        RDMA_PS_UDP | RDMA_PS_IPOIB => Some(IBV_QPT_UD),
+        _ => None,
+    }
+}
+
+fn new_id(conn: Arc<Conn>, ch: *mut Channel, context: *mut c_void, qp_type: u32) -> *mut Id {
+    // SAFETY: every field of `rdma_cm_id` is a pointer, an integer or a plain struct of
+    // them, for which all-zero is valid (null, 0, no address).
+    let mut c: rdma_cm_id = unsafe { core::mem::zeroed() };
+    c.channel = ch.cast();
+    c.context = context;
+    c.ps = conn.ps;
+    c.qp_type = qp_type;
+    let id = Box::into_raw(Box::new(Id {
+        c,
+        conn: conn.clone(),
+        path: ibv_sa_path_rec::default(),
+        own_channel: ptr::null_mut(),
+        own_cqs: false,
+        ep_attr: None,
+    }));
+    conn.c_id.store(id as usize, Ordering::Release);
+    id
+}
+
+/// `rdma_create_id`.
+///
+/// # Safety
+/// `ch` is null or a live channel of this library.
+pub unsafe fn create_id(
+    ch: *mut rdma_event_channel,
+    context: *mut c_void,
+    ps: u32,
+) -> Result<*mut Id, i32> {
+    let qp_type = qp_type_of(ps).ok_or(libc::EINVAL)?;
+    let a = agent()?;
+    let (chan, own) = if ch.is_null() {
+        let own = create_channel()?;
+        (own, own)
+    } else {
+        (ch.cast::<Channel>(), ptr::null_mut())
+    };
+    // SAFETY: `chan` is live: the caller's, or just made.
+    let queue = unsafe { &*chan }.queue.clone();
+    let conn = Conn::new(a.next_num(), ps, queue);
+    a.register(&conn);
+    let id = new_id(conn, chan, context, qp_type);
+    // SAFETY: `id` was just made.
+    unsafe { (*id).own_channel = own };
+    Ok(id)
+}
+
+/// `rdma_destroy_qp`: the QP, and the CQs `rdma_create_qp` made for it.
+pub fn destroy_qp_of(id: &mut Id) {
+    qp::destroy(&mut id.c, &mut id.own_cqs);
+}
+
+/// `rdma_create_qp`.
+///
+/// # Safety
+/// `pd` is null or a live PD; `attr` points to a valid `ibv_qp_init_attr`.
+pub unsafe fn create_qp(
+    id: &mut Id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> Result<(), i32> {
+    // SAFETY: forwarded from the caller.
+    unsafe { qp::create(&id.conn, &mut id.c, &mut id.own_cqs, pd, attr) }
+}
+
+/// `rdma_init_qp_attr`: the attributes for moving the id's QP to `state`.
+pub fn qp_attr(id: &Id, state: u32) -> Result<(ibv_qp_attr, u32), i32> {
+    qp::attr(&id.conn, &id.c, state)
+}
+
+fn connect_qp(id: &Id) -> Result<(), i32> {
+    qp::connect(&id.conn, &id.c)
+}
+
+fn qp_to_error(id: &Id) {
+    qp::to_error(&id.c);
+}
+
+/// `rdma_destroy_id`: tells the peer (DREQ when connected, REJ when a request was not
+/// answered), waits until every event handed out for it was acknowledged, frees it.
+///
+/// # Safety
+/// `idp` came from this library, is alive, and is not used after this call.
+pub unsafe fn destroy_id(idp: *mut Id) -> Result<(), i32> {
+    // SAFETY: the caller's contract.
+    let id = unsafe { idp.as_mut() }.ok_or(libc::EINVAL)?;
+    let a = agent()?;
+    let conn = id.conn.clone();
+    if !id.c.event.is_null() {
+        // SAFETY: a synchronous id's own event, not yet acknowledged.
+        unsafe { ack(id.c.event.cast()) };
+        id.c.event = ptr::null_mut();
+    }
+    conn.destroyed.store(true, Ordering::Release);
+    let (peer, phase, parent) = {
+        let mut s = conn.lock();
+        let r = (s.peer, s.phase, s.parent.clone());
+        s.phase = Phase::Failed;
+        s.deadline = None;
+        s.timewait = None;
+        r
+    };
+    if let Some(p) = peer {
+        match phase {
+            Phase::Connected | Phase::RepSent | Phase::RepRcvd => {
+                let _ = a.tell(&conn, &p, Kind::Dreq);
+            }
+            Phase::ReqRcvd => {
+                let rej = a.message(
+                    Kind::Rej,
+                    conn.num,
+                    p.comm,
+                    Body::Rej {
+                        reason: reason::CONSUMER,
+                        private: Private::EMPTY,
+                    },
+                );
+                let _ = a.send(p.name.as_str(), &rej);
+            }
+            _ => {}
+        }
+    }
+    if phase == Phase::ReqRcvd {
+        release_backlog(parent.as_ref());
+    }
+    a.unregister(&conn);
+    conn.wait_acked();
+    // Reports queued and never taken: a CONNECT_REQUEST's new id is rejected.
+    let queue = conn.lock().queue.clone();
+    for p in queue.forget(&conn) {
+        if let What::Request(child) = p.what {
+            reject_unclaimed(&child);
+        }
+    }
+    destroy_qp_of(id);
+    // SAFETY: `idp` came from `Box::into_raw` in `new_id`; nothing refers to it now.
+    let id = unsafe { Box::from_raw(idp) };
+    if !id.own_channel.is_null() {
+        // SAFETY: the synchronous id's own channel, used by nothing else.
+        unsafe { destroy_channel(id.own_channel) };
+    }
+    Ok(())
+}
+
+/// A request whose listener went away before the program saw it.
+fn reject_unclaimed(child: &Arc<Conn>) {
+    if let Ok(a) = agent() {
+        let peer = child.lock().peer;
+        if let Some(p) = peer {
+            let rej = a.message(
+                Kind::Rej,
+                child.num,
+                p.comm,
+                Body::Rej {
+                    reason: reason::INVALID_SERVICE_ID,
+                    private: Private::EMPTY,
+                },
+            );
+            let _ = a.send(p.name.as_str(), &rej);
+        }
+        a.unregister(child);
+    }
+}
+
+fn release_backlog(parent: Option<&Arc<Conn>>) {
+    if let Some(l) = parent {
+        if let Some(info) = l.lock().listen.as_mut() {
+            info.pending = info.pending.saturating_sub(1);
+        }
+    }
+}
+
+/// Sets the id's device, port and addresses.
+fn set_route_addr(id: &mut Id, dev: &Device, local: &SocketAddr, remote: Option<&SocketAddr>) {
+    id.c.verbs = dev.context;
+    id.c.port_num = 1;
+    id.c.route.addr.src = addr::to_storage(local);
+    if let Some(r) = remote {
+        id.c.route.addr.dst = addr::to_storage(r);
+    }
+    id.c.route.addr.ibaddr.sgid = ibv_gid { raw: dev.gid };
+    id.c.route.addr.ibaddr.dgid = ibv_gid { raw: dev.gid };
+    id.c.route.addr.ibaddr.pkey = 0xffffu16.to_be();
+}
+
+fn device0() -> Result<&'static Device, i32> {
+    verbs::devices()?.list.first().ok_or(libc::ENODEV)
+}
+
+/// `rdma_bind_addr`: records the address and, for a port, holds it (the listener
+/// socket) — `EADDRINUSE` when another live id holds it. Port 0 picks a free one.
+///
+/// # Safety
+/// `sa` is a socket address of its family's length.
+pub unsafe fn bind_addr(id: &mut Id, sa: *const libc::sockaddr) -> Result<(), i32> {
+    // SAFETY: forwarded from the caller.
+    let mut local = unsafe { addr::from_c(sa) }?;
+    if !local.ip().is_unspecified() && !addr::is_local(local.ip()) {
+        return Err(libc::EADDRNOTAVAIL);
+    }
+    let conn = id.conn.clone();
+    {
+        let s = conn.lock();
+        if s.phase != Phase::Idle || s.local.is_some() {
+            return Err(libc::EINVAL);
+        }
+    }
+    let a = agent()?;
+    let fixed = local.port() != 0;
+    let mut tries = 0;
+    let socket = loop {
+        if !fixed {
+            local.set_port(addr::ephemeral_port());
+        }
+        let name = addr::listener_name(conn.ps, &local);
+        match a.bind_listener(&conn, &name) {
+            Ok(()) => break name,
+            Err(libc::EADDRINUSE) if !fixed && tries < 64 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    {
+        let mut s = conn.lock();
+        s.local = Some(local);
+        s.listen = Some(Listen {
+            socket,
+            active: false,
+            backlog: 0,
+            pending: 0,
+        });
+    }
+    if !local.ip().is_unspecified() {
+        set_route_addr(id, device0()?, &local, None);
+    } else {
+        id.c.route.addr.src = addr::to_storage(&local);
+    }
+    Ok(())
+}
+
+/// Waits for a synchronous id's next event, as rdma-core's `ucma_complete`: the event
+/// stays in `id->event` until the next one; a failure status becomes the errno.
+fn complete(id: &mut Id) -> Result<(), i32> {
+    if id.own_channel.is_null() {
+        return Ok(());
+    }
+    if !id.c.event.is_null() {
+        // SAFETY: the id's own previous event, not yet acknowledged.
+        unsafe { ack(id.c.event.cast()) };
+        id.c.event = ptr::null_mut();
+    }
+    // SAFETY: the id's own channel is alive as long as the id.
+    let ev = get_event(unsafe { &*id.own_channel })?;
+    id.c.event = ev.cast();
+    // SAFETY: just returned by get_event.
+    let e = unsafe { &(*ev).c };
+    if e.status != 0 {
+        return Err(if e.event == event::REJECTED {
+            libc::ECONNREFUSED
+        } else {
+            e.status.abs()
+        });
+    }
+    Ok(())
+}
+
+/// `rdma_resolve_addr`: a destination of this machine resolves at once to soft device
+/// 0 (see [`crate::addr`]); any other gets ADDR_ERROR after `timeout_ms`.
+///
+/// # Safety
+/// `src` is null or, like `dst`, a socket address of its family's length.
+pub unsafe fn resolve_addr(
+    id: &mut Id,
+    src: *const libc::sockaddr,
+    dst: *const libc::sockaddr,
+    timeout_ms: c_int,
+) -> Result<(), i32> {
+    // SAFETY: forwarded from the caller.
+    let remote = unsafe { addr::from_c(dst) }?;
+    if !src.is_null() && id.conn.lock().local.is_none() {
+        // SAFETY: forwarded from the caller.
+        unsafe { bind_addr(id, src) }?;
+    }
+    let conn = id.conn.clone();
+    let dev = device0()?;
+    let mut s = conn.lock();
+    if !matches!(s.phase, Phase::Idle | Phase::AddrResolved) {
+        return Err(libc::EINVAL);
+    }
+    let local = match s.local {
+        Some(l) if !l.ip().is_unspecified() => l,
+        other => {
+            let port = other.map_or(0, |l| l.port());
+            let port = if port == 0 {
+                addr::ephemeral_port()
+            } else {
+                port
+            };
+            // The source is the destination itself when it is this machine's;
+            // loopback of the destination's family otherwise.
+            let ip = if addr::is_local(remote.ip()) {
+                remote.ip()
+            } else {
+                match remote.ip() {
+                    IpAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+                    IpAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+                }
+            };
+            SocketAddr::new(ip, port)
+        }
+    };
+    s.local = Some(local);
+    s.remote = Some(remote);
+    if addr::is_local(remote.ip()) {
+        drop(s);
+        // The id's fields first: the program may act on the event from another
+        // thread as soon as it is queued.
+        set_route_addr(id, dev, &local, Some(&remote));
+        let mut s = conn.lock();
+        s.phase = Phase::AddrResolved;
+        conn.report(&s, What::AddrResolved);
+    } else {
+        s.phase = Phase::AddrResolving;
+        s.deadline = Some(Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64));
+        drop(s);
+        agent()?.kick();
+        id.c.route.addr.dst = addr::to_storage(&remote);
+    }
+    complete(id)
+}
+
+/// `rdma_resolve_route`: the path record of soft device 0's port 1 to itself.
+pub fn resolve_route(id: &mut Id, _timeout_ms: c_int) -> Result<(), i32> {
+    let conn = id.conn.clone();
+    let dev = verbs::by_context(id.c.verbs).ok_or(libc::EINVAL)?;
+    if !matches!(
+        conn.lock().phase,
+        Phase::AddrResolved | Phase::RouteResolved
+    ) {
+        return Err(libc::EINVAL);
+    }
+    id.path = ibv_sa_path_rec {
+        dgid: dev.gid,
+        sgid: dev.gid,
+        dlid: dev.lid.to_be(),
+        slid: dev.lid.to_be(),
+        reversible: 1,
+        numb_path: 1,
+        pkey: 0xffffu16.to_be(),
+        mtu_selector: 2,
+        mtu: dev.mtu,
+        rate_selector: 2,
+        packet_life_time_selector: 2,
+        packet_life_time: qp::ACK_TIMEOUT - 1,
+        ..ibv_sa_path_rec::default()
+    };
+    id.c.route.path_rec = &mut id.path;
+    id.c.route.num_paths = 1;
+    {
+        let mut s = conn.lock();
+        s.phase = Phase::RouteResolved;
+        conn.report(&s, What::RouteResolved);
+    }
+    complete(id)
+}
+
+/// Connection parameters as the program gave them, or rdma-core's defaults.
+///
+/// # Safety
+/// `p` is null or a valid `rdma_conn_param` whose private data is as long as it says.
+unsafe fn params(
+    p: *const rdma_conn_param,
+    limit: usize,
+) -> Result<(rdma_conn_param, Private), i32> {
+    // SAFETY: the caller's contract.
+    match unsafe { p.as_ref() } {
+        None => Ok((
+            rdma_conn_param {
+                private_data: ptr::null(),
+                private_data_len: 0,
+                responder_resources: RDMA_MAX_RESP_RES,
+                initiator_depth: RDMA_MAX_INIT_DEPTH,
+                flow_control: 1,
+                retry_count: 7,
+                rnr_retry_count: 7,
+                srq: 0,
+                qp_num: 0,
+            },
+            Private::EMPTY,
+        )),
+        Some(p) => {
+            let n = usize::from(p.private_data_len);
+            if n > limit || (n > 0 && p.private_data.is_null()) {
+                return Err(libc::EINVAL);
+            }
+            let data = if n == 0 {
+                &[][..]
+            } else {
+                // SAFETY: the program's private data, `n` bytes long.
+                unsafe { core::slice::from_raw_parts(p.private_data.cast::<u8>(), n) }
+            };
+            Ok((*p, Private::new(data, limit).ok_or(libc::EINVAL)?))
+        }
+    }
+}
+
+/// `RDMA_MAX_RESP_RES`: as many as the other side allows.
+const RDMA_MAX_RESP_RES: u8 = 0xff;
+/// `RDMA_MAX_INIT_DEPTH`.
+const RDMA_MAX_INIT_DEPTH: u8 = 0xff;
+
+fn clamp(v: u8, allowed: u8) -> u8 {
+    v.min(allowed).min(MAX_RD_ATOMIC)
+}
+
+fn my_conn(id: &Id, p: &rdma_conn_param, dev: &Device) -> wire::Conn {
+    let qpn = if id.c.qp.is_null() {
+        p.qp_num & 0x00ff_ffff
+    } else {
+        // SAFETY: the id's live QP.
+        unsafe { (*id.c.qp).qp_num }
+    };
+    wire::Conn {
+        qpn,
+        qp_type: id.c.qp_type as u8,
+        psn: addr::random_psn(),
+        responder_resources: clamp(p.responder_resources, MAX_RD_ATOMIC),
+        initiator_depth: clamp(p.initiator_depth, MAX_RD_ATOMIC),
+        retry_count: p.retry_count.min(7),
+        rnr_retry_count: p.rnr_retry_count.min(7),
+        flow_control: p.flow_control,
+        srq: u8::from(!id.c.srq.is_null()) | p.srq,
+        gid: dev.gid,
+        lid: dev.lid,
+        mtu: dev.mtu,
+        qkey: RDMA_UDP_QKEY,
+    }
+}
+
+/// `rdma_connect`: sends a REQ (SIDR_REQ for UD) to the listener of the destination.
+///
+/// # Safety
+/// `p` is null or a valid `rdma_conn_param` whose private data is as long as it says.
+pub unsafe fn connect(id: &mut Id, p: *const rdma_conn_param) -> Result<(), i32> {
+    let ud = id.conn.is_ud();
+    // SAFETY: forwarded.
+    let (p, private) = unsafe {
+        params(
+            p,
+            if ud {
+                wire::SIDR_REQ_PRIVATE
+            } else {
+                wire::REQ_PRIVATE
+            },
+        )
+    }?;
+    let a = agent()?;
+    let dev = verbs::by_context(id.c.verbs).ok_or(libc::EINVAL)?;
+    let conn = id.conn.clone();
+    let mine = my_conn(id, &p, dev);
+    let (src, dst) = {
+        let mut s = conn.lock();
+        if s.phase != Phase::RouteResolved {
+            return Err(libc::EINVAL);
+        }
+        let (Some(src), Some(dst)) = (s.local, s.remote) else {
+            return Err(libc::EINVAL);
+        };
+        s.phase = Phase::ReqSent;
+        s.mine = Some(mine);
+        s.deadline = Some(Instant::now() + agent::cm_timeout());
+        (src, dst)
+    };
+    a.kick();
+    let m = a.message(
+        if ud { Kind::SidrReq } else { Kind::Req },
+        conn.num,
+        0,
+        Body::Req {
+            ps: conn.ps as u16,
+            conn: mine,
+            src,
+            dst,
+            private,
+        },
+    );
+    let mut sent = Err(SendError::Gone);
+    let mut to = String::new();
+    for name in addr::candidates(conn.ps, &dst) {
+        sent = a.send(&name, &m);
+        if sent != Err(SendError::Gone) {
+            to = name;
+            break;
+        }
+    }
+    match sent {
+        Ok(()) => {
+            let mut s = conn.lock();
+            if s.phase == Phase::ReqSent {
+                s.awaiting = Some(to);
+            }
+        }
+        Err(SendError::Gone) => {
+            // Nobody listens there: the REJ the remote CM would send.
+            let mut s = conn.lock();
+            if s.phase == Phase::ReqSent {
+                s.phase = Phase::Failed;
+                s.deadline = None;
+                conn.report(
+                    &s,
+                    What::Rejected(reason::INVALID_SERVICE_ID, Private::EMPTY),
+                );
+            }
+        }
+        Err(SendError::Other(e)) => {
+            let mut s = conn.lock();
+            s.phase = Phase::RouteResolved;
+            s.deadline = None;
+            return Err(e);
+        }
+    }
+    complete(id)
+}
+
+/// `rdma_listen`.
+pub fn listen(id: &mut Id, backlog: c_int) -> Result<(), i32> {
+    let conn = id.conn.clone();
+    let mut s = conn.lock();
+    let info = s.listen.as_mut().ok_or(libc::EINVAL)?;
+    info.active = true;
+    info.backlog = if backlog <= 0 {
+        agent::MAX_BACKLOG
+    } else {
+        (backlog as usize).min(agent::MAX_BACKLOG)
+    };
+    s.phase = Phase::Listening;
+    Ok(())
+}
+
+/// `rdma_accept`: the QP to RTS, then a REP (SIDR_REP for UD).
+///
+/// # Safety
+/// `p` is null or a valid `rdma_conn_param` whose private data is as long as it says.
+pub unsafe fn accept(id: &mut Id, p: *const rdma_conn_param) -> Result<(), i32> {
+    let ud = id.conn.is_ud();
+    // SAFETY: forwarded.
+    let (p, private) = unsafe {
+        params(
+            p,
+            if ud {
+                wire::SIDR_REP_PRIVATE
+            } else {
+                wire::REP_PRIVATE
+            },
+        )
+    }?;
+    let a = agent()?;
+    let dev = verbs::by_context(id.c.verbs).ok_or(libc::EINVAL)?;
+    let conn = id.conn.clone();
+    let peer = {
+        let mut s = conn.lock();
+        let Some(peer) = s.peer.filter(|_| s.phase == Phase::ReqRcvd) else {
+            return Err(libc::EINVAL);
+        };
+        let mut mine = my_conn(id, &p, dev);
+        // The PSN chosen when the REQ came (a program may have moved its QP with it).
+        if let Some(prev) = s.mine {
+            mine.psn = prev.psn;
+        }
+        // What the request allows, from this side: its initiator depth is our
+        // responder resources and the other way round (IB CM's REQ and REP).
+        mine.responder_resources = clamp(mine.responder_resources, peer.conn.initiator_depth);
+        mine.initiator_depth = clamp(mine.initiator_depth, peer.conn.responder_resources);
+        // This QP uses the retry count the REQ asked for, and its RNR retry count.
+        mine.retry_count = peer.conn.retry_count;
+        let mut qp_side = mine;
+        qp_side.rnr_retry_count = peer.conn.rnr_retry_count;
+        s.mine = Some(qp_side);
+        s.phase = if ud { Phase::Connected } else { Phase::RepSent };
+        s.deadline = (!ud).then(|| Instant::now() + agent::cm_timeout());
+        s.awaiting = (!ud).then(|| peer.name.as_str().to_string());
+        // The REP carries the RNR retry count the other side's QP is to use.
+        (peer, mine)
+    };
+    a.kick();
+    let (peer, mine) = peer;
+    if let Err(e) = connect_qp(id) {
+        let mut s = conn.lock();
+        s.phase = Phase::ReqRcvd;
+        s.deadline = None;
+        return Err(e);
+    }
+    let parent = conn.lock().parent.clone();
+    release_backlog(parent.as_ref());
+    let m = a.message(
+        if ud { Kind::SidrRep } else { Kind::Rep },
+        conn.num,
+        peer.comm,
+        Body::Rep {
+            conn: mine,
+            status: 0,
+            private,
+        },
+    );
+    if let Err(e) = a.send(peer.name.as_str(), &m) {
+        let mut s = conn.lock();
+        s.phase = Phase::Failed;
+        s.deadline = None;
+        return Err(match e {
+            SendError::Gone => libc::ECONNREFUSED,
+            SendError::Other(e) => e,
+        });
+    }
+    if ud {
+        return Ok(());
+    }
+    complete(id)
+}
+
+/// `rdma_reject`: a REJ with reason 28 (consumer) and up to 148 bytes of private data
+/// (SIDR_REP with status 1, "rejected", for UD).
+///
+/// # Safety
+/// `data` is null or `len` readable bytes.
+pub unsafe fn reject(id: &mut Id, data: *const c_void, len: u8) -> Result<(), i32> {
+    let ud = id.conn.is_ud();
+    let n = usize::from(len);
+    let limit = if ud {
+        wire::SIDR_REP_PRIVATE
+    } else {
+        wire::REJ_PRIVATE
+    };
+    if n > limit || (n > 0 && data.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    let bytes = if n == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { core::slice::from_raw_parts(data.cast::<u8>(), n) }
+    };
+    let private = Private::new(bytes, limit).ok_or(libc::EINVAL)?;
+    let a = agent()?;
+    let conn = id.conn.clone();
+    let (peer, parent) = {
+        let mut s = conn.lock();
+        let Some(peer) = s.peer.filter(|_| s.phase == Phase::ReqRcvd) else {
+            return Err(libc::EINVAL);
+        };
+        s.phase = Phase::Failed;
+        (peer, s.parent.clone())
+    };
+    release_backlog(parent.as_ref());
+    let body = if ud {
+        Body::Rep {
+            conn: wire::Conn {
+                qpn: 0,
+                qp_type: 0,
+                psn: 0,
+                responder_resources: 0,
+                initiator_depth: 0,
+                retry_count: 0,
+                rnr_retry_count: 0,
+                flow_control: 0,
+                srq: 0,
+                gid: [0; 16],
+                lid: 0,
+                mtu: 0,
+                qkey: 0,
+            },
+            status: 1,
+            private,
+        }
+    } else {
+        Body::Rej {
+            reason: reason::CONSUMER,
+            private,
+        }
+    };
+    let kind = if ud { Kind::SidrRep } else { Kind::Rej };
+    let m = a.message(kind, conn.num, peer.comm, body);
+    let _ = a.send(peer.name.as_str(), &m);
+    Ok(())
+}
+
+/// `rdma_disconnect`: the QP to ERROR, then a DREQ (DISCONNECTED follows the DREP, or
+/// the timeout); on an id the peer already disconnected, only the QP.
+pub fn disconnect(id: &mut Id) -> Result<(), i32> {
+    let a = agent()?;
+    let conn = id.conn.clone();
+    let peer = {
+        let mut s = conn.lock();
+        match s.phase {
+            Phase::Connected | Phase::RepSent => {
+                s.phase = Phase::DreqSent;
+                s.deadline = Some(Instant::now() + agent::cm_timeout());
+                s.awaiting = s.peer.map(|p| p.name.as_str().to_string());
+                s.peer
+            }
+            Phase::Disconnected | Phase::DreqSent => None,
+            _ => return Err(libc::EINVAL),
+        }
+    };
+    qp_to_error(id);
+    a.kick();
+    if let Some(p) = peer {
+        if a.tell(&conn, &p, Kind::Dreq).is_err() {
+            // The peer is gone: no DREP will come.
+            let mut s = conn.lock();
+            if s.phase == Phase::DreqSent {
+                s.phase = Phase::Disconnected;
+                s.deadline = None;
+                conn.report(&s, What::Disconnected);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `rdma_establish`: after a CONNECT_RESPONSE on an id without a QP of ours, the RTU.
+pub fn establish(id: &mut Id) -> Result<(), i32> {
+    let a = agent()?;
+    let conn = id.conn.clone();
+    let peer = {
+        let mut s = conn.lock();
+        let Some(p) = s.peer.filter(|_| s.phase == Phase::RepRcvd) else {
+            return Err(libc::EINVAL);
+        };
+        s.phase = Phase::Connected;
+        p
+    };
+    a.tell(&conn, &peer, Kind::Rtu)
+        .map_err(|_| libc::ECONNRESET)
+}
+
+/// The C id of a connection, if it has one.
+fn c_id_of(conn: &Conn) -> *mut Id {
+    conn.c_id.load(Ordering::Acquire) as *mut Id
+}
+
+fn copy_conn(ev: &mut Event, c: &wire::Conn, private: &Private) {
+    let n = private.as_slice().len();
+    ev.private[..n].copy_from_slice(private.as_slice());
+    // The other side's values, as this side sees them: its initiator depth is our
+    // responder resources (IB CM's REQ/REP event data).
+    ev.c.param.conn = rdma_conn_param {
+        private_data: if n > 0 {
+            ev.private.as_ptr().cast()
+        } else {
+            ptr::null()
+        },
+        private_data_len: n as u8,
+        responder_resources: c.initiator_depth,
+        initiator_depth: c.responder_resources,
+        flow_control: c.flow_control,
+        retry_count: c.retry_count,
+        rnr_retry_count: c.rnr_retry_count,
+        srq: c.srq,
+        qp_num: c.qpn,
+    };
+}
+
+fn copy_ud(ev: &mut Event, c: &wire::Conn, private: &Private, port: u8) {
+    let n = private.as_slice().len();
+    ev.private[..n].copy_from_slice(private.as_slice());
+    // SAFETY: all-zero is a valid address vector.
+    let mut ah: ibv_ah_attr = unsafe { core::mem::zeroed() };
+    ah.dlid = c.lid;
+    ah.port_num = port.max(1);
+    if c.lid == 0 {
+        ah.is_global = 1;
+        ah.grh.dgid = ibv_gid { raw: c.gid };
+        ah.grh.hop_limit = 64;
+    }
+    ev.c.param.ud = rdma_ud_param {
+        private_data: if n > 0 {
+            ev.private.as_ptr().cast()
+        } else {
+            ptr::null()
+        },
+        private_data_len: n as u8,
+        ah_attr: ah,
+        qp_num: c.qpn,
+        qkey: c.qkey,
+    };
+}
+
+/// `rdma_get_cm_event`: the next event of the channel, made into an `rdma_cm_event`.
+pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
+    loop {
+        let p = ch
+            .queue
+            .take()
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        if p.conn.destroyed.load(Ordering::Acquire) {
+            if let What::Request(child) = p.what {
+                reject_unclaimed(&child);
+            }
+            continue;
+        }
+        let idp = c_id_of(&p.conn);
+        if idp.is_null() {
+            continue;
+        }
+        // SAFETY: the id is alive (not destroyed, checked above; destroy waits for
+        // nothing from here, but it is the program's to not destroy an id while it
+        // takes its events, as with librdmacm).
+        let id = unsafe { &mut *idp };
+        let mut ev = Box::new(Event {
+            // SAFETY: all-zero is a valid rdma_cm_event (pointers, integers, a union of
+            // plain structs).
+            c: unsafe { core::mem::zeroed() },
+            private: [0; 256],
+            conn: p.conn.clone(),
+        });
+        ev.c.id = idp.cast();
+        let (kind, status) = match p.what {
+            What::AddrResolved => (event::ADDR_RESOLVED, 0),
+            What::AddrError(e) => (event::ADDR_ERROR, e),
+            What::RouteResolved => (event::ROUTE_RESOLVED, 0),
+            What::Request(child) => {
+                let Some(peer) = child.lock().peer else {
+                    continue;
+                };
+                let (local, remote) = {
+                    let s = child.lock();
+                    (s.local, s.remote)
+                };
+                let qp_type = id.c.qp_type;
+                let cid = new_id(child.clone(), id.c.channel.cast(), id.c.context, qp_type);
+                // SAFETY: just made.
+                let c = unsafe { &mut *cid };
+                if let (Some(l), Ok(dev)) = (local, device0()) {
+                    set_route_addr(c, dev, &l, remote.as_ref());
+                    c.c.route.path_rec = &mut c.path;
+                    c.c.route.num_paths = 1;
+                    c.path = ibv_sa_path_rec {
+                        dgid: peer.conn.gid,
+                        sgid: dev.gid,
+                        dlid: peer.conn.lid.to_be(),
+                        slid: dev.lid.to_be(),
+                        numb_path: 1,
+                        reversible: 1,
+                        pkey: 0xffffu16.to_be(),
+                        mtu: peer.conn.mtu.min(dev.mtu),
+                        mtu_selector: 2,
+                        ..ibv_sa_path_rec::default()
+                    };
+                }
+                ev.c.listen_id = idp.cast();
+                ev.c.id = cid.cast();
+                if child.is_ud() {
+                    copy_ud(&mut ev, &peer.conn, &peer.private, 1);
+                } else {
+                    copy_conn(&mut ev, &peer.conn, &peer.private);
+                }
+                if !id.own_channel.is_null() {
+                    // The listener is synchronous: so is the new id (rdma-core
+                    // migrates it to a channel of its own).
+                    if let Ok(own) = create_channel() {
+                        c.own_channel = own;
+                        c.c.channel = own.cast();
+                        // SAFETY: just made.
+                        child.lock().queue = unsafe { &*own }.queue.clone();
+                    }
+                }
+                if let Some((mut attr, pd)) = id.ep_attr {
+                    // SAFETY: the attributes rdma_create_ep was given, copied.
+                    let _ = unsafe { create_qp(c, pd, &mut attr) };
+                }
+                child.handed_out();
+                ev.conn = child;
+                (event::CONNECT_REQUEST, 0)
+            }
+            What::Reply => {
+                let Some(peer) = p.conn.lock().peer else {
+                    continue;
+                };
+                copy_conn(&mut ev, &peer.conn, &peer.private);
+                // Our side: the REP's values, within what we offered.
+                {
+                    let mut s = p.conn.lock();
+                    if let Some(m) = s.mine.as_mut() {
+                        m.responder_resources =
+                            clamp(m.responder_resources, peer.conn.initiator_depth);
+                        m.initiator_depth = clamp(m.initiator_depth, peer.conn.responder_resources);
+                        m.rnr_retry_count = peer.conn.rnr_retry_count;
+                    }
+                }
+                if id.c.qp.is_null() {
+                    (event::CONNECT_RESPONSE, 0)
+                } else {
+                    match connect_qp(id) {
+                        Ok(()) => {
+                            let rtu = establish(id);
+                            match rtu {
+                                Ok(()) => (event::ESTABLISHED, 0),
+                                Err(e) => (event::CONNECT_ERROR, -e),
+                            }
+                        }
+                        Err(e) => {
+                            if let Ok(a) = agent() {
+                                let rej = a.message(
+                                    Kind::Rej,
+                                    p.conn.num,
+                                    peer.comm,
+                                    Body::Rej {
+                                        reason: reason::CONSUMER,
+                                        private: Private::EMPTY,
+                                    },
+                                );
+                                let _ = a.send(peer.name.as_str(), &rej);
+                            }
+                            p.conn.lock().phase = Phase::Failed;
+                            qp_to_error(id);
+                            (event::CONNECT_ERROR, -e)
+                        }
+                    }
+                }
+            }
+            What::Established => {
+                if p.conn.is_ud() {
+                    let Some(peer) = p.conn.lock().peer else {
+                        continue;
+                    };
+                    copy_ud(&mut ev, &peer.conn, &peer.private, id.c.port_num);
+                }
+                (event::ESTABLISHED, 0)
+            }
+            What::Rejected(r, private) => {
+                let n = private.as_slice().len();
+                ev.private[..n].copy_from_slice(private.as_slice());
+                ev.c.param.conn.private_data_len = n as u8;
+                if n > 0 {
+                    ev.c.param.conn.private_data = ev.private.as_ptr().cast();
+                }
+                qp_to_error(id);
+                (event::REJECTED, c_int::from(r))
+            }
+            What::Unreachable(e) => (event::UNREACHABLE, e),
+            What::Disconnected => (event::DISCONNECTED, 0),
+            What::TimewaitExit => (event::TIMEWAIT_EXIT, 0),
+            What::User(kind, status, arg) => {
+                ev.c.param.arg = arg;
+                (kind, status)
+            }
+        };
+        ev.c.event = kind;
+        ev.c.status = status;
+        if kind != event::CONNECT_REQUEST {
+            ev.conn.handed_out();
+        }
+        return Ok(Box::into_raw(ev));
+    }
+}
+
+/// `rdma_ack_cm_event`.
+///
+/// # Safety
+/// `ev` came from [`get_event`] and is not used after this call.
+pub unsafe fn ack(ev: *mut Event) {
+    // SAFETY: the caller's contract.
+    let ev = unsafe { Box::from_raw(ev) };
+    ev.conn.acked();
+}
+
+/// `rdma_migrate_id`: the id's events go to `ch` from now on (those queued stay).
+///
+/// # Safety
+/// `ch` is null or a live channel.
+pub unsafe fn migrate(id: &mut Id, ch: *mut rdma_event_channel) -> Result<(), i32> {
+    let (chan, own) = if ch.is_null() {
+        let own = create_channel()?;
+        (own, own)
+    } else {
+        (ch.cast::<Channel>(), ptr::null_mut())
+    };
+    // SAFETY: live: the caller's or just made.
+    let queue = unsafe { &*chan }.queue.clone();
+    id.conn.lock().queue = queue;
+    id.c.channel = chan.cast();
+    if !id.own_channel.is_null() {
+        // SAFETY: the id's previous own channel; nothing else uses it.
+        unsafe { destroy_channel(id.own_channel) };
+    }
+    id.own_channel = own;
+    Ok(())
+}
+
+/// `rdma_get_request`: a synchronous listener's next connection request.
+pub fn get_request(listen: &mut Id) -> Result<*mut rdma_cm_id, i32> {
+    if listen.own_channel.is_null() {
+        return Err(libc::EINVAL);
+    }
+    complete(listen)?;
+    let ev = listen.c.event;
+    // SAFETY: the listener's own event, just taken.
+    let e = unsafe { &*ev };
+    if e.event != event::CONNECT_REQUEST {
+        return Err(libc::EINVAL);
+    }
+    let new = e.id;
+    // SAFETY: the event is the listener's; acknowledged once, here.
+    unsafe { ack(ev.cast()) };
+    listen.c.event = ptr::null_mut();
+    Ok(new)
+}
+
+/// Keeps `rdma_create_ep`'s QP attributes for a passive id's requests.
+pub fn keep_ep_attr(id: &mut Id, attr: ibv_qp_init_attr, pd: *mut ibv_pd) {
+    id.ep_attr = Some((attr, pd));
+}
+
+/// `rdma_write_cm_event`.
+pub fn write_event(id: &mut Id, kind: u32, status: c_int, arg: u64) -> Result<(), i32> {
+    let s = id.conn.lock();
+    id.conn.report(&s, What::User(kind, status, arg));
+    Ok(())
+}
+
+/// `rdma_set_option`: the `RDMA_OPTION_ID` options are taken (AFONLY recorded, the
+/// others have no effect here); `RDMA_OPTION_IB_PATH` is not supported.
+///
+/// # Safety
+/// `val` is null or `len` readable bytes.
+pub unsafe fn set_option(
+    id: &mut Id,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: usize,
+) -> Result<(), i32> {
+    if val.is_null() {
+        return Err(libc::EINVAL);
+    }
+    match (level, name) {
+        (abi::RDMA_OPTION_ID, abi::RDMA_OPTION_ID_AFONLY) if len == 4 => {
+            // SAFETY: 4 readable bytes (the caller's contract).
+            let v = unsafe { val.cast::<c_int>().read_unaligned() };
+            id.conn.lock().afonly = v != 0;
+            Ok(())
+        }
+        (abi::RDMA_OPTION_ID, abi::RDMA_OPTION_ID_REUSEADDR) if len == 4 => Ok(()),
+        (abi::RDMA_OPTION_ID, abi::RDMA_OPTION_ID_TOS | abi::RDMA_OPTION_ID_ACK_TIMEOUT)
+            if len == 1 =>
+        {
+            Ok(())
+        }
+        (abi::RDMA_OPTION_ID, _) => Err(libc::EINVAL),
+        _ => Err(libc::ENOSYS),
+    }
+}

@@ -1,0 +1,344 @@
+//! librdmacm's programs (Debian's `rdmacm-utils`, and perftest's), unmodified, as two
+//! processes through `softverbs run`, which preloads vqp-rdmacm's `librdmacm.so.1`
+//! beside softverbs: `rping` (RDMA READ and WRITE, 10 pings checked, and with `-q`, QPs
+//! the program makes and moves with `rdma_init_qp_attr`), `ucmatose` (RC, 50
+//! connections at once: connect/accept/disconnect and data), `udaddy` (UD, 50 at once:
+//! SIDR, Q_Key, address handles), `rdma_server`/`rdma_client` (the synchronous
+//! `rdma_create_ep` API), `rstream` (rsockets, data verified, blocking, non-blocking
+//! and with `rpoll`), `riostream` (`riomap`/`riowrite`, data verified), and `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`.
+//! Each test has its own namespace directory; the client starts once the server's
+//! listener socket is in it. Gated on the packages: skipped with a line naming them
+//! when missing, failed then under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
+
+mod procs;
+mod system;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+const PACKAGE: &str = "rdmacm-utils";
+
+fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_softverbs"))
+}
+
+/// vqp-rdmacm's cdylib, which cargo builds for this package's dev-dependency.
+fn rdmacm_lib() -> PathBuf {
+    vqp_softverbs::cdylib_candidates_of("vqp_rdmacm")
+        .into_iter()
+        .find(|p| p.is_file())
+        .expect("libvqp_rdmacm.so is built for vqp-softverbs' tests (a dev-dependency)")
+}
+
+/// Whether a listener for TCP-space `port` has bound its socket in `dir`.
+fn listening(dir: &Path, port: u16) -> bool {
+    let tail = format!("-{port}");
+    std::fs::read_dir(dir.join("rdmacm")).is_ok_and(|it| {
+        it.flatten().any(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("l-") && n.ends_with(&tail)
+        })
+    })
+}
+
+/// Runs `server`, then `client` once the server listens on `port`, each through the
+/// launcher in a namespace of the test's own; both must exit 0 within 60 s.
+fn pair(test: &str, server: &[&str], client: &[&str], port: u16) -> Option<(String, String)> {
+    let program = server[0];
+    let package = if program.starts_with("ib_") {
+        "perftest"
+    } else {
+        PACKAGE
+    };
+    system::program(test, program, package)?;
+    let dir = procs::namespace(test);
+    let lib = rdmacm_lib();
+    let env: [(&str, &OsStr); 1] = [("VQP_RDMACM_LIB", lib.as_os_str())];
+    let side = |args: &[&str]| {
+        let mut v: Vec<String> = vec!["run".into(), "--dir".into(), dir.display().to_string()];
+        v.push("--".into());
+        v.extend(args.iter().map(|s| s.to_string()));
+        v
+    };
+    let launcher = launcher();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut srv = procs::start(&launcher, &side(server), &env);
+    while !listening(&dir, port) {
+        let c = srv.0.as_mut().unwrap();
+        if let Ok(Some(_)) = c.try_wait() {
+            let out = srv.0.take().unwrap().wait_with_output().unwrap();
+            panic!(
+                "{test}: the server exited before listening: {}",
+                describe(&out)
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{test}: the server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cli = procs::start(&launcher, &side(client), &env);
+    let c = procs::wait(&mut cli, deadline, "client");
+    let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (s, c) = procs::succeeded((s, c));
+    Some((
+        String::from_utf8_lossy(&s.stdout).into_owned(),
+        String::from_utf8_lossy(&c.stdout).into_owned(),
+    ))
+}
+
+fn describe(o: &Output) -> String {
+    format!(
+        "{}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn count(out: &str, prefix: &str) -> usize {
+    out.lines().filter(|l| l.starts_with(prefix)).count()
+}
+
+#[test]
+fn rping_pings_ten_times_with_every_byte_checked() {
+    let port = procs::free_port();
+    let p = port.to_string();
+    let Some((s, c)) = pair(
+        "rping_pings_ten_times_with_every_byte_checked",
+        &[
+            "rping",
+            "-s",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-v",
+            "-V",
+            "-C",
+            "10",
+        ],
+        &[
+            "rping",
+            "-c",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-v",
+            "-V",
+            "-C",
+            "10",
+        ],
+        port,
+    ) else {
+        return;
+    };
+    assert_eq!(count(&c, "ping data: rdma-ping-"), 10, "client:\n{c}");
+    assert_eq!(
+        count(&s, "server ping data: rdma-ping-"),
+        10,
+        "server:\n{s}"
+    );
+}
+
+#[test]
+fn rping_with_its_own_qps_moved_by_rdma_init_qp_attr() {
+    let port = procs::free_port();
+    let p = port.to_string();
+    let Some((_, c)) = pair(
+        "rping_with_its_own_qps_moved_by_rdma_init_qp_attr",
+        &["rping", "-s", "-q", "-a", "127.0.0.1", "-p", &p, "-C", "3"],
+        &[
+            "rping",
+            "-c",
+            "-q",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-v",
+            "-C",
+            "3",
+        ],
+        port,
+    ) else {
+        return;
+    };
+    assert_eq!(count(&c, "ping data: rdma-ping-"), 3, "client:\n{c}");
+}
+
+#[test]
+fn ucmatose_connects_exchanges_and_disconnects() {
+    let port = procs::free_port();
+    let p = port.to_string();
+    let Some((s, c)) = pair(
+        "ucmatose_connects_exchanges_and_disconnects",
+        &["ucmatose", "-p", &p, "-c", "2", "-C", "10"],
+        &[
+            "ucmatose",
+            "-s",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-c",
+            "2",
+            "-C",
+            "10",
+        ],
+        port,
+    ) else {
+        return;
+    };
+    for out in [&s, &c] {
+        assert!(out.contains("data transfers complete"), "{out}");
+        assert!(out.contains("return status 0"), "{out}");
+    }
+}
+
+#[test]
+fn udaddy_resolves_and_exchanges_datagrams() {
+    // udaddy's port is fixed (7174); the test's own namespace keeps it apart.
+    let Some((s, c)) = pair(
+        "udaddy_resolves_and_exchanges_datagrams",
+        &["udaddy", "-c", "50", "-C", "10"],
+        &["udaddy", "-s", "127.0.0.1", "-c", "50", "-C", "10"],
+        7174,
+    ) else {
+        return;
+    };
+    for out in [&s, &c] {
+        assert!(out.contains("data transfers complete"), "{out}");
+        assert!(out.contains("return status 0"), "{out}");
+    }
+}
+
+#[test]
+fn rdma_server_and_rdma_client_exchange_a_message() {
+    let port = procs::free_port();
+    let p = port.to_string();
+    let Some((s, c)) = pair(
+        "rdma_server_and_rdma_client_exchange_a_message",
+        &["rdma_server", "-p", &p],
+        &["rdma_client", "-s", "127.0.0.1", "-p", &p],
+        port,
+    ) else {
+        return;
+    };
+    assert!(s.contains("rdma_server: end 0"), "{s}");
+    assert!(c.contains("rdma_client: end 0"), "{c}");
+}
+
+#[test]
+fn ib_write_bw_connects_through_rdma_cm() {
+    let port = procs::free_port();
+    let p = port.to_string();
+    let Some((_, c)) = pair(
+        "ib_write_bw_connects_through_rdma_cm",
+        &["ib_write_bw", "-R", "-d", "soft0", "-n", "100", "-p", &p],
+        &[
+            "ib_write_bw",
+            "-R",
+            "-d",
+            "soft0",
+            "-n",
+            "100",
+            "-p",
+            &p,
+            "127.0.0.1",
+        ],
+        port,
+    ) else {
+        return;
+    };
+    assert!(
+        c.lines().any(|l| l.trim_start().starts_with("65536")),
+        "no result line:\n{c}"
+    );
+}
+
+#[test]
+fn ib_read_bw_and_ib_send_lat_connect_through_rdma_cm() {
+    for prog in ["ib_read_bw", "ib_send_lat"] {
+        let port = procs::free_port();
+        let p = port.to_string();
+        let Some((_, c)) = pair(
+            "ib_read_bw_and_ib_send_lat_connect_through_rdma_cm",
+            &[prog, "-R", "-n", "50", "-p", &p],
+            &[prog, "-R", "-n", "50", "-p", &p, "127.0.0.1"],
+            port,
+        ) else {
+            return;
+        };
+        let size = if prog == "ib_read_bw" { "65536" } else { "2" };
+        assert!(
+            c.lines().any(|l| l.trim_start().starts_with(size)),
+            "{prog}: no result line:\n{c}"
+        );
+    }
+}
+
+#[test]
+fn rstream_moves_verified_data_blocking_nonblocking_and_async() {
+    for mode in [["-T", "b"], ["-T", "n"], ["-T", "a"]] {
+        let port = procs::free_port();
+        let p = port.to_string();
+        let args = |client: bool| {
+            let mut v = vec!["rstream"];
+            if client {
+                v.extend(["-s", "127.0.0.1"]);
+            }
+            v.extend(["-p", &p, "-T", "v", "-S", "100000", "-C", "40"]);
+            v.extend(mode);
+            v.iter().map(|s| s.to_string()).collect::<Vec<String>>()
+        };
+        let (sa, ca) = (args(false), args(true));
+        let sa: Vec<&str> = sa.iter().map(String::as_str).collect();
+        let ca: Vec<&str> = ca.iter().map(String::as_str).collect();
+        let Some((s, c)) = pair(
+            "rstream_moves_verified_data_blocking_nonblocking_and_async",
+            &sa,
+            &ca,
+            port,
+        ) else {
+            return;
+        };
+        for out in [&s, &c] {
+            assert!(
+                out.lines().any(|l| l.starts_with("custom ")),
+                "{mode:?}: no result line:\n{out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn riostream_writes_verified_data_into_mapped_memory() {
+    let port = procs::free_port();
+    let p = port.to_string();
+    let common = ["-p", &p, "-T", "v", "-S", "200000", "-C", "20"];
+    let server: Vec<&str> = ["riostream"].into_iter().chain(common).collect();
+    let client: Vec<&str> = ["riostream", "-s", "127.0.0.1"]
+        .into_iter()
+        .chain(common)
+        .collect();
+    let Some((s, c)) = pair(
+        "riostream_writes_verified_data_into_mapped_memory",
+        &server,
+        &client,
+        port,
+    ) else {
+        return;
+    };
+    for out in [&s, &c] {
+        assert!(
+            out.lines().any(|l| l.starts_with("custom ")),
+            "no result line:\n{out}"
+        );
+    }
+}
