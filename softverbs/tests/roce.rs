@@ -3,7 +3,8 @@
 //! as RoCE v2 GIDs in the verbs and in sysfs, the MTU and the state of the interface, a
 //! GRH required, QPs connected by GID and datagrams sent by GID (their GRH naming both
 //! ports' GIDs), in one process and across two processes in two namespaces. An interface that does not exist is a clear error at
-//! `ibv_open_device`, and an unbound device stays an InfiniBand port.
+//! `ibv_open_device`, and an unbound device stays an InfiniBand port. Through
+//! `softverbs run --netdev`: the sysfs tree, and `rping` over RDMA-CM (vqp-rdmacm).
 //!
 //! The checks run in a child process (this test binary, one `#[ignore]`d test, started
 //! with `ip netns exec` and `VQP_ROCE_CHILD` set), so that the provider reads the
@@ -684,4 +685,91 @@ fn ibv_rc_pingpong_by_gid_between_two_namespaces() {
         assert!(t.contains(&format!("GID ::ffff:{remote}")), "{ctx}");
         assert!(t.contains("200 iters in"), "{ctx}");
     }
+}
+
+/// Whether an RDMA-CM listener on TCP-space `port` has bound its socket in `dir` (the
+/// softverbs namespace directory, where vqp-rdmacm keeps its listeners).
+fn cm_listening(dir: &std::path::Path, port: u16) -> bool {
+    let tail = format!("-{port}");
+    std::fs::read_dir(dir.join("rdmacm")).is_ok_and(|it| {
+        it.flatten().any(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("l-") && n.ends_with(&tail)
+        })
+    })
+}
+
+/// `softverbs run --netdev` with the RDMA-CM preload: Debian's `rping` (server and
+/// client, two processes in one network namespace) connects through vqp-rdmacm to the
+/// address of the interface soft0 is bound to, so its QPs are on a RoCE port, whose
+/// address vectors need a GRH; three pings, every byte checked (`-V`).
+#[test]
+fn rping_through_rdma_cm_on_a_bound_device() {
+    let test = "rping_through_rdma_cm_on_a_bound_device";
+    let Some(_) = system::program(test, "rping", "rdmacm-utils") else {
+        return;
+    };
+    if !netns::available(test) {
+        return;
+    }
+    let ns = Netns::new("roce5", 1);
+    ns.veth(
+        (0, "vr0", "192.0.2.1/24"),
+        (0, "vr1", "198.51.100.1/24"),
+        1500,
+    );
+    let dir = netns::TempDir(procs::namespace("roce5"));
+    let dir = dir.0.clone();
+    let lib = vqp_softverbs::cdylib_candidates_of("vqp_rdmacm")
+        .into_iter()
+        .find(|p| p.is_file())
+        .expect("libvqp_rdmacm.so is built for vqp-softverbs' tests (a dev-dependency)");
+    let port = procs::free_port();
+    let p = port.to_string();
+    let side = |role: &str| {
+        let mut c = ns.exec(0, std::path::Path::new(env!("CARGO_BIN_EXE_softverbs")));
+        c.args(["run", "--netdev", "soft0=vr0", "--dir"])
+            .arg(&dir)
+            .args(["--", "rping", role, "-a", "192.0.2.1", "-p", &p])
+            .args(["-v", "-V", "-C", "3"])
+            .env("VQP_RDMACM_LIB", &lib);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("VQP_SOFT_") {
+                c.env_remove(k);
+            }
+        }
+        c
+    };
+    let mut srv = procs::Killed(Some(start_cmd(&mut side("-s"))));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !cm_listening(&dir, port) {
+        let exited = srv.0.as_mut().unwrap().try_wait().ok().flatten().is_some();
+        assert!(
+            !exited && std::time::Instant::now() < deadline,
+            "the rping server never listened: {:?}",
+            srv.0.take().map(|c| c.wait_with_output())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cli = procs::Killed(Some(start_cmd(&mut side("-c"))));
+    let c = procs::wait(&mut cli, deadline, "client");
+    let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let ctx = format!("--- server\n{}--- client\n{}", text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "{ctx}");
+    let pings = |o: &std::process::Output, prefix: &str| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .count()
+    };
+    assert_eq!(pings(&c, "ping data: rdma-ping-"), 3, "{ctx}");
+    assert_eq!(pings(&s, "server ping data: rdma-ping-"), 3, "{ctx}");
 }
