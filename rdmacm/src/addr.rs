@@ -2,12 +2,13 @@
 //! for, and the listener socket names a destination is looked up by.
 //!
 //! **Addressing**: every address of this machine — loopback (`127.0.0.0/8`, `::1`),
-//! and each address of its interfaces (`getifaddrs`) — resolves to soft device 0,
-//! port 1 (its GID and LID): the devices have no network interface of their own, and
-//! each process sees the same devices, so "this machine" is all a destination can be.
+//! and each address of its interfaces (`getifaddrs`, in the caller's network
+//! namespace) — resolves to soft device 0, port 1 (its GID index 0 and LID): each
+//! process sees the same devices, so "this machine" is all a destination can be.
 //! Any other address is not answered (ADDR_ERROR, -ETIMEDOUT, after the caller's
-//! timeout). A later binding of soft devices to network interfaces would map each
-//! interface's addresses to its device instead.
+//! timeout). A soft device bound to a network interface (`VQP_SOFT_NETDEV`) changes
+//! nothing here: device 0 answers still, by its GID index 0 (on a RoCE port the
+//! default GID); mapping each interface's addresses to its own device is not done.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 

@@ -34,6 +34,12 @@ pub const ENV_LINK_DOWN: &str = "VQP_SOFT_LINK_DOWN";
 /// port reports the InfiniBand width and speed nearest its rate.
 pub const ENV_RATE: &str = "VQP_SOFT_RATE";
 
+/// Environment variable: devices bound to network interfaces, comma-separated
+/// `DEVICE=INTERFACE` (`soft0=eth1,soft1=eth2`; `DEVICE` may be the bare index). A bound
+/// device's port is a RoCE port: link layer Ethernet, LID 0, the interface's addresses
+/// as RoCE v2 GIDs, the MTU and state of the interface (see the crate's "RoCE" section).
+pub const ENV_NETDEV: &str = "VQP_SOFT_NETDEV";
+
 /// Devices created when [`ENV_DEVICES`] is unset.
 pub const DEFAULT_DEVICES: usize = 2;
 /// Largest device count accepted.

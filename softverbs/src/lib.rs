@@ -21,7 +21,8 @@
 //!                 remote/ (a WQE to or a request from another process)
 //!  5 transports   shared/ (other processes: namespace, registry, inbox, exports,
 //!                 process-to-process copies), link (rated ports)
-//!  6 base         config (environment), os (eventfd, atexit, lock), locate
+//!  6 base         config (environment), os (eventfd, atexit, lock, interface queries),
+//!                 netdev (a RoCE port's interface: GIDs, MTU, state), locate
 //!  ──────────────────────────────────────────────────────────────────────────────────
 //!                 vqp-sys: the C ABI's structs, constants, VerbsTable
 //! ```
@@ -45,7 +46,49 @@
 //! inline, 4 Mi CQEs, 16 outstanding READ/atomic. A port's link can be rated (bytes per
 //! second, [`set_rate`]) or taken down ([`set_link`]). `ibv_query_port` reports a rated
 //! port's rate as the InfiniBand width and lane speed nearest to it (1 GB/s: 4X SDR,
-//! 10 Gb/s), an unlimited one as 4X EDR, 100 Gb/s.
+//! 10 Gb/s), an unlimited one as 4X EDR, 100 Gb/s. A device bound to a network
+//! interface has a RoCE port instead (see [RoCE](#roce)).
+//!
+//! # RoCE
+//! A device bound to a network interface (`VQP_SOFT_NETDEV=soft0=eth1,soft1=eth2`, or
+//! `softverbs run --netdev soft0=eth1`) has a RoCE port, as `rdma link add … type rxe
+//! netdev eth1` makes one:
+//! - link layer Ethernet (`IBV_LINK_LAYER_ETHERNET`), LID 0, capabilities CM and
+//!   IP-based GIDs, as mlx5 reports a RoCE port (the kernel's `mlx5_query_port_roce`);
+//! - its GID table is the kernel's for a RoCE v2-only device (`roce_gid_mgmt`, as for
+//!   `rdma_rxe`): index 0 the default GID (`fe80::` + the EUI-64 of the interface's
+//!   MAC), then each IPv4 address as `::ffff:a.b.c.d`, then each other IPv6 address;
+//!   every entry `IBV_GID_TYPE_ROCE_V2` for `ibv_query_gid_ex`/`ibv_query_gid_table`
+//!   (with the interface's index) and `ibv_query_gid_type`. We hold no RoCE v1 entries,
+//!   which a ConnectX interleaves, so the first IPv4 GID is index 1 on every bound
+//!   device. The table is read when the provider starts;
+//! - its active MTU is the largest IB MTU that fits the interface's MTU after the RoCE
+//!   headers (the kernel's `iboe_get_mtu`: 1500 → 1024, 9000 → 4096); a UD send longer
+//!   than it completes with `IBV_WC_LOC_LEN_ERR`;
+//! - its state follows the interface's (`IFF_UP` and `IFF_RUNNING`): the shared
+//!   namespace's service thread (started when a context is opened on a bound device)
+//!   looks at the interface with two ioctls every 100 ms, updates the MTU, and raises
+//!   `IBV_EVENT_PORT_ERR` when it went down, `IBV_EVENT_PORT_ACTIVE` when it came back.
+//!   While down, WQEs through the port fail as on a link taken down by [`set_link`];
+//! - an address without a GRH is refused, as on a ConnectX RoCE port: `ibv_modify_qp`
+//!   with `IBV_QP_AV` returns `EINVAL` (the kernel's `mlx5_set_path`), `ibv_create_ah`
+//!   returns null with `errno` `EINVAL` (rdma-core's `mlx5_create_ah`); so is a source
+//!   GID index past the table;
+//! - a GRH's `dgid` resolves to the device holding that GID: one of ours, or a bound
+//!   device of another process of the shared namespace (each process publishes its RoCE
+//!   GIDs in its exports when it joins; a lookup is cached for a second). Two
+//!   processes in two network namespaces that name the same `VQP_SOFT_DIR` therefore
+//!   reach each other by GID; their data still moves through shared memory;
+//! - a datagram through an address handle with a GRH arrives with a GRH naming the
+//!   sender's GID at the handle's source index and the receiving port's GID of the same
+//!   kind (IPv4-mapped or not), in the IPv6 layout on every port;
+//! - sysfs (`ibv_read_sysfs_file` and `softverbs run`'s tree): `link_layer`
+//!   `Ethernet`, `lid` `0x0`, `gids/N`, `gid_attrs/types/N` `RoCE v2`,
+//!   `gid_attrs/ndevs/N` the interface.
+//!
+//! An interface that does not exist or has no address is reported on stderr when the
+//! provider starts, and `ibv_open_device` on that device fails with `ENODEV`. An unbound
+//! device is the InfiniBand port described above.
 //!
 //! # Running a libibverbs program on it
 //! The cdylib is `target/<profile>/libvqp_softverbs.so` (`cargo build -p vqp-softverbs`).
@@ -116,6 +159,7 @@
 //! | `VQP_SOFT_FAIL_QP` | `SEL:N,…`: the QP goes to error at its (N+1)-th WQE | none |
 //! | `VQP_SOFT_DELAY` | `SEL:MICROS,…`: each WQE waits that long after posting | none |
 //! | `VQP_SOFT_LINK_DOWN` | device indices whose link starts down, `0,1` | none |
+//! | `VQP_SOFT_NETDEV` | devices bound to network interfaces, `soft0=eth1,soft1=eth2`: RoCE ports ([RoCE](#roce)) | none |
 //! | `VQP_SOFT_DIR` | the shared namespace directory ([`ENV_DIR`]): a directory of the effective user, not writable by group or others, not a symlink (created 0700 when missing) | `/dev/shm/vqp-softverbs-<uid>` |
 //!
 //! `SEL` is `qpn=NUM` (decimal or `0x` hex), `nth=K` (the K-th QP created, from 1) or
@@ -215,7 +259,7 @@
 //!
 //! # Safety fence
 //! `unsafe` code lives in five modules only: `abi` (the `extern "C"` surface: pointer
-//! casts, C structs), `os` (eventfds, `atexit`), `mem` (copies between registered memory),
+//! casts, C structs), `os` (eventfds, `atexit`, the interface queries of RoCE ports), `mem` (copies between registered memory),
 //! `shared::sys` (shared mappings, `flock`, futexes, `process_vm_*`) and `launch::mount`
 //! (`unshare` and `mount` for `softverbs run`).
 #![deny(unsafe_code, missing_docs)]
@@ -232,6 +276,7 @@ mod link;
 mod locate;
 #[allow(unsafe_code)]
 mod mem;
+mod netdev;
 #[allow(unsafe_code)]
 mod os;
 mod provider;
@@ -249,8 +294,8 @@ use std::time::Duration;
 pub use abi::*;
 pub use config::{
     DelayRule, FailRule, Progress, QpSelector, Reorder, ADVERSARIAL_BOUND, DEFAULT_DEVICES,
-    ENV_DELAY, ENV_DEVICES, ENV_FAIL_QP, ENV_LINK_DOWN, ENV_PROGRESS, ENV_RATE, ENV_REORDER,
-    MAX_DEVICES,
+    ENV_DELAY, ENV_DEVICES, ENV_FAIL_QP, ENV_LINK_DOWN, ENV_NETDEV, ENV_PROGRESS, ENV_RATE,
+    ENV_REORDER, MAX_DEVICES,
 };
 pub use engine::{IDLE_GRACE, POLL_BUDGET};
 pub use link::parse_rate;
@@ -403,8 +448,9 @@ pub fn clear_faults() {
     }
 }
 
-/// Takes device `index`'s link down (`up == false`) or back up. While it is down the
-/// port reports `IBV_PORT_DOWN`, and every WQE to or from the device completes with
+/// Takes device `index`'s link down (`up == false`) or back up (on a RoCE port, the port
+/// is active only while its interface is up too). While it is down the port reports
+/// `IBV_PORT_DOWN`, and every WQE to or from the device completes with
 /// `IBV_WC_RETRY_EXC_ERR` (its QP going to error). Raises `IBV_EVENT_PORT_ERR` /
 /// `IBV_EVENT_PORT_ACTIVE` on the device's open contexts.
 ///
@@ -416,10 +462,14 @@ pub fn set_link(index: usize, up: bool) -> Result<(), ConfigError> {
         .devices
         .get(index)
         .ok_or(ConfigError::NoSuchDevice(index))?;
-    let was = dev.link_up.swap(up, Ordering::AcqRel);
+    // The port's state is the link's and, on a RoCE port, its interface's: an event
+    // only when that changes.
+    let was = dev.is_up();
+    dev.link_up.store(up, Ordering::Release);
+    let now = dev.is_up();
     crate::shared::export_links();
-    if was != up {
-        let kind = if up {
+    if was != now {
+        let kind = if now {
             cq::event::PORT_ACTIVE
         } else {
             cq::event::PORT_ERR

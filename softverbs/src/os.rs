@@ -84,3 +84,127 @@ pub(crate) fn clock_ns(id: libc::clockid_t) -> u64 {
         .saturating_mul(1_000_000_000)
         .saturating_add(ts.tv_nsec as u64)
 }
+
+/// One address of a network interface, as `getifaddrs` lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IfAddr {
+    /// An IPv4 address.
+    V4([u8; 4]),
+    /// An IPv6 address.
+    V6([u8; 16]),
+}
+
+/// The IPv4 and IPv6 addresses of interface `name` in the calling thread's network
+/// namespace, in the order the kernel lists them.
+pub(crate) fn if_addrs(name: &str) -> io::Result<Vec<IfAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `head` is a writable pointer; on success the list is freed below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list `getifaddrs` returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_name.is_null() || ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: a NUL-terminated name owned by the list.
+        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if n.to_bytes() != name.as_bytes() {
+            continue;
+        }
+        // SAFETY: `ifa_addr` points to a sockaddr of the family it names, owned by
+        // the list; the casts follow that family.
+        unsafe {
+            match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let sin = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
+                    out.push(IfAddr::V4(sin.sin_addr.s_addr.to_ne_bytes()));
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
+                    out.push(IfAddr::V6(sin6.sin6_addr.s6_addr));
+                }
+                _ => {}
+            }
+        }
+    }
+    // SAFETY: the list from `getifaddrs`, freed once; no reference into it remains.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// What `SIOCGIFFLAGS` and `SIOCGIFMTU` say about interface `name` now: whether it is
+/// operationally up (`IFF_UP` and `IFF_RUNNING`, the kernel's `netif_oper_up`) and its
+/// MTU. `ENODEV` when there is no such interface in our network namespace.
+pub(crate) fn if_state(name: &str) -> io::Result<(bool, u32)> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    // SAFETY: plain socket(2); the descriptor is owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `ifreq` is plain data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: `req` is a valid `ifreq` naming the interface (NUL-terminated: the name
+    // is shorter than IFNAMSIZ and the rest is zero); the ioctl writes its union.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    let flags = i32::from(unsafe { req.ifr_ifru.ifru_flags });
+    // SAFETY: as above, for SIOCGIFMTU and its member.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut req) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFMTU filled the MTU member.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    let up = flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0;
+    Ok((up, u32::try_from(mtu).unwrap_or(0)))
+}
+
+/// The index of interface `name` in our network namespace, and its hardware address
+/// (`SIOCGIFHWADDR`, the first six bytes).
+pub(crate) fn if_index_mac(name: &str) -> io::Result<(u32, [u8; 6])> {
+    let cname =
+        std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::ENODEV))?;
+    // SAFETY: a NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if index == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: plain socket(2); the descriptor is owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `ifreq` is plain data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: a valid `ifreq` naming the interface (checked by if_nametoindex, so
+    // shorter than IFNAMSIZ); the ioctl writes its union.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFHWADDR filled the hardware-address member.
+    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (d, s) in mac.iter_mut().zip(sa.sa_data.iter()) {
+        *d = *s as u8;
+    }
+    Ok((index, mac))
+}

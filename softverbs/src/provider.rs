@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{self, DelayRule, FailRule, Progress, QpSelector, Reorder};
 use crate::cq::CtxCore;
 use crate::engine::Engine;
 use crate::mem::MrTable;
+use crate::netdev::{Netdev, NetdevError};
 use crate::os::lock;
 use crate::qp::QpCore;
 
@@ -30,6 +31,10 @@ pub(crate) struct Device {
     pub link_up: AtomicBool,
     /// The port's rate (see `link`).
     pub link: crate::link::Link,
+    /// The network interface of a RoCE port (`VQP_SOFT_NETDEV`): `None` for an
+    /// InfiniBand port, `Some(Err)` for a binding that could not be made (the device
+    /// then cannot be opened).
+    pub netdev: Option<Result<Netdev, NetdevError>>,
 }
 
 impl Device {
@@ -47,12 +52,50 @@ impl Device {
             gid,
             link_up: AtomicBool::new(true),
             link: crate::link::Link::default(),
+            netdev: None,
         }
     }
 
-    /// Whether the port is active.
+    /// Whether the port is active: its link is up (see [`crate::set_link`]) and, on a
+    /// RoCE port, its interface too.
     pub fn is_up(&self) -> bool {
-        self.link_up.load(Ordering::Acquire)
+        self.link_up.load(Ordering::Acquire) && self.roce().map_or(true, Netdev::is_up)
+    }
+
+    /// The interface of a RoCE port.
+    pub fn roce(&self) -> Option<&Netdev> {
+        self.netdev.as_ref().and_then(|r| r.as_ref().ok())
+    }
+
+    /// Whether the port is a RoCE port (bound, even if the binding failed): addresses
+    /// need a GRH.
+    pub fn is_roce(&self) -> bool {
+        self.netdev.is_some()
+    }
+
+    /// The port's GID table: an InfiniBand port's one GID, a RoCE port's RoCE v2 GIDs
+    /// (none when its binding failed).
+    pub fn gids(&self) -> &[[u8; 16]] {
+        match &self.netdev {
+            None => std::slice::from_ref(&self.gid),
+            Some(Ok(n)) => &n.gids,
+            Some(Err(_)) => &[],
+        }
+    }
+
+    /// The port's LID: 0 on a RoCE port, as on Ethernet.
+    pub fn port_lid(&self) -> u16 {
+        if self.is_roce() {
+            0
+        } else {
+            self.lid
+        }
+    }
+
+    /// The port's active MTU (`enum ibv_mtu`): 4096 on InfiniBand, from the interface's
+    /// MTU on RoCE.
+    pub fn active_mtu(&self) -> u32 {
+        self.roce().map_or(vqp_sys::IBV_MTU_4096, Netdev::mtu)
     }
 }
 
@@ -96,9 +139,27 @@ pub(crate) struct Provider {
     pub engine: Engine,
     pub faults: Mutex<Faults>,
     contexts: Mutex<Vec<Weak<CtxCore>>>,
+    /// RoCE GIDs of other processes' devices, looked up in the shared namespace: the
+    /// device index (`None`: no process had it) and when it was looked up.
+    remote_gids: RwLock<GidCache>,
+    /// When the interfaces of RoCE ports were last looked at.
+    watched: Mutex<Option<Instant>>,
     qps_created: AtomicU64,
     next_id: AtomicU32,
 }
+
+/// How long a GID found in another process's exports is used without looking again.
+const GID_CACHE_TTL: Duration = Duration::from_secs(1);
+/// How long a GID no process had is not looked up again.
+const GID_MISS_TTL: Duration = Duration::from_millis(100);
+/// Entries of the GID cache (it is emptied when full).
+const GID_CACHE_MAX: usize = 4096;
+/// How often the service thread looks at the interfaces of RoCE ports.
+pub(crate) const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// Other processes' RoCE GIDs as looked up: the device (`None`: no process had the GID)
+/// and when.
+type GidCache = BTreeMap<[u8; 16], (Option<usize>, Instant)>;
 
 static PROVIDER: OnceLock<Provider> = OnceLock::new();
 /// Device count requested by [`crate::set_device_count`] before initialisation.
@@ -131,7 +192,23 @@ impl Provider {
             .or_else(|| config::env_parsed(config::ENV_DEVICES, |s| s.trim().parse().ok()))
             .unwrap_or(config::DEFAULT_DEVICES)
             .min(config::MAX_DEVICES);
-        let devices: Vec<Device> = (0..count).map(Device::new).collect();
+        let mut devices: Vec<Device> = (0..count).map(Device::new).collect();
+        if let Some(binds) = config::env_parsed(config::ENV_NETDEV, crate::netdev::parse_bindings) {
+            for (i, ifname) in binds {
+                let Some(d) = devices.get_mut(i) else {
+                    eprintln!(
+                        "vqp-softverbs: {}: no device soft{i} (there are {count})",
+                        config::ENV_NETDEV
+                    );
+                    continue;
+                };
+                let bound = Netdev::open(&ifname);
+                if let Err(e) = &bound {
+                    eprintln!("vqp-softverbs: soft{i} cannot be opened: {e}");
+                }
+                d.netdev = Some(bound);
+            }
+        }
         if let Some(down) = config::env_parsed(config::ENV_LINK_DOWN, config::parse_indices) {
             for i in down {
                 if let Some(d) = devices.get(i) {
@@ -174,6 +251,8 @@ impl Provider {
             engine: Engine::new(reorder, progress),
             faults: Mutex::new(faults),
             contexts: Mutex::new(Vec::new()),
+            remote_gids: RwLock::new(BTreeMap::new()),
+            watched: Mutex::new(None),
             qps_created: AtomicU64::new(0),
             next_id: AtomicU32::new(1),
         }
@@ -282,14 +361,96 @@ impl Provider {
             .collect()
     }
 
-    /// The device an address vector points at: by GID when `gid` is given, else by LID.
+    /// The device an address vector points at: by GID when `gid` is given (a GID of
+    /// one of our ports, or of a RoCE port of another process of the namespace), else
+    /// by LID (InfiniBand ports only: a RoCE port has no LID).
     pub fn resolve(&self, lid: u16, gid: Option<&[u8; 16]>) -> Option<&Device> {
         match gid {
-            Some(g) => self.devices.iter().find(|d| &d.gid == g),
+            Some(g) => self
+                .devices
+                .iter()
+                .find(|d| d.gids().contains(g))
+                .or_else(|| self.devices.get(self.remote_gid(g)?)),
             None => {
                 let i = usize::from(lid).checked_sub(1)?;
-                self.devices.get(i)
+                self.devices.get(i).filter(|d| !d.is_roce())
             }
+        }
+    }
+
+    /// The device index of another process's RoCE GID `g`. Answers are cached, a found
+    /// device for [`GID_CACHE_TTL`], "none" for [`GID_MISS_TTL`] (a peer that starts
+    /// later is found that much later), so that the per-WQE resolution of an address
+    /// reads the namespace's files at most that often.
+    fn remote_gid(&self, g: &[u8; 16]) -> Option<usize> {
+        let now = Instant::now();
+        let cached = self
+            .remote_gids
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(g)
+            .copied();
+        if let Some((dev, at)) = cached {
+            let ttl = if dev.is_some() {
+                GID_CACHE_TTL
+            } else {
+                GID_MISS_TTL
+            };
+            if now.duration_since(at) < ttl {
+                return dev;
+            }
+        }
+        let found = crate::shared::find_gid(g);
+        let mut cache = self.remote_gids.write().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= GID_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(*g, (found, now));
+        found
+    }
+
+    /// Looks at the interfaces of RoCE ports (at most every [`WATCH_EVERY`]): a port
+    /// whose interface went down raises `IBV_EVENT_PORT_ERR`, up again
+    /// `IBV_EVENT_PORT_ACTIVE`. Called by the shared namespace's service thread.
+    pub fn watch_netdevs(&self) {
+        {
+            let mut last = lock(&self.watched);
+            let now = Instant::now();
+            if last.is_some_and(|t| now.duration_since(t) < WATCH_EVERY) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let mut changed = false;
+        for d in &self.devices {
+            let Some(n) = d.roce() else { continue };
+            if let Some(up) = n.refresh() {
+                changed = true;
+                if d.link_up.load(Ordering::Acquire) {
+                    let kind = if up {
+                        crate::cq::event::PORT_ACTIVE
+                    } else {
+                        crate::cq::event::PORT_ERR
+                    };
+                    self.raise_on_device(d.index, kind, 1);
+                }
+            }
+        }
+        if changed {
+            crate::shared::export_links();
+        }
+    }
+
+    /// Whether any port is a RoCE port with an interface to watch.
+    pub fn has_netdevs(&self) -> bool {
+        self.devices.iter().any(|d| d.roce().is_some())
+    }
+
+    /// Starts watching the interfaces of RoCE ports (the shared namespace's service
+    /// thread does it), if there are any.
+    pub fn start_watching(&'static self) {
+        if self.has_netdevs() {
+            crate::shared::start(self);
         }
     }
 
@@ -355,5 +516,20 @@ impl crate::shared::Endpoint for Provider {
 
     fn idle_grace(&self) -> Duration {
         crate::engine::IDLE_GRACE
+    }
+
+    fn each_gid(&self, f: &mut dyn FnMut(usize, &[u8; 16])) {
+        for d in self.devices.iter().filter(|d| d.is_roce()) {
+            for g in d.gids() {
+                f(d.index, g);
+            }
+        }
+    }
+
+    fn watch(&self) -> Option<Duration> {
+        self.has_netdevs().then(|| {
+            self.watch_netdevs();
+            WATCH_EVERY
+        })
     }
 }

@@ -110,6 +110,8 @@ pub(crate) struct Datagram {
     pub qkey: u32,
     /// The address handle has a global route: the receiver gets a GRH.
     pub global: bool,
+    /// The global route's source GID index (the sender's GID in the receiver's GRH).
+    pub sgid_index: u8,
 }
 
 /// The largest UD message: the port's MTU (`IBV_MTU_4096`).

@@ -40,8 +40,9 @@ const IB_NEXT_HDR: u8 = 0x1b;
 /// completion: DLID = the completion's SLID, its SL and path bits, the port; with
 /// `IBV_WC_GRH`, a global route back to the GRH's source GID, from the local GID the GRH
 /// was sent to. Returns 0, or -1 with `errno`: `EPROTONOSUPPORT` for a GRH that is not an
-/// InfiniBand one (IPv6 version, next header 0x1b: this port is InfiniBand, so RoCE v2
-/// headers never arrive), `EINVAL` for a multicast destination GID, `ENOENT` when that
+/// InfiniBand one (IPv6 version, next header 0x1b: softverbs' datagrams carry one on
+/// every port, a RoCE port's included, where a RoCE v2 NIC would write an IPv4 header
+/// for an IPv4 GID), `EINVAL` for a multicast destination GID, `ENOENT` when that
 /// GID is not in the port's table, `EINVAL` for a null argument or a bad context.
 ///
 /// # Safety
@@ -105,8 +106,8 @@ fn ah_from_wc(
     if dgid[0] == 0xff {
         return Err(libc::EINVAL);
     }
-    // The port's GID table: one GID, index 0 of port 1.
-    let table = [provider::get().devices[dev].gid];
+    // The port's GID table.
+    let table = provider::get().devices[dev].gids();
     let index = if port_num == 1 {
         table.iter().position(|g| *g == dgid)
     } else {
@@ -125,8 +126,8 @@ fn ah_from_wc(
 }
 
 /// `ibv_create_ah`: an address handle for UD sends to `attr`'s destination. `EINVAL`
-/// for a PD that does not exist, a port other than 1, or a global route from a source
-/// GID index the port does not have (its table has one GID); a destination no device
+/// for a PD that does not exist, a port other than 1, a global route from a source
+/// GID index the port does not have, or no global route on a RoCE port; a destination no device
 /// answers is accepted (as on a fabric: datagrams to it are lost).
 ///
 /// # Safety
@@ -138,11 +139,15 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };
-    if a.port_num != 1 || (a.is_global != 0 && a.grh.sgid_index != 0) {
+    let prov = provider::get();
+    let port = &prov.devices[p.core.dev];
+    // On a RoCE port an address needs a GRH: mlx5 refuses one without
+    // (`mlx5_create_ah`: `!attr->is_global && is_eth` is `EINVAL`).
+    let bad_global = a.is_global != 0 && usize::from(a.grh.sgid_index) >= port.gids().len();
+    if a.port_num != 1 || bad_global || (a.is_global == 0 && port.is_roce()) {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     }
-    let prov = provider::get();
     p.core.users.fetch_add(1, Ordering::AcqRel);
     publish(AhObj {
         ibv: ibv_ah {
@@ -227,7 +232,8 @@ pub unsafe extern "C" fn ibv_detach_mcast(
 }
 
 /// `ibv_resolve_eth_l2_from_gid`: `EINVAL` without a global route (as rdma-core), else
-/// `EOPNOTSUPP`: the ports are InfiniBand, there is no Ethernet address to resolve.
+/// `EOPNOTSUPP`: softverbs resolves no neighbours (an InfiniBand port has no Ethernet
+/// address; a RoCE port reaches its peers by GID, with no MAC on the way).
 ///
 /// # Safety
 /// `attr` is null or readable; nothing else is dereferenced.

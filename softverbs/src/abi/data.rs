@@ -93,6 +93,7 @@ impl SendChain<'_> {
                 qpn: u.remote_qpn & 0x00ff_ffff,
                 qkey: u.remote_qkey,
                 global: ah.attr.is_global != 0,
+                sgid_index: ah.attr.grh.sgid_index,
             })
         } else {
             None

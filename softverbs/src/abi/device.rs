@@ -147,6 +147,14 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         set_errno(libc::ENODEV);
         return core::ptr::null_mut();
     };
+    let prov = provider::get();
+    // A device bound to an interface that does not exist or has no address cannot be
+    // opened (the reason was printed when the provider started).
+    if let Some(Err(_)) = &prov.devices[index].netdev {
+        set_errno(libc::ENODEV);
+        return core::ptr::null_mut();
+    }
+    prov.start_watching();
     let core = match CtxCore::new(index) {
         Ok(c) => Arc::new(c),
         Err(e) => {
@@ -308,22 +316,34 @@ pub unsafe extern "C" fn ibv_query_port(
     // changed at run time shows at the next query); `active_speed_ex`, past the v44
     // prefix, stays as the caller zeroed it, meaning "see `active_speed`".
     let (active_width, active_speed) = crate::link::port_speed(d.link.rate());
+    // A RoCE port as mlx5 reports one (the kernel's `mlx5_query_port_roce`): LID and SM
+    // LID 0, max MTU 4096 and the active MTU from the interface, capabilities CM and
+    // IP-based GIDs (`IB_PORT_CM_SUP`, `IB_PORT_IP_BASED_GIDS`), link layer Ethernet.
+    let roce = d.is_roce();
     let a = ibv_port_attr {
         state: if up { IBV_PORT_ACTIVE } else { IBV_PORT_DOWN },
         max_mtu: IBV_MTU_4096,
-        active_mtu: IBV_MTU_4096,
-        gid_tbl_len: 1,
-        port_cap_flags: 1 << 16, // IBV_PORT_SYS_IMAGE_GUID_SUP
+        active_mtu: d.active_mtu(),
+        gid_tbl_len: d.gids().len() as c_int,
+        port_cap_flags: if roce {
+            1 << 16 | 1 << 26 // IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS
+        } else {
+            1 << 16 // IBV_PORT_CM_SUP
+        },
         max_msg_sz: crate::qp::MAX_MSG as u32,
         pkey_tbl_len: 1,
-        lid: d.lid,
-        sm_lid: 1,
+        lid: d.port_lid(),
+        sm_lid: u16::from(!roce),
         max_vl_num: 1,
-        subnet_timeout: 18,
+        subnet_timeout: if roce { 0 } else { 18 },
         active_width,
         active_speed,
         phys_state: if up { 5 } else { 3 }, // LinkUp / Disabled
-        link_layer: IBV_LINK_LAYER_INFINIBAND,
+        link_layer: if roce {
+            IBV_LINK_LAYER_ETHERNET
+        } else {
+            IBV_LINK_LAYER_INFINIBAND
+        },
         ..Default::default()
     };
     // SAFETY: copies the v44 prefix, which the caller's buffer holds (contract), from a
@@ -338,8 +358,9 @@ pub unsafe extern "C" fn ibv_query_port(
     0
 }
 
-/// `ibv_query_gid`: port 1, index 0 only (`fe80::` + node GUID); otherwise -1 with
-/// `errno` `EINVAL`.
+/// `ibv_query_gid`: an entry of port 1's GID table (an InfiniBand port's index 0,
+/// `fe80::` + node GUID; a RoCE port's RoCE v2 GIDs); otherwise -1 with `errno`
+/// `EINVAL`.
 ///
 /// # Safety
 /// `context` is a live context; `gid` points to a writable `ibv_gid`.
@@ -355,11 +376,12 @@ pub unsafe extern "C" fn ibv_query_gid(
         set_errno(libc::EINVAL);
         return -1;
     };
-    if port_num != 1 || index != 0 || gid.is_null() {
+    let gids = provider::get().devices[c.core.dev].gids();
+    let entry = usize::try_from(index).ok().and_then(|i| gids.get(i));
+    let (Some(&raw), 1, false) = (entry, port_num, gid.is_null()) else {
         set_errno(libc::EINVAL);
         return -1;
-    }
-    let raw = provider::get().devices[c.core.dev].gid;
+    };
     // SAFETY: a writable 16-byte `ibv_gid` (contract).
     unsafe { gid.write(ibv_gid { raw }) };
     0

@@ -235,7 +235,14 @@ pub unsafe extern "C" fn ibv_modify_qp(
     };
     let mask = attr_mask as u32;
     let p = provider::get();
-    match q.core.modify(a, mask, |ah| p.resolve_av(ah)) {
+    let port = &p.devices[q.core.dev];
+    // An address vector on a RoCE port needs a GRH: the kernel's mlx5 refuses one
+    // without (`mlx5_set_path`: a RoCE AH without `IB_AH_GRH` is `-EINVAL`).
+    if mask & IBV_QP_AV != 0 && port.is_roce() && a.ah_attr.is_global == 0 {
+        return libc::EINVAL;
+    }
+    let gids = port.gids().len();
+    match q.core.modify(a, mask, gids, |ah| p.resolve_av(ah)) {
         Ok(()) => {
             if mask & IBV_QP_STATE != 0 {
                 // SAFETY: the `ibv_qp` is live; `state` is the library's to write, as

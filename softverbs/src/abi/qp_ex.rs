@@ -678,6 +678,7 @@ unsafe extern "C" fn wr_set_ud_addr(
                 qpn: remote_qpn & 0x00ff_ffff,
                 qkey: remote_qkey,
                 global: ah.attr.is_global != 0,
+                sgid_index: ah.attr.grh.sgid_index,
             });
             Ok(())
         })

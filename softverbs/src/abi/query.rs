@@ -13,7 +13,7 @@ use super::object::{live, CtxObj, QpObj};
 use super::set_errno;
 use crate::provider;
 
-/// `enum ibv_gid_type`: an InfiniBand GID (softverbs' ports are InfiniBand).
+/// `enum ibv_gid_type`: an InfiniBand GID (the type of an InfiniBand port's GIDs).
 pub const IBV_GID_TYPE_IB: u32 = 0;
 /// `enum ibv_gid_type`: a RoCE v1 GID.
 pub const IBV_GID_TYPE_ROCE_V1: u32 = 1;
@@ -56,19 +56,24 @@ unsafe fn ctx_dev(context: *mut ibv_context) -> Option<usize> {
     unsafe { live::<CtxObj>(context) }.map(|c| c.core.dev)
 }
 
-/// The GID table entry `(port, index)` of device `dev`: one GID, index 0 of port 1.
+/// The GID table entry `(port, index)` of device `dev`: port 1's table, an InfiniBand
+/// port's one GID (type IB) or a RoCE port's RoCE v2 GIDs with their interface.
 fn gid_entry(dev: usize, port: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
-    if port != 1 || index != 0 {
+    let d = &provider::get().devices[dev];
+    let gid = usize::try_from(index).ok().and_then(|i| d.gids().get(i));
+    let (Some(&raw), 1) = (gid, port) else {
         return Err(libc::EINVAL);
-    }
+    };
+    let (gid_type, ndev_ifindex) = match d.roce() {
+        Some(n) => (IBV_GID_TYPE_ROCE_V2, n.ifindex),
+        None => (IBV_GID_TYPE_IB, 0),
+    };
     Ok(ibv_gid_entry {
-        gid: ibv_gid {
-            raw: provider::get().devices[dev].gid,
-        },
+        gid: ibv_gid { raw },
         gid_index: index,
         port_num: port,
-        gid_type: IBV_GID_TYPE_IB,
-        ndev_ifindex: 0,
+        gid_type,
+        ndev_ifindex,
     })
 }
 
@@ -120,7 +125,7 @@ pub(super) fn soft_device_index(device: *mut ibv_device) -> Option<usize> {
 }
 
 /// `_ibv_query_gid_ex` (verbs.h's `ibv_query_gid_ex`): the GID table entry, with its type
-/// (`IBV_GID_TYPE_IB`). `EINVAL` for a bad context, port or index, or an `entry_size`
+/// (`IBV_GID_TYPE_IB`, or `IBV_GID_TYPE_ROCE_V2` on a RoCE port). `EINVAL` for a bad context, port or index, or an `entry_size`
 /// smaller than `struct ibv_gid_entry`; `EOPNOTSUPP` for non-zero `flags` (none are
 /// defined), as rdma-core answers without kernel support.
 ///
@@ -183,8 +188,9 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     {
         return -(libc::EINVAL as isize);
     }
-    // One port with one GID.
-    let table = [gid_entry(dev, 1, 0)];
+    // One port: its GIDs.
+    let count = provider::get().devices[dev].gids().len() as u32;
+    let table: Vec<_> = (0..count).map(|i| gid_entry(dev, 1, i)).collect();
     if table.len() > max_entries {
         return -(libc::EINVAL as isize);
     }
@@ -199,7 +205,8 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
 }
 
 /// `ibv_query_gid_type` (rdma-core private ABI, used by `ibv_devinfo`): the sysfs GID
-/// type, `IBV_GID_TYPE_SYSFS_IB_ROCE_V1` for an InfiniBand GID; -1 with `errno` `EINVAL`
+/// type, `IBV_GID_TYPE_SYSFS_IB_ROCE_V1` for an InfiniBand GID, `IBV_GID_TYPE_SYSFS_ROCE_V2`
+/// for a RoCE v2 one; -1 with `errno` `EINVAL`
 /// for a bad context, port or index.
 ///
 /// # Safety

@@ -32,18 +32,37 @@ fn guid_str(guid: u64) -> String {
     )
 }
 
-/// The content (without the trailing newline) of attribute `file` of a soft device, as
-/// the kernel's `/sys/class/infiniband/<dev>/` would show it; `None` for a file it does
-/// not have.
-fn soft_attribute(d: &Device, file: &str) -> Option<String> {
-    let up = d.is_up();
-    let gid = d
-        .gid
-        .chunks(2)
+/// A GID as the kernel's sysfs shows it: eight groups of four hex digits.
+fn gid_str(gid: &[u8; 16]) -> String {
+    gid.chunks(2)
         .map(|w| format!("{:02x}{:02x}", w[0], w[1]))
         .collect::<Vec<_>>()
-        .join(":");
-    Some(match file.trim_start_matches('/') {
+        .join(":")
+}
+
+/// The content (without the trailing newline) of attribute `file` of a soft device, as
+/// the kernel's `/sys/class/infiniband/<dev>/` would show it; `None` for a file it does
+/// not have. A RoCE port shows link layer `Ethernet`, LID 0, its GIDs with type
+/// `RoCE v2` and their interface (`gid_attrs/ndevs/N`), as the kernel shows an
+/// `rdma_rxe` port.
+fn soft_attribute(d: &Device, file: &str) -> Option<String> {
+    let up = d.is_up();
+    let file = file.trim_start_matches('/');
+    let roce = d.is_roce();
+    let gid_at = |prefix: &str| -> Option<usize> {
+        let i: usize = file.strip_prefix(prefix)?.parse().ok()?;
+        (i < d.gids().len()).then_some(i)
+    };
+    if let Some(i) = gid_at("ports/1/gids/") {
+        return Some(gid_str(&d.gids()[i]));
+    }
+    if gid_at("ports/1/gid_attrs/types/").is_some() {
+        return Some(if roce { "RoCE v2" } else { "IB/RoCE v1" }.into());
+    }
+    if gid_at("ports/1/gid_attrs/ndevs/").is_some() {
+        return d.roce().map(|n| n.name.clone());
+    }
+    Some(match file {
         "node_type" => "1: CA".into(),
         "node_guid" | "sys_image_guid" => guid_str(d.guid),
         "node_desc" => format!("softverbs {}", d.name),
@@ -53,21 +72,19 @@ fn soft_attribute(d: &Device, file: &str) -> Option<String> {
         "board_id" => format!("VQP_SOFT_{:04}", d.index),
         "ports/1/state" => if up { "4: ACTIVE" } else { "1: DOWN" }.into(),
         "ports/1/phys_state" => if up { "5: LinkUp" } else { "3: Disabled" }.into(),
-        "ports/1/lid" => format!("0x{:x}", d.lid),
-        "ports/1/sm_lid" => "0x1".into(),
+        "ports/1/lid" => format!("0x{:x}", d.port_lid()),
+        "ports/1/sm_lid" => if roce { "0x0" } else { "0x1" }.into(),
         "ports/1/sm_sl" | "ports/1/lid_mask_count" => "0".into(),
-        "ports/1/cap_mask" => "0x00010000".into(),
+        "ports/1/cap_mask" => if roce { "0x04010000" } else { "0x00010000" }.into(),
         "ports/1/rate" => crate::link::port_rate_text(crate::link::port_speed(d.link.rate())),
-        "ports/1/link_layer" => "InfiniBand".into(),
-        "ports/1/gids/0" => gid,
-        "ports/1/gid_attrs/types/0" => "IB/RoCE v1".into(),
+        "ports/1/link_layer" => if roce { "Ethernet" } else { "InfiniBand" }.into(),
         "ports/1/pkeys/0" => "0xffff".into(),
         _ => return None,
     })
 }
 
-/// The attribute files a soft device's `ibdev_path` holds, relative to it: every name
-/// [`soft_attribute`] answers.
+/// The attribute files a soft device's `ibdev_path` holds besides its GIDs, relative
+/// to it.
 const SOFT_FILES: &[&str] = &[
     "node_type",
     "node_guid",
@@ -86,17 +103,30 @@ const SOFT_FILES: &[&str] = &[
     "ports/1/cap_mask",
     "ports/1/rate",
     "ports/1/link_layer",
-    "ports/1/gids/0",
-    "ports/1/gid_attrs/types/0",
     "ports/1/pkeys/0",
 ];
 
+/// Every attribute file of device `d`: [`SOFT_FILES`] and, per GID `N`,
+/// `ports/1/gids/N`, `ports/1/gid_attrs/types/N` (and `gid_attrs/ndevs/N` on RoCE).
+fn soft_files(d: &Device) -> Vec<String> {
+    let mut v: Vec<String> = SOFT_FILES.iter().map(|f| f.to_string()).collect();
+    for i in 0..d.gids().len() {
+        v.push(format!("ports/1/gids/{i}"));
+        v.push(format!("ports/1/gid_attrs/types/{i}"));
+        if d.is_roce() {
+            v.push(format!("ports/1/gid_attrs/ndevs/{i}"));
+        }
+    }
+    v
+}
+
 /// The attribute files of soft device `index` (path relative to its `ibdev_path`, and
 /// content with its newline), as a process with this environment will answer them when
-/// it starts (`VQP_SOFT_LINK_DOWN` and `VQP_SOFT_RATE` are applied): what `softverbs
-/// run` writes into the sysfs tree it presents. Starts no provider.
-pub fn soft_sysfs_files(index: usize) -> Vec<(&'static str, String)> {
-    let d = Device::new(index);
+/// it starts (`VQP_SOFT_LINK_DOWN`, `VQP_SOFT_RATE` and `VQP_SOFT_NETDEV` are applied,
+/// the interface read in the caller's network namespace): what `softverbs run` writes
+/// into the sysfs tree it presents. Starts no provider.
+pub fn soft_sysfs_files(index: usize) -> Vec<(String, String)> {
+    let mut d = Device::new(index);
     use crate::config::env_parsed;
     if env_parsed(crate::config::ENV_LINK_DOWN, crate::config::parse_indices)
         .is_some_and(|down| down.contains(&index))
@@ -108,9 +138,14 @@ pub fn soft_sysfs_files(index: usize) -> Vec<(&'static str, String)> {
     {
         d.link.set_rate(rate);
     }
-    SOFT_FILES
-        .iter()
-        .filter_map(|&f| soft_attribute(&d, f).map(|text| (f, text + "\n")))
+    if let Some((_, ifname)) = env_parsed(crate::config::ENV_NETDEV, crate::netdev::parse_bindings)
+        .and_then(|b| b.into_iter().find(|(i, _)| *i == index))
+    {
+        d.netdev = Some(crate::netdev::Netdev::open(&ifname));
+    }
+    soft_files(&d)
+        .into_iter()
+        .filter_map(|f| soft_attribute(&d, &f).map(|text| (f, text + "\n")))
         .collect()
 }
 
@@ -256,12 +291,13 @@ mod tests {
     fn the_launcher_s_files_are_the_ones_the_provider_answers() {
         let d = &provider::get().devices[1];
         let files = soft_sysfs_files(1);
-        assert_eq!(files.len(), SOFT_FILES.len());
+        assert_eq!(files.len(), SOFT_FILES.len() + 2);
         for (name, text) in &files {
             assert_eq!(Some(text.trim_end()), soft_attribute(d, name).as_deref());
             assert!(text.ends_with('\n'));
         }
-        assert!(files.contains(&("ports/1/state", "4: ACTIVE\n".into())));
+        assert!(files.contains(&("ports/1/state".into(), "4: ACTIVE\n".into())));
+        assert!(files.contains(&("ports/1/gid_attrs/types/0".into(), "IB/RoCE v1\n".into())));
     }
 
     #[test]

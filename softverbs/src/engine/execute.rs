@@ -222,6 +222,7 @@ fn execute(
     let requester = Requester {
         qpn: qp.qpn,
         dev: qp.dev,
+        sgid: None,
         qp_type: qp.qp_type,
     };
     let response = if own_responder {
@@ -328,7 +329,9 @@ fn datagram(
     len: u64,
     d: Datagram,
 ) -> Step {
-    if len > UD_MTU {
+    // A datagram is one packet: at most the port's active MTU (a RoCE port's follows its
+    // interface).
+    if len > UD_MTU.min(128 << p.devices[qp.dev].active_mtu()) {
         fail(qp, g, &w, IBV_WC_LOC_LEN_ERR, None);
         return Step::Failed;
     }
@@ -348,6 +351,7 @@ fn datagram(
     let requester = Requester {
         qpn: qp.qpn,
         dev: qp.dev,
+        sgid: None,
         qp_type: qp.qp_type,
     };
     let mut mover = LocalMover {

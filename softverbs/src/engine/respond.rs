@@ -184,6 +184,10 @@ impl Receives<'_> {
 pub(crate) struct Requester {
     pub qpn: u32,
     pub dev: usize,
+    /// The sender's GID for a datagram's GRH when our device table does not hold it (a
+    /// RoCE GID of another process); `None`: our device `dev`'s GID at the datagram's
+    /// source GID index.
+    pub sgid: Option<[u8; 16]>,
     /// `IBV_QPT_RC` or `IBV_QPT_UC`: a QP answers only a requester of its own type.
     pub qp_type: u32,
 }
@@ -521,7 +525,8 @@ fn respond_datagram<M: Mover>(
     let mut grh_area = [Span::empty(); MAX_SGE as usize + 1];
     let mut data = [Span::empty(); MAX_SGE as usize + 1];
     let (ng, nd) = mem::split_at(dst, GRH_BYTES, &mut grh_area, &mut data);
-    let global = w.ud.is_some_and(|d| d.global);
+    let global_sgid_index = w.ud.filter(|d| d.global).map(|d| d.sgid_index);
+    let global = global_sgid_index.is_some();
     if status == IBV_WC_SUCCESS {
         match mv.pull(&data[..nd]) {
             Ok(()) => {}
@@ -530,8 +535,9 @@ fn respond_datagram<M: Mover>(
             Err(MoveError::Target) => status = IBV_WC_LOC_PROT_ERR,
         }
     }
-    if status == IBV_WC_SUCCESS && global {
-        let header = grh(&p.devices[a.dev].gid, &p.devices[b.dev].gid, len);
+    if let (IBV_WC_SUCCESS, Some(sgid_index)) = (status, global_sgid_index) {
+        let (sgid, dgid) = grh_gids(p, a, b.dev, sgid_index);
+        let header = grh(&sgid, &dgid, len);
         if mem::copy_from_bytes(&grh_area[..ng], &header).is_err() {
             status = IBV_WC_LOC_PROT_ERR;
         }
@@ -566,6 +572,27 @@ fn respond_datagram<M: Mover>(
         b.to_error(gb, None);
     }
     dropped
+}
+
+/// The GIDs of a datagram's GRH: the sender's at the address handle's source index, and
+/// the receiving port's GID of the same kind (IPv4-mapped or not; its first otherwise),
+/// which is the one a RoCE sender addressed.
+fn grh_gids(p: &Provider, a: Requester, b_dev: usize, sgid_index: u8) -> ([u8; 16], [u8; 16]) {
+    let sender = &p.devices[a.dev];
+    let sgid = a
+        .sgid
+        .or_else(|| sender.gids().get(usize::from(sgid_index)).copied())
+        .unwrap_or(sender.gid);
+    let v4 = |g: &[u8; 16]| g[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+    let receiver = &p.devices[b_dev];
+    let dgid = receiver
+        .gids()
+        .iter()
+        .find(|g| v4(g) == v4(&sgid))
+        .or_else(|| receiver.gids().first())
+        .copied()
+        .unwrap_or(receiver.gid);
+    (sgid, dgid)
 }
 
 /// The 40-byte global route header a datagram from `sgid` to `dgid` carries: IPv6

@@ -1,5 +1,5 @@
-//! The launcher's command line: `softverbs run [--devices N] [--dir DIR] [--lib PATH] --
-//! PROGRAM [ARGS…]`.
+//! The launcher's command line: `softverbs run [--devices N] [--dir DIR] [--lib PATH]
+//! [--netdev DEV=IF,…] -- PROGRAM [ARGS…]`.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 /// What `softverbs help` prints.
 pub const USAGE: &str = "\
-usage: softverbs run [--devices N] [--dir DIR] [--lib PATH] -- PROGRAM [ARGS...]
+usage: softverbs run [--devices N] [--dir DIR] [--lib PATH] [--netdev DEV=IF,...]
+                     -- PROGRAM [ARGS...]
 
 Runs PROGRAM on softverbs' devices soft0..soft<N-1>, presented as a kernel RDMA
 provider presents a NIC (/dev/infiniband/uverbs<i>, /sys/class/infiniband/soft<i>,
@@ -19,6 +20,9 @@ softverbs' own, shared by the user's processes) sees the same devices.
   --dir DIR     the shared namespace directory (VQP_SOFT_DIR)
   --lib PATH    libvqp_softverbs.so to load (default: $VQP_SOFT_LIB, else the one
                 built beside this binary)
+  --netdev DEV=IF,...  binds devices to network interfaces (soft0=eth1,soft1=eth2):
+                their ports are RoCE ports with the interfaces' addresses as GIDs
+                (VQP_SOFT_NETDEV)
 
 Exit status: PROGRAM's; 2 for a bad command line, 125 when the namespace cannot be
 made, 126 when PROGRAM cannot be executed, 127 when it is not found.";
@@ -41,6 +45,8 @@ pub struct Options {
     pub dir: Option<PathBuf>,
     /// `--lib`, when given.
     pub lib: Option<PathBuf>,
+    /// `--netdev`, when given (checked: `DEV=IF,…`).
+    pub netdev: Option<String>,
     /// The program and its arguments (never empty).
     pub program: Vec<OsString>,
 }
@@ -74,6 +80,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         devices: None,
         dir: None,
         lib: None,
+        netdev: None,
         program: Vec::new(),
     };
     while let Some(arg) = args.next() {
@@ -91,7 +98,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         if matches!(name.as_str(), "-h" | "--help") {
             return Ok(Command::Help);
         }
-        if !matches!(name.as_str(), "--devices" | "--dir" | "--lib") {
+        if !matches!(name.as_str(), "--devices" | "--dir" | "--lib" | "--netdev") {
             return Err(bad(format!("unknown option {name}")));
         }
         let value = inline
@@ -100,6 +107,17 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         match name.as_str() {
             "--devices" => o.devices = Some(device_count(&value)?),
             "--dir" => o.dir = Some(PathBuf::from(value)),
+            "--netdev" => {
+                let text = value
+                    .to_str()
+                    .filter(|v| crate::netdev::parse_bindings(v).is_some_and(|b| !b.is_empty()));
+                let Some(text) = text else {
+                    return Err(bad(format!(
+                        "--netdev {value:?}: want DEVICE=INTERFACE,... (soft0=eth1)"
+                    )));
+                };
+                o.netdev = Some(text.to_string());
+            }
             _ => o.lib = Some(PathBuf::from(value)),
         }
     }
@@ -137,6 +155,7 @@ mod tests {
             devices,
             dir: dir.map(PathBuf::from),
             lib: None,
+            netdev: None,
             program: program.iter().map(OsString::from).collect(),
         })
     }
@@ -165,6 +184,19 @@ mod tests {
         );
         assert_eq!(p(&["--help"]), Ok(Command::Help));
         assert_eq!(p(&["run", "-h", "--", "x"]), Ok(Command::Help));
+    }
+
+    #[test]
+    fn netdev_bindings_are_checked() {
+        let Ok(Command::Run(o)) = p(&["run", "--netdev", "soft0=eth1,soft1=eth2", "x"]) else {
+            panic!("does not parse");
+        };
+        assert_eq!(o.netdev.as_deref(), Some("soft0=eth1,soft1=eth2"));
+        assert!(p(&["run", "--netdev", "eth1", "x"])
+            .unwrap_err()
+            .0
+            .contains("DEVICE=INTERFACE"));
+        assert!(p(&["run", "--netdev=", "x"]).is_err());
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //! - **`/sys/class`**: likewise a tmpfs keeping every class of the machine's, plus
 //!   `infiniband/soft<i>/` with the attributes softverbs answers through
 //!   `ibv_read_sysfs_file` (`node_type`, `node_guid`, `sys_image_guid`, `fw_ver`,
-//!   `hca_type`, `board_id`, `ports/1/{state,phys_state,rate,lid,gids/0,link_layer,…}`),
+//!   `hca_type`, `board_id`, `ports/1/{state,phys_state,rate,lid,gids/N,link_layer,…}`),
 //!   a `device/` directory for the parent device (vendor 0xffff, no NUMA node, every CPU
 //!   local), and `infiniband_verbs/{abi_version,uverbs<i>/{ibdev,abi_version,dev,device}}`;
 //!   read-only. It is a snapshot taken at start: a link taken down or re-rated later is
@@ -35,7 +35,10 @@
 //! - **the environment**: `LD_PRELOAD` names the cdylib (whose SONAME is
 //!   `libibverbs.so.1`, so the dynamic loader resolves every dependency on libibverbs to
 //!   it and the system's library is never loaded); `SYSFS_PATH=/sys`;
-//!   `VQP_SOFT_DEVICES`; `VQP_SOFT_DIR` when `--dir` is given. Every `softverbs run`
+//!   `VQP_SOFT_DEVICES`; `VQP_SOFT_DIR` when `--dir` is given; `VQP_SOFT_NETDEV` when
+//!   `--netdev` is given (a bound device's tree shows its RoCE port: link layer
+//!   `Ethernet`, `gids/N`, `gid_attrs/types/N` `RoCE v2`, `gid_attrs/ndevs/N`, read in
+//!   the launcher's network namespace). Every `softverbs run`
 //!   naming the same directory (by default the user's own) shares the devices.
 //!
 //! - **RDMA-CM**: where vqp-rdmacm's cdylib is found (`$VQP_RDMACM_LIB`, else the one
@@ -185,6 +188,11 @@ fn run(o: &Options) -> i32 {
         }
     };
     let devices = device_count(o);
+    if let Some(n) = &o.netdev {
+        // Read by the sysfs tree below (the GIDs of the bound ports) and by PROGRAM's
+        // provider; the launcher is single-threaded here.
+        std::env::set_var(crate::ENV_NETDEV, n);
+    }
     let rdmacm = rdmacm_library();
     let cpus = tree::Cpus::of_machine();
     let present = || {

@@ -155,7 +155,7 @@ const QP_ACCESS_BITS: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_OPTIONAL_RANGE;
 
 /// Checks the values of the attributes named in `mask`.
-fn check_values(a: &ibv_qp_attr, mask: u32) -> Result<(), i32> {
+fn check_values(a: &ibv_qp_attr, mask: u32, gids: usize) -> Result<(), i32> {
     let bad = |cond: bool| if cond { Err(libc::EINVAL) } else { Ok(()) };
     let psn_ok = |v: u32| v <= 0x00ff_ffff;
     if mask & IBV_QP_PORT != 0 {
@@ -200,7 +200,7 @@ fn check_values(a: &ibv_qp_attr, mask: u32) -> Result<(), i32> {
     if mask & IBV_QP_AV != 0 {
         let ah = &a.ah_attr;
         bad(ah.port_num > 1)?;
-        bad(ah.is_global != 0 && ah.grh.sgid_index != 0)?;
+        bad(ah.is_global != 0 && usize::from(ah.grh.sgid_index) >= gids)?;
         bad(ah.is_global == 0 && ah.dlid == 0)?;
     }
     Ok(())
@@ -208,12 +208,14 @@ fn check_values(a: &ibv_qp_attr, mask: u32) -> Result<(), i32> {
 
 impl QpCore {
     /// `ibv_modify_qp`: validates the transition and the mask, then applies it.
-    /// `resolve` says which device an address vector points at (the provider's device
-    /// table, which lies above the QP).
+    /// `gids` is the length of the port's GID table (a source GID index must be in
+    /// it); `resolve` says which device an address vector points at (the provider's
+    /// device table, which lies above the QP).
     pub fn modify(
         &self,
         attr: &ibv_qp_attr,
         mask: u32,
+        gids: usize,
         resolve: impl FnOnce(&ibv_ah_attr) -> Option<usize>,
     ) -> Result<(), i32> {
         let mask = ignored_removed(self.qp_type, mask);
@@ -236,7 +238,7 @@ impl QpCore {
         if given & required != required || given & !(required | optional) != 0 {
             return Err(libc::EINVAL);
         }
-        check_values(attr, given)?;
+        check_values(attr, given, gids)?;
         apply(&mut g.attr, attr, given);
         match next {
             IBV_QPS_RESET => {

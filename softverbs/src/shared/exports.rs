@@ -15,7 +15,9 @@
 //!   version word (a key's generation, a valid bit and a change counter): a reader that
 //!   sees the same valid version before and after reading the fields read a consistent
 //!   region;
-//! - the mask of its devices whose link is down.
+//! - the mask of its devices whose link is down;
+//! - the RoCE GIDs of its devices bound to network interfaces, with the device index
+//!   (written once, when it joins), so that a GID names a device across processes.
 //!
 //! A requester that passes every check copies with `process_vm_writev`/`readv` and
 //! completes the WQE itself. Anything else (an unknown key, a bound, an access right, a
@@ -56,7 +58,15 @@ const OFF_MAGIC: usize = 0;
 const OFF_DOWN: usize = 8;
 const OFF_ACC: usize = 64;
 const ACC_SIZE: usize = 32;
+/// The GID table: [`GID_SLOTS`] entries of 32 bytes (a word with the valid bit and the
+/// device index, then the GID), between the accessors and the QP words.
+const OFF_GID: usize = 2560;
+const GID_SIZE: usize = 32;
+/// RoCE GIDs a process publishes (more are not reachable from other processes).
+pub(crate) const GID_SLOTS: usize = 48;
 const OFF_QP: usize = 4096;
+const _: () = assert!(OFF_ACC + ACCESSORS * ACC_SIZE <= OFF_GID);
+const _: () = assert!(OFF_GID + GID_SLOTS * GID_SIZE <= OFF_QP);
 const OFF_MR: usize = OFF_QP + QP_SLOTS * 8;
 const MR_SIZE: usize = 32;
 /// Bytes of the exports.
@@ -187,6 +197,80 @@ impl Exports {
         if let Some(w) = self.qp_word(qpn) {
             w.store(view.and_then(|v| v.pack()).unwrap_or(0), Ordering::Release);
         }
+    }
+
+    /// Publishes GID `gid` of device `dev` in slot `slot` (ignored past [`GID_SLOTS`]).
+    pub(crate) fn set_gid(&self, slot: usize, dev: usize, gid: &[u8; 16]) {
+        if slot >= GID_SLOTS {
+            return;
+        }
+        let at = OFF_GID + slot * GID_SIZE;
+        let (hi, lo) = gid.split_at(8);
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        self.map.u64_at(at + 8).store(word(hi), Ordering::Relaxed);
+        self.map.u64_at(at + 16).store(word(lo), Ordering::Relaxed);
+        // Release: pairs with the Acquire load of the word in `gid_device`/`gid_of`, so a
+        // reader that sees the valid bit sees the GID's two words.
+        self.map
+            .u64_at(at)
+            .store(1 << 63 | (dev as u64 & 0xff), Ordering::Release);
+    }
+
+    /// The device whose RoCE GID `gid` this process published.
+    pub(crate) fn gid_device(&self, gid: &[u8; 16]) -> Option<usize> {
+        (0..GID_SLOTS).find_map(|slot| {
+            let at = OFF_GID + slot * GID_SIZE;
+            let w = self.map.u64_at(at).load(Ordering::Acquire);
+            if w >> 63 == 0 {
+                return None;
+            }
+            let mut g = [0u8; 16];
+            g[..8].copy_from_slice(
+                &self
+                    .map
+                    .u64_at(at + 8)
+                    .load(Ordering::Relaxed)
+                    .to_le_bytes(),
+            );
+            g[8..].copy_from_slice(
+                &self
+                    .map
+                    .u64_at(at + 16)
+                    .load(Ordering::Relaxed)
+                    .to_le_bytes(),
+            );
+            (&g == gid).then_some((w & 0xff) as usize)
+        })
+    }
+
+    /// The `index`-th GID this process published for device `dev` (its RoCE GID table
+    /// entry `index`).
+    pub(crate) fn gid_of(&self, dev: usize, index: usize) -> Option<[u8; 16]> {
+        (0..GID_SLOTS)
+            .filter_map(|slot| {
+                let at = OFF_GID + slot * GID_SIZE;
+                let w = self.map.u64_at(at).load(Ordering::Acquire);
+                (w >> 63 == 1 && (w & 0xff) as usize == dev).then_some(at)
+            })
+            .nth(index)
+            .map(|at| {
+                let mut g = [0u8; 16];
+                g[..8].copy_from_slice(
+                    &self
+                        .map
+                        .u64_at(at + 8)
+                        .load(Ordering::Relaxed)
+                        .to_le_bytes(),
+                );
+                g[8..].copy_from_slice(
+                    &self
+                        .map
+                        .u64_at(at + 16)
+                        .load(Ordering::Relaxed)
+                        .to_le_bytes(),
+                );
+                g
+            })
     }
 
     /// Publishes the mask of devices whose link is down.
@@ -429,6 +513,35 @@ mod tests {
         assert!(peer.enter(acc, key).is_none(), "revoked");
         owner.export_mr((5 << 8) | 4, &region(0x2000));
         assert_eq!(peer.enter(acc, (5 << 8) | 4).unwrap().info, region(0x2000));
+    }
+
+    #[test]
+    fn a_published_gid_names_its_device_to_another_mapping() {
+        let f = file();
+        let owner = Exports::map(&f, true).unwrap();
+        let peer = Exports::map(&f, false).unwrap();
+        let g = |last: u8| {
+            let mut g = [0u8; 16];
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[15] = last;
+            g
+        };
+        assert_eq!(peer.gid_device(&g(1)), None, "nothing published");
+        owner.set_gid(0, 3, &g(1));
+        owner.set_gid(1, 5, &g(2));
+        owner.set_gid(GID_SLOTS, 7, &g(3));
+        assert_eq!(peer.gid_device(&g(1)), Some(3));
+        assert_eq!(peer.gid_device(&g(2)), Some(5));
+        assert_eq!(
+            peer.gid_device(&g(3)),
+            None,
+            "past the slots: not published"
+        );
+        owner.set_gid(2, 3, &g(4));
+        assert_eq!(peer.gid_of(3, 0), Some(g(1)));
+        assert_eq!(peer.gid_of(3, 1), Some(g(4)), "the device's second GID");
+        assert_eq!(peer.gid_of(5, 1), None);
     }
 
     #[test]

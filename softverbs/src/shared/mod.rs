@@ -210,6 +210,12 @@ pub(crate) trait Endpoint: Sync {
     /// How long the service thread leaves the inbox to a thread that polls before it
     /// looks again.
     fn idle_grace(&self) -> Duration;
+    /// Calls `f` with the device index and GID of every RoCE GID of ours (published so
+    /// that other processes resolve them).
+    fn each_gid(&self, f: &mut dyn FnMut(usize, &[u8; 16]));
+    /// Looks at what the service thread watches besides the inbox (the interfaces of
+    /// RoCE ports); `Some(period)`: call again within that period.
+    fn watch(&self) -> Option<Duration>;
 }
 
 static SHARED: OnceLock<Result<Shared, SharedError>> = OnceLock::new();
@@ -272,6 +278,11 @@ impl Shared {
                 return Err(SharedError::Inbox(dir.join(&proc_name(me)), e));
             }
         };
+        let mut slot = 0;
+        endpoint.each_gid(&mut |dev, gid| {
+            exports.set_gid(slot, dev, gid);
+            slot += 1;
+        });
         sys::at_exit(on_exit);
         let sweep_cursor = AtomicUsize::new(0);
         reclaim::sweep(&dir, &registry, me, &sweep_cursor);
@@ -472,6 +483,32 @@ pub(crate) fn publish(qpn: u32, dev: usize) {
         s.registry.publish(qpn, s.me, dev);
         s.start_service();
     }
+}
+
+/// Joins the namespace (if it can be) and starts the service thread, which watches
+/// what [`Endpoint::watch`] names even before a QP exists.
+pub(crate) fn start(p: &'static dyn Endpoint) {
+    if let Ok(s) = init(p) {
+        s.start_service();
+    }
+}
+
+/// The device index of the RoCE GID `gid` in another live process of the namespace
+/// (its exports), if one has it. Reads every process's file: for a miss of the caller's
+/// cache only.
+pub(crate) fn find_gid(gid: &[u8; 16]) -> Option<usize> {
+    let s = current()?;
+    s.dir
+        .names()
+        .iter()
+        .filter(|n| n.starts_with("proc-"))
+        .filter_map(|n| reclaim::owner_of_name(n))
+        .filter(|o| *o != s.me)
+        .find_map(|o| {
+            let peer = s.peer(o)?;
+            let dev = peer.exports.gid_device(gid)?;
+            peer.alive(s).then_some(dev)
+        })
 }
 
 /// Publishes whether our QP `qpn` accepts one-sided requests now, and from whom

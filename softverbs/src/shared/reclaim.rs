@@ -43,7 +43,7 @@ pub(crate) fn proc_name(o: Owner) -> String {
 
 /// The process a namespace file belongs to, from its name (`proc-PID-TOKEN` or
 /// `tmp-PID-TOKEN`).
-fn owner_of_name(name: &str) -> Option<Owner> {
+pub(crate) fn owner_of_name(name: &str) -> Option<Owner> {
     let rest = name
         .strip_prefix("proc-")
         .or_else(|| name.strip_prefix("tmp-"))?;

@@ -54,6 +54,7 @@ impl Shared {
                     .free_dead_claim(|id| !self.is_alive(super::Owner::from_id(id)));
                 next_sweep = now + reclaim::SWEEP_EVERY;
             }
+            let watch = engine.watch();
             let backlog = self.flush_outbox();
             if napping {
                 std::thread::park_timeout(engine.idle_grace());
@@ -76,7 +77,9 @@ impl Shared {
             let timeout = if watching || backlog {
                 Duration::from_millis(1)
             } else {
-                Duration::from_millis(500)
+                watch.map_or(Duration::from_millis(500), |w| {
+                    w.min(Duration::from_millis(500))
+                })
             };
             self.inbox
                 .wait(Some(timeout), || self.stop.load(Ordering::Acquire));

@@ -12,8 +12,8 @@ use crate::mem::{self, Span};
 use crate::provider::Provider;
 use crate::qp::{ack_timeout, rnr_delay, transport_timeout, wc_opcode, QpCore, QpInner, SendWqe};
 use crate::shared::inbox::{
-    Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, PAYLOAD,
-    XRC_SRQN_SHIFT,
+    Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, GRH_SGID_SHIFT,
+    PAYLOAD, XRC_SRQN_SHIFT,
 };
 use crate::shared::Shared;
 
@@ -112,8 +112,8 @@ pub(crate) fn send(
     rec.flags = if w.solicited { F_SOLICITED } else { 0 };
     if qp.datagram() {
         rec.flags |= F_UD;
-        if w.ud.is_some_and(|d| d.global) {
-            rec.flags |= F_GRH;
+        if let Some(d) = w.ud.filter(|d| d.global) {
+            rec.flags |= F_GRH | u32::from(d.sgid_index) << GRH_SGID_SHIFT;
         }
     } else if qp.unreliable() {
         rec.flags |= F_UC;

@@ -12,7 +12,8 @@ use crate::mem::{self, Span};
 use crate::provider::Provider;
 use crate::qp::{Datagram, SendWqe, Sges, QP_REQ_ERR};
 use crate::shared::inbox::{
-    iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, XRC_SRQN_SHIFT,
+    iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, GRH_SGID_SHIFT,
+    XRC_SRQN_SHIFT,
 };
 use crate::shared::sys::{process_copy, CopyError, Range};
 use crate::shared::{Ack, Owner, Shared};
@@ -106,6 +107,10 @@ impl Mover for RemoteMover<'_> {
 /// Whether a request's sizes agree with themselves (a peer's record is not trusted).
 fn well_formed(rec: &Record, payload: &[u8]) -> bool {
     if payload.len() != rec.payload_len {
+        return false;
+    }
+    // A datagram and an XRC request share the flags' top bits: never both.
+    if rec.flags & F_UD != 0 && rec.flags & F_XRC != 0 {
         return false;
     }
     if rec.flags & F_INLINE != 0 {
@@ -240,8 +245,17 @@ pub(super) fn on_request(
                 qpn: rec.dst_qpn,
                 qkey: rec.rkey,
                 global: rec.flags & F_GRH != 0,
+                sgid_index: (rec.flags >> GRH_SGID_SHIFT) as u8,
             }),
         };
+        // A datagram's GRH names the sender's GID: a RoCE GID is the sender's own (its
+        // exports), not that of our device of the same index.
+        let sgid = (datagram && rec.flags & F_GRH != 0)
+            .then(|| {
+                let index = usize::from((rec.flags >> GRH_SGID_SHIFT) as u8);
+                sh.peer(from)?.exports.gid_of(src_dev, index)
+            })
+            .flatten();
         let mut mv = RemoteMover {
             pid: rec.from_pid,
             rec,
@@ -250,6 +264,7 @@ pub(super) fn on_request(
         let a = Requester {
             qpn: rec.src_qpn,
             dev: src_dev,
+            sgid,
             qp_type: if datagram {
                 IBV_QPT_UD
             } else if rec.flags & F_UC != 0 {

@@ -48,7 +48,8 @@ use super::sys::{self, Mapping};
 use ring::{Flag, Memory, Word};
 
 pub(crate) use record::{
-    iov, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, XRC_SRQN_SHIFT,
+    iov, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, GRH_SGID_SHIFT,
+    XRC_SRQN_SHIFT,
 };
 
 /// Records the ring holds.

@@ -58,13 +58,18 @@ pub(crate) const F_UC: u32 = 4;
 /// Flag: the requester QP is UD (the request is a datagram: no sequence, `rkey` is the
 /// Q_Key).
 pub(crate) const F_UD: u32 = 8;
-/// Flag: the datagram's address handle had a global route (the receiver gets a GRH).
+/// Flag: the datagram's address handle had a global route (the receiver gets a GRH);
+/// the flags' top byte is then its source GID index ([`GRH_SGID_SHIFT`]).
 pub(crate) const F_GRH: u32 = 16;
 /// Flag: the requester QP is an XRC send QP; bits 8 to 31 of `flags` carry the
 /// remote SRQ number (24 bits, as the XRC extended transport header's).
 pub(crate) const F_XRC: u32 = 32;
 /// Where the remote SRQ number of an XRC request sits in `flags`.
 pub(crate) const XRC_SRQN_SHIFT: u32 = 8;
+/// Where a datagram's source GID index sits in the flags (bits 24 to 31). The bits
+/// are shared with an XRC request's SRQ number: a request is one or the other (`F_UD`
+/// or `F_XRC`), never both.
+pub(crate) const GRH_SGID_SHIFT: u32 = 24;
 
 impl Record {
     /// An empty record of `kind`.

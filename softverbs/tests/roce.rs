@@ -1,0 +1,775 @@
+//! RoCE ports: soft devices bound to network interfaces (`VQP_SOFT_NETDEV`) in a
+//! network namespace made for the test — link layer Ethernet, the interfaces' addresses
+//! as RoCE v2 GIDs in the verbs and in sysfs, the MTU and the state of the interface, a
+//! GRH required, QPs connected by GID and datagrams sent by GID (their GRH naming both
+//! ports' GIDs), in one process and across two processes in two namespaces. An interface that does not exist is a clear error at
+//! `ibv_open_device`, and an unbound device stays an InfiniBand port. Through
+//! `softverbs run --netdev`: the sysfs tree, and `rping` over RDMA-CM (vqp-rdmacm).
+//!
+//! The checks run in a child process (this test binary, one `#[ignore]`d test, started
+//! with `ip netns exec` and `VQP_ROCE_CHILD` set), so that the provider reads the
+//! namespace's interfaces. Needs root and iproute2 (see `netns`); the namespaces are
+//! deleted even when a test fails.
+
+mod common;
+mod netns;
+#[path = "procs/mod.rs"]
+mod procs;
+
+use std::ffi::CStr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use netns::Netns;
+use vqp_host::connect::{self, Address, Path};
+use vqp_host::sys::*;
+use vqp_host::{AsyncEventKind, EventSubject};
+
+/// Set in the child: the checks it runs.
+const CHILD: &str = "VQP_ROCE_CHILD";
+
+/// `::ffff:a.b.c.d`.
+fn v4(a: [u8; 4]) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&a);
+    g
+}
+
+/// Runs the `#[ignore]`d child test `name` in namespace `i` of `ns` with `env`; its
+/// output must say it passed.
+fn run_child(ns: &Netns, i: usize, name: &str, env: &[(&str, &str)]) {
+    let exe = std::env::current_exe().unwrap();
+    let mut c = ns.exec(i, &exe);
+    c.args([
+        name,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD, name);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    check_child(c, name);
+}
+
+fn check_child(mut c: Command, name: &str) {
+    let run = start_cmd(&mut c);
+    let out = procs::wait(
+        &mut procs::Killed(Some(run)),
+        std::time::Instant::now() + Duration::from_secs(60),
+        name,
+    );
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && o.contains("1 passed"),
+        "child {name}: {}\n--- stdout\n{o}\n--- stderr\n{e}",
+        out.status
+    );
+}
+
+/// Starts `c` with its output captured.
+fn start_cmd(c: &mut Command) -> std::process::Child {
+    use std::process::Stdio;
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {c:?}: {e}"))
+}
+
+/// An address handle on `s`'s PD to `dgid` from local GID index 1 (the IPv4 one).
+fn ah_to(s: &Side, dgid: [u8; 16]) -> *mut ibv_ah {
+    ah_from(s, dgid, 1)
+}
+
+/// An address handle on `s`'s PD to `dgid` from local GID index `sgid_index`.
+fn ah_from(s: &Side, dgid: [u8; 16], sgid_index: u8) -> *mut ibv_ah {
+    let mut attr = ibv_ah_attr {
+        port_num: 1,
+        is_global: 1,
+        ..Default::default()
+    };
+    attr.grh.dgid.raw = dgid;
+    attr.grh.sgid_index = sgid_index;
+    attr.grh.hop_limit = 64;
+    // SAFETY: a live PD and a readable attribute.
+    let ah = unsafe { vqp_softverbs::ibv_create_ah(s.pd.as_raw(), &mut attr) };
+    assert!(!ah.is_null(), "ibv_create_ah by GID");
+    ah
+}
+
+/// The (source, destination) GIDs of the GRH at the head of `s`'s buffer.
+fn grh_gids(s: &Side) -> ([u8; 16], [u8; 16]) {
+    let b = bytes(s);
+    (b[8..24].try_into().unwrap(), b[24..40].try_into().unwrap())
+}
+
+/// Whether this process is the child meant to run `name`.
+fn is_child(name: &str) -> bool {
+    std::env::var(CHILD).is_ok_and(|v| v == name)
+}
+
+#[test]
+fn a_bound_device_is_a_roce_port_and_connects_by_gid() {
+    if !netns::available("a_bound_device_is_a_roce_port_and_connects_by_gid") {
+        return;
+    }
+    let ns = Netns::new("roce1", 1);
+    ns.veth((0, "vr0", "192.0.2.1/24"), (0, "vr1", "192.0.2.2/24"), 1500);
+    netns::ip(&["-n", ns.name(0), "link", "set", "vr1", "mtu", "9000"]);
+    let dir = netns::TempDir(procs::namespace("roce1"));
+    let dir = dir.0.clone();
+    run_child(
+        &ns,
+        0,
+        "child_roce_port",
+        &[
+            ("VQP_SOFT_DEVICES", "3"),
+            ("VQP_SOFT_NETDEV", "soft0=vr0,soft1=vr1"),
+            ("VQP_SOFT_DIR", dir.to_str().unwrap()),
+        ],
+    );
+}
+
+/// The interface's MAC, from sysfs (the namespace's: `ip netns exec` mounts it).
+fn mac(ifname: &str) -> [u8; 6] {
+    let text = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).unwrap();
+    let mut m = [0u8; 6];
+    for (d, p) in m.iter_mut().zip(text.trim().split(':')) {
+        *d = u8::from_str_radix(p, 16).unwrap();
+    }
+    m
+}
+
+fn ifindex(ifname: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/ifindex"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Reads a soft device's sysfs attribute through `ibv_read_sysfs_file`.
+fn sysfs(dev: &str, file: &str) -> String {
+    let dir = std::ffi::CString::new(format!("/sys/class/infiniband/{dev}")).unwrap();
+    let file = std::ffi::CString::new(file).unwrap();
+    let mut buf = [0 as core::ffi::c_char; 128];
+    // SAFETY: NUL-terminated strings and a writable buffer of its length.
+    let n = unsafe {
+        vqp_softverbs::ibv_read_sysfs_file(dir.as_ptr(), file.as_ptr(), buf.as_mut_ptr(), 128)
+    };
+    assert!(n >= 0, "{dev}/{file:?} not readable");
+    // SAFETY: NUL-terminated by the call.
+    unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_bound_device_is_a_roce_port_and_connects_by_gid"]
+fn child_roce_port() {
+    if !is_child("child_roce_port") {
+        return;
+    }
+    let v = verbs();
+    let o = Opts::default();
+    let a = side(&v, "soft0", &o);
+    let b = side(&v, "soft1", &o);
+
+    // The port: Ethernet, no LID, MTU from the interface (1500 → 1024, 9000 → 4096).
+    let pa = *a.ctx.query_port(1).unwrap().raw();
+    let pb = *b.ctx.query_port(1).unwrap().raw();
+    assert_eq!(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
+    assert_eq!((pa.lid, pa.state), (0, IBV_PORT_ACTIVE));
+    assert_eq!((pa.active_mtu, pb.active_mtu), (IBV_MTU_1024, IBV_MTU_4096));
+    assert!(a.ctx.query_port(1).unwrap().needs_grh());
+
+    // The GID table: the default GID from the MAC, then the IPv4 address, RoCE v2.
+    let mut ll = [0u8; 16];
+    let m = mac("vr0");
+    ll[..2].copy_from_slice(&[0xfe, 0x80]);
+    ll[8..].copy_from_slice(&[m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]);
+    assert_eq!(*a.ctx.query_gid(1, 0).unwrap().as_bytes(), ll);
+    assert_eq!(
+        *a.ctx.query_gid(1, 1).unwrap().as_bytes(),
+        v4([192, 0, 2, 1])
+    );
+    assert_eq!(
+        *b.ctx.query_gid(1, 1).unwrap().as_bytes(),
+        v4([192, 0, 2, 2])
+    );
+    assert_eq!(pa.gid_tbl_len, 2, "no IPv6 address but the link-local one");
+    let mut e = std::mem::MaybeUninit::<vqp_softverbs::ibv_gid_entry>::zeroed();
+    let size = std::mem::size_of::<vqp_softverbs::ibv_gid_entry>();
+    // SAFETY: a live context and a writable entry of that size.
+    let rc =
+        unsafe { vqp_softverbs::_ibv_query_gid_ex(a.ctx.as_raw(), 1, 1, e.as_mut_ptr(), 0, size) };
+    assert_eq!(rc, 0);
+    // SAFETY: written by the call.
+    let e = unsafe { e.assume_init() };
+    assert_eq!(e.gid_type, vqp_softverbs::IBV_GID_TYPE_ROCE_V2);
+    assert_eq!(e.ndev_ifindex, ifindex("vr0"));
+    let mut table = [std::mem::MaybeUninit::<vqp_softverbs::ibv_gid_entry>::zeroed(); 4];
+    // SAFETY: a live context and 4 writable entries.
+    let n = unsafe {
+        vqp_softverbs::_ibv_query_gid_table(b.ctx.as_raw(), table[0].as_mut_ptr(), 4, 0, size)
+    };
+    assert_eq!(n, 2);
+    // SAFETY: the first two were written.
+    let t1 = unsafe { table[1].assume_init() };
+    // SAFETY: as above.
+    assert_eq!(unsafe { t1.gid.raw }, v4([192, 0, 2, 2]));
+    assert_eq!(t1.gid_type, vqp_softverbs::IBV_GID_TYPE_ROCE_V2);
+    let mut t = 0u32;
+    // SAFETY: a live context and a writable u32.
+    assert_eq!(
+        unsafe { vqp_softverbs::ibv_query_gid_type(a.ctx.as_raw(), 1, 1, &mut t) },
+        0
+    );
+    assert_eq!(t, vqp_softverbs::IBV_GID_TYPE_SYSFS_ROCE_V2);
+
+    // sysfs as the kernel shows an rdma_rxe port.
+    assert_eq!(sysfs("soft0", "ports/1/link_layer"), "Ethernet");
+    assert_eq!(
+        sysfs("soft0", "ports/1/gids/1"),
+        "0000:0000:0000:0000:0000:ffff:c000:0201"
+    );
+    assert_eq!(sysfs("soft0", "ports/1/gid_attrs/types/1"), "RoCE v2");
+    assert_eq!(sysfs("soft0", "ports/1/gid_attrs/ndevs/1"), "vr0");
+    assert_eq!(sysfs("soft0", "ports/1/lid"), "0x0");
+
+    // The unbound soft2 is the InfiniBand port it always was.
+    let c = side(&v, "soft2", &o);
+    let pc = *c.ctx.query_port(1).unwrap().raw();
+    assert_eq!((pc.link_layer, pc.lid), (IBV_LINK_LAYER_INFINIBAND, 3));
+    assert_eq!(sysfs("soft2", "ports/1/link_layer"), "InfiniBand");
+
+    // No GRH on a RoCE port: EINVAL for the QP's address and for an AH, as on mlx5.
+    let lid_path = Path::new(1, Address::lid(2), b.qp.qp_num(), 0x10, 0x20);
+    connect::to_init(&a.qp, &lid_path).unwrap();
+    let (mut rtr, mask) = lid_path.rtr_attr();
+    rtr.ah_attr.is_global = 0;
+    // SAFETY: a live QP and a readable attribute.
+    let rc = unsafe { vqp_softverbs::ibv_modify_qp(a.qp.as_raw(), &mut rtr, mask.bits() as i32) };
+    assert_eq!(rc, libc::EINVAL, "RTR without a GRH");
+    let mut ah = ibv_ah_attr {
+        dlid: 2,
+        port_num: 1,
+        ..Default::default()
+    };
+    // SAFETY: a live PD and a readable attribute.
+    let p = unsafe { vqp_softverbs::ibv_create_ah(a.pd.as_raw(), &mut ah) };
+    assert!(p.is_null());
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EINVAL)
+    );
+    // A source GID index past the table is refused too.
+    ah.is_global = 1;
+    ah.grh.sgid_index = 2;
+    ah.grh.dgid.raw = v4([192, 0, 2, 2]);
+    // SAFETY: as above.
+    assert!(unsafe { vqp_softverbs::ibv_create_ah(a.pd.as_raw(), &mut ah) }.is_null());
+
+    // Connected by GID (from the IPv4 GID, index 1): an RDMA WRITE lands.
+    let ga = vqp_host::sys::Gid::from_bytes(v4([192, 0, 2, 1]));
+    let gb = vqp_host::sys::Gid::from_bytes(v4([192, 0, 2, 2]));
+    let mut to_b = Path::new(1, Address::gid(gb, 1), b.qp.qp_num(), 0x10, 0x20);
+    let mut to_a = Path::new(1, Address::gid(ga, 1), a.qp.qp_num(), 0x20, 0x10);
+    to_b.access = o.qp_access;
+    to_a.access = o.qp_access;
+    connect::to_rtr(&a.qp, &to_b).unwrap();
+    connect::to_rts(&a.qp, &to_b).unwrap();
+    connect::connect(&b.qp, &to_a).unwrap();
+    let (mut a, mut b) = (a, b);
+    fill(&mut a, 7);
+    bytes_mut(&mut b).fill(0);
+    let mut sge = a.mr.sge(0, 4096).unwrap();
+    let mut wr = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    rdma(&mut wr, &b.mr, 0);
+    assert_eq!(post_status(&a, &mut wr), vqp_host::WcStatus::Success);
+    assert_eq!(&bytes(&b)[..4096], &bytes(&a)[..4096]);
+
+    // A datagram by GID: its GRH names the sender's IPv4 GID and ours, and the address
+    // made from it answers from our IPv4 GID (index 1).
+    let qkey = 0x1111;
+    let ua = ud_side(&v, "soft0", qkey);
+    let mut ub = ud_side(&v, "soft1", qkey);
+    bytes_mut(&mut ub).fill(0);
+    post_receive(&ub, 7, 0, 40 + 64);
+    let ah = ah_to(&ua, v4([192, 0, 2, 2]));
+    assert_eq!(
+        ud_send(&ua, ah, ub.qp.qp_num(), qkey, 0, 64),
+        vqp_host::WcStatus::Success
+    );
+    assert_eq!(poll_n(&ub.cq, 1)[0].status(), vqp_host::WcStatus::Success);
+    assert_eq!(grh_gids(&ub), (v4([192, 0, 2, 1]), v4([192, 0, 2, 2])));
+    let mut wc = ibv_wc {
+        wc_flags: IBV_WC_GRH,
+        ..Default::default()
+    };
+    let mut back = ibv_ah_attr::default();
+    // SAFETY: a live context, a completion, the GRH at the head of the registered
+    // buffer, and a writable attribute.
+    let rc = unsafe {
+        vqp_softverbs::ibv_init_ah_from_wc(
+            ub.ctx.as_raw(),
+            1,
+            &mut wc,
+            ub.mr.addr() as *mut vqp_softverbs::ibv_grh,
+            &mut back,
+        )
+    };
+    assert_eq!(rc, 0);
+    // SAFETY: `raw` is the byte view of the GID union.
+    assert_eq!(
+        (back.grh.sgid_index, unsafe { back.grh.dgid.raw }),
+        (1, v4([192, 0, 2, 1]))
+    );
+    // From the default GID (index 0) to the peer's: both link-local GIDs in the GRH.
+    let ll_b = *b.ctx.query_gid(1, 0).unwrap().as_bytes();
+    let ah0 = ah_from(&ua, ll_b, 0);
+    bytes_mut(&mut ub).fill(0);
+    post_receive(&ub, 8, 0, 40 + 64);
+    assert_eq!(
+        ud_send(&ua, ah0, ub.qp.qp_num(), qkey, 0, 64),
+        vqp_host::WcStatus::Success
+    );
+    assert_eq!(poll_n(&ub.cq, 1)[0].status(), vqp_host::WcStatus::Success);
+    assert_eq!(grh_gids(&ub), (ll, ll_b));
+    // SAFETY: made above, destroyed once.
+    assert_eq!(unsafe { vqp_softverbs::ibv_destroy_ah(ah0) }, 0);
+    // A datagram is one packet of the port's MTU: 1024 on soft0 (vr0's 1500).
+    assert_eq!(
+        ud_send(&ua, ah, ub.qp.qp_num(), qkey, 0, 1025),
+        vqp_host::WcStatus::LocLenErr
+    );
+    // SAFETY: made above, destroyed once.
+    assert_eq!(unsafe { vqp_softverbs::ibv_destroy_ah(ah) }, 0);
+
+    // The interface going down is PORT_ERR on the port's contexts, up again PORT_ACTIVE.
+    let ns_ip = |args: &[&str]| netns::ip(args);
+    ns_ip(&["link", "set", "vr1", "down"]);
+    let ev = b
+        .ctx
+        .next_async_event(Some(Duration::from_secs(3)))
+        .unwrap();
+    assert_eq!(
+        ev.map(|e| (e.kind, e.subject)),
+        Some((AsyncEventKind::PortErr, EventSubject::Port(1)))
+    );
+    assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_DOWN);
+    assert_eq!(sysfs("soft1", "ports/1/state"), "1: DOWN");
+    // The link control cannot bring the port up while its interface is down: no event.
+    vqp_softverbs::set_link(1, false).unwrap();
+    vqp_softverbs::set_link(1, true).unwrap();
+    assert_eq!(b.ctx.pending_async_events().unwrap(), []);
+    assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_DOWN);
+    ns_ip(&["link", "set", "vr1", "up"]);
+    let ev = b
+        .ctx
+        .next_async_event(Some(Duration::from_secs(3)))
+        .unwrap();
+    assert_eq!(
+        ev.map(|e| (e.kind, e.subject)),
+        Some((AsyncEventKind::PortActive, EventSubject::Port(1)))
+    );
+    assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_ACTIVE);
+    // The MTU follows the interface too.
+    ns_ip(&["link", "set", "vr1", "mtu", "2200"]);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(b.ctx.query_port(1).unwrap().raw().active_mtu, IBV_MTU_2048);
+}
+
+#[test]
+fn an_interface_that_does_not_exist_is_an_error_at_open() {
+    let exe = std::env::current_exe().unwrap();
+    let dir = netns::TempDir(procs::namespace("roce-missing"));
+    let dir = dir.0.clone();
+    let mut c = Command::new(exe);
+    c.args([
+        "child_missing_interface",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+    ])
+    .env(CHILD, "child_missing_interface")
+    .env("VQP_SOFT_NETDEV", "soft0=vqp-no-such0")
+    .env("VQP_SOFT_DIR", &dir);
+    check_child(c, "child_missing_interface");
+}
+
+#[test]
+#[ignore = "run by an_interface_that_does_not_exist_is_an_error_at_open"]
+fn child_missing_interface() {
+    if !is_child("child_missing_interface") {
+        return;
+    }
+    let v = verbs();
+    let e = vqp_host::Context::open(&v, Some("soft0")).err();
+    assert!(
+        e.is_some(),
+        "soft0 opened on an interface that does not exist"
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENODEV)
+    );
+    // soft1 is not bound: it opens, an InfiniBand port.
+    let c = vqp_host::Context::open(&v, Some("soft1")).unwrap();
+    assert_eq!(
+        c.query_port(1).unwrap().raw().link_layer,
+        IBV_LINK_LAYER_INFINIBAND
+    );
+}
+
+#[test]
+fn processes_in_two_namespaces_connect_by_gid() {
+    if !netns::available("processes_in_two_namespaces_connect_by_gid") {
+        return;
+    }
+    let ns = Netns::new("roce2", 2);
+    ns.veth((0, "vr0", "192.0.2.1/24"), (1, "vr1", "192.0.2.2/24"), 1500);
+    let dir = netns::TempDir(procs::namespace("roce2"));
+    let dir = dir.0.clone();
+    let d = dir.to_str().unwrap().to_string();
+    // The responder (soft0 in namespace 1, GID ::ffff:192.0.2.2) waits for the
+    // requester's data; the requester (soft0 in namespace 0) writes it by GID.
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |i: usize, name: &str| {
+        let mut c = ns.exec(i, &exe);
+        c.args([name, "--exact", "--ignored", "--nocapture"])
+            .env(CHILD, name)
+            .env("VQP_SOFT_DIR", &d)
+            .env("VQP_SOFT_NETDEV", format!("soft0=vr{i}"))
+            .env("VQP_ROCE_RENDEZVOUS", dir.join("rendezvous"));
+        c
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    let responder = procs::Killed(Some(start_cmd(&mut spawn(1, "child_responder"))));
+    check_child(spawn(0, "child_requester"), "child_requester");
+    let mut responder = responder;
+    let out = procs::wait(
+        &mut responder,
+        std::time::Instant::now() + Duration::from_secs(30),
+        "responder",
+    );
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "responder: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The file through which the two children swap QP numbers and the responder's keys.
+fn rendezvous() -> PathBuf {
+    PathBuf::from(std::env::var_os("VQP_ROCE_RENDEZVOUS").unwrap())
+}
+
+fn wait_file(p: &std::path::Path) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(p) {
+            if s.ends_with('\n') {
+                return s;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "no {}", p.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn write_file(p: &std::path::Path, text: &str) {
+    let mut tmp = p.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, p).unwrap();
+}
+
+#[test]
+#[ignore = "run in a network namespace by processes_in_two_namespaces_connect_by_gid"]
+fn child_responder() {
+    if !is_child("child_responder") {
+        return;
+    }
+    let v = verbs();
+    let o = Opts::default();
+    let mut b = side(&v, "soft0", &o);
+    bytes_mut(&mut b).fill(0);
+    let mut ub = ud_side(&v, "soft0", 0x2222);
+    bytes_mut(&mut ub).fill(0);
+    post_receive(&ub, 7, 0, 40 + 64);
+    let base = rendezvous();
+    write_file(
+        &base.with_extension("b"),
+        &format!(
+            "{} {} {} {}\n",
+            b.qp.qp_num(),
+            b.mr.addr(),
+            b.mr.rkey(),
+            ub.qp.qp_num()
+        ),
+    );
+    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    let ga = vqp_host::sys::Gid::from_bytes(v4([192, 0, 2, 1]));
+    let mut to_a = Path::new(1, Address::gid(ga, 1), a_qpn, 0x20, 0x10);
+    to_a.access = o.qp_access;
+    connect::connect(&b.qp, &to_a).unwrap();
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    // The requester writes 4 KiB of its pattern, then says so.
+    wait_file(&base.with_extension("a-done"));
+    let want: Vec<u8> = (0..4096u32)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(9))
+        .collect();
+    assert_eq!(&bytes(&b)[..4096], &want[..]);
+    // The requester's datagram: its GRH names the requester's GID, not ours.
+    assert_eq!(poll_n(&ub.cq, 1)[0].status(), vqp_host::WcStatus::Success);
+    assert_eq!(grh_gids(&ub), (v4([192, 0, 2, 1]), v4([192, 0, 2, 2])));
+}
+
+#[test]
+#[ignore = "run in a network namespace by processes_in_two_namespaces_connect_by_gid"]
+fn child_requester() {
+    if !is_child("child_requester") {
+        return;
+    }
+    let v = verbs();
+    let o = Opts::default();
+    let mut a = side(&v, "soft0", &o);
+    fill(&mut a, 9);
+    let base = rendezvous();
+    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
+    let b = wait_file(&base.with_extension("b"));
+    let f: Vec<u64> = b.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let gb = vqp_host::sys::Gid::from_bytes(v4([192, 0, 2, 2]));
+    let mut to_b = Path::new(1, Address::gid(gb, 1), f[0] as u32, 0x10, 0x20);
+    to_b.access = o.qp_access;
+    connect::connect(&a.qp, &to_b).unwrap();
+    wait_file(&base.with_extension("b-ready"));
+    let mut sge = a.mr.sge(0, 4096).unwrap();
+    let mut wr = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    wr.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: f[1],
+        rkey: f[2] as u32,
+    };
+    assert_eq!(post_status(&a, &mut wr), vqp_host::WcStatus::Success);
+    let ua = ud_side(&v, "soft0", 0x2222);
+    let ah = ah_to(&ua, v4([192, 0, 2, 2]));
+    assert_eq!(
+        ud_send(&ua, ah, f[3] as u32, 0x2222, 0, 64),
+        vqp_host::WcStatus::Success
+    );
+    write_file(&base.with_extension("a-done"), "done\n");
+}
+
+#[test]
+fn the_launcher_presents_a_bound_port_in_sysfs() {
+    if !netns::available("the_launcher_presents_a_bound_port_in_sysfs") {
+        return;
+    }
+    let ns = Netns::new("roce3", 1);
+    ns.veth(
+        (0, "vr0", "192.0.2.1/24"),
+        (0, "vr1", "198.51.100.1/24"),
+        1500,
+    );
+    let dir = netns::TempDir(procs::namespace("roce3"));
+    let dir = dir.0.clone();
+    let mut c = ns.exec(0, std::path::Path::new(env!("CARGO_BIN_EXE_softverbs")));
+    let sys = "/sys/class/infiniband";
+    c.args(["run", "--netdev", "soft1=vr1", "--dir"])
+        .arg(&dir)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "cat {sys}/soft1/ports/1/link_layer {sys}/soft1/ports/1/lid \
+             {sys}/soft1/ports/1/gids/1 {sys}/soft1/ports/1/gid_attrs/types/1 \
+             {sys}/soft1/ports/1/gid_attrs/ndevs/1 {sys}/soft0/ports/1/link_layer \
+             {sys}/soft0/ports/1/gid_attrs/types/0; echo netdev=$VQP_SOFT_NETDEV"
+        ));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("VQP_SOFT_") {
+            c.env_remove(k);
+        }
+    }
+    let out = c.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        [
+            "Ethernet",
+            "0x0",
+            "0000:0000:0000:0000:0000:ffff:c633:6401",
+            "RoCE v2",
+            "vr1",
+            "InfiniBand",
+            "IB/RoCE v1",
+            "netdev=soft1=vr1"
+        ]
+    );
+}
+
+#[path = "system/mod.rs"]
+mod system;
+
+#[test]
+fn ibv_rc_pingpong_by_gid_between_two_namespaces() {
+    let test = "ibv_rc_pingpong_by_gid_between_two_namespaces";
+    let Some(prog) = system::program(test, "ibv_rc_pingpong", "ibverbs-utils") else {
+        return;
+    };
+    if !netns::available(test) {
+        return;
+    }
+    let ns = Netns::new("roce4", 2);
+    ns.veth((0, "vr0", "192.0.2.1/24"), (1, "vr1", "192.0.2.2/24"), 1500);
+    let dir = netns::TempDir(procs::namespace("roce4"));
+    let dir = dir.0.clone();
+    let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
+    let port = procs::free_port().to_string();
+    let side = |i: usize, extra: &[&str]| {
+        let mut c = ns.exec(i, &prog);
+        c.args(["-d", "soft0", "-g", "1", "-n", "200", "-p", &port])
+            .args(extra)
+            .env("LD_PRELOAD", &lib)
+            .env("VQP_SOFT_DIR", &dir)
+            .env("VQP_SOFT_NETDEV", format!("soft0=vr{i}"));
+        c
+    };
+    let mut srv = procs::Killed(Some(start_cmd(&mut side(0, &[]))));
+    let pid = srv.0.as_ref().unwrap().id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !netns::listening_in(pid, port.parse().unwrap()) {
+        let exited = srv.0.as_mut().unwrap().try_wait().ok().flatten().is_some();
+        assert!(
+            !exited && std::time::Instant::now() < deadline,
+            "the server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cli = procs::Killed(Some(start_cmd(&mut side(1, &["192.0.2.1"]))));
+    let c = procs::wait(&mut cli, deadline, "client");
+    let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let ctx = format!("--- server\n{}--- client\n{}", text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "{ctx}");
+    // Each side names its own RoCE GID and the peer's, and completes its iterations.
+    for (o, local, remote) in [
+        (&s, "192.0.2.1", "192.0.2.2"),
+        (&c, "192.0.2.2", "192.0.2.1"),
+    ] {
+        let t = text(o);
+        assert!(t.contains("local address:  LID 0x0000"), "{ctx}");
+        assert!(t.contains(&format!("GID ::ffff:{local}")), "{ctx}");
+        assert!(t.contains(&format!("GID ::ffff:{remote}")), "{ctx}");
+        assert!(t.contains("200 iters in"), "{ctx}");
+    }
+}
+
+/// Whether an RDMA-CM listener on TCP-space `port` has bound its socket in `dir` (the
+/// softverbs namespace directory, where vqp-rdmacm keeps its listeners).
+fn cm_listening(dir: &std::path::Path, port: u16) -> bool {
+    let tail = format!("-{port}");
+    std::fs::read_dir(dir.join("rdmacm")).is_ok_and(|it| {
+        it.flatten().any(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("l-") && n.ends_with(&tail)
+        })
+    })
+}
+
+/// `softverbs run --netdev` with the RDMA-CM preload: Debian's `rping` (server and
+/// client, two processes in one network namespace) connects through vqp-rdmacm to the
+/// address of the interface soft0 is bound to, so its QPs are on a RoCE port, whose
+/// address vectors need a GRH; three pings, every byte checked (`-V`).
+#[test]
+fn rping_through_rdma_cm_on_a_bound_device() {
+    let test = "rping_through_rdma_cm_on_a_bound_device";
+    let Some(_) = system::program(test, "rping", "rdmacm-utils") else {
+        return;
+    };
+    if !netns::available(test) {
+        return;
+    }
+    let ns = Netns::new("roce5", 1);
+    ns.veth(
+        (0, "vr0", "192.0.2.1/24"),
+        (0, "vr1", "198.51.100.1/24"),
+        1500,
+    );
+    let dir = netns::TempDir(procs::namespace("roce5"));
+    let dir = dir.0.clone();
+    let lib = vqp_softverbs::cdylib_candidates_of("vqp_rdmacm")
+        .into_iter()
+        .find(|p| p.is_file())
+        .expect("libvqp_rdmacm.so is built for vqp-softverbs' tests (a dev-dependency)");
+    let port = procs::free_port();
+    let p = port.to_string();
+    let side = |role: &str| {
+        let mut c = ns.exec(0, std::path::Path::new(env!("CARGO_BIN_EXE_softverbs")));
+        c.args(["run", "--netdev", "soft0=vr0", "--dir"])
+            .arg(&dir)
+            .args(["--", "rping", role, "-a", "192.0.2.1", "-p", &p])
+            .args(["-v", "-V", "-C", "3"])
+            .env("VQP_RDMACM_LIB", &lib);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("VQP_SOFT_") {
+                c.env_remove(k);
+            }
+        }
+        c
+    };
+    let mut srv = procs::Killed(Some(start_cmd(&mut side("-s"))));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !cm_listening(&dir, port) {
+        let exited = srv.0.as_mut().unwrap().try_wait().ok().flatten().is_some();
+        assert!(
+            !exited && std::time::Instant::now() < deadline,
+            "the rping server never listened: {:?}",
+            srv.0.take().map(|c| c.wait_with_output())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cli = procs::Killed(Some(start_cmd(&mut side("-c"))));
+    let c = procs::wait(&mut cli, deadline, "client");
+    let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let ctx = format!("--- server\n{}--- client\n{}", text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "{ctx}");
+    let pings = |o: &std::process::Output, prefix: &str| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .count()
+    };
+    assert_eq!(pings(&c, "ping data: rdma-ping-"), 3, "{ctx}");
+    assert_eq!(pings(&s, "server ping data: rdma-ping-"), 3, "{ctx}");
+}
