@@ -228,7 +228,7 @@ pub unsafe fn destroy_id(idp: *mut Id) -> Result<(), i32> {
                         private: Private::EMPTY,
                     },
                 );
-                let _ = a.send(p.name.as_str(), &rej);
+                a.send_brief(p.name.as_str(), &rej);
             }
             _ => {}
         }
@@ -269,7 +269,7 @@ fn reject_unclaimed(child: &Arc<Conn>) {
                     private: Private::EMPTY,
                 },
             );
-            let _ = a.send(p.name.as_str(), &rej);
+            a.send_brief(p.name.as_str(), &rej);
         }
         a.unregister(child);
     }
@@ -791,7 +791,7 @@ pub unsafe fn reject(id: &mut Id, data: *const c_void, len: u8) -> Result<(), i3
     };
     let kind = if ud { Kind::SidrRep } else { Kind::Rej };
     let m = a.message(kind, conn.num, peer.comm, body);
-    let _ = a.send(peer.name.as_str(), &m);
+    a.send_brief(peer.name.as_str(), &m);
     Ok(())
 }
 
@@ -1021,7 +1021,7 @@ pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
                                         private: Private::EMPTY,
                                     },
                                 );
-                                let _ = a.send(peer.name.as_str(), &rej);
+                                a.send_brief(peer.name.as_str(), &rej);
                             }
                             p.conn.lock().phase = Phase::Failed;
                             qp_to_error(id);
