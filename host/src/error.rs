@@ -36,6 +36,14 @@ pub enum Error {
         /// The library it was looked up in.
         library: String,
     },
+    /// The connection-manager library (librdmacm) could not be loaded, or lacks a
+    /// function we need.
+    RdmaCmLibrary {
+        /// The file name or path given to `dlopen`.
+        path: String,
+        /// `dlerror()`'s text, or the function it lacks.
+        reason: String,
+    },
     /// The provider's ops table lacks a data-path operation.
     OpMissing {
         /// The slot, e.g. `ops.poll_cq`.
@@ -249,6 +257,9 @@ impl fmt::Display for Error {
             }
             Error::SymbolMissing { symbol, library } => {
                 write!(f, "the verbs library {library:?} does not export {symbol}")
+            }
+            Error::RdmaCmLibrary { path, reason } => {
+                write!(f, "cannot use the RDMA-CM library {path:?}: {reason}")
             }
             Error::OpMissing { op } => {
                 write!(f, "the RDMA provider does not implement {op}")
