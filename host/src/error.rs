@@ -44,6 +44,8 @@ pub enum Error {
         /// `dlerror()`'s text, or the function it lacks.
         reason: String,
     },
+    /// Connecting through the RDMA connection manager failed.
+    RdmaCm(crate::cm::CmError),
     /// The provider's ops table lacks a data-path operation.
     OpMissing {
         /// The slot, e.g. `ops.poll_cq`.
@@ -261,6 +263,7 @@ impl fmt::Display for Error {
             Error::RdmaCmLibrary { path, reason } => {
                 write!(f, "cannot use the RDMA-CM library {path:?}: {reason}")
             }
+            Error::RdmaCm(e) => write!(f, "connecting through the RDMA-CM: {e}"),
             Error::OpMissing { op } => {
                 write!(f, "the RDMA provider does not implement {op}")
             }
@@ -373,6 +376,7 @@ impl std::error::Error for Error {
             | Error::Exchange { source, .. }
             | Error::PeerIo { source, .. } => Some(source),
             Error::Card(e) => Some(e),
+            Error::RdmaCm(e) => Some(e),
             Error::FailBack(e) => Some(e),
             Error::Restore(e) => Some(e),
             Error::Build(e) => Some(e),

@@ -82,6 +82,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod card;
+#[allow(unsafe_code)]
+pub mod cm;
 pub mod connect;
 pub mod endpoint;
 pub mod enums;

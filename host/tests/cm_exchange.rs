@@ -1,0 +1,193 @@
+//! Cards through the RDMA connection manager (vqp-rdmacm on softverbs, in one process,
+//! client and server on two threads): the whole card crosses both ways for 1 and 8 QPs
+//! in both modes; a card the server does not agree with is refused on both sides with
+//! the reason; nobody listening, an address of no interface and a server that never
+//! answers are each a typed error within the timeout.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Once;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use vqp_core::Mode;
+use vqp_host::cm::{self, CmError, CmListener};
+use vqp_host::loader::cm::RdmaCm;
+use vqp_host::sys::Gid;
+use vqp_host::{Capabilities, Card, CardError, Error, PortAddr, QpAddr};
+
+const T: Duration = Duration::from_secs(5);
+
+fn built(krate: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let lib = exe.parent().and_then(Path::parent).unwrap().join(format!(
+        "{}{krate}{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ));
+    assert!(
+        lib.is_file(),
+        "{} is missing: build it with `cargo build -p vqp-softverbs -p vqp-rdmacm`",
+        lib.display()
+    );
+    lib
+}
+
+fn rdmacm() -> RdmaCm {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("vqp-host-cm-{}", std::process::id()));
+        std::env::set_var("VQP_SOFT_DIR", dir);
+        std::env::set_var("VQP_IBVERBS_PATH", built("vqp_softverbs"));
+        std::env::set_var("VQP_RDMACM_TIMEOUT_MS", "2000");
+    });
+    // SAFETY: vqp-rdmacm's library, a librdmacm.
+    unsafe { RdmaCm::load_from(&built("vqp_rdmacm")) }.expect("vqp-rdmacm loads")
+}
+
+fn port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn card(mode: Mode, n: u32, first_qpn: u32) -> Card {
+    Card {
+        mode,
+        caps: Capabilities::supported(),
+        required: Capabilities::required_for(mode),
+        max_frag: 64 << 10,
+        max_outstanding: 16,
+        recv_depth: 8,
+        window: 1024,
+        init_seq: first_qpn * 3,
+        ports: vec![PortAddr {
+            mtu: 4096,
+            lid: 7,
+            gid: Gid::from_bytes([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]),
+        }],
+        data: (0..n)
+            .map(|i| QpAddr {
+                qpn: first_qpn + i,
+                psn: 0x1000 + first_qpn + i,
+                port: 0,
+            })
+            .collect(),
+        notify: (mode == Mode::Spray && n > 1).then_some(QpAddr {
+            qpn: first_qpn + 0x80,
+            psn: 0xfff,
+            port: 0,
+        }),
+    }
+}
+
+#[test]
+fn whole_cards_cross_both_ways_in_both_modes() {
+    let cm = rdmacm();
+    for (mode, n) in [
+        (Mode::Dqplb, 1),
+        (Mode::Dqplb, 8),
+        (Mode::Spray, 1),
+        (Mode::Spray, 8),
+    ] {
+        let addr: SocketAddr = format!("127.0.0.1:{}", port()).parse().unwrap();
+        let server_card = card(mode, n, 0x200);
+        let client_card = card(mode, n, 0x400);
+        let mut l = CmListener::bind(&cm, addr).unwrap();
+        let sc = server_card.clone();
+        let server = thread::spawn(move || {
+            let got = l.request(&sc, T).unwrap();
+            let conn = l.accept(&sc, T).unwrap();
+            (got, conn)
+        });
+        let (got, dialled) = cm::connect(&cm, addr, &client_card, T).unwrap();
+        assert_eq!(got, server_card, "{mode:?} {n}");
+        let _client = dialled.establish().unwrap();
+        let (seen, _conn) = server.join().unwrap();
+        assert_eq!(seen, client_card, "{mode:?} {n}");
+    }
+}
+
+#[test]
+fn a_card_the_server_does_not_agree_with_is_refused_on_both_sides() {
+    let cm = rdmacm();
+    let addr: SocketAddr = format!("127.0.0.1:{}", port()).parse().unwrap();
+    let mut l = CmListener::bind(&cm, addr).unwrap();
+    let server = thread::spawn(move || l.request(&card(Mode::Dqplb, 2, 0x200), T));
+    let e = cm::connect(&cm, addr, &card(Mode::Dqplb, 3, 0x400), T).unwrap_err();
+    let s = server.join().unwrap().unwrap_err();
+    let Error::Card(ce) = &s else { panic!("{s:?}") };
+    assert!(matches!(ce, CardError::DataQps { .. }), "{ce:?}");
+    match e {
+        Error::PeerRefused { reason } => assert_eq!(reason, ce.to_string()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn nobody_listening_is_rejected_with_reason_8() {
+    let cm = rdmacm();
+    let addr: SocketAddr = format!("127.0.0.1:{}", port()).parse().unwrap();
+    let start = Instant::now();
+    let e = cm::connect(&cm, addr, &card(Mode::Dqplb, 1, 0x400), T).unwrap_err();
+    assert!(
+        matches!(e, Error::RdmaCm(CmError::Rejected { status: 8 })),
+        "{e:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn an_address_of_no_interface_fails_within_the_timeout() {
+    let cm = rdmacm();
+    let start = Instant::now();
+    let t = Duration::from_millis(500);
+    let e = cm::connect(
+        &cm,
+        "192.0.2.1:7174".parse().unwrap(),
+        &card(Mode::Dqplb, 1, 1),
+        t,
+    )
+    .unwrap_err();
+    match &e {
+        Error::RdmaCm(CmError::Event { stage, status, .. }) => {
+            assert_eq!(*stage, "resolve the address");
+            assert_eq!(*status, -libc::ETIMEDOUT);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        start.elapsed() >= t && start.elapsed() < t * 4,
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(e.to_string().contains("RDMA_CM_EVENT_ADDR_ERROR"), "{e}");
+}
+
+#[test]
+fn a_server_that_never_answers_is_a_timeout() {
+    let cm = rdmacm();
+    let addr: SocketAddr = format!("127.0.0.1:{}", port()).parse().unwrap();
+    // Listening, never taking the request.
+    let _l = CmListener::bind(&cm, addr).unwrap();
+    let t = Duration::from_millis(700);
+    let start = Instant::now();
+    let e = cm::connect(&cm, addr, &card(Mode::Dqplb, 1, 0x400), t).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::RdmaCm(CmError::Timeout {
+                stage: "connect",
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    assert!(
+        start.elapsed() >= t && start.elapsed() < t * 4,
+        "{:?}",
+        start.elapsed()
+    );
+}
