@@ -304,6 +304,7 @@ mod tests {
             devices: 1,
             failover: false,
             grace: DEFAULT_GRACE,
+            rdma_cm: false,
         };
         for (limit, devices, failover, grace) in [
             (Limit::Iters(77), 1, false, DEFAULT_GRACE),
@@ -326,6 +327,8 @@ mod tests {
                 devices,
                 failover,
                 grace,
+                // The RDMA-CM flag rides along with the fail-over one here.
+                rdma_cm: failover,
                 ..p
             };
             assert_eq!(

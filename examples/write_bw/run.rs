@@ -92,8 +92,7 @@ pub fn link(
     p: &Params,
     stripe: Stripe,
     mut wire: Wire,
-    buf_len: u64,
-    peer_len: u64,
+    (buf_len, peer_len): (u64, u64),
     qp_num: u32,
     cards: Cards<'_>,
 ) -> Result<Link, Fail> {

@@ -64,8 +64,7 @@ pub fn serve(
         &p,
         run::Stripe::ROUND_ROBIN,
         wire,
-        p.server_buffer(),
-        p.client_buffer(),
+        (p.server_buffer(), p.client_buffer()),
         2,
         match cm.as_mut() {
             Some(l) if p.rdma_cm => run::Cards::CmServer(l),
@@ -131,8 +130,7 @@ pub fn connect(
         p,
         plan.stripe,
         wire,
-        p.client_buffer(),
-        p.server_buffer(),
+        (p.client_buffer(), p.server_buffer()),
         1,
         if p.rdma_cm {
             run::Cards::CmClient(cm_to)
