@@ -227,3 +227,42 @@ fn a_client_gone_during_the_exchange_leaves_the_server_failing_within_its_timeou
         "{ctx}"
     );
 }
+
+/// Fail-over with fail-back on QPs the CM connected (both sides in one process on
+/// in-process softverbs, the CM through vqp-rdmacm): data QP 1 fails mid-run, its
+/// fragments go again on the others, the client replaces it with a fresh pair (the
+/// fail-back messages ride the CM-made QPs), and every byte is verified.
+#[test]
+fn fail_back_works_on_qps_the_cm_connected() {
+    let setup = Setup::new("wb_cm_failback");
+    let prog = built("examples/write_bw");
+    let out = std::process::Command::new(&prog)
+        .args([
+            "--rdma-cm",
+            "--failover",
+            "--qps",
+            "4",
+            "--size",
+            "65537",
+            "--duration",
+            "2",
+            "--inject",
+            "500ms:fail-qp=1",
+        ])
+        .envs(setup.env())
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{o}\n{e}");
+    assert!(
+        o.contains("1 QP failures survived") && o.contains("1 restored; 4 of 4 data QPs healthy"),
+        "{o}"
+    );
+    assert!(
+        o.contains("every byte verified on the server: passed"),
+        "{o}"
+    );
+}
