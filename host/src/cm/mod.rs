@@ -17,7 +17,7 @@
 //! IB CM's order: the passive side's QPs are ready to receive before its REP, the
 //! active side's before its RTU, so that neither sends to a QP not yet in RTR. An
 //! unreachable address, a refused connection and a peer that never answers are each an
-//! [`Error::RdmaCm`](crate::Error::RdmaCm) (or [`Error::PeerRefused`] with the peer's
+//! [`Error::RdmaCm`] (or [`Error::PeerRefused`] with the peer's
 //! reason) within the caller's timeout.
 
 pub mod piece;

@@ -4,8 +4,8 @@
 //! notify QP), as rdma_cm connects one QP per id; the peer rebuilds the whole card from
 //! the pieces, the QP numbers taken from the CM (its REQ's and REP's QPN).
 //!
-//! Every piece fits a REQ's 56 bytes of private data (IBA 12.6; `rdma_cma.h`'s
-//! `RDMA_MAX_PRIVATE_DATA`... of a REQ). Big-endian:
+//! Every piece fits the 56 bytes of private data a REQ carries (IBA 12.6; the limit
+//! rdma_cm gives an RC connect). Big-endian:
 //!
 //! ```text
 //! offset size

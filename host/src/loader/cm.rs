@@ -2,7 +2,7 @@
 //! vqp-host connects with, resolved once by name and version (`RDMACM_1.0`, as
 //! rdma-core's `librdmacm.map` exports them), and the `dlopen` handle that keeps them
 //! valid. Nothing links against librdmacm: where it is absent, [`RdmaCm::load`] is an
-//! [`Error::RdmaCmLibrary`](crate::Error::RdmaCmLibrary) and the card exchange still
+//! [`Error::RdmaCmLibrary`] and the card exchange still
 //! works.
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
@@ -115,7 +115,7 @@ impl RdmaCm {
     /// empty, else `librdmacm.so.1` (under `softverbs run`, softverbs' own).
     ///
     /// # Errors
-    /// [`Error::RdmaCmLibrary`](crate::Error::RdmaCmLibrary) with the path tried and
+    /// [`Error::RdmaCmLibrary`] with the path tried and
     /// `dlerror`'s text, or the first function the library lacks.
     pub fn load() -> Result<RdmaCm> {
         match std::env::var_os(ENV_PATH) {
