@@ -191,3 +191,52 @@ fn a_server_that_never_answers_is_a_timeout() {
         start.elapsed()
     );
 }
+
+#[test]
+fn a_client_that_gives_up_after_the_replies_fails_the_servers_accept_quickly() {
+    let cm = rdmacm();
+    let addr: SocketAddr = format!("127.0.0.1:{}", port()).parse().unwrap();
+    let mut l = CmListener::bind(&cm, addr).unwrap();
+    let server = thread::spawn(move || {
+        let sc = card(Mode::Dqplb, 2, 0x200);
+        let _ = l.request(&sc, T).unwrap();
+        let start = Instant::now();
+        (l.accept(&sc, T), start.elapsed())
+    });
+    let (_, dialled) = cm::connect(&cm, addr, &card(Mode::Dqplb, 2, 0x400), T).unwrap();
+    // Gone before its RTUs (its ids destroyed: a DREQ each).
+    drop(dialled);
+    let (r, took) = server.join().unwrap();
+    let e = r.unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::RdmaCm(CmError::Event {
+                stage: "wait for the client's RTU",
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    assert!(took < T / 2, "{took:?}");
+}
+
+#[test]
+fn a_server_that_goes_away_before_replying_fails_the_connect_quickly() {
+    let cm = rdmacm();
+    let addr: SocketAddr = format!("127.0.0.1:{}", port()).parse().unwrap();
+    let mut l = CmListener::bind(&cm, addr).unwrap();
+    let server = thread::spawn(move || {
+        let _ = l.request(&card(Mode::Spray, 4, 0x200), T).unwrap();
+        // Gone without a reply: its pending requests are rejected as it goes.
+        drop(l);
+    });
+    let start = Instant::now();
+    let e = cm::connect(&cm, addr, &card(Mode::Spray, 4, 0x400), T).unwrap_err();
+    server.join().unwrap();
+    assert!(
+        matches!(e, Error::RdmaCm(CmError::Rejected { .. })),
+        "{e:?}"
+    );
+    assert!(start.elapsed() < T / 2, "{:?}", start.elapsed());
+}
