@@ -240,3 +240,104 @@ fn a_server_that_goes_away_before_replying_fails_the_connect_quickly() {
     );
     assert!(start.elapsed() < T / 2, "{:?}", start.elapsed());
 }
+
+/// A client of the test's own that connects only the first QP of a 2-QP card, tagged
+/// `tag`, and never the second: its id and channel, kept until dropped.
+struct HalfCard {
+    cm: RdmaCm,
+    ch: *mut vqp_host::sys::cm::rdma_event_channel,
+    id: *mut vqp_host::sys::cm::rdma_cm_id,
+}
+
+impl HalfCard {
+    fn new(cm: &RdmaCm, addr: SocketAddr, tag: u32) -> HalfCard {
+        use vqp_host::sys::cm::{event, rdma_conn_param, RDMA_PS_TCP};
+        let t = cm.table();
+        let wait = |ch: *mut vqp_host::sys::cm::rdma_event_channel, want: u32| {
+            // SAFETY: a live channel; the event is copied out, then acknowledged.
+            unsafe {
+                let mut p = libc::pollfd {
+                    fd: (*ch).fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                assert_eq!(libc::poll(&mut p, 1, 5000), 1);
+                let mut e = std::ptr::null_mut();
+                assert_eq!((t.rdma_get_cm_event)(ch, &mut e), 0);
+                assert_eq!((*e).event, want);
+                (t.rdma_ack_cm_event)(e);
+            }
+        };
+        let piece = cm::piece::Piece::split(&card(Mode::Dqplb, 2, 0x600), tag).unwrap()[0];
+        let bytes = piece.encode();
+        // SAFETY: rdma_cma.h's sequence on a channel and an id of the test's own.
+        unsafe {
+            let ch = (t.rdma_create_event_channel)();
+            let mut id = std::ptr::null_mut();
+            assert_eq!(
+                (t.rdma_create_id)(ch, &mut id, std::ptr::null_mut(), RDMA_PS_TCP),
+                0
+            );
+            let mut dst: libc::sockaddr_in = core::mem::zeroed();
+            dst.sin_family = libc::AF_INET as libc::sa_family_t;
+            dst.sin_port = addr.port().to_be();
+            dst.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+            let dp = (&mut dst as *mut libc::sockaddr_in).cast();
+            assert_eq!((t.rdma_resolve_addr)(id, std::ptr::null_mut(), dp, 2000), 0);
+            wait(ch, event::ADDR_RESOLVED);
+            assert_eq!((t.rdma_resolve_route)(id, 2000), 0);
+            wait(ch, event::ROUTE_RESOLVED);
+            let mut p = rdma_conn_param {
+                private_data: bytes.as_ptr().cast(),
+                private_data_len: bytes.len() as u8,
+                responder_resources: 1,
+                initiator_depth: 1,
+                flow_control: 0,
+                retry_count: 7,
+                rnr_retry_count: 7,
+                srq: 0,
+                qp_num: 0x600,
+            };
+            assert_eq!((t.rdma_connect)(id, &mut p), 0);
+            HalfCard {
+                cm: cm.clone(),
+                ch,
+                id,
+            }
+        }
+    }
+}
+
+impl Drop for HalfCard {
+    fn drop(&mut self) {
+        let t = self.cm.table();
+        // SAFETY: the test's own id and channel, not used again.
+        unsafe {
+            (t.rdma_destroy_id)(self.id);
+            (t.rdma_destroy_event_channel)(self.ch);
+        }
+    }
+}
+
+#[test]
+fn clients_that_never_finish_their_card_do_not_lock_others_out() {
+    let cm = rdmacm();
+    let addr: SocketAddr = format!("127.0.0.1:{}", port()).parse().unwrap();
+    let mut l = CmListener::bind(&cm, addr).unwrap();
+    let halves: Vec<HalfCard> = (0..cm::MAX_SESSIONS as u32 + 4)
+        .map(|tag| HalfCard::new(&cm, addr, 0x10_0000 + tag))
+        .collect();
+    let server = thread::spawn(move || {
+        let sc = card(Mode::Dqplb, 2, 0x200);
+        let got = l.request(&sc, T);
+        let conn = got.as_ref().ok().map(|_| l.accept(&sc, T));
+        (got, conn.map(|c| c.is_ok()))
+    });
+    let mine = card(Mode::Dqplb, 2, 0x400);
+    let (_, dialled) = cm::connect(&cm, addr, &mine, T).unwrap();
+    let _c = dialled.establish().unwrap();
+    let (got, accepted) = server.join().unwrap();
+    assert_eq!(got.unwrap(), mine);
+    assert_eq!(accepted, Some(true));
+    drop(halves);
+}

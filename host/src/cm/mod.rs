@@ -43,7 +43,8 @@ pub const REFUSAL: [u8; 2] = *b"VR";
 /// resolution is awaited.
 const GRACE: Duration = Duration::from_millis(250);
 
-/// The most card sessions a listener gathers at once; more requests are refused.
+/// The most unfinished cards a listener gathers at once; a new one past this makes the
+/// oldest give way.
 pub const MAX_SESSIONS: usize = 16;
 
 /// Why connecting through the CM failed.
@@ -390,7 +391,7 @@ pub fn connect(
         let id = Id::new(&Channel::new(cm)?)?;
         let t = cm.table();
         let left = deadline.saturating_duration_since(Instant::now());
-        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let ms = left.as_micros().div_ceil(1000).clamp(1, i32::MAX as u128) as i32;
         let mut dst = crate::cm::sockaddr(&to);
         // SAFETY: a live id and a valid address of its family.
         let r = unsafe {
@@ -495,6 +496,7 @@ fn sockaddr(a: &SocketAddr) -> libc::sockaddr_storage {
 struct Session {
     pieces: Assembly,
     ids: Vec<(u8, Id)>,
+    started: Instant,
 }
 
 /// A server's listening id: gathers the CM connections of one card at a time.
@@ -546,7 +548,8 @@ impl CmListener {
     /// Waits for a client's whole card (one CM connection per QP) and checks it
     /// against `mine`; a card that does not agree is refused (each of its connections
     /// rejected with the reason) and is the error. Requests of other clients are
-    /// gathered meanwhile; malformed ones are rejected.
+    /// gathered meanwhile, at most [`MAX_SESSIONS`] unfinished cards (the oldest gives
+    /// way); malformed ones are rejected.
     ///
     /// # Errors
     /// [`Error::Card`] for a card that is malformed or does not agree;
@@ -580,12 +583,24 @@ impl CmListener {
             };
             let tag = piece.tag();
             if !self.sessions.contains_key(&tag) && self.sessions.len() >= MAX_SESSIONS {
-                self.refuse(&id, "too many clients connecting at once");
-                continue;
+                // Full: the oldest unfinished card gives way (as a SYN cache drops its
+                // oldest entry), so that clients that never finish theirs cannot lock
+                // the others out.
+                let oldest = self
+                    .sessions
+                    .iter()
+                    .min_by_key(|(_, s)| s.started)
+                    .map(|(&t, _)| t);
+                if let Some(s) = oldest.and_then(|t| self.sessions.remove(&t)) {
+                    for (_, old) in &s.ids {
+                        self.refuse(old, "the card did not complete in time");
+                    }
+                }
             }
             let s = self.sessions.entry(tag).or_insert_with(|| Session {
                 pieces: Assembly::default(),
                 ids: Vec::new(),
+                started: Instant::now(),
             });
             if let Err(err) = s.pieces.add(&piece, e.qp_num) {
                 self.refuse(&id, &err.to_string());
