@@ -4,7 +4,8 @@
 //! untouched and the listener serving; a REP or REJ from a process that did not get the
 //! REQ cannot take over a connecting id (communication ids are not guessable); a peer
 //! whose socket never reads does not hold up other connections; a REQ replayed after
-//! its connection ended is refused as stale.
+//! its connection ended is refused as stale; a requester that stalls after its REQ
+//! times out alone; a flood of requests makes no more ids than the backlog.
 
 mod common;
 
@@ -449,4 +450,92 @@ fn a_req_replayed_after_its_connection_ended_is_refused_as_stale() {
     destroy(lid);
     close(lch);
     let _ = Path::new(&lpath);
+}
+
+#[test]
+fn a_requester_that_stalls_after_its_req_times_out_alone() {
+    let port = port();
+    let (lch, lid) = listener(port);
+    let me = bound("evil-stall-req");
+    me.set_nonblocking(true).unwrap();
+    me.send_to(
+        &bytes(&req("evil-stall-req", 5, port, 0x106)),
+        listener_path(port),
+    )
+    .unwrap();
+    let r = expect(lch, event::CONNECT_REQUEST);
+    let a = param(&[]);
+    let start = Instant::now();
+    // SAFETY: the request's id (its peer makes its own QP).
+    assert_eq!(unsafe { rdma_accept(r.id, &a as *const _ as *mut _) }, 0);
+    // Meanwhile another client connects and is served at once.
+    let (ch, id, sid) = established(lch, port);
+    assert!(start.elapsed() < CM_TIMEOUT / 2);
+    // The REP is never answered: UNREACHABLE after the CM timeout, for that id only.
+    let e = next(lch, (CM_TIMEOUT.as_millis() * 2) as i32).expect("an event");
+    assert_eq!(
+        (e.event, e.status, e.id),
+        (event::UNREACHABLE, -libc::ETIMEDOUT, r.id)
+    );
+    assert!(start.elapsed() >= CM_TIMEOUT, "{:?}", start.elapsed());
+    assert!(next(ch, 0).is_none());
+    // SAFETY: a connected id.
+    assert_eq!(unsafe { rdma_disconnect(id) }, 0);
+    expect(ch, event::DISCONNECTED);
+    for i in [r.id, sid, id, lid] {
+        destroy(i);
+    }
+    close(ch);
+    close(lch);
+}
+
+#[test]
+fn a_flood_of_requests_is_bounded_by_the_backlog_and_the_listener_recovers() {
+    let port = port();
+    let (lch, lid) = listener(port); // backlog 8
+    let me = bound("evil-flood");
+    me.set_nonblocking(true).unwrap();
+    let s = sender(Duration::from_millis(200));
+    let (mut rejected, mut buf) = (0, [0u8; wire::MAX_MESSAGE]);
+    for i in 0..2000u32 {
+        let _ = s.send_to(
+            &bytes(&req("evil-flood", 1000 + i, port, 0x106)),
+            listener_path(port),
+        );
+        while let Ok(n) = me.recv(&mut buf) {
+            if let Ok(Message {
+                body: Body::Rej { reason, .. },
+                ..
+            }) = wire::decode(&buf[..n])
+            {
+                assert_eq!(reason, 3, "no resources");
+                rejected += 1;
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    while let Ok(n) = me.recv(&mut buf) {
+        if wire::decode(&buf[..n]).is_ok_and(|m| m.kind == Kind::Rej) {
+            rejected += 1;
+        }
+    }
+    let mut requests = Vec::new();
+    while let Some(e) = next(lch, 0) {
+        assert_eq!(e.event, event::CONNECT_REQUEST);
+        requests.push(e.id);
+    }
+    assert_eq!(requests.len(), 8, "the backlog bounds what a flood makes");
+    assert!(rejected > 1000, "{rejected} REJs");
+    for r in requests {
+        // SAFETY: a request's id.
+        assert_eq!(unsafe { rdma_reject(r, ptr::null::<c_void>(), 0) }, 0);
+        destroy(r);
+    }
+    // The backlog is free again: a real client is served.
+    let (ch, id, sid) = established(lch, port);
+    for i in [sid, id, lid] {
+        destroy(i);
+    }
+    close(ch);
+    close(lch);
 }
