@@ -341,3 +341,24 @@ fn clients_that_never_finish_their_card_do_not_lock_others_out() {
     assert_eq!(accepted, Some(true));
     drop(halves);
 }
+
+#[test]
+fn a_server_card_the_client_refuses_is_refused_on_both_sides() {
+    let cm = rdmacm();
+    let addr: SocketAddr = format!("127.0.0.1:{}", port()).parse().unwrap();
+    let mut l = CmListener::bind(&cm, addr).unwrap();
+    // The server's card names a port MTU that is no InfiniBand MTU: the server does not
+    // check its own card, the client does (Card::validate).
+    let mut bad = card(Mode::Dqplb, 1, 0x200);
+    bad.ports[0].mtu = 1000;
+    let server = thread::spawn(move || {
+        let _ = l.request(&bad, T).unwrap();
+        l.accept(&bad, T)
+    });
+    let e = cm::connect(&cm, addr, &card(Mode::Dqplb, 1, 0x400), T).unwrap_err();
+    let Error::Card(ce) = &e else { panic!("{e:?}") };
+    match server.join().unwrap().unwrap_err() {
+        Error::PeerRefused { reason } => assert_eq!(reason, ce.to_string()),
+        other => panic!("{other:?}"),
+    }
+}

@@ -756,11 +756,16 @@ pub unsafe fn reject(id: &mut Id, data: *const c_void, len: u8) -> Result<(), i3
     let conn = id.conn.clone();
     let (peer, parent) = {
         let mut s = conn.lock();
-        let Some(peer) = s.peer.filter(|_| s.phase == Phase::ReqRcvd) else {
+        // A passive id rejects a request; an active RC id may reject the reply after
+        // its CONNECT_RESPONSE (IB CM's REJ in REP-received, IBA 12.9.6; Linux's
+        // ib_send_cm_rej takes IB_CM_REP_RCVD).
+        let rep_rcvd = s.phase == Phase::RepRcvd && !ud;
+        let Some(peer) = s.peer.filter(|_| s.phase == Phase::ReqRcvd || rep_rcvd) else {
             return Err(libc::EINVAL);
         };
+        let passive = s.phase == Phase::ReqRcvd;
         s.phase = Phase::Failed;
-        (peer, s.parent.clone())
+        (peer, passive.then(|| s.parent.clone()).flatten())
     };
     release_backlog(parent.as_ref());
     let body = if ud {

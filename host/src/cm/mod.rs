@@ -39,6 +39,10 @@ use piece::{Assembly, Piece, PieceError};
 /// The first bytes of a REJ's private data that carries a refusal reason.
 pub const REFUSAL: [u8; 2] = *b"VR";
 
+/// The most bytes of a reason a REJ carries (its 148 bytes of private data, less
+/// [`REFUSAL`]).
+const MAX_REFUSAL: usize = 146;
+
 /// How long past the caller's deadline the CM's own answer to an address or route
 /// resolution is awaited.
 const GRACE: Duration = Duration::from_millis(250);
@@ -437,8 +441,17 @@ pub fn connect(
     let card = peer
         .card()
         .ok_or(cm_err(CmError::Piece(PieceError::Short(0))))?;
-    card.validate()?;
-    mine.agree(&card)?;
+    // A card this side refuses is refused visibly on both: each REP is rejected with
+    // the reason (IB CM's REJ in REP-received).
+    if let Err(e) = card.validate().and_then(|()| mine.agree(&card)) {
+        let mut b = REFUSAL.to_vec();
+        b.extend(e.to_string().bytes().take(MAX_REFUSAL));
+        for id in &ids {
+            // SAFETY: a live id after its CONNECT_RESPONSE; `b` lives through the call.
+            unsafe { (cm.table().rdma_reject)(id.id, b.as_ptr().cast(), b.len() as u8) };
+        }
+        return Err(Error::Card(e));
+    }
     Ok((card, Dialled { ids }))
 }
 
@@ -540,7 +553,7 @@ impl CmListener {
 
     fn refuse(&self, id: &Id, reason: &str) {
         let mut b = REFUSAL.to_vec();
-        b.extend(reason.bytes().take(146));
+        b.extend(reason.bytes().take(MAX_REFUSAL));
         // SAFETY: a live id with a request pending; `b` lives through the call.
         unsafe { (id.ch.cm.table().rdma_reject)(id.id, b.as_ptr().cast(), b.len() as u8) };
     }
