@@ -405,7 +405,7 @@ impl Agent {
         let _ = self.quick.send_to(&buf[..n], self.dir.socket_path(to));
     }
 
-    /// Sends `m` to the socket `to`, waiting [`BRIEF_WAIT`] at most for room: for the
+    /// Sends `m` to the socket `to`, waiting `BRIEF_WAIT` (50 ms) at most for room: for the
     /// REJs of the program's calls, answers to peers that may be hostile.
     pub fn send_brief(&self, to: &str, m: &Message) {
         let mut buf = [0u8; wire::MAX_MESSAGE];
