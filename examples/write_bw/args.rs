@@ -24,7 +24,7 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
          [--mode spray|dqplb] [--opcode write|write_imm|read] [--reorder fifo|random|adversarial]
          [--seed N] [--poll-core CORE] [--json] [--timeout SECS] [--max-buffer BYTES]
          [--devices N] [--policy rr|weighted|outstanding|adaptive] [--weights W0,W1,..]
-         [--inject TIME:ACTION,...] [--failover [--grace SECS]]
+         [--inject TIME:ACTION,...] [--failover [--grace SECS]] [--rdma-cm]
          [--device NAME [--server | --connect HOST:PORT] [--port PORT] [--ib-port N] [--gid-index N]]
   BYTES takes a K, M or G suffix (binary). Without --device both sides run in this process on
   softverbs (soft1 serves, soft0 sends); with --device they run on that device through libibverbs.
@@ -45,7 +45,10 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
   --failover: both sides survive a data QP failing (its fragments go again on the others)
   while one is left, the client replaces a failed QP with a fresh pair once its port is
   active (fail-back), and a side with no QP left holds its requests for --grace SECS
-  (default 2) before it fails; the table and JSON say what failed, went again, came back.";
+  (default 2) before it fails; the table and JSON say what failed, went again, came back.
+  --rdma-cm (server and client): the QPs are connected through the RDMA connection manager
+  (librdmacm, or VQP_RDMACM_PATH), at the server's address and port, instead of exchanging
+  endpoint cards on the TCP connection (which still carries the run's parameters and control).";
 
 /// Flags that take a value (the others are `--json`, `--server` and `--help`).
 const VALUE_FLAGS: [&str; 22] = [
@@ -199,6 +202,11 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
         match flag.as_str() {
             "--json" => {
                 a.json = true;
+                continue;
+            }
+            "--rdma-cm" => {
+                // Both sides take it: the server listens through the CM too.
+                a.params.rdma_cm = true;
                 continue;
             }
             "--failover" => {

@@ -81,6 +81,7 @@ pub fn client(link: Link, p: &Params, plan: &Plan) -> Result<Measured, Fail> {
         peer_qpns: _,
         peer_notify: _,
         mut wire,
+        cm: _cm,
     } = link;
     let timeout = wire.timeout();
     wire.barrier()?;

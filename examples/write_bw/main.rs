@@ -264,8 +264,16 @@ fn both(args: &Args) -> Result<(), Fail> {
         .map_err(|e| Fail::bad(format!("cannot listen on loopback: {e}")))?
         .to_string();
     let limits = Limits::of(args);
+    let cm = if p.rdma_cm {
+        let at = listener
+            .local_addr()
+            .map_err(|e| Fail::bad(format!("cannot listen on loopback: {e}")))?;
+        Some(run::cm_listen(at)?)
+    } else {
+        None
+    };
     let server = spawn("server", move || {
-        session::serve(server_dev, &listener, Some(limits.timeout), &limits)
+        session::serve(server_dev, &listener, cm, Some(limits.timeout), &limits)
     })?;
     let plan = plan(args);
     let (core, timeout) = (args.poll_core, args.timeout);
@@ -405,8 +413,16 @@ fn server_only(args: &Args) -> Result<(), Fail> {
         args.port
     );
     let limits = Limits::of(args);
+    let cm = if args.params.rdma_cm {
+        let at = format!("0.0.0.0:{}", args.port)
+            .parse()
+            .map_err(|e| Fail::bad(format!("--port {}: {e}", args.port)))?;
+        Some(run::cm_listen(at)?)
+    } else {
+        None
+    };
     let (p, v) = join(spawn("server", move || {
-        session::serve(vec![dev], &listener, None, &limits)
+        session::serve(vec![dev], &listener, cm, None, &limits)
     })?)?;
     println!(
         " {}",

@@ -46,6 +46,9 @@ pub struct Params {
     /// With `failover`, how long a side that lost every data QP holds its requests
     /// waiting for fail-back (`Config::grace_ns`).
     pub grace: Duration,
+    /// The virtual QP's QPs are connected through the RDMA connection manager (the
+    /// card in the CM's private data) instead of the card exchange on the TCP wire.
+    pub rdma_cm: bool,
 }
 
 /// `--grace`'s default: long enough to ride out a link that flaps for a second.
@@ -90,6 +93,9 @@ impl Params {
         };
         if self.failover {
             devices.push_str(&format!(" failover=1 grace_ns={}", self.grace.as_nanos()));
+        }
+        if self.rdma_cm {
+            devices.push_str(" rdma_cm=1");
         }
         format!(
             "{VERSION} size={} qps={} max_frag={} mode={} opcode={} seed={} {limit}{devices}\n",
@@ -145,6 +151,13 @@ impl Params {
             }
             "--seed" => self.seed = number(flag, v)?,
             "--devices" => self.devices = usize::try_from(number(flag, v)?).unwrap_or(usize::MAX),
+            "--rdma-cm" => {
+                self.rdma_cm = match v {
+                    "1" => true,
+                    "0" => false,
+                    _ => return Err(format!("{flag}: '{v}' is not 0 or 1")),
+                }
+            }
             "--failover" => {
                 self.failover = match v {
                     "1" => true,
@@ -237,6 +250,7 @@ impl Default for Params {
             devices: 1,
             failover: false,
             grace: DEFAULT_GRACE,
+            rdma_cm: false,
         }
     }
 }
@@ -290,6 +304,7 @@ mod tests {
             devices: 1,
             failover: false,
             grace: DEFAULT_GRACE,
+            rdma_cm: false,
         };
         for (limit, devices, failover, grace) in [
             (Limit::Iters(77), 1, false, DEFAULT_GRACE),
@@ -312,6 +327,8 @@ mod tests {
                 devices,
                 failover,
                 grace,
+                // The RDMA-CM flag rides along with the fail-over one here.
+                rdma_cm: failover,
                 ..p
             };
             assert_eq!(

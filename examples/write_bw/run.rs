@@ -16,10 +16,13 @@
 //!   slot counts are coprime, so a read that did not land leaves data of another key
 //!   in the slot and fails the check.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use vqp_core::split::SplitPolicy;
 use vqp_core::{Config, Keys, Policy, Wc, WcStatus};
+use vqp_host::cm::{self, CmConnection, CmListener};
+use vqp_host::loader::cm::RdmaCm;
 use vqp_host::{AccessFlags, Connected, Endpoint, MemoryRegion, Settings};
 
 use crate::args::{show_bytes, Params};
@@ -50,6 +53,30 @@ pub struct Link {
     /// The peer's notify QP number, in SPRAY.
     pub peer_notify: Option<u32>,
     pub wire: Wire,
+    /// The CM connections the QPs came from (`--rdma-cm`): disconnected when the run
+    /// ends.
+    pub cm: Option<CmConnection>,
+}
+
+/// How the endpoint cards are exchanged.
+pub enum Cards<'a> {
+    /// On the TCP wire.
+    Wire,
+    /// Through the RDMA connection manager, as the server listening there.
+    CmServer(&'a mut CmListener),
+    /// Through the RDMA connection manager, as the client, to this address.
+    CmClient(SocketAddr),
+}
+
+/// The process's librdmacm, loaded on first use.
+fn rdmacm() -> Result<RdmaCm, Fail> {
+    RdmaCm::load().map_err(|e| Fail::bad(format!("--rdma-cm: {e}")))
+}
+
+/// `--rdma-cm` for a server: a CM listener at `addr`.
+pub fn cm_listen(addr: SocketAddr) -> Result<CmListener, Fail> {
+    CmListener::bind(&rdmacm()?, addr)
+        .map_err(|e| Fail::bad(format!("--rdma-cm: cannot listen at {addr}: {e}")))
 }
 
 fn host_fail(what: &str) -> impl FnOnce(vqp_host::Error) -> Fail + '_ {
@@ -65,9 +92,9 @@ pub fn link(
     p: &Params,
     stripe: Stripe,
     mut wire: Wire,
-    buf_len: u64,
-    peer_len: u64,
+    (buf_len, peer_len): (u64, u64),
     qp_num: u32,
+    cards: Cards<'_>,
 ) -> Result<Link, Fail> {
     let cfg = Config {
         split: SplitPolicy::new(p.max_frag),
@@ -96,10 +123,32 @@ pub fn link(
     settings.gid_index = dev.gid_index;
     let pds: Vec<_> = devs.iter().map(|d| &d.pd).collect();
     let ep = Ep::create_on(&pds, &settings, &[]).map_err(host_fail(&dev.name))?;
-    let card = wire.swap_cards(&ep.card())?;
+    let mine = ep.card();
+    let timeout = wire.timeout();
+    let cm_fail = |e: vqp_host::Error| Fail::bad(format!("--rdma-cm: {e}"));
+    let (card, conn, cm) = match cards {
+        Cards::Wire => {
+            let card = wire.swap_cards(&mine)?;
+            let conn = ep.connect(&card).map_err(host_fail(&dev.name))?;
+            (card, conn, None)
+        }
+        // IB CM's order: the server's QPs are ready before its REPs, the client's
+        // before its RTUs.
+        Cards::CmServer(l) => {
+            let card = l.request(&mine, timeout).map_err(cm_fail)?;
+            let conn = ep.connect(&card).map_err(host_fail(&dev.name))?;
+            let cm = l.accept(&mine, timeout).map_err(cm_fail)?;
+            (card, conn, Some(cm))
+        }
+        Cards::CmClient(to) => {
+            let (card, dialled) = cm::connect(&rdmacm()?, to, &mine, timeout).map_err(cm_fail)?;
+            let conn = ep.connect(&card).map_err(host_fail(&dev.name))?;
+            (card, conn, Some(dialled.establish().map_err(cm_fail)?))
+        }
+    };
     let peer_qpns = card.data.iter().map(|q| q.qpn).collect();
     let peer_notify = card.notify.map(|q| q.qpn);
-    let conn = Box::new(ep.connect(&card).map_err(host_fail(&dev.name))?);
+    let conn = Box::new(conn);
     let len = usize::try_from(buf_len)
         .map_err(|_| Fail::bad(format!("a {buf_len}-byte buffer does not fit this machine")))?;
     let mr = dev
@@ -146,6 +195,7 @@ pub fn link(
         peer_qpns,
         peer_notify,
         wire,
+        cm,
     })
 }
 

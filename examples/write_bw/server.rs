@@ -212,6 +212,7 @@ pub fn server(link: Link, p: &Params) -> Result<Verified, Fail> {
         peer_qpns: _,
         peer_notify: _,
         mut wire,
+        cm: _cm,
     } = link;
     let timeout = wire.timeout();
     let (size, slots) = (p.size, p.slots());

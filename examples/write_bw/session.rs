@@ -14,6 +14,7 @@ use crate::run::{self, Plan};
 use crate::server::{self, Verified};
 use crate::wire::Wire;
 use crate::{client, inject, sigint, Fail, Limits};
+use vqp_host::cm::CmListener;
 
 /// Accepts one client (giving up after `wait`, or at Ctrl-C), agrees on its
 /// parameters and serves its run.
@@ -25,6 +26,7 @@ use crate::{client, inject, sigint, Fail, Limits};
 pub fn serve(
     devs: Vec<Device>,
     listener: &TcpListener,
+    mut cm: Option<CmListener>,
     wait: Option<Duration>,
     limits: &Limits,
 ) -> Result<(Params, Verified), Fail> {
@@ -43,6 +45,9 @@ pub fn serve(
         for dev in &devs {
             dev.check(&p, run::DEPTH)?;
         }
+        if p.rdma_cm && cm.is_none() {
+            return Err("the client connects through the RDMA-CM; this server was not started with --rdma-cm".into());
+        }
         Ok(p)
     });
     let p = match checked {
@@ -59,9 +64,12 @@ pub fn serve(
         &p,
         run::Stripe::ROUND_ROBIN,
         wire,
-        p.server_buffer(),
-        p.client_buffer(),
+        (p.server_buffer(), p.client_buffer()),
         2,
+        match cm.as_mut() {
+            Some(l) if p.rdma_cm => run::Cards::CmServer(l),
+            _ => run::Cards::Wire,
+        },
     )?;
     let v = server::server(link, &p)?;
     Ok((p, v))
@@ -104,6 +112,10 @@ pub fn connect(
         .map_err(|e| Fail::bad(format!("--connect {addr}: {e}")))?
         .collect();
     let stream = tcp_connect(addr, &targets, timeout)?;
+    // The CM is reached at the address the TCP connection went to.
+    let cm_to = stream
+        .peer_addr()
+        .map_err(|e| Fail::bad(format!("cannot connect to {addr}: {e}")))?;
     let mut wire = Wire::new(stream, "server", timeout)?;
     wire.write_all(p.to_line().as_bytes(), "parameters")?;
     let reply = wire.read_line("answer to the run's parameters")?;
@@ -118,9 +130,13 @@ pub fn connect(
         p,
         plan.stripe,
         wire,
-        p.client_buffer(),
-        p.server_buffer(),
+        (p.client_buffer(), p.server_buffer()),
         1,
+        if p.rdma_cm {
+            run::Cards::CmClient(cm_to)
+        } else {
+            run::Cards::Wire
+        },
     )?;
     let ours = (0..link.conn.vqp.data_qps())
         .filter_map(|i| link.conn.vqp.data_qp_num(i))

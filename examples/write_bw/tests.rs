@@ -34,7 +34,7 @@ fn server(limits: Limits) -> (SocketAddr, Served) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let h = spawn("server", move || {
-        serve(vec![dev], &l, Some(Duration::from_secs(5)), &limits)
+        serve(vec![dev], &l, None, Some(Duration::from_secs(5)), &limits)
     })
     .unwrap();
     (addr, h)
@@ -85,9 +85,9 @@ fn client(addr: SocketAddr, p: &Params) -> (Device, Link) {
             &p,
             run::Stripe::ROUND_ROBIN,
             wire,
-            p.client_buffer(),
-            p.server_buffer(),
+            (p.client_buffer(), p.server_buffer()),
             1,
+            run::Cards::Wire,
         )?;
         Ok((dev, link))
     })

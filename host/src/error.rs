@@ -36,6 +36,16 @@ pub enum Error {
         /// The library it was looked up in.
         library: String,
     },
+    /// The connection-manager library (librdmacm) could not be loaded, or lacks a
+    /// function we need.
+    RdmaCmLibrary {
+        /// The file name or path given to `dlopen`.
+        path: String,
+        /// `dlerror()`'s text, or the function it lacks.
+        reason: String,
+    },
+    /// Connecting through the RDMA connection manager failed.
+    RdmaCm(crate::cm::CmError),
     /// The provider's ops table lacks a data-path operation.
     OpMissing {
         /// The slot, e.g. `ops.poll_cq`.
@@ -250,6 +260,10 @@ impl fmt::Display for Error {
             Error::SymbolMissing { symbol, library } => {
                 write!(f, "the verbs library {library:?} does not export {symbol}")
             }
+            Error::RdmaCmLibrary { path, reason } => {
+                write!(f, "cannot use the RDMA-CM library {path:?}: {reason}")
+            }
+            Error::RdmaCm(e) => write!(f, "connecting through the RDMA-CM: {e}"),
             Error::OpMissing { op } => {
                 write!(f, "the RDMA provider does not implement {op}")
             }
@@ -362,6 +376,7 @@ impl std::error::Error for Error {
             | Error::Exchange { source, .. }
             | Error::PeerIo { source, .. } => Some(source),
             Error::Card(e) => Some(e),
+            Error::RdmaCm(e) => Some(e),
             Error::FailBack(e) => Some(e),
             Error::Restore(e) => Some(e),
             Error::Build(e) => Some(e),

@@ -4,6 +4,8 @@
 //!  poller    pinned poll threads: SPSC rings in (requests) and out (events)
 //!  endpoint  a virtual QP on one or several devices: QPs, CQs, card, connect
 //!  card, exchange   the versioned endpoint card and its TCP exchange
+//!  cm        the card through the RDMA connection manager instead: a CM connection
+//!            per QP, its piece of the card in the private data
 //!  provider  VerbsQp / VerbsCq: vqp-core's PhysQp / PhysCq over the ops table
 //!  vqp (virtual QP, virtual CQ)          ← vqp-core, no_std, no FFI
 //!  ──────────────────────────────────────────────────────────────
@@ -12,7 +14,8 @@
 //!            CompletionChannel, CompletionQueue, QueuePair; data path through the
 //!            provider's ops table (post_send, post_recv, poll_cq, req_notify_cq)
 //!  loader    fills the table of libibverbs functions: dlopen (default), link time
-//!            (feature `linked`), or an in-process table (a software provider)
+//!            (feature `linked`), or an in-process table (a software provider);
+//!            librdmacm's, on demand (loader::cm)
 //!  ──────────────────────────────────────────────────────────────
 //!  sys       the crate vqp-sys, re-exported: #[repr(C)] mirrors of <infiniband/verbs.h>
 //!            (checked against the header), the function table's type, Gid
@@ -61,7 +64,8 @@
 //!
 //! # A virtual QP over verbs
 //! [`Endpoint::create`] makes the physical QPs and their CQ, [`Endpoint::card`]
-//! describes them, [`exchange`] swaps cards with the peer over TCP, and
+//! describes them, [`exchange`] swaps cards with the peer over TCP (or [`cm`] through
+//! the RDMA connection manager, from an IP address and a port), and
 //! [`Endpoint::connect`] checks the peer's card ([`Card::agree`]) and connects
 //! everything, returning vqp-core's `VirtualQp` and `VirtualCq` over [`VerbsQp`] and
 //! [`VerbsCq`]. A [`PollThread`] can then own them and serve application threads
@@ -82,6 +86,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod card;
+#[allow(unsafe_code)]
+pub mod cm;
 pub mod connect;
 pub mod endpoint;
 pub mod enums;

@@ -17,6 +17,15 @@
 //! or from another peer is dropped. Nothing a peer sends allocates beyond the fixed
 //! receive buffer, except a new id per REQ, bounded by the listener's backlog.
 //!
+//! **Hostile peers**: any process of the user can send to these sockets, so the agent
+//! trusts nothing it is not sure of. Communication ids are random (a process that did
+//! not see a REQ cannot answer it: a REP or REJ must name the requester's id, one of
+//! 2^32); the thread never waits on a peer (its answers to unsolicited messages, REJ
+//! and DREP, are sent without blocking and dropped when the peer's queue is full, so a
+//! peer that never reads stalls nobody else); and a REQ replayed after its
+//! connection was established is refused as stale (reason 10), as IB CM refuses one
+//! that matches a connection in time-wait.
+//!
 //! **Timers**: a REQ or REP without reply, and a DREQ without DREP, expire after
 //! [`cm_timeout`] (IB CM's: the REQ's 4.096 µs · 2^20 response time, tried 16 times —
 //! about 69 s; `VQP_RDMACM_TIMEOUT_MS` changes it), with the events the kernel's
@@ -31,7 +40,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixDatagram;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -48,6 +57,10 @@ pub mod reason {
     pub const TIMEOUT: u16 = 4;
     /// Nobody listens on that (address, port): what rdma_cm reports as REJECTED, 8.
     pub const INVALID_SERVICE_ID: u16 = 8;
+    /// The REQ is of a connection that was established and has ended: a replay (IBA
+    /// table 112, "stale connection"; Linux's IB CM sends it for a REQ that matches a
+    /// connection in time-wait).
+    pub const STALE_CONNECTION: u16 = 10;
     /// The program rejected (`rdma_reject`).
     pub const CONSUMER: u16 = 28;
 }
@@ -74,12 +87,20 @@ pub const MAX_RD_ATOMIC: u8 = 16;
 /// The most requests one listener holds unanswered, whatever its backlog.
 pub const MAX_BACKLOG: usize = 1024;
 
+/// How many ended connections are remembered to refuse their replayed REQs.
+pub const STALE_MEMORY: usize = 1024;
+
 /// The epoll key of the kick descriptor (listener keys are communication ids, `u32`).
 const KICK: u64 = u64::MAX;
 
 /// How long a send waits for room in the receiver's queue before the message is given
 /// up (the CM timers then act as for a lost message).
 const SEND_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a REJ sent by a program's call waits for room in the receiver's queue: a
+/// requester that never reads cannot hold `rdma_reject` for long (a REJ it never gets
+/// leaves its connect to time out, as a lost one would).
+const BRIEF_WAIT: Duration = Duration::from_millis(50);
 
 /// How often the processes whose answers are awaited are checked for.
 const PROBE: Duration = Duration::from_millis(500);
@@ -96,6 +117,11 @@ pub struct Agent {
     /// (Linux holds `net.unix.max_dgram_qlen`, 10 by default, datagrams per socket)
     /// instead of failing; at most [`SEND_WAIT`].
     out: UnixDatagram,
+    /// The socket the agent thread answers unsolicited messages from: non-blocking, so
+    /// that a peer whose queue is full (one that never reads) holds up nobody.
+    quick: UnixDatagram,
+    /// The socket REJs of the program's calls are sent from: waits [`BRIEF_WAIT`] at most.
+    brief: UnixDatagram,
     name: Name,
     epoll: OwnedFd,
     /// An eventfd the program's calls write to when they set a timer, so that the
@@ -103,7 +129,9 @@ pub struct Agent {
     kick: OwnedFd,
     conns: Mutex<BTreeMap<u32, Arc<Conn>>>,
     listeners: Mutex<BTreeMap<u32, Arc<UnixDatagram>>>,
-    next: AtomicU32,
+    /// Requesters (socket, communication id) whose connections with a listener of this
+    /// process were established: at most [`STALE_MEMORY`], the oldest forgotten first.
+    ended: Mutex<std::collections::VecDeque<(Name, u32)>>,
 }
 
 static AGENT: OnceLock<Result<Agent, i32>> = OnceLock::new();
@@ -180,8 +208,16 @@ fn start() -> Result<Agent, i32> {
     let out = UnixDatagram::unbound().map_err(|e| errno_of(&e))?;
     out.set_write_timeout(Some(SEND_WAIT))
         .map_err(|e| errno_of(&e))?;
+    let quick = UnixDatagram::unbound().map_err(|e| errno_of(&e))?;
+    quick.set_nonblocking(true).map_err(|e| errno_of(&e))?;
+    let brief = UnixDatagram::unbound().map_err(|e| errno_of(&e))?;
+    brief
+        .set_write_timeout(Some(BRIEF_WAIT))
+        .map_err(|e| errno_of(&e))?;
     let made = Agent {
         out,
+        quick,
+        brief,
         kick,
         name: Name::new(&name).ok_or(libc::ENAMETOOLONG)?,
         dir,
@@ -189,7 +225,7 @@ fn start() -> Result<Agent, i32> {
         epoll,
         conns: Mutex::new(BTreeMap::new()),
         listeners: Mutex::new(BTreeMap::new()),
-        next: AtomicU32::new(1),
+        ended: Mutex::new(std::collections::VecDeque::new()),
     };
     made.watch(made.sock.as_raw_fd(), 0)?;
     made.watch(made.kick.as_raw_fd(), KICK)?;
@@ -234,11 +270,26 @@ impl Agent {
         self.name
     }
 
-    /// A fresh communication id.
+    /// A fresh communication id: random, so that a process that did not see a REQ
+    /// cannot guess whom to answer (Linux's IB CM likewise hides its id allocator behind
+    /// a random operand, `cm.random_id_operand`), and not 0 nor one in use.
     pub fn next_num(&self) -> u32 {
+        let conns = self.lock_conns();
         loop {
-            let n = self.next.fetch_add(1, Ordering::Relaxed);
-            if n != 0 {
+            let mut b = [0u8; 4];
+            // SAFETY: `b` is writable for 4 bytes.
+            let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 4, 0) };
+            let n = if got == 4 {
+                u32::from_ne_bytes(b)
+            } else {
+                // No entropy to be had: the clock's nanoseconds, still never sequential.
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| {
+                        d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(7)
+                    })
+            };
+            if n != 0 && !conns.contains_key(&n) {
                 return n;
             }
         }
@@ -247,6 +298,21 @@ impl Agent {
     /// Makes `conn` reachable by its communication id.
     pub fn register(&self, conn: &Arc<Conn>) {
         self.lock_conns().insert(conn.num, conn.clone());
+    }
+
+    /// Remembers that the connection of requester (`name`, `comm`) was established, so
+    /// that a replay of its REQ is refused.
+    fn remember_established(&self, name: Name, comm: u32) {
+        let mut e = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        if e.len() == STALE_MEMORY {
+            e.pop_front();
+        }
+        e.push_back((name, comm));
+    }
+
+    fn replayed(&self, name: Name, comm: u32) -> bool {
+        let e = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        e.iter().any(|&(n, c)| n == name && c == comm)
     }
 
     /// Forgets `conn`, and closes and removes its listener socket.
@@ -329,6 +395,22 @@ impl Agent {
                 None => Err(SendError::Other(libc::EIO)),
             },
         }
+    }
+
+    /// Sends `m` to the socket `to` without waiting: dropped when the receiver's queue
+    /// is full. The agent thread's answers to messages it did not ask for go this way.
+    fn send_now(&self, to: &str, m: &Message) {
+        let mut buf = [0u8; wire::MAX_MESSAGE];
+        let n = wire::encode(m, &mut buf);
+        let _ = self.quick.send_to(&buf[..n], self.dir.socket_path(to));
+    }
+
+    /// Sends `m` to the socket `to`, waiting `BRIEF_WAIT` (50 ms) at most for room: for the
+    /// REJs of the program's calls, answers to peers that may be hostile.
+    pub fn send_brief(&self, to: &str, m: &Message) {
+        let mut buf = [0u8; wire::MAX_MESSAGE];
+        let n = wire::encode(m, &mut buf);
+        let _ = self.brief.send_to(&buf[..n], self.dir.socket_path(to));
     }
 
     /// A message from this process.
@@ -437,7 +519,7 @@ impl Agent {
                 private: Private::EMPTY,
             },
         );
-        let _ = self.send(m.name.as_str(), &rej);
+        self.send_now(m.name.as_str(), &rej);
     }
 
     fn on_req(&self, m: &Message, listener: u32) {
@@ -464,6 +546,9 @@ impl Agent {
         });
         if dup {
             return;
+        }
+        if m.kind == Kind::Req && self.replayed(m.name, m.from) {
+            return self.reject(m, reason::STALE_CONNECTION);
         }
         let mut ls = l.lock();
         // An IPv6 listener takes IPv4 requests unless RDMA_OPTION_ID_AFONLY says not.
@@ -579,6 +664,9 @@ impl Agent {
         s.deadline = None;
         s.awaiting = None;
         s.phase = Phase::Connected;
+        if let (Some(p), Some(_)) = (s.peer, s.parent.as_ref()) {
+            self.remember_established(p.name, p.comm);
+        }
         c.report(&s, What::Established);
     }
 
@@ -600,7 +688,7 @@ impl Agent {
         let drep = self.message(Kind::Drep, m.to, m.from, Body::Empty);
         // Answered whatever our state: the peer waits for it (IB CM answers a DREQ for
         // a connection it no longer has with a DREP too).
-        let _ = self.send(m.name.as_str(), &drep);
+        self.send_now(m.name.as_str(), &drep);
         let Some(c) = self.matching(m, &[Phase::Connected, Phase::DreqSent, Phase::RepSent]) else {
             return;
         };

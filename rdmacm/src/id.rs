@@ -228,7 +228,7 @@ pub unsafe fn destroy_id(idp: *mut Id) -> Result<(), i32> {
                         private: Private::EMPTY,
                     },
                 );
-                let _ = a.send(p.name.as_str(), &rej);
+                a.send_brief(p.name.as_str(), &rej);
             }
             _ => {}
         }
@@ -269,7 +269,7 @@ fn reject_unclaimed(child: &Arc<Conn>) {
                     private: Private::EMPTY,
                 },
             );
-            let _ = a.send(p.name.as_str(), &rej);
+            a.send_brief(p.name.as_str(), &rej);
         }
         a.unregister(child);
     }
@@ -756,11 +756,16 @@ pub unsafe fn reject(id: &mut Id, data: *const c_void, len: u8) -> Result<(), i3
     let conn = id.conn.clone();
     let (peer, parent) = {
         let mut s = conn.lock();
-        let Some(peer) = s.peer.filter(|_| s.phase == Phase::ReqRcvd) else {
+        // A passive id rejects a request; an active RC id may reject the reply after
+        // its CONNECT_RESPONSE (IB CM's REJ in REP-received, IBA 12.9.6; Linux's
+        // ib_send_cm_rej takes IB_CM_REP_RCVD).
+        let rep_rcvd = s.phase == Phase::RepRcvd && !ud;
+        let Some(peer) = s.peer.filter(|_| s.phase == Phase::ReqRcvd || rep_rcvd) else {
             return Err(libc::EINVAL);
         };
+        let passive = s.phase == Phase::ReqRcvd;
         s.phase = Phase::Failed;
-        (peer, s.parent.clone())
+        (peer, passive.then(|| s.parent.clone()).flatten())
     };
     release_backlog(parent.as_ref());
     let body = if ud {
@@ -791,7 +796,7 @@ pub unsafe fn reject(id: &mut Id, data: *const c_void, len: u8) -> Result<(), i3
     };
     let kind = if ud { Kind::SidrRep } else { Kind::Rej };
     let m = a.message(kind, conn.num, peer.comm, body);
-    let _ = a.send(peer.name.as_str(), &m);
+    a.send_brief(peer.name.as_str(), &m);
     Ok(())
 }
 
@@ -1021,7 +1026,7 @@ pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
                                         private: Private::EMPTY,
                                     },
                                 );
-                                let _ = a.send(peer.name.as_str(), &rej);
+                                a.send_brief(peer.name.as_str(), &rej);
                             }
                             p.conn.lock().phase = Phase::Failed;
                             qp_to_error(id);

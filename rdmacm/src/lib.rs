@@ -32,6 +32,9 @@
 //! - **Carrier**: datagrams over `AF_UNIX` sockets in `<softverbs directory>/rdmacm/`
 //!   ([`agent`] says why), one per process and one per bound port; messages of our own
 //!   format modelled on IB CM's ([`wire`]).
+//! - **Hostile peers**: any process of the user can send to the sockets; communication
+//!   ids are random, the agent thread never waits on a peer, a replayed REQ of an
+//!   ended connection is refused as stale ([`agent`] says how).
 //! - **Addressing**: every address of this machine resolves to soft device 0, port 1
 //!   ([`addr`]); the route is that port's path record (LID, GID, MTU, P_Key 0xffff).
 //! - **Connection**: REQ → REP → RTU for RC (private data up to 56 bytes on connect,

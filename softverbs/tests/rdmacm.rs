@@ -6,6 +6,8 @@
 //! SIDR, Q_Key, address handles), `rdma_server`/`rdma_client` (the synchronous
 //! `rdma_create_ep` API), `rstream` (rsockets, data verified, blocking, non-blocking
 //! and with `rpoll`), `riostream` (`riomap`/`riowrite`, data verified), and `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`.
+//! Each runs twice: with vqp-rdmacm preloaded by the launcher, and as the
+//! `librdmacm.so.1` the programs load (`LD_LIBRARY_PATH`, nothing preloaded).
 //! Each test has its own namespace directory; the client starts once the server's
 //! listener socket is in it. Gated on the packages: skipped with a line naming them
 //! when missing, failed then under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
@@ -44,9 +46,55 @@ fn listening(dir: &Path, port: u16) -> bool {
     })
 }
 
+/// How the programs get vqp-rdmacm.
+#[derive(Clone, Copy, Debug)]
+enum Way {
+    /// Preloaded by the launcher (`VQP_RDMACM_LIB`).
+    Preloaded,
+    /// In place of the system's: `LD_LIBRARY_PATH` names a directory whose
+    /// `librdmacm.so.1` is vqp-rdmacm's, and the launcher preloads none
+    /// (`VQP_RDMACM_LIB=`).
+    AsLibrdmacm,
+}
+
+/// A directory holding `librdmacm.so.1` → vqp-rdmacm's library, removed when dropped.
+struct RdmacmDir(PathBuf);
+
+impl RdmacmDir {
+    fn new(tag: &str) -> RdmacmDir {
+        let dir = std::env::temp_dir().join(format!("vqp-librdmacm-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(rdmacm_lib(), dir.join("librdmacm.so.1")).unwrap();
+        RdmacmDir(dir)
+    }
+}
+
+impl Drop for RdmacmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the pair both ways ([`Way`]): the outputs of each run, preloaded first.
+fn pair(test: &str, server: &[&str], client: &[&str], port: u16) -> Option<Vec<(String, String)>> {
+    let mut runs = Vec::new();
+    for way in [Way::Preloaded, Way::AsLibrdmacm] {
+        runs.push(pair_one(test, server, client, port, way)?);
+    }
+    Some(runs)
+}
+
 /// Runs `server`, then `client` once the server listens on `port`, each through the
-/// launcher in a namespace of the test's own; both must exit 0 within 60 s.
-fn pair(test: &str, server: &[&str], client: &[&str], port: u16) -> Option<(String, String)> {
+/// launcher in a namespace of the test's own, with vqp-rdmacm as `way` says; both
+/// must exit 0 within 60 s.
+fn pair_one(
+    test: &str,
+    server: &[&str],
+    client: &[&str],
+    port: u16,
+    way: Way,
+) -> Option<(String, String)> {
     let program = server[0];
     let package = if program.starts_with("ib_") {
         "perftest"
@@ -56,7 +104,14 @@ fn pair(test: &str, server: &[&str], client: &[&str], port: u16) -> Option<(Stri
     system::program(test, program, package)?;
     let dir = procs::namespace(test);
     let lib = rdmacm_lib();
-    let env: [(&str, &OsStr); 1] = [("VQP_RDMACM_LIB", lib.as_os_str())];
+    let lib_dir = RdmacmDir::new(test);
+    let env: Vec<(&str, &OsStr)> = match way {
+        Way::Preloaded => vec![("VQP_RDMACM_LIB", lib.as_os_str())],
+        Way::AsLibrdmacm => vec![
+            ("VQP_RDMACM_LIB", OsStr::new("")),
+            ("LD_LIBRARY_PATH", lib_dir.0.as_os_str()),
+        ],
+    };
     let side = |args: &[&str]| {
         let mut v: Vec<String> = vec!["run".into(), "--dir".into(), dir.display().to_string()];
         v.push("--".into());
@@ -71,13 +126,13 @@ fn pair(test: &str, server: &[&str], client: &[&str], port: u16) -> Option<(Stri
         if let Ok(Some(_)) = c.try_wait() {
             let out = srv.0.take().unwrap().wait_with_output().unwrap();
             panic!(
-                "{test}: the server exited before listening: {}",
+                "{test} ({way:?}): the server exited before listening: {}",
                 describe(&out)
             );
         }
         assert!(
             Instant::now() < deadline,
-            "{test}: the server never listened"
+            "{test} ({way:?}): the server never listened"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -109,7 +164,7 @@ fn count(out: &str, prefix: &str) -> usize {
 fn rping_pings_ten_times_with_every_byte_checked() {
     let port = procs::free_port();
     let p = port.to_string();
-    let Some((s, c)) = pair(
+    let Some(runs) = pair(
         "rping_pings_ten_times_with_every_byte_checked",
         &[
             "rping",
@@ -139,19 +194,21 @@ fn rping_pings_ten_times_with_every_byte_checked() {
     ) else {
         return;
     };
-    assert_eq!(count(&c, "ping data: rdma-ping-"), 10, "client:\n{c}");
-    assert_eq!(
-        count(&s, "server ping data: rdma-ping-"),
-        10,
-        "server:\n{s}"
-    );
+    for (s, c) in runs {
+        assert_eq!(count(&c, "ping data: rdma-ping-"), 10, "client:\n{c}");
+        assert_eq!(
+            count(&s, "server ping data: rdma-ping-"),
+            10,
+            "server:\n{s}"
+        );
+    }
 }
 
 #[test]
 fn rping_with_its_own_qps_moved_by_rdma_init_qp_attr() {
     let port = procs::free_port();
     let p = port.to_string();
-    let Some((_, c)) = pair(
+    let Some(runs) = pair(
         "rping_with_its_own_qps_moved_by_rdma_init_qp_attr",
         &["rping", "-s", "-q", "-a", "127.0.0.1", "-p", &p, "-C", "3"],
         &[
@@ -170,14 +227,16 @@ fn rping_with_its_own_qps_moved_by_rdma_init_qp_attr() {
     ) else {
         return;
     };
-    assert_eq!(count(&c, "ping data: rdma-ping-"), 3, "client:\n{c}");
+    for (_, c) in runs {
+        assert_eq!(count(&c, "ping data: rdma-ping-"), 3, "client:\n{c}");
+    }
 }
 
 #[test]
 fn ucmatose_connects_exchanges_and_disconnects() {
     let port = procs::free_port();
     let p = port.to_string();
-    let Some((s, c)) = pair(
+    let Some(runs) = pair(
         "ucmatose_connects_exchanges_and_disconnects",
         &["ucmatose", "-p", &p, "-c", "2", "-C", "10"],
         &[
@@ -195,16 +254,18 @@ fn ucmatose_connects_exchanges_and_disconnects() {
     ) else {
         return;
     };
-    for out in [&s, &c] {
-        assert!(out.contains("data transfers complete"), "{out}");
-        assert!(out.contains("return status 0"), "{out}");
+    for (s, c) in runs {
+        for out in [&s, &c] {
+            assert!(out.contains("data transfers complete"), "{out}");
+            assert!(out.contains("return status 0"), "{out}");
+        }
     }
 }
 
 #[test]
 fn udaddy_resolves_and_exchanges_datagrams() {
     // udaddy's port is fixed (7174); the test's own namespace keeps it apart.
-    let Some((s, c)) = pair(
+    let Some(runs) = pair(
         "udaddy_resolves_and_exchanges_datagrams",
         &["udaddy", "-c", "50", "-C", "10"],
         &["udaddy", "-s", "127.0.0.1", "-c", "50", "-C", "10"],
@@ -212,9 +273,11 @@ fn udaddy_resolves_and_exchanges_datagrams() {
     ) else {
         return;
     };
-    for out in [&s, &c] {
-        assert!(out.contains("data transfers complete"), "{out}");
-        assert!(out.contains("return status 0"), "{out}");
+    for (s, c) in runs {
+        for out in [&s, &c] {
+            assert!(out.contains("data transfers complete"), "{out}");
+            assert!(out.contains("return status 0"), "{out}");
+        }
     }
 }
 
@@ -222,7 +285,7 @@ fn udaddy_resolves_and_exchanges_datagrams() {
 fn rdma_server_and_rdma_client_exchange_a_message() {
     let port = procs::free_port();
     let p = port.to_string();
-    let Some((s, c)) = pair(
+    let Some(runs) = pair(
         "rdma_server_and_rdma_client_exchange_a_message",
         &["rdma_server", "-p", &p],
         &["rdma_client", "-s", "127.0.0.1", "-p", &p],
@@ -230,15 +293,17 @@ fn rdma_server_and_rdma_client_exchange_a_message() {
     ) else {
         return;
     };
-    assert!(s.contains("rdma_server: end 0"), "{s}");
-    assert!(c.contains("rdma_client: end 0"), "{c}");
+    for (s, c) in runs {
+        assert!(s.contains("rdma_server: end 0"), "{s}");
+        assert!(c.contains("rdma_client: end 0"), "{c}");
+    }
 }
 
 #[test]
 fn ib_write_bw_connects_through_rdma_cm() {
     let port = procs::free_port();
     let p = port.to_string();
-    let Some((_, c)) = pair(
+    let Some(runs) = pair(
         "ib_write_bw_connects_through_rdma_cm",
         &["ib_write_bw", "-R", "-d", "soft0", "-n", "100", "-p", &p],
         &[
@@ -256,10 +321,12 @@ fn ib_write_bw_connects_through_rdma_cm() {
     ) else {
         return;
     };
-    assert!(
-        c.lines().any(|l| l.trim_start().starts_with("65536")),
-        "no result line:\n{c}"
-    );
+    for (_, c) in runs {
+        assert!(
+            c.lines().any(|l| l.trim_start().starts_with("65536")),
+            "no result line:\n{c}"
+        );
+    }
 }
 
 #[test]
@@ -267,7 +334,7 @@ fn ib_read_bw_and_ib_send_lat_connect_through_rdma_cm() {
     for prog in ["ib_read_bw", "ib_send_lat"] {
         let port = procs::free_port();
         let p = port.to_string();
-        let Some((_, c)) = pair(
+        let Some(runs) = pair(
             "ib_read_bw_and_ib_send_lat_connect_through_rdma_cm",
             &[prog, "-R", "-n", "50", "-p", &p],
             &[prog, "-R", "-n", "50", "-p", &p, "127.0.0.1"],
@@ -275,11 +342,13 @@ fn ib_read_bw_and_ib_send_lat_connect_through_rdma_cm() {
         ) else {
             return;
         };
-        let size = if prog == "ib_read_bw" { "65536" } else { "2" };
-        assert!(
-            c.lines().any(|l| l.trim_start().starts_with(size)),
-            "{prog}: no result line:\n{c}"
-        );
+        for (_, c) in runs {
+            let size = if prog == "ib_read_bw" { "65536" } else { "2" };
+            assert!(
+                c.lines().any(|l| l.trim_start().starts_with(size)),
+                "{prog}: no result line:\n{c}"
+            );
+        }
     }
 }
 
@@ -300,7 +369,7 @@ fn rstream_moves_verified_data_blocking_nonblocking_and_async() {
         let (sa, ca) = (args(false), args(true));
         let sa: Vec<&str> = sa.iter().map(String::as_str).collect();
         let ca: Vec<&str> = ca.iter().map(String::as_str).collect();
-        let Some((s, c)) = pair(
+        let Some(runs) = pair(
             "rstream_moves_verified_data_blocking_nonblocking_and_async",
             &sa,
             &ca,
@@ -308,11 +377,13 @@ fn rstream_moves_verified_data_blocking_nonblocking_and_async() {
         ) else {
             return;
         };
-        for out in [&s, &c] {
-            assert!(
-                out.lines().any(|l| l.starts_with("custom ")),
-                "{mode:?}: no result line:\n{out}"
-            );
+        for (s, c) in runs {
+            for out in [&s, &c] {
+                assert!(
+                    out.lines().any(|l| l.starts_with("custom ")),
+                    "{mode:?}: no result line:\n{out}"
+                );
+            }
         }
     }
 }
@@ -327,7 +398,7 @@ fn riostream_writes_verified_data_into_mapped_memory() {
         .into_iter()
         .chain(common)
         .collect();
-    let Some((s, c)) = pair(
+    let Some(runs) = pair(
         "riostream_writes_verified_data_into_mapped_memory",
         &server,
         &client,
@@ -335,10 +406,12 @@ fn riostream_writes_verified_data_into_mapped_memory() {
     ) else {
         return;
     };
-    for out in [&s, &c] {
-        assert!(
-            out.lines().any(|l| l.starts_with("custom ")),
-            "no result line:\n{out}"
-        );
+    for (s, c) in runs {
+        for out in [&s, &c] {
+            assert!(
+                out.lines().any(|l| l.starts_with("custom ")),
+                "no result line:\n{out}"
+            );
+        }
     }
 }

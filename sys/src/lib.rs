@@ -41,6 +41,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![allow(non_camel_case_types)]
 
+/// librdmacm's structs and constants (`rdma_cma.h`).
+pub mod cm;
 mod device;
 mod event;
 mod ex;

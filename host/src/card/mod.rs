@@ -513,4 +513,4 @@ impl Card {
 mod agree;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -105,7 +105,7 @@ mod settings;
 mod share;
 
 use rejoin::{Rejoin, RejoinDevice};
-use settings::random_24bit;
+pub(crate) use settings::random_24bit;
 pub use settings::{device_of, Settings};
 
 /// One device of an endpoint: its CQ and what the card and the paths need of it.

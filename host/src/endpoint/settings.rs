@@ -108,7 +108,7 @@ pub fn device_of(i: usize, devices: usize) -> usize {
 
 /// A random 24-bit number (a PSN or a first sequence number), from the standard
 /// library's per-process random hash keys.
-pub(super) fn random_24bit() -> u32 {
+pub(crate) fn random_24bit() -> u32 {
     let mut h = RandomState::new().build_hasher();
     h.write_u64(
         std::time::SystemTime::now()

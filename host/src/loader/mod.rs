@@ -13,7 +13,11 @@
 //!   (`Verbs::linked`), unless `VQP_IBVERBS_PATH` is set, which still wins.
 //! - any build: [`Verbs::load_from`] opens an explicit path, and [`Verbs::from_table`]
 //!   takes a table of in-process function pointers (a software provider's).
+//!
+//! librdmacm, for connecting through the RDMA connection manager, is loaded the same
+//! way and only when asked for: [`cm::RdmaCm`].
 
+pub mod cm;
 mod dl;
 #[cfg(feature = "linked")]
 mod linked;

@@ -6,7 +6,7 @@ mod fields;
 
 use super::*;
 
-pub(super) fn gid(last: u8) -> Gid {
+pub(crate) fn gid(last: u8) -> Gid {
     Gid::from_bytes([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, last])
 }
 
@@ -16,7 +16,7 @@ pub(super) fn card(mode: Mode, n: u32) -> Card {
 }
 
 /// A card with `n` data QPs, data QP `i` on port `i % ports`, the notify QP on port 0.
-pub(super) fn card_on(mode: Mode, n: u32, ports: u8) -> Card {
+pub(crate) fn card_on(mode: Mode, n: u32, ports: u8) -> Card {
     Card {
         mode,
         caps: Capabilities::supported(),
