@@ -254,11 +254,24 @@ enum Phase {
     Closing,
 }
 
-/// Every object handed out and not yet freed, by address. A `BTreeMap` rather than a
-/// `HashMap`: its nodes are referenced by their start, so memcheck sees the memory as
-/// reachable, whereas hashbrown's pointer into the middle of its table is reported as
-/// "possibly lost" at exit.
-static LIVE: Mutex<BTreeMap<usize, (Kind, Phase)>> = Mutex::new(BTreeMap::new());
+/// Every object handed out and not yet freed, by the address of its ABI struct, with
+/// the start of its allocation. A `BTreeMap` rather than a `HashMap`: its nodes are
+/// referenced by their start, so memcheck sees the memory as reachable, whereas
+/// hashbrown's pointer into the middle of its table is reported as "possibly lost" at
+/// exit; and the start kept beside the key does the same for an object whose ABI struct
+/// is not at its start (a context: its `verbs_context` comes first), which an
+/// application may keep open until it exits.
+static LIVE: Mutex<BTreeMap<usize, Entry>> = Mutex::new(BTreeMap::new());
+
+/// A registered object: its kind, its phase, and where its allocation starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    kind: Kind,
+    phase: Phase,
+    /// Never dereferenced: an address memcheck's leak scan finds (it reads words, not
+    /// types).
+    start: usize,
+}
 
 /// The ABI pointer of the wrapper at `p`.
 fn abi_of<T: Object>(p: *mut T) -> *mut T::Abi {
@@ -273,14 +286,20 @@ fn wrapper_of<T: Object>(p: *mut T::Abi) -> *mut T {
 /// Moves `obj` to the heap, registers it as live, and returns the pointer to its ABI
 /// struct.
 pub(super) fn publish<T: Object>(obj: T) -> *mut T::Abi {
-    let p = abi_of(Box::into_raw(Box::new(obj)));
-    lock(&LIVE).insert(p as usize, (T::KIND, Phase::Live));
+    let start = Box::into_raw(Box::new(obj));
+    let p = abi_of(start);
+    let e = Entry {
+        kind: T::KIND,
+        phase: Phase::Live,
+        start: start as usize,
+    };
+    lock(&LIVE).insert(p as usize, e);
     p
 }
 
 /// Whether `p` is registered as a `T` in a phase `ok` accepts.
 fn registered<T: Object>(p: *mut T::Abi, ok: impl Fn(Phase) -> bool) -> bool {
-    matches!(lock(&LIVE).get(&(p as usize)), Some(&(k, ph)) if k == T::KIND && ok(ph))
+    matches!(lock(&LIVE).get(&(p as usize)), Some(e) if e.kind == T::KIND && ok(e.phase))
 }
 
 /// Borrows the live `T` behind `p`: `None` for null, for a pointer this provider did
@@ -362,7 +381,7 @@ pub(super) fn retire<T: Object>(
     let Some(entry) = live.get_mut(&(p as usize)) else {
         return Err(libc::EINVAL);
     };
-    if *entry != (T::KIND, Phase::Live) {
+    if (entry.kind, entry.phase) != (T::KIND, Phase::Live) {
         return Err(libc::EINVAL);
     }
     let ptr = wrapper_of::<T>(p);
@@ -370,7 +389,7 @@ pub(super) fn retire<T: Object>(
     // `publish` leaked, not freed while it is registered (and only `Retiring::free`
     // frees it).
     check(unsafe { &*ptr })?;
-    entry.1 = Phase::Closing;
+    entry.phase = Phase::Closing;
     Ok(Retiring {
         ptr,
         key: p as usize,
