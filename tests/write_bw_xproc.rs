@@ -277,15 +277,8 @@ fn run_faulty(test: &str, mode: &str, fault: Fault, port: u16) {
     let setup = Setup::new(test, Load::EnvPath);
     let prog = write_bw();
     let env = setup.env();
-    let server = Live::spawn(&prog, &server_args(port), &env);
-    let until = Instant::now() + Duration::from_secs(30);
-    while !procs::listening(port) {
-        assert!(
-            Instant::now() < until,
-            "the server never listened on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut server = Live::spawn(&prog, &server_args(port), &env);
+    server.listen(port, Duration::from_secs(30));
     let mut cenv = env.clone();
     if let Fault::QpFails(rule) = fault {
         cenv.push(("VQP_SOFT_FAIL_QP", OsStr::new(rule)));
@@ -452,15 +445,8 @@ fn a_stopped_client_costs_the_server_no_busy_core() {
     // Deadlines far beyond the stop: neither side may give up on the other.
     let mut sargs = server_args(port);
     sargs.extend(["--timeout", "60"].map(String::from));
-    let server = Live::spawn(&prog, &sargs, &env);
-    let until = Instant::now() + Duration::from_secs(30);
-    while !procs::listening(port) {
-        assert!(
-            Instant::now() < until,
-            "the server never listened on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut server = Live::spawn(&prog, &sargs, &env);
+    server.listen(port, Duration::from_secs(30));
     let run = ["--duration", "3", "--timeout", "60"];
     let mut client = Live::spawn(
         &prog,

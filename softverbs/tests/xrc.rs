@@ -8,12 +8,12 @@ mod common;
 mod xproc_support;
 mod xrc_support;
 
-use std::io::BufRead;
 use std::ptr::null_mut;
 
 use common::verbs;
 use vqp_host::sys::*;
 use vqp_softverbs as sv;
+use xproc_support::child::{out, serve};
 use xproc_support::{isolate, Peer, ENV_CHILD};
 use xrc_support::*;
 
@@ -499,10 +499,7 @@ fn child() {
     let b = Node::new(&v, "soft1");
     let mut keep = None;
     let mut r = null_mut();
-    let out = |s: &str| println!("@{s}");
-    for line in std::io::stdin().lock().lines() {
-        let line = line.unwrap();
-        let w: Vec<&str> = line.split_whitespace().collect();
+    serve(|w| {
         match w.first().copied() {
             Some("setup") => {
                 let file = std::fs::File::open(w[1]).unwrap();
@@ -517,13 +514,13 @@ fn child() {
                 for i in 0..4 {
                     post_srq_recv(srq, b.sge(i * 64, 64), i as u64);
                 }
-                out(&format!("{} {} {}", b.lid(), qpn(r), srq_num(srq).unwrap()));
+                out(format!("{} {} {}", b.lid(), qpn(r), srq_num(srq).unwrap()));
             }
             Some("connect") => connect_recv(r, w[1].parse().unwrap(), w[2].parse().unwrap()),
             Some("wait") => {
                 for wc in poll(b.cq, w[1].parse().unwrap(), 10_000) {
                     let data = &b.buf()[wc.wr_id as usize * 64..][..wc.byte_len as usize];
-                    out(&format!(
+                    out(format!(
                         "{} {} {} {} {}",
                         wc.status,
                         wc.qp_num,
@@ -533,11 +530,11 @@ fn child() {
                     ));
                 }
             }
-            Some("state") => out(&state(r).to_string()),
-            _ => break,
+            Some("state") => out(state(r)),
+            _ => return false,
         }
-        out("end");
-    }
+        true
+    });
     drop(keep);
 }
 

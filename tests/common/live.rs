@@ -1,17 +1,20 @@
 //! A write_bw process run by a test: its stderr read line by line as it runs, its
-//! stdout collected, killed if the test lets it go or it outlives its limit.
+//! stdout collected, killed if the test lets it go or it outlives its limit. Starting,
+//! waiting and killing are softverbs' `procs` (which the test includes beside this).
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::mpsc::{channel, Receiver};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::procs::{self, Killed};
+
 /// A write_bw process whose stderr is read line by line as it runs.
 pub struct Live {
-    child: Option<Child>,
+    child: Killed,
     lines: Receiver<String>,
     seen: Vec<String>,
     stdout: Option<JoinHandle<String>>,
@@ -38,15 +41,8 @@ impl Ended {
 
 impl Live {
     pub fn spawn(prog: &Path, args: &[String], env: &[(&str, &OsStr)]) -> Live {
-        let mut c = Command::new(prog);
-        c.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let mut child = c.spawn().expect("spawn write_bw");
+        let mut started = procs::start(prog, args, env);
+        let child = started.0.as_mut().unwrap();
         let (tx, lines) = channel();
         let err = child.stderr.take().unwrap();
         std::thread::spawn(move || {
@@ -64,10 +60,25 @@ impl Live {
             s
         });
         Live {
-            child: Some(child),
+            child: started,
             lines,
             seen: Vec::new(),
             stdout: Some(stdout),
+        }
+    }
+
+    /// Waits at most `limit` for the process to listen on TCP `port`; panics past that or
+    /// if it exits first.
+    pub fn listen(&mut self, port: u16, limit: Duration) {
+        let child = self.child.0.as_mut().unwrap();
+        if let Err(status) = procs::listen_by(child, port, Instant::now() + limit) {
+            while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+                self.seen.push(l);
+            }
+            panic!(
+                "exited ({status}) before listening on {port}; stderr:\n{}",
+                self.seen.join("\n")
+            );
         }
     }
 
@@ -91,31 +102,20 @@ impl Live {
 
     /// The process's id (while it runs).
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.child.0.as_ref().map_or(0, Child::id)
     }
 
     /// Kills the process with SIGKILL.
     pub fn kill(&mut self) {
-        if let Some(c) = self.child.as_mut() {
+        if let Some(c) = self.child.0.as_mut() {
             let _ = c.kill();
         }
     }
 
     /// Waits at most `limit` for the process to exit, killing it past that.
     pub fn finish(mut self, limit: Duration) -> Ended {
-        let mut child = self.child.take().unwrap();
-        let until = Instant::now() + limit;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-            }
-        };
+        let child = self.child.0.as_mut().unwrap();
+        let status = procs::exit_by(child, Instant::now() + limit);
         let stdout = self.stdout.take().unwrap().join().unwrap_or_default();
         // The pipe closed with the process: the reader thread ends on its own.
         while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
@@ -125,15 +125,6 @@ impl Live {
             status,
             stdout,
             stderr: std::mem::take(&mut self.seen),
-        }
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
         }
     }
 }

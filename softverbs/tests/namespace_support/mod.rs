@@ -1,16 +1,18 @@
 //! A rig for namespace tests: every process runs in a child (the test binary re-run as
-//! its `child` test, with `VQP_NS_CHILD` set), in the namespace directory and with the
-//! device count the test names, obeying line commands on stdin and answering on
-//! stdout. Every wait is bounded; a child is killed when its handle drops.
+//! its `child` test, with `VQP_NS_CHILD` set, driven through `child`), in the namespace
+//! directory and with the device count the test names. This file holds the child's
+//! commands.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+#[path = "../child/mod.rs"]
+pub mod child;
+
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use child::{out, Driver};
 use vqp_host::sys::*;
 
 use crate::common::{self, Opts, Side};
@@ -71,92 +73,29 @@ pub fn is_root() -> bool {
 }
 
 /// A running child.
-pub struct Proc {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-    stderr: Arc<Mutex<String>>,
+pub struct Proc(Driver);
+
+impl Deref for Proc {
+    type Target = Driver;
+    fn deref(&self) -> &Driver {
+        &self.0
+    }
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl DerefMut for Proc {
+    fn deref_mut(&mut self) -> &mut Driver {
+        &mut self.0
     }
 }
 
 impl Proc {
     /// Starts a child in namespace `dir` with `devices` devices.
     pub fn spawn(dir: &Path, devices: usize) -> Proc {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-            .env(ENV_CHILD, "1")
-            .env(vqp_softverbs::ENV_DIR, dir)
-            .env("VQP_SOFT_DEVICES", devices.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the child");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut err = child.stderr.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(at) = line.find('@') {
-                    if tx.send(line[at + 1..].to_string()).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-        Proc {
-            child,
-            stdin,
-            lines,
-            stderr,
-        }
-    }
-
-    /// Sends a command and collects its answer lines.
-    pub fn cmd(&mut self, line: &str) -> Vec<String> {
-        writeln!(self.stdin, "{line}").expect("child stdin");
-        self.stdin.flush().unwrap();
-        let mut out = Vec::new();
-        loop {
-            let l = self.lines.recv_timeout(STEP).unwrap_or_else(|e| {
-                panic!(
-                    "child did not answer {line:?}: {e}\nstderr:\n{}",
-                    self.stderr()
-                )
-            });
-            if l == "end" {
-                return out;
-            }
-            out.push(l);
-        }
-    }
-
-    /// The one answer line of a command.
-    pub fn one(&mut self, line: &str) -> String {
-        let mut v = self.cmd(line);
-        assert_eq!(v.len(), 1, "{line}: {v:?}");
-        v.pop().unwrap()
+        Proc(Driver::spawn(ENV_CHILD, STEP, |c| {
+            c.env(vqp_softverbs::ENV_DIR, dir)
+                .env("VQP_SOFT_DEVICES", devices.to_string())
+                .stderr(Stdio::piped());
+        }))
     }
 
     /// Tries to create an RC QP on `dev`: `Ok(qpn)` or `Err(errno)`, and how long the
@@ -172,28 +111,14 @@ impl Proc {
         (r, took)
     }
 
-    /// What the child wrote on stderr so far.
-    pub fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
     /// Ends the child normally (its exit handlers run) and returns its stderr.
-    pub fn exit(mut self) -> String {
-        self.cmd("exit");
-        let deadline = Instant::now() + STEP;
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "child did not exit");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        // The reader thread sees end of file once the child is gone.
-        std::thread::sleep(Duration::from_millis(20));
-        self.stderr()
+    pub fn exit(self) -> String {
+        self.0.exit()
     }
 
     /// Kills the child with `SIGKILL` (no exit handler runs) and reaps it.
     pub fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.kill();
     }
 }
 
@@ -203,11 +128,8 @@ pub fn child_main() {
     let o = Opts::default();
     let mut side: Option<Side> = None;
     let mut kept: Vec<Side> = Vec::new();
-    let out = |s: String| println!("@{s}");
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
-        let w: Vec<&str> = line.split_whitespace().collect();
-        let num = |i: usize| -> u64 { w[i].parse().unwrap() };
+    child::serve(|w| {
+        let num = |i: usize| child::num(w, i);
         match w.first().copied() {
             Some("create") => {
                 // A context, PD, CQ and region stay; the QP is tried.
@@ -279,14 +201,10 @@ pub fn child_main() {
                 let s = side.as_ref().unwrap();
                 let (off, len) = (num(1) as usize, num(2) as usize);
                 let b = &common::bytes(s)[off..off + len];
-                out(b.iter().map(|x| format!("{x:02x}")).collect());
+                out(b.iter().map(|x| format!("{x:02x}")).collect::<String>());
             }
-            Some("exit") => {
-                out("end".into());
-                return;
-            }
-            _ => out(format!("unknown {line}")),
+            _ => return false,
         }
-        out("end".into());
-    }
+        true
+    });
 }

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A fresh namespace directory for one test.
@@ -36,6 +36,22 @@ pub fn listening(port: u16) -> bool {
     })
 }
 
+/// Waits until something listens on TCP `port`, or `server` exits first (its status as
+/// the error); panics past `deadline`.
+pub fn listen_by(server: &mut Child, port: u16, deadline: Instant) -> Result<(), ExitStatus> {
+    while !listening(port) {
+        if let Ok(Some(status)) = server.try_wait() {
+            return Err(status);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// A child killed (and reaped) when dropped, so that a failing test leaves no process
 /// behind.
 pub struct Killed(pub Option<Child>);
@@ -49,33 +65,39 @@ impl Drop for Killed {
     }
 }
 
-/// Waits for `child` at most until `deadline`; panics (after killing it) past that.
-pub fn wait(child: &mut Killed, deadline: Instant, who: &str) -> Output {
-    let slot = &mut child.0;
+/// Waits for `child` to exit until `deadline`: its status, or `None` when it ran past
+/// the deadline and was killed (and reaped).
+pub fn exit_by(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
     loop {
-        let c = slot.as_mut().expect("a child not yet waited for");
-        match c.try_wait() {
-            Ok(Some(_)) => break,
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
             _ => {
-                let _ = c.kill();
-                let out = slot
-                    .take()
-                    .unwrap()
-                    .wait_with_output()
-                    .expect("collect output");
-                panic!(
-                    "{who} ran past its time limit and was killed\nstdout:\n{}\nstderr:\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
             }
         }
     }
-    slot.take()
+}
+
+/// Waits for `child` at most until `deadline`; panics (after killing it) past that.
+pub fn wait(child: &mut Killed, deadline: Instant, who: &str) -> Output {
+    let c = child.0.as_mut().expect("a child not yet waited for");
+    let late = exit_by(c, deadline).is_none();
+    let out = child
+        .0
+        .take()
         .unwrap()
         .wait_with_output()
-        .expect("collect output")
+        .expect("collect output");
+    assert!(
+        !late,
+        "{who} ran past its time limit and was killed\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// Starts `prog` with `args` and `env` set, its output captured.
@@ -104,17 +126,12 @@ pub fn start_pair(
     deadline: Instant,
 ) -> (Killed, Killed) {
     let mut srv = start(server.0, server.1, env);
-    while !listening(port) {
-        let c = srv.0.as_mut().unwrap();
-        if let Ok(Some(_)) = c.try_wait() {
-            let out = srv.0.take().unwrap().wait_with_output().unwrap();
-            panic!(
-                "server exited before listening: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert!(Instant::now() < deadline, "server never listened on {port}");
-        std::thread::sleep(Duration::from_millis(20));
+    if listen_by(srv.0.as_mut().unwrap(), port, deadline).is_err() {
+        let out = srv.0.take().unwrap().wait_with_output().unwrap();
+        panic!(
+            "server exited before listening: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let cli = start(client.0, client.1, env);
     (srv, cli)

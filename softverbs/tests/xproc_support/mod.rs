@@ -1,16 +1,17 @@
 //! Two-process rig: the test binary re-runs itself as a child (its `child` test, with
-//! `VQP_XPROC_CHILD` set) that owns one side of a connection and obeys line commands on
-//! stdin, answering on stdout. Every wait is bounded; a child is killed when its
-//! handle drops.
+//! `VQP_XPROC_CHILD` set, driven through `child`) that owns one side of a connection.
+//! This file holds the child's commands and the namespace the two share.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
+#[path = "../child/mod.rs"]
+pub mod child;
+
+use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
+use child::{out, Driver};
 use vqp_host::connect::{self, Address, Path};
 use vqp_host::sys::*;
 
@@ -58,16 +59,18 @@ extern "C" fn remove_namespace() {
 }
 
 /// A running child.
-pub struct Peer {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
+pub struct Peer(Driver);
+
+impl Deref for Peer {
+    type Target = Driver;
+    fn deref(&self) -> &Driver {
+        &self.0
+    }
 }
 
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl DerefMut for Peer {
+    fn deref_mut(&mut self) -> &mut Driver {
+        &mut self.0
     }
 }
 
@@ -75,68 +78,9 @@ impl Peer {
     /// Starts a child running the test binary's `child` test.
     pub fn spawn() -> Peer {
         let dir = isolate();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-            .env(ENV_CHILD, "1")
-            .env(vqp_softverbs::ENV_DIR, &dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn the child");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                // The harness may print "test child ... " on the same line first.
-                if let Some(at) = line.find('@') {
-                    if tx.send(line[at + 1..].to_string()).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        Peer {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    /// Sends a command and collects its answer lines (up to `end`).
-    pub fn cmd(&mut self, line: &str) -> Vec<String> {
-        writeln!(self.stdin, "{line}").expect("child stdin");
-        self.stdin.flush().unwrap();
-        let mut out = Vec::new();
-        loop {
-            let l = self
-                .lines
-                .recv_timeout(STEP)
-                .unwrap_or_else(|e| panic!("child did not answer {line:?}: {e}"));
-            if l == "end" {
-                return out;
-            }
-            out.push(l);
-        }
-    }
-
-    /// Sends a command without waiting for its answer.
-    pub fn send(&mut self, line: &str) {
-        writeln!(self.stdin, "{line}").expect("child stdin");
-        self.stdin.flush().unwrap();
-    }
-
-    /// Waits for the answer of a command sent with [`Peer::send`].
-    pub fn answer(&mut self) -> Vec<String> {
-        let mut out = Vec::new();
-        loop {
-            let l = self.lines.recv_timeout(STEP).expect("child answer");
-            if l == "end" {
-                return out;
-            }
-            out.push(l);
-        }
+        Peer(Driver::spawn(ENV_CHILD, STEP, |c| {
+            c.env(vqp_softverbs::ENV_DIR, &dir);
+        }))
     }
 
     /// Creates the child's side on `dev`; returns (qpn, lid, addr, rkey).
@@ -150,21 +94,7 @@ impl Peer {
     pub fn signal_stop(&mut self, stop: bool) {
         let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
         // SAFETY: a plain kill(2) on our own child.
-        assert_eq!(
-            unsafe { libc::kill(self.child.id() as libc::pid_t, sig) },
-            0
-        );
-    }
-
-    /// Kills the child now.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// The child's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+        assert_eq!(unsafe { libc::kill(self.pid() as libc::pid_t, sig) }, 0);
     }
 }
 
@@ -219,12 +149,8 @@ pub fn child_main() {
     let mut side: Option<Side> = None;
     let mut extra: Vec<vqp_host::MemoryRegion> = Vec::new();
     let mut windows: Vec<*mut ibv_mw> = Vec::new();
-    let stdin = std::io::stdin();
-    let out = |s: String| println!("@{s}");
-    for line in stdin.lock().lines() {
-        let Ok(line) = line else { break };
-        let w: Vec<&str> = line.split_whitespace().collect();
-        let num = |i: usize| -> u64 { w[i].parse().unwrap() };
+    child::serve(|w| {
+        let num = |i: usize| child::num(w, i);
         match w.first().copied() {
             Some(kind @ ("side" | "uc" | "ud" | "mwside")) => {
                 // An RC side (`side DEV [mr-first]`), one whose region allows binding
@@ -451,12 +377,8 @@ pub fn child_main() {
                 out(format!("state {:?}", s.qp.state().unwrap()));
             }
             Some("pid") => out(std::process::id().to_string()),
-            Some("exit") => {
-                out("end".into());
-                return;
-            }
-            _ => out(format!("unknown {line}")),
+            _ => return false,
         }
-        out("end".into());
-    }
+        true
+    });
 }
