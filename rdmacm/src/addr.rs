@@ -131,14 +131,26 @@ pub fn is_local(ip: IpAddr) -> bool {
     ip.is_loopback() || interface_addresses().contains(&ip)
 }
 
-/// The name of the listener socket for `(ps, addr)`: `l-<ps>-<4|6>-<address>-<port>`,
-/// the address in hex (all zeros for a wildcard).
+/// The name a listening id's socket is found by for `(ps, addr)`:
+/// `l-<ps>-<4|6>-<address>-<port>`, the address in hex (all zeros for a wildcard).
 pub fn listener_name(ps: u32, addr: &SocketAddr) -> String {
+    socket_name('l', ps, addr)
+}
+
+/// The name of the socket an id bound to `(ps, addr)` holds, which reserves the port:
+/// as [`listener_name`] with `b-`. `rdma_listen` adds the listener name beside it (a
+/// second link to the same socket), so that a REQ finds only ids that listen, and a
+/// program started once the listener name exists is not refused.
+pub fn bound_name(ps: u32, addr: &SocketAddr) -> String {
+    socket_name('b', ps, addr)
+}
+
+fn socket_name(kind: char, ps: u32, addr: &SocketAddr) -> String {
     let (fam, hex) = match addr.ip() {
         IpAddr::V4(v4) => ('4', format!("{:08x}", u32::from(v4))),
         IpAddr::V6(v6) => ('6', format!("{:032x}", u128::from(v6))),
     };
-    format!("l-{ps:x}-{fam}-{hex}-{}", addr.port())
+    format!("{kind}-{ps:x}-{fam}-{hex}-{}", addr.port())
 }
 
 /// The listener names a REQ to `dst` is offered to, in order: the exact address, the

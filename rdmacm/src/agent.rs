@@ -330,6 +330,9 @@ impl Agent {
                 )
             };
             if let Some(l) = conn.lock().listen.as_ref() {
+                if let Some(name) = &l.listening {
+                    let _ = std::fs::remove_file(self.dir.socket_path(name));
+                }
                 let _ = std::fs::remove_file(self.dir.socket_path(&l.socket));
             }
         }
@@ -381,6 +384,23 @@ impl Agent {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Makes the bound socket `bound` findable as `name` too (a hard link): `EADDRINUSE`
+    /// when a live listener has the name (a stale one is replaced).
+    pub fn publish_listener(&self, bound: &str, name: &str) -> Result<(), i32> {
+        let (from, to) = (self.dir.socket_path(bound), self.dir.socket_path(name));
+        match std::fs::hard_link(&from, &to) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if !is_stale(&self.dir, name) {
+                    return Err(libc::EADDRINUSE);
+                }
+                let _ = std::fs::remove_file(&to);
+                std::fs::hard_link(&from, &to).map_err(|e| errno_of(&e))
+            }
+            Err(e) => Err(errno_of(&e)),
+        }
     }
 
     /// Sends `m` to the socket `to`.

@@ -57,8 +57,10 @@ pub struct Peer {
 /// A listener's bookkeeping.
 #[derive(Clone, Debug)]
 pub struct Listen {
-    /// Its socket's name in the rendezvous directory.
+    /// Its socket's name in the rendezvous directory (the bound name, `addr::bound_name`).
     pub socket: String,
+    /// The listener name linked to the same socket once `rdma_listen` was called.
+    pub listening: Option<String>,
     /// Whether `rdma_listen` was called (before it, REQs are rejected).
     pub active: bool,
     /// Requests not yet accepted or rejected are limited to this many.

@@ -93,13 +93,27 @@ pub unsafe fn channel<'a>(ch: *mut rdma_event_channel) -> Result<&'a Channel, i3
     unsafe { ch.cast::<Channel>().as_ref() }.ok_or(libc::EINVAL)
 }
 
-/// The id behind a C pointer.
+/// Every id handed out and not yet destroyed, by address: a pointer that is not one
+/// of them (null, destroyed already, never ours) is `EINVAL` rather than a crash. A
+/// `BTreeSet`, whose nodes memcheck sees referenced from their start.
+static LIVE_IDS: std::sync::Mutex<std::collections::BTreeSet<usize>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn live_ids() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<usize>> {
+    LIVE_IDS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The id behind a C pointer: `EINVAL` unless it is a live id of this library.
 ///
 /// # Safety
-/// `id` is null or came from this library and is alive, and the program does not use
-/// it from another thread during the call (as librdmacm requires).
+/// The program does not use the id from another thread during the call, nor destroys
+/// it (as librdmacm requires).
 pub unsafe fn id<'a>(id: *mut rdma_cm_id) -> Result<&'a mut Id, i32> {
-    // SAFETY: a live `Id` starts with its `rdma_cm_id`.
+    if !live_ids().contains(&(id as usize)) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: a live `Id` (registered by `new_id` until `destroy_id` frees it) starts
+    // with its `rdma_cm_id`; the contract keeps other users away during the call.
     unsafe { id.cast::<Id>().as_mut() }.ok_or(libc::EINVAL)
 }
 
@@ -128,6 +142,7 @@ fn new_id(conn: Arc<Conn>, ch: *mut Channel, context: *mut c_void, qp_type: u32)
         ep_attr: None,
     }));
     conn.c_id.store(id as usize, Ordering::Release);
+    live_ids().insert(id as usize);
     id
 }
 
@@ -195,8 +210,8 @@ fn qp_to_error(id: &Id) {
 /// # Safety
 /// `idp` came from this library, is alive, and is not used after this call.
 pub unsafe fn destroy_id(idp: *mut Id) -> Result<(), i32> {
-    // SAFETY: the caller's contract.
-    let id = unsafe { idp.as_mut() }.ok_or(libc::EINVAL)?;
+    // SAFETY: the caller's contract; `id` checks the pointer is a live id.
+    let id = unsafe { id(idp.cast()) }?;
     let a = agent()?;
     let conn = id.conn.clone();
     if !id.c.event.is_null() {
@@ -246,6 +261,7 @@ pub unsafe fn destroy_id(idp: *mut Id) -> Result<(), i32> {
         }
     }
     destroy_qp_of(id);
+    live_ids().remove(&(idp as usize));
     // SAFETY: `idp` came from `Box::into_raw` in `new_id`; nothing refers to it now.
     let id = unsafe { Box::from_raw(idp) };
     if !id.own_channel.is_null() {
@@ -325,7 +341,7 @@ pub unsafe fn bind_addr(id: &mut Id, sa: *const libc::sockaddr) -> Result<(), i3
         if !fixed {
             local.set_port(addr::ephemeral_port());
         }
-        let name = addr::listener_name(conn.ps, &local);
+        let name = addr::bound_name(conn.ps, &local);
         match a.bind_listener(&conn, &name) {
             Ok(()) => break name,
             Err(libc::EADDRINUSE) if !fixed && tries < 64 => tries += 1,
@@ -337,6 +353,7 @@ pub unsafe fn bind_addr(id: &mut Id, sa: *const libc::sockaddr) -> Result<(), i3
         s.local = Some(local);
         s.listen = Some(Listen {
             socket,
+            listening: None,
             active: false,
             backlog: 0,
             pending: 0,
@@ -634,11 +651,17 @@ pub unsafe fn connect(id: &mut Id, p: *const rdma_conn_param) -> Result<(), i32>
     complete(id)
 }
 
-/// `rdma_listen`.
+/// `rdma_listen`: from now on REQs are taken, and the id is found by its listener name.
 pub fn listen(id: &mut Id, backlog: c_int) -> Result<(), i32> {
     let conn = id.conn.clone();
     let mut s = conn.lock();
+    let local = s.local.ok_or(libc::EINVAL)?;
     let info = s.listen.as_mut().ok_or(libc::EINVAL)?;
+    if info.listening.is_none() {
+        let name = addr::listener_name(conn.ps, &local);
+        agent()?.publish_listener(&info.socket, &name)?;
+        info.listening = Some(name);
+    }
     info.active = true;
     info.backlog = if backlog <= 0 {
         agent::MAX_BACKLOG

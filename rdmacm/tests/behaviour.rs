@@ -93,6 +93,43 @@ fn a_connect_nobody_listens_for_is_rejected_with_reason_8() {
     close(ch);
 }
 
+/// An id that is only bound is not yet found as a listener (a REQ to it is refused as
+/// nobody's): its listener name appears in the rendezvous directory at `rdma_listen`,
+/// and goes with the id.
+#[test]
+fn a_bound_id_is_found_as_a_listener_only_once_it_listens() {
+    let port = port();
+    let names = || -> Vec<String> {
+        std::fs::read_dir(dir().join("rdmacm"))
+            .map(|it| {
+                it.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("l-") && n.ends_with(&format!("-{port}")))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let ch = channel();
+    let id = create_id(ch);
+    let mut a = c_addr(&format!("127.0.0.1:{port}"));
+    // SAFETY: the id and a valid address.
+    assert_eq!(unsafe { rdma_bind_addr(id, sa(&mut a)) }, 0);
+    assert_eq!(names(), Vec::<String>::new(), "bound, not listening");
+    let (cch, cid) = routed(port);
+    let p = param(&[]);
+    // SAFETY: a routed id and valid parameters.
+    assert_eq!(unsafe { rdma_connect(cid, &p as *const _ as *mut _) }, 0);
+    assert_eq!(expect(cch, event::REJECTED).status, 8);
+    destroy(cid);
+    close(cch);
+    // SAFETY: the bound id.
+    assert_eq!(unsafe { rdma_listen(id, 8) }, 0);
+    assert_eq!(names().len(), 1, "listening");
+    destroy(id);
+    close(ch);
+    assert_eq!(names(), Vec::<String>::new(), "destroyed");
+}
+
 #[test]
 fn reject_carries_reason_28_and_its_private_data_within_the_limits() {
     let port = port();
@@ -425,6 +462,26 @@ fn bad_calls_fail_with_einval_and_touch_nothing() {
         assert_eq!(rdma_listen(null_id, 1), -1);
         assert_eq!(errno(), libc::EINVAL);
     }
+    // An id destroyed already, and a pointer that was never an id: EINVAL, no crash
+    // (a program retrying a connection may reuse a stale pointer).
+    let ch = channel();
+    let gone = create_id(ch);
+    destroy(gone);
+    let mut bogus = [0u64; 64];
+    let mut dst = c_addr("127.0.0.1:9");
+    for idp in [gone, bogus.as_mut_ptr().cast::<rdma_cm_id>()] {
+        // SAFETY: the library must refuse both without touching them.
+        unsafe {
+            assert_eq!(
+                rdma_resolve_addr(idp, ptr::null_mut(), sa(&mut dst), 100),
+                -1
+            );
+            assert_eq!(errno(), libc::EINVAL);
+            assert_eq!(rdma_destroy_id(idp), -1);
+            assert_eq!(errno(), libc::EINVAL);
+        }
+    }
+    close(ch);
     let ch = channel();
     let mut id = ptr::null_mut();
     // SAFETY: a live channel; an unknown port space.
