@@ -38,6 +38,19 @@ fn built(rel: &str) -> PathBuf {
     p
 }
 
+/// vqp-rdmacm's library as cargo built it for this run (a test build leaves it in the
+/// profile's deps directory only).
+fn rdmacm_lib() -> PathBuf {
+    let candidates = vqp_softverbs::cdylib_candidates_of("vqp_rdmacm");
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!("vqp-rdmacm's library was not built; looked at {candidates:?} (cargo test builds it)")
+        })
+}
+
 struct Setup {
     ns: PathBuf,
     env: Vec<(&'static str, OsString)>,
@@ -50,15 +63,7 @@ impl Setup {
         let env = vec![
             ("VQP_SOFT_DIR", ns.clone().into_os_string()),
             ("VQP_IBVERBS_PATH", lib.into_os_string()),
-            (
-                "VQP_RDMACM_PATH",
-                built(&format!(
-                    "{}vqp_rdmacm{}",
-                    std::env::consts::DLL_PREFIX,
-                    std::env::consts::DLL_SUFFIX
-                ))
-                .into_os_string(),
-            ),
+            ("VQP_RDMACM_PATH", rdmacm_lib().into_os_string()),
         ];
         Setup { ns, env }
     }
