@@ -5,7 +5,6 @@
 //! answers are each a typed error within the timeout.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Once;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -20,17 +19,24 @@ const T: Duration = Duration::from_secs(5);
 
 fn built(krate: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let lib = exe.parent().and_then(Path::parent).unwrap().join(format!(
+    let profile = exe.parent().and_then(std::path::Path::parent).unwrap();
+    let name = format!(
         "{}{krate}{}",
         std::env::consts::DLL_PREFIX,
         std::env::consts::DLL_SUFFIX
-    ));
-    assert!(
-        lib.is_file(),
-        "{} is missing: build it with `cargo build -p vqp-softverbs -p vqp-rdmacm`",
-        lib.display()
     );
-    lib
+    // `cargo build` copies it up to the profile directory; a workspace test run leaves
+    // it in `deps/` only (with the features of the whole workspace, C symbols included).
+    let candidates = [profile.join(&name), profile.join("deps").join(&name)];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is missing at {candidates:?}: build it with `cargo build -p vqp-softverbs -p vqp-rdmacm`"
+            )
+        })
 }
 
 fn rdmacm() -> RdmaCm {

@@ -2,29 +2,36 @@
 //! functions are typed errors; vqp-rdmacm's library (`cargo build -p vqp-rdmacm`), on
 //! softverbs, loads and answers through the table.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr;
 
 use vqp_host::loader::cm::{RdmaCm, ENV_PATH};
 use vqp_host::sys::cm::{event, RDMA_PS_TCP};
 use vqp_host::Error;
 
-/// The cdylib `crate` as cargo builds it for its own package (`target/<profile>/`, above
-/// this test's `deps/`): softverbs' with its C symbols (the copy in `deps/` is this
-/// crate's dev-dependency, built without them), vqp-rdmacm's.
-fn built(krate: &str) -> PathBuf {
+/// The cdylib `crate` as cargo built it: the copy in `target/<profile>/` when there is
+/// one (a `cargo test -p vqp-host` alone builds this crate's dev-dependency into `deps/`
+/// without softverbs' C symbols), else the one in `deps/`.
+fn built(krate: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let lib = exe.parent().and_then(Path::parent).unwrap().join(format!(
+    let profile = exe.parent().and_then(std::path::Path::parent).unwrap();
+    let name = format!(
         "{}{krate}{}",
         std::env::consts::DLL_PREFIX,
         std::env::consts::DLL_SUFFIX
-    ));
-    assert!(
-        lib.is_file(),
-        "{} is missing: build it with `cargo build -p vqp-softverbs -p vqp-rdmacm`",
-        lib.display()
     );
-    lib
+    // `cargo build` copies it up to the profile directory; a workspace test run leaves
+    // it in `deps/` only (with the features of the whole workspace, C symbols included).
+    let candidates = [profile.join(&name), profile.join("deps").join(&name)];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is missing at {candidates:?}: build it with `cargo build -p vqp-softverbs -p vqp-rdmacm`"
+            )
+        })
 }
 
 #[test]
