@@ -1,6 +1,11 @@
 //! Loading librdmacm at run time: an absent library and one without the `rdma_*`
 //! functions are typed errors; vqp-rdmacm's library (`cargo build -p vqp-rdmacm`), on
 //! softverbs, loads and answers through the table.
+//!
+//! Not in the `linked` build: there softverbs is this crate's dev-dependency without
+//! its C symbols, so it cannot stand in for libibverbs under vqp-rdmacm; the workspace
+//! run has them.
+#![cfg(not(feature = "linked"))]
 
 use std::path::Path;
 use std::ptr;
