@@ -328,19 +328,17 @@ fn striping_policies_over_unequal_links() {
     const MESSAGES: u64 = 120;
     const SIZE: u64 = 256 << 10;
     for policy in ["rr", "weighted", "outstanding", "adaptive"] {
-        // The load-aware policies start from equal shares and learn from the links;
-        // they run on slower links (5 and 15 MB/s), which stay the bottleneck even
-        // when the machine is busy (at 25 and 75 MB/s a loaded 2-core machine moved
-        // 42 MB/s, its own limit, and the links looked alike), and longer: the slow
-        // QPs' first backlog (64 WQEs of 64 KiB each) takes most of a second to drain.
-        let (messages, rates) = if policy == "rr" || policy == "weighted" {
-            (MESSAGES, "soft0=25M,soft1=75M")
+        // The load-aware policies start from equal shares, and the slow QPs' first
+        // backlog (64 WQEs of 64 KiB each) takes a third of a second to drain at
+        // these rates: they run longer, so that what they learn shows.
+        let messages = if policy == "rr" || policy == "weighted" {
+            MESSAGES
         } else {
-            (2 * MESSAGES, "soft0=5M,soft1=15M")
+            4 * MESSAGES
         };
         let out = write_bw(
             &format!("--devices 2 --size 256K --iters {messages} --policy {policy} --json"),
-            &[("VQP_SOFT_RATE", rates)],
+            &[("VQP_SOFT_RATE", "soft0=25M,soft1=75M")],
         );
         let json = text(&out.stdout);
         assert!(out.status.success(), "{policy}: {}", text(&out.stderr));
