@@ -7,6 +7,7 @@
 mod common;
 mod xproc_support;
 mod xrc_support;
+mod xverbs_support;
 
 use std::ptr::null_mut;
 

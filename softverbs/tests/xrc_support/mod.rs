@@ -12,16 +12,8 @@ use vqp_host::sys::*;
 use vqp_host::{AccessFlags, Context, MemoryRegion, ProtectionDomain, Verbs};
 use vqp_softverbs as sv;
 
-pub fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap()
-}
-
-/// verbs.h's `verbs_get_ctx`.
-pub fn vctx<'a>(ctx: *mut ibv_context) -> &'a verbs_context {
-    let off = core::mem::offset_of!(verbs_context, context);
-    // SAFETY: every context of the provider is the last field of a `verbs_context`.
-    unsafe { &*ctx.cast::<u8>().sub(off).cast::<verbs_context>() }
-}
+/// The extended-verbs helpers the XRC ones build on.
+pub use crate::xverbs_support::{create_qp_ex, errno, vctx};
 
 /// A context with a PD, a registered 64 KiB buffer and a CQ.
 pub struct Node {
@@ -187,20 +179,6 @@ pub fn send_qp(n: &Node, send_ops: u64) -> Result<*mut ibv_qp, i32> {
         a.send_ops_flags = send_ops;
     }
     create_qp_ex(n.c(), &mut a)
-}
-
-pub fn create_qp_ex(
-    ctx: *mut ibv_context,
-    a: &mut ibv_qp_init_attr_ex,
-) -> Result<*mut ibv_qp, i32> {
-    let f = vctx(ctx).create_qp_ex.unwrap();
-    // SAFETY: a live context and a readable, writable attribute struct.
-    let q = unsafe { f(ctx, a) };
-    if q.is_null() {
-        Err(errno())
-    } else {
-        Ok(q)
-    }
 }
 
 /// `ibv_open_qp` of XRC receive QP `qpn` in `xrcd`.
