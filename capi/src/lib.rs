@@ -35,6 +35,7 @@
 // The C names are the API.
 #![allow(non_camel_case_types)]
 
+pub mod cm;
 pub mod data;
 pub mod device;
 pub mod endpoint;
