@@ -38,12 +38,16 @@
 #define VQP_VERSION_MAJOR 0
 
 /*
- The minor version.
+ The minor version: grows when the ABI gains something (a function, a status code, a
+ field behind `struct_size`) without breaking what was there, so that a program built
+ against an older minor runs unchanged; `vqp_version() >= VQP_VERSION` (its
+ header's) tells a program the library has every call it was built with. Minor 2
+ added connecting through RDMA-CM.
  */
-#define VQP_VERSION_MINOR 1
+#define VQP_VERSION_MINOR 2
 
 /*
- The patch version.
+ The patch version: fixes only.
  */
 #define VQP_VERSION_PATCH 0
 
@@ -887,7 +891,7 @@ extern "C" {
 uint32_t vqp_version(void);
 
 /*
- The library's version as a static string, e.g. `"0.1.0"`.
+ The library's version as a static string, e.g. `"0.2.0"`.
 
  Thread-safety: any thread, any time.
  */
