@@ -180,6 +180,12 @@ int main(int argc, char **argv) {
                              "xfer [--rdma-cm] client HOST:PORT [DEVICE]\n");
         return 2;
     }
+    // The same major version, and the library has every call this was built with.
+    if (vqp_version() / 10000 != VQP_VERSION_MAJOR || vqp_version() < VQP_VERSION) {
+        std::fprintf(stderr, "xfer: built for vqp %d.%d, running on %s\n", VQP_VERSION_MAJOR,
+                     VQP_VERSION_MINOR, vqp_version_string());
+        return 1;
+    }
     bool server = !std::strcmp(argv[1], "server");
     const char *addr = argc > 2 ? argv[2] : "0.0.0.0:18515";
     const char *name = argc > 3 ? argv[3] : (server ? "soft1" : "soft0");
