@@ -3,7 +3,8 @@
  * over softverbs (soft0 dials, soft1 serves on a thread of its own), connected with
  * vqp_endpoint_cm_serve / vqp_endpoint_cm_dial through vqp-rdmacm. In both modes the
  * client dials at once (before the server may listen: it asks again until it does),
- * every data QP carries a write each way and the bytes are checked. Then the refusals
+ * every data QP carries a write each way and the bytes are checked; a pair connected
+ * so works once handed to poll threads. Then the refusals
  * and deadlines: a card the server does not agree with is refused on both sides with
  * the same reason and leaves both endpoints usable; a server nobody dials times out;
  * a client nobody listens to gives up at its timeout; an address no RDMA device has is
@@ -179,6 +180,62 @@ static void connect_and_move(uint32_t mode, const char *addr) {
     EXPECT(vqp_mr_deregister(mb), VQP_OK);
 }
 
+/* A pair connected through the CM handed to poll threads (the app handles keep the CM
+ * connections): a write through vqp_app_send lands, checked. */
+static void poll_threads(const char *addr) {
+    struct vqp_settings s;
+    EXPECT(vqp_settings_init(&s, sizeof s), VQP_OK);
+    vqp_endpoint a, b;
+    EXPECT(vqp_endpoint_create(&d0, 1, &s, &a), VQP_OK);
+    EXPECT(vqp_endpoint_create(&d1, 1, &s, &b), VQP_OK);
+    struct serving srv;
+    serve(&srv, b, addr, 20000);
+    EXPECT(vqp_endpoint_cm_dial(a, addr, 20000), VQP_OK);
+    served(&srv);
+    EXPECT(srv.st, VQP_OK);
+    struct vqp_poller_config pc;
+    EXPECT(vqp_poller_config_init(&pc, sizeof pc), VQP_OK);
+    pc.idle = VQP_IDLE_YIELD; /* a shared machine: yield when idle */
+    pc.spins = 100;
+    vqp_app app_a, app_b;
+    EXPECT(vqp_endpoint_start_poller(a, &pc, &app_a), VQP_OK);
+    EXPECT(vqp_endpoint_start_poller(b, &pc, &app_b), VQP_OK);
+
+    vqp_mr ms, md;
+    struct vqp_mr_info is, id;
+    EXPECT(vqp_mr_register(d0, src, LEN, VQP_ACCESS_LOCAL_WRITE, &ms), VQP_OK);
+    EXPECT(vqp_mr_register(d1, dst, LEN, VQP_ACCESS_LOCAL_WRITE | VQP_ACCESS_REMOTE_WRITE, &md),
+           VQP_OK);
+    EXPECT(vqp_mr_query(ms, &is), VQP_OK);
+    EXPECT(vqp_mr_query(md, &id), VQP_OK);
+    for (size_t i = 0; i < LEN; i++)
+        src[i] = (unsigned char)(i * 3 + 1);
+    memset(dst, 0, LEN);
+    struct vqp_send_wr w = write_wr(7, &is, &id);
+    EXPECT(vqp_app_send(app_a, &w), VQP_OK);
+    struct vqp_event ev[8];
+    uint32_t n;
+    int done = 0;
+    double until = now() + 20.0;
+    while (!done && now() < until) {
+        EXPECT(vqp_app_poll(app_a, ev, 8, &n), VQP_OK);
+        for (uint32_t k = 0; k < n; k++) {
+            TRUE(ev[k].kind == VQP_EVENT_COMPLETED && ev[k].wc.wr_id == 7);
+            TRUE(ev[k].wc.status == VQP_WC_SUCCESS);
+            done = 1;
+        }
+        EXPECT(vqp_app_poll(app_b, ev, 8, &n), VQP_OK);
+    }
+    TRUE(done);
+    TRUE(memcmp(src, dst, LEN) == 0);
+    EXPECT(vqp_app_stop(app_a, 5000, 0, NULL), VQP_OK);
+    EXPECT(vqp_app_stop(app_b, 5000, 0, NULL), VQP_OK);
+    EXPECT(vqp_endpoint_destroy(a), VQP_OK);
+    EXPECT(vqp_endpoint_destroy(b), VQP_OK);
+    EXPECT(vqp_mr_deregister(ms), VQP_OK);
+    EXPECT(vqp_mr_deregister(md), VQP_OK);
+}
+
 /* Settings that differ (2 and 3 data QPs): refused on both sides with one reason. */
 static void refused(const char *addr) {
     struct vqp_settings s2, s3;
@@ -265,8 +322,8 @@ static void deadlines(const char *addr, const char *unreachable) {
 int main(int argc, char **argv) {
     /* The ports are this run's own: vqp-rdmacm keeps its listeners in VQP_SOFT_DIR. */
     int port = argc > 1 ? atoi(argv[1]) : 18600;
-    char addr[4][64];
-    for (int i = 0; i < 4; i++)
+    char addr[5][64];
+    for (int i = 0; i < 5; i++)
         snprintf(addr[i], sizeof addr[i], "127.0.0.1:%d", port + i);
     char unreachable[64];
     /* TEST-NET-1 (RFC 5737): no interface of this machine has it. */
@@ -278,6 +335,7 @@ int main(int argc, char **argv) {
     connect_and_move(VQP_MODE_SPRAY, addr[1]);
     refused(addr[2]);
     deadlines(addr[3], unreachable);
+    poll_threads(addr[4]);
     EXPECT(vqp_device_close(d0), VQP_OK);
     EXPECT(vqp_device_close(d1), VQP_OK);
     printf("cm: %d checks passed\n", checks);
