@@ -40,7 +40,8 @@ fi
 for f in libvqp_capi.so libvqp_capi.a; do
   [ -f "$dir/$f" ] || { echo "$dir/$f is missing: build vqp-capi first" >&2; exit 1; }
 done
-version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)"
+# The C library's own version (its ABI's), from its package.
+version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/Cargo.toml" | head -n1)"
 major="${version%%.*}"
 install -d "$prefix/lib/pkgconfig" "$prefix/include"
 install -m 0755 "$dir/libvqp_capi.so" "$prefix/lib/libvqp.so.$version"

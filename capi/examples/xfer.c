@@ -1,6 +1,7 @@
 /*
  * xfer: vqp's C API between two processes. The server listens; the client connects
- * over TCP (the card exchange), both over one virtual QP of 4 data QPs in SPRAY mode.
+ * over TCP (the card exchange) or, with --rdma-cm, through the RDMA connection
+ * manager; both over one virtual QP of 4 data QPs in SPRAY mode.
  *
  *   server: the server SENDs its buffer's address and rkey to the client;
  *   client: one RDMA_WRITE_WITH_IMM of the whole buffer (cut into fragments over
@@ -8,9 +9,11 @@
  *   server: its notification receive completes with the immediate; it checks every
  *           byte, then SENDs the client a one-byte verdict.
  *
- * usage: xfer server [BIND_ADDR:PORT] [DEVICE]   (default 0.0.0.0:18515 soft1)
- *        xfer client  HOST:PORT       [DEVICE]   (default soft0)
- * The verbs library is libibverbs.so.1, or VQP_IBVERBS_PATH (softverbs' cdylib).
+ * usage: xfer [--rdma-cm] server [BIND_ADDR:PORT] [DEVICE]   (default 0.0.0.0:18515 soft1)
+ *        xfer [--rdma-cm] client  HOST:PORT       [DEVICE]   (default soft0)
+ * The verbs library is libibverbs.so.1, or VQP_IBVERBS_PATH (softverbs' cdylib);
+ * librdmacm (--rdma-cm, whose addresses are IP addresses) is librdmacm.so.1, or
+ * VQP_RDMACM_PATH (vqp-rdmacm's cdylib on softverbs).
  * Exit status 0 and the line "xfer: N bytes verified" on success.
  *
  * Build against an installed prefix:
@@ -83,17 +86,23 @@ struct target {
 static uint8_t pattern(size_t i) { return (uint8_t)(i * 7 + 3); }
 
 int main(int argc, char **argv) {
+    int cm = argc > 1 && !strcmp(argv[1], "--rdma-cm");
+    argc -= cm;
+    argv += cm;
     if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client")) ||
         (!strcmp(argv[1], "client") && argc < 3)) {
-        fprintf(stderr, "usage: xfer server [ADDR:PORT] [DEVICE] | xfer client HOST:PORT [DEVICE]\n");
+        fprintf(stderr, "usage: xfer [--rdma-cm] server [ADDR:PORT] [DEVICE] | "
+                        "xfer [--rdma-cm] client HOST:PORT [DEVICE]\n");
         return 2;
     }
     int server = !strcmp(argv[1], "server");
     const char *addr = argc > 2 ? argv[2] : "0.0.0.0:18515";
     const char *name = argc > 3 ? argv[3] : (server ? "soft1" : "soft0");
-    if (vqp_version() / 10000 != VQP_VERSION_MAJOR) {
-        fprintf(stderr, "xfer: built for vqp %d.x, running on %s\n", VQP_VERSION_MAJOR,
-                vqp_version_string());
+    /* The same major version, and a minor one at least the header's (the library has
+     * every call the program was built with). */
+    if (vqp_version() / 10000 != VQP_VERSION_MAJOR || vqp_version() < VQP_VERSION) {
+        fprintf(stderr, "xfer: built for vqp %d.%d, running on %s\n", VQP_VERSION_MAJOR,
+                VQP_VERSION_MINOR, vqp_version_string());
         return 1;
     }
 
@@ -123,9 +132,14 @@ int main(int argc, char **argv) {
     vqp_endpoint ep;
     check(vqp_endpoint_create(&dev, 1, &s, &ep), "vqp_endpoint_create");
     if (server) {
-        printf("xfer: serving on %s\n", addr);
+        printf("xfer: serving on %s%s\n", addr, cm ? " (RDMA-CM)" : "");
         fflush(stdout);
-        check(vqp_endpoint_serve(ep, addr, 30000), "vqp_endpoint_serve");
+        if (cm)
+            check(vqp_endpoint_cm_serve(ep, addr, 30000), "vqp_endpoint_cm_serve");
+        else
+            check(vqp_endpoint_serve(ep, addr, 30000), "vqp_endpoint_serve");
+    } else if (cm) {
+        check(vqp_endpoint_cm_dial(ep, addr, 30000), "vqp_endpoint_cm_dial");
     } else {
         check(vqp_endpoint_dial(ep, addr, 30000), "vqp_endpoint_dial");
     }
@@ -218,7 +232,7 @@ int main(int argc, char **argv) {
     free(buf);
     if (!ok)
         return 1;
-    printf("xfer %s: %u bytes verified (%llu send WQEs)\n", server ? "server" : "client", LEN,
-           (unsigned long long)wqes);
+    printf("xfer %s%s: %u bytes verified (%llu send WQEs)\n", server ? "server" : "client",
+           cm ? " (RDMA-CM)" : "", LEN, (unsigned long long)wqes);
     return 0;
 }

@@ -6,7 +6,8 @@
 //   client: one RDMA_WRITE_WITH_IMM of 1 MiB over 4 data QPs (SPRAY), an RDMA_READ
 //           of it back, checked byte for byte; then the server's verdict.
 //
-// usage: xfer server [ADDR:PORT] [DEVICE] | xfer client HOST:PORT [DEVICE]
+// usage: xfer [--rdma-cm] server [ADDR:PORT] [DEVICE] | xfer [--rdma-cm] client HOST:PORT [DEVICE]
+// (--rdma-cm: connected through the RDMA connection manager, as in xfer.c)
 // Build: c++ -std=c++17 -o xfer_cpp xfer.cpp $(pkg-config --cflags --libs vqp)
 #include <chrono>
 #include <cstdio>
@@ -60,7 +61,7 @@ void post(vqp::status st, const char *what) {
         throw vqp::error(what, st.code());
 }
 
-int run(bool server, const char *addr, const char *name) {
+int run(bool server, bool cm, const char *addr, const char *name) {
     vqp::device dev(name);
     std::vector<std::uint8_t> buf(LEN), back(LEN), ctl(sizeof(target));
     const std::uint32_t all =
@@ -73,9 +74,14 @@ int run(bool server, const char *addr, const char *name) {
     s.data_qps = 4;
     vqp::endpoint ep(dev, s);
     if (server) {
-        std::printf("xfer: serving on %s\n", addr);
+        std::printf("xfer: serving on %s%s\n", addr, cm ? " (RDMA-CM)" : "");
         std::fflush(stdout);
-        ep.serve(addr, 30000);
+        if (cm)
+            ep.cm_serve(addr, 30000);
+        else
+            ep.serve(addr, 30000);
+    } else if (cm) {
+        ep.cm_dial(addr, 30000);
     } else {
         ep.dial(addr, 30000);
     }
@@ -156,24 +162,35 @@ int run(bool server, const char *addr, const char *name) {
         wqes += ep.qp_stats(i).wqes;
     if (!ok)
         return 1;
-    std::printf("xfer %s (C++): %u bytes verified (%llu send WQEs)\n", server ? "server" : "client",
-                LEN, static_cast<unsigned long long>(wqes));
+    std::printf("xfer %s (C++%s): %u bytes verified (%llu send WQEs)\n",
+                server ? "server" : "client", cm ? ", RDMA-CM" : "", LEN,
+                static_cast<unsigned long long>(wqes));
     return 0;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
+    bool cm = argc > 1 && !std::strcmp(argv[1], "--rdma-cm");
+    argc -= cm;
+    argv += cm;
     if (argc < 2 || (std::strcmp(argv[1], "server") && std::strcmp(argv[1], "client")) ||
         (!std::strcmp(argv[1], "client") && argc < 3)) {
-        std::fprintf(stderr, "usage: xfer server [ADDR:PORT] [DEVICE] | xfer client HOST:PORT [DEVICE]\n");
+        std::fprintf(stderr, "usage: xfer [--rdma-cm] server [ADDR:PORT] [DEVICE] | "
+                             "xfer [--rdma-cm] client HOST:PORT [DEVICE]\n");
         return 2;
+    }
+    // The same major version, and the library has every call this was built with.
+    if (vqp_version() / 10000 != VQP_VERSION_MAJOR || vqp_version() < VQP_VERSION) {
+        std::fprintf(stderr, "xfer: built for vqp %d.%d, running on %s\n", VQP_VERSION_MAJOR,
+                     VQP_VERSION_MINOR, vqp_version_string());
+        return 1;
     }
     bool server = !std::strcmp(argv[1], "server");
     const char *addr = argc > 2 ? argv[2] : "0.0.0.0:18515";
     const char *name = argc > 3 ? argv[3] : (server ? "soft1" : "soft0");
     try {
-        return run(server, addr, name);
+        return run(server, cm, addr, name);
     } catch (const std::exception &e) {
         std::fprintf(stderr, "xfer: %s\n", e.what());
         return 1;

@@ -17,7 +17,8 @@
  *  - a handle is never destroyed while another thread is in a call on it.
  *
  * Set-up: vqp_device_open -> vqp_mr_register -> vqp_settings_init ->
- * vqp_endpoint_create -> vqp_endpoint_serve / vqp_endpoint_dial (or card + connect)
+ * vqp_endpoint_create -> vqp_endpoint_serve / vqp_endpoint_dial (TCP), or
+ * vqp_endpoint_cm_serve / vqp_endpoint_cm_dial (RDMA-CM), or card + connect
  * -> vqp_post_send / vqp_post_recv / vqp_poll (or vqp_endpoint_start_poller and the
  * vqp_app_* calls) -> destroy in reverse. capi/README.md has the whole API by step.
  */
@@ -37,12 +38,16 @@
 #define VQP_VERSION_MAJOR 0
 
 /*
- The minor version.
+ The minor version: grows when the ABI gains something (a function, a status code, a
+ field behind `struct_size`) without breaking what was there, so that a program built
+ against an older minor runs unchanged; `vqp_version() >= VQP_VERSION` (its
+ header's) tells a program the library has every call it was built with. Minor 2
+ added connecting through RDMA-CM.
  */
-#define VQP_VERSION_MINOR 1
+#define VQP_VERSION_MINOR 2
 
 /*
- The patch version.
+ The patch version: fixes only.
  */
 #define VQP_VERSION_PATCH 0
 
@@ -323,7 +328,8 @@ enum vqp_status
    */
   VQP_ERR_TOO_SMALL = 6,
   /*
-   The verbs library could not be loaded or lacks a function.
+   The verbs library (or, for the RDMA-CM calls, librdmacm) could not be loaded or
+   lacks a function.
    */
   VQP_ERR_LIBRARY = 7,
   /*
@@ -343,8 +349,9 @@ enum vqp_status
    */
   VQP_ERR_CARD = 11,
   /*
-   The TCP exchange with the peer failed: it refused, closed, sent garbage, or the
-   connection could not be made.
+   The exchange with the peer failed, over TCP or through RDMA-CM: it refused (its
+   reason is in the message), closed, sent garbage, or the connection could not be
+   made.
    */
   VQP_ERR_PEER = 12,
   /*
@@ -884,11 +891,68 @@ extern "C" {
 uint32_t vqp_version(void);
 
 /*
- The library's version as a static string, e.g. `"0.1.0"`.
+ The library's version as a static string, e.g. `"0.2.0"`.
 
  Thread-safety: any thread, any time.
  */
 const char *vqp_version_string(void);
+
+/*
+ Server side of the RDMA-CM set-up: listens on `bind_addr` (an IP address of an RDMA
+ interface, or `0.0.0.0`, and a port: e.g. `"192.168.1.5:18515"`), takes the first
+ client's whole card within `timeout_ms` (0: 10 s) — one CM connection per QP, each
+ REQ carrying a piece of it —, checks it agrees with this side's (a card that does
+ not is refused on both sides with the reason), connects every QP, answers with this
+ side's card in the REPs and waits for the client's RTUs, so that both sides are
+ ready when it returns. The listener is closed before it returns; the CM
+ connections live as long as the endpoint (or its poll thread).
+
+ librdmacm is loaded from `VQP_RDMACM_PATH` when set, else `librdmacm.so.1`.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_WRONG_HANDLE`,
+ `VQP_ERR_STATE` (connected already, or spent), `VQP_ERR_INVALID_ARGUMENT` (not an
+ IP address and port), `VQP_ERR_LIBRARY` (librdmacm could not be loaded or lacks a
+ function), `VQP_ERR_TIMEOUT` (no client, or no RTU, in time), `VQP_ERR_CARD` (the
+ client's card was refused: the endpoint is unchanged and may serve again),
+ `VQP_ERR_PEER` (a CM call or event failed, e.g. the port is taken; the client
+ went away), `VQP_ERR_VERBS`. After an error past the card's check the endpoint is
+ spent.
+
+ Thread-safety: not concurrently with other calls on this endpoint. Blocks.
+
+ # Safety
+ `bind_addr` is null or a NUL-terminated string.
+ */
+vqp_status vqp_endpoint_cm_serve(struct vqp_endpoint ep,
+                                 const char *bind_addr,
+                                 uint32_t timeout_ms);
+
+/*
+ Client side of the RDMA-CM set-up: connects to the server listening at `addr` (an
+ IP address and port, e.g. `"192.168.1.5:18515"`) within `timeout_ms` (0: 10 s):
+ resolves the address and the route, sends one REQ per QP carrying a piece of this
+ side's card, takes the server's card from its REPs and checks it agrees (a card
+ that does not is refused on both sides), connects every QP and sends the RTUs.
+ While nobody listens at the address yet (the REJ of an unknown service), it asks
+ again every 20 ms until the timeout, as `vqp_endpoint_dial` retries a refused TCP
+ connection; the server's QPs are ready when it returns.
+
+ librdmacm is loaded from `VQP_RDMACM_PATH` when set, else `librdmacm.so.1`.
+
+ Errors: `VQP_ERR_NULL`, `VQP_ERR_STALE_HANDLE`, `VQP_ERR_WRONG_HANDLE`,
+ `VQP_ERR_STATE`, `VQP_ERR_INVALID_ARGUMENT`, `VQP_ERR_LIBRARY`, `VQP_ERR_TIMEOUT`
+ (the server did not answer in time), `VQP_ERR_PEER` (the server refused this card
+ — its reason is in the message —, nobody listened there until the timeout, the
+ address did not resolve to an RDMA device, a CM call failed), `VQP_ERR_CARD` (the
+ server's card was refused here: the endpoint is unchanged), `VQP_ERR_VERBS`.
+ After an error past the card's check the endpoint is spent.
+
+ Thread-safety: not concurrently with other calls on this endpoint. Blocks.
+
+ # Safety
+ `addr` is null or a NUL-terminated string.
+ */
+vqp_status vqp_endpoint_cm_dial(struct vqp_endpoint ep, const char *addr, uint32_t timeout_ms);
 
 /*
  Posts one send request: all of it or, on error, nothing. Local memory is named by

@@ -222,6 +222,15 @@ public:
     void dial(const char *addr, std::uint32_t timeout_ms = 0) {
         check(vqp_endpoint_dial(h_, addr, timeout_ms), "vqp_endpoint_dial");
     }
+    // RDMA-CM set-up: listen on `bind_addr` ("IP:port") and accept one client, or
+    // connect to the server at `addr` ("IP:port"); timeout 0 is 10 s. librdmacm is
+    // VQP_RDMACM_PATH or librdmacm.so.1.
+    void cm_serve(const char *bind_addr, std::uint32_t timeout_ms = 0) {
+        check(vqp_endpoint_cm_serve(h_, bind_addr, timeout_ms), "vqp_endpoint_cm_serve");
+    }
+    void cm_dial(const char *addr, std::uint32_t timeout_ms = 0) {
+        check(vqp_endpoint_cm_dial(h_, addr, timeout_ms), "vqp_endpoint_cm_dial");
+    }
 
     // The data path: one C call each.
     status post_send(const vqp_send_wr &wr) noexcept { return vqp_post_send(h_, &wr); }

@@ -1,5 +1,6 @@
 //! Endpoints: settings, creation on one or several devices, the card, and connecting
-//! (by card bytes, or over TCP with the host's exchange and its deadlines).
+//! (by card bytes, or over TCP with the host's exchange and its deadlines; through
+//! RDMA-CM in [`crate::cm`]).
 //!
 //! An endpoint goes `created → connected`; a failed connect leaves it `spent` (the
 //! QPs are gone), and every call but destroy then returns `VQP_ERR_STATE`.
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use vqp_core::split::SplitPolicy;
 use vqp_core::{Config, Mode, Policy, Signaling};
+use vqp_host::cm::{CmConnection, CmListener, Dialled};
 use vqp_host::{exchange, Card, Connected, Endpoint, ProtectionDomain, Settings};
 
 use crate::device::{opt_str, DEVICES};
@@ -28,13 +30,43 @@ const DEVS: usize = vqp_core::MAX_DEVICES;
 const B: usize = vqp_core::caps::BATCH;
 
 /// The one endpoint type C sees (capacities in the crate docs).
-type Ep = Endpoint<N, D, S, W, DEVS, B>;
+pub(crate) type Ep = Endpoint<N, D, S, W, DEVS, B>;
+
+/// What a connected endpoint keeps of how it was set up, for as long as its QPs live.
+pub(crate) enum Link {
+    /// The application carried the cards.
+    Cards,
+    /// The exchange's TCP connection, kept open.
+    Tcp { _stream: TcpStream },
+    /// The QPs' RDMA-CM connections: disconnected when dropped, so they live as long
+    /// as the QPs they announced.
+    Cm { _connections: CmConnection },
+}
 
 /// A connected endpoint and what the data path keeps beside it.
 pub(crate) struct Live {
+    /// How it was set up (declared first, so that a CM connection is disconnected
+    /// before the QPs are destroyed).
+    pub link: Link,
     pub conn: Connected<N, D, S, W, DEVS, B>,
-    /// The exchange's TCP connection, when it was made here.
-    pub _stream: Option<TcpStream>,
+}
+
+/// How the peer's card came, and what finishes the set-up once this side's QPs are
+/// connected.
+pub(crate) enum Finish {
+    /// Nothing: the application meets the peer itself.
+    Cards,
+    /// The TCP exchange: a barrier on its connection.
+    Tcp(TcpStream),
+    /// The server side of RDMA-CM: the REPs carrying `mine`, then the client's RTUs,
+    /// within the timeout.
+    CmServer {
+        listener: CmListener,
+        mine: Card,
+        timeout: Duration,
+    },
+    /// The client side of RDMA-CM: the RTUs.
+    CmClient(Dialled),
 }
 
 /// An endpoint's state.
@@ -233,7 +265,7 @@ pub unsafe extern "C" fn vqp_endpoint_create(
 /// # Safety
 /// No other thread is in a call on this handle (the header's contract for set-up
 /// calls).
-unsafe fn state<'a>(ep: vqp_endpoint) -> Result<&'a mut State, Fail> {
+pub(crate) unsafe fn state<'a>(ep: vqp_endpoint) -> Result<&'a mut State, Fail> {
     // SAFETY: forwarded.
     Ok(&mut unsafe { object(ep) }?.state)
 }
@@ -298,10 +330,12 @@ pub unsafe extern "C" fn vqp_endpoint_card(
     })
 }
 
-/// Moves a created endpoint to connected with `connect(peer card)`, keeping `stream`.
-fn connect_with(
+/// Moves a created endpoint to connected: `connect` gets the peer's card (an error
+/// there leaves the endpoint as it was); its QPs are then connected and the set-up
+/// finished as `connect` says (an error from here on leaves the endpoint spent).
+pub(crate) fn connect_with(
     st: &mut State,
-    connect: impl FnOnce(&Ep) -> Result<(Card, Option<TcpStream>), Fail>,
+    connect: impl FnOnce(&Ep) -> Result<(Card, Finish), Fail>,
 ) -> Result<(), Fail> {
     let State::Created(e) = st else {
         return Err(Fail::new(
@@ -309,7 +343,7 @@ fn connect_with(
             "the endpoint is connected already, or a failed connect spent it",
         ));
     };
-    let (peer, stream) = connect(e)?;
+    let (peer, finish) = connect(e)?;
     let State::Created(e) = std::mem::replace(st, State::Spent) else {
         // Matched above; nothing between could change it.
         return Err(Fail::new(
@@ -317,15 +351,25 @@ fn connect_with(
             "the endpoint changed state during connect",
         ));
     };
-    let mut stream = stream;
     let conn = e.connect(&peer)?;
-    if let Some(s) = stream.as_mut() {
-        exchange::barrier(s)?;
-    }
-    *st = State::Connected(Box::new(Live {
-        conn,
-        _stream: stream,
-    }));
+    let link = match finish {
+        Finish::Cards => Link::Cards,
+        Finish::Tcp(mut s) => {
+            exchange::barrier(&mut s)?;
+            Link::Tcp { _stream: s }
+        }
+        Finish::CmServer {
+            mut listener,
+            mine,
+            timeout,
+        } => Link::Cm {
+            _connections: listener.accept(&mine, timeout)?,
+        },
+        Finish::CmClient(d) => Link::Cm {
+            _connections: d.establish()?,
+        },
+    };
+    *st = State::Connected(Box::new(Live { link, conn }));
     Ok(())
 }
 
@@ -361,12 +405,13 @@ pub unsafe extern "C" fn vqp_endpoint_connect(
             peer.validate()
                 .and_then(|()| e.card().agree(&peer))
                 .map_err(|e| Fail::from(vqp_host::Error::Card(e)))?;
-            Ok((peer, None))
+            Ok((peer, Finish::Cards))
         })
     })
 }
 
-fn timeout_of(ms: u32) -> Duration {
+/// A call's timeout: `ms`, or 10 s for 0.
+pub(crate) fn timeout_of(ms: u32) -> Duration {
     Duration::from_millis(u64::from(if ms == 0 { DEFAULT_TIMEOUT_MS } else { ms }))
 }
 
@@ -404,7 +449,7 @@ pub unsafe extern "C" fn vqp_endpoint_serve(
             let stream = accept_within(&listener, timeout)?;
             let mut stream = stream;
             let peer = exchange::exchange_timeout(&mut stream, &e.card(), timeout)?;
-            Ok((peer, Some(stream)))
+            Ok((peer, Finish::Tcp(stream)))
         })
     })
 }
@@ -456,7 +501,7 @@ pub unsafe extern "C" fn vqp_endpoint_dial(
         let timeout = timeout_of(timeout_ms);
         connect_with(st, |e| {
             let (peer, stream) = exchange::connect_timeout(addr, &e.card(), timeout)?;
-            Ok((peer, Some(stream)))
+            Ok((peer, Finish::Tcp(stream)))
         })
     })
 }

@@ -35,6 +35,7 @@
 // The C names are the API.
 #![allow(non_camel_case_types)]
 
+pub mod cm;
 pub mod data;
 pub mod device;
 pub mod endpoint;
@@ -47,16 +48,20 @@ pub use status::vqp_status;
 /// The major version: changes with every incompatible change of the ABI (the SONAME
 /// is `libvqp.so.<major>`).
 pub const VQP_VERSION_MAJOR: u32 = 0;
-/// The minor version.
-pub const VQP_VERSION_MINOR: u32 = 1;
-/// The patch version.
+/// The minor version: grows when the ABI gains something (a function, a status code, a
+/// field behind `struct_size`) without breaking what was there, so that a program built
+/// against an older minor runs unchanged; `vqp_version() >= VQP_VERSION` (its
+/// header's) tells a program the library has every call it was built with. Minor 2
+/// added connecting through RDMA-CM.
+pub const VQP_VERSION_MINOR: u32 = 2;
+/// The patch version: fixes only.
 pub const VQP_VERSION_PATCH: u32 = 0;
 /// The version as one number, `major * 10000 + minor * 100 + patch`, for `#if`.
 pub const VQP_VERSION: u32 =
     VQP_VERSION_MAJOR * 10000 + VQP_VERSION_MINOR * 100 + VQP_VERSION_PATCH;
 
 const _: () = {
-    // The header's version is the crate's.
+    // The header's version is the crate's (capi/Cargo.toml's own, the ABI's).
     assert!(konst_eq(env!("CARGO_PKG_VERSION_MAJOR"), VQP_VERSION_MAJOR));
     assert!(konst_eq(env!("CARGO_PKG_VERSION_MINOR"), VQP_VERSION_MINOR));
     assert!(konst_eq(env!("CARGO_PKG_VERSION_PATCH"), VQP_VERSION_PATCH));
@@ -84,7 +89,7 @@ pub extern "C" fn vqp_version() -> u32 {
     VQP_VERSION
 }
 
-/// The library's version as a static string, e.g. `"0.1.0"`.
+/// The library's version as a static string, e.g. `"0.2.0"`.
 ///
 /// Thread-safety: any thread, any time.
 #[no_mangle]

@@ -10,7 +10,7 @@ use vqp_host::poller::EventWatch;
 use vqp_host::{Connected, Event, Handle, Idle, PollThread, PollerConfig, Refusal, Stack, Stats};
 
 use crate::data::send_wr;
-use crate::endpoint::{object, State};
+use crate::endpoint::{object, Link, State};
 use crate::recovery::vqp_async_event;
 use crate::status::{guard, vqp_status, Fail, VQP_ERR_FULL, VQP_ERR_STATE, VQP_ERR_STRUCT_SIZE};
 use crate::table::Table;
@@ -112,6 +112,8 @@ struct App {
     handle: Handle<RING>,
     thread: Option<PollThread<RING>>,
     scratch: [Event; 32],
+    /// How the endpoint was set up (dropped after the thread, with its QPs, is gone).
+    _link: Link,
 }
 
 static APPS: Table<App> = Table::new(4);
@@ -213,10 +215,13 @@ pub unsafe extern "C" fn vqp_endpoint_start_poller(
         } else {
             None
         };
-        let State::Connected(live) = std::mem::replace(&mut obj.state, State::Spent) else {
+        let State::Connected(mut live) = std::mem::replace(&mut obj.state, State::Spent) else {
             // Checked above; nothing between could change it.
             return Err(Fail::new(VQP_ERR_STATE, "the endpoint is not connected"));
         };
+        // The set-up's connection (TCP, or the QPs' CM connections) stays with the app
+        // handle as long as the QPs it announced live.
+        let link = std::mem::replace(&mut live.link, Link::Cards);
         // The virtual QP is large: it stays behind the box until the factory, on the
         // poll thread, moves it into the stack (as examples/lat does).
         let factory = move || {
@@ -241,6 +246,7 @@ pub unsafe extern "C" fn vqp_endpoint_start_poller(
             handle,
             thread: Some(thread),
             scratch: [Event::Completed(vqp_core::Wc::EMPTY); 32],
+            _link: link,
         })?;
         // SAFETY: `out` is non-null and writable.
         unsafe { out.write(vqp_app { handle: app }) };

@@ -7,6 +7,7 @@ use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use vqp_core::{PollFailure, PostRecvError, PostSendError};
+use vqp_host::cm::CmError;
 use vqp_host::Error;
 
 /// What a call did. `VQP_OK` (0) is success; every other value is an error, named by
@@ -30,7 +31,8 @@ pub enum vqp_status {
     VQP_ERR_STATE = 5,
     /// The caller's buffer is too small; the size needed is reported.
     VQP_ERR_TOO_SMALL = 6,
-    /// The verbs library could not be loaded or lacks a function.
+    /// The verbs library (or, for the RDMA-CM calls, librdmacm) could not be loaded or
+    /// lacks a function.
     VQP_ERR_LIBRARY = 7,
     /// No RDMA device, or none of the name asked for.
     VQP_ERR_NO_DEVICE = 8,
@@ -40,8 +42,9 @@ pub enum vqp_status {
     VQP_ERR_CONFIG = 10,
     /// An endpoint card is malformed or does not agree with this side's.
     VQP_ERR_CARD = 11,
-    /// The TCP exchange with the peer failed: it refused, closed, sent garbage, or the
-    /// connection could not be made.
+    /// The exchange with the peer failed, over TCP or through RDMA-CM: it refused (its
+    /// reason is in the message), closed, sent garbage, or the connection could not be
+    /// made.
     VQP_ERR_PEER = 12,
     /// The peer did not answer before the deadline.
     VQP_ERR_TIMEOUT = 13,
@@ -113,14 +116,17 @@ impl From<Error> for Fail {
         let code = match &e {
             Error::LibraryNotFound { .. }
             | Error::SymbolMissing { .. }
-            | Error::OpMissing { .. } => VQP_ERR_LIBRARY,
+            | Error::OpMissing { .. }
+            | Error::RdmaCmLibrary { .. } => VQP_ERR_LIBRARY,
             Error::NoDevices { .. } | Error::DeviceNotFound { .. } => VQP_ERR_NO_DEVICE,
             Error::Verbs { .. } | Error::PostFailed { .. } | Error::BadCompletion { .. } => {
                 VQP_ERR_VERBS
             }
             Error::InvalidArgument { .. } => VQP_ERR_INVALID_ARGUMENT,
             Error::Card(_) => VQP_ERR_CARD,
-            Error::PeerTimeout { .. } => VQP_ERR_TIMEOUT,
+            Error::PeerTimeout { .. } | Error::RdmaCm(CmError::Timeout { .. }) => VQP_ERR_TIMEOUT,
+            // The peer's private data is no card piece: its card is malformed.
+            Error::RdmaCm(CmError::Piece(_)) => VQP_ERR_CARD,
             Error::Build(_) | Error::Cq(_) | Error::Restore(_) => VQP_ERR_CONFIG,
             _ => VQP_ERR_PEER,
         };
@@ -263,7 +269,7 @@ pub extern "C" fn vqp_status_str(status: i32) -> *const c_char {
         4 => "VQP_ERR_INVALID_ARGUMENT: an argument is out of range\0",
         5 => "VQP_ERR_STATE: the call does not fit the object's state\0",
         6 => "VQP_ERR_TOO_SMALL: the buffer is too small\0",
-        7 => "VQP_ERR_LIBRARY: the verbs library could not be loaded\0",
+        7 => "VQP_ERR_LIBRARY: the verbs library or librdmacm could not be loaded\0",
         8 => "VQP_ERR_NO_DEVICE: no such RDMA device\0",
         9 => "VQP_ERR_VERBS: a verb failed\0",
         10 => "VQP_ERR_CONFIG: the settings are refused\0",

@@ -1,10 +1,12 @@
 //! The C API from C and C++: the headers included twice and compiled as C99 and
 //! C++17 with `-Wall -Wextra -Werror` (vqp.hpp's errors thrown with their codes); the
 //! misuse program (`tests/c/misuse.c`) plainly, under AddressSanitizer and under
-//! valgrind; events, failover and fail-back (`tests/c/recovery.c`) and the poll-thread
-//! mode (`tests/c/poller.c`), each plainly, under AddressSanitizer and under valgrind; the C round
-//! trip bench (`bench/round_trip.c`) built and run briefly; the examples built from an installed prefix through pkg-config
-//! and run as two processes over softverbs; the header compared with what cbindgen
+//! valgrind; events, failover and fail-back (`tests/c/recovery.c`), the poll-thread
+//! mode (`tests/c/poller.c`) and connecting through RDMA-CM (`tests/c/cm.c`, on
+//! vqp-rdmacm), each plainly, under AddressSanitizer and under valgrind; the C round
+//! trip bench (`bench/round_trip.c`) built and run briefly; the examples built from an
+//! installed prefix through pkg-config and run as two processes over softverbs,
+//! connected over TCP and through RDMA-CM; the header compared with what cbindgen
 //! makes of the sources today.
 //!
 //! Each test needs programs a machine with only Rust lacks (gcc, g++, valgrind,
@@ -111,12 +113,27 @@ fn compile(compiler: &Path, args: &[&str], src: &Path, out: &Path, lib_dir: &Pat
     );
 }
 
-/// The environment that puts a program on softverbs: its cdylib as the verbs library
-/// and a namespace directory of its own.
+/// vqp-rdmacm's library (a dev-dependency), the librdmacm of softverbs, where cargo
+/// built it for this run (a test build leaves it in the profile's deps directory).
+fn rdmacm_library() -> PathBuf {
+    let candidates = vqp_softverbs::cdylib_candidates_of("vqp_rdmacm");
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!("vqp-rdmacm's library was not built; looked at {candidates:?} (cargo test builds it)")
+        })
+}
+
+/// The environment that puts a program on softverbs: its cdylib as the verbs library,
+/// vqp-rdmacm's as librdmacm, and a namespace directory of its own (which also holds
+/// vqp-rdmacm's listeners, so that the program's ports are its own).
 fn softverbs_env(ns: &Path) -> Vec<(&'static str, OsString)> {
     let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib (a dev-dependency)");
     vec![
         ("VQP_IBVERBS_PATH", lib.into_os_string()),
+        ("VQP_RDMACM_PATH", rdmacm_library().into_os_string()),
         ("VQP_SOFT_DIR", ns.as_os_str().to_owned()),
     ]
 }
@@ -255,6 +272,31 @@ fn poll_thread_mode_under_address_sanitizer() {
 }
 
 #[test]
+fn rdma_cm_connects_and_refuses_through_the_c_api() {
+    c_program(
+        "rdma_cm_connects_and_refuses_through_the_c_api",
+        "cm",
+        &["-pthread"],
+        &[],
+    );
+}
+
+#[test]
+fn rdma_cm_under_address_sanitizer() {
+    c_program(
+        "rdma_cm_under_address_sanitizer",
+        "cm",
+        &[
+            "-pthread",
+            "-fsanitize=address,undefined",
+            "-fno-omit-frame-pointer",
+            "-fno-sanitize-recover=all",
+        ],
+        &[],
+    );
+}
+
+#[test]
 fn the_round_trip_bench_builds_and_runs() {
     let test = "the_round_trip_bench_builds_and_runs";
     let Some(gcc) = system::program(test, "gcc", "gcc") else {
@@ -296,7 +338,7 @@ const STD_SUPPRESSION: &str = "{
 
 /// Runs `tests/c/<program>.c` under memcheck: any error, leaks included ("definitely"
 /// or "possibly lost"), fails it.
-fn under_valgrind(test: &str, program: &str) {
+fn under_valgrind(test: &str, program: &str, extra: &[&str]) {
     let Some(valgrind) = system::program(test, "valgrind", "valgrind") else {
         return;
     };
@@ -313,13 +355,13 @@ fn under_valgrind(test: &str, program: &str) {
         format!("--suppressions={}", supp.display()).into(),
     ];
     let refs: Vec<&OsString> = args.iter().collect();
-    c_program(test, program, &[], &refs);
+    c_program(test, program, extra, &refs);
     let _ = std::fs::remove_file(&supp);
 }
 
 #[test]
 fn misuse_under_valgrind_is_clean() {
-    under_valgrind("misuse_under_valgrind_is_clean", "misuse");
+    under_valgrind("misuse_under_valgrind_is_clean", "misuse", &[]);
 }
 
 #[test]
@@ -327,17 +369,22 @@ fn events_failover_and_failback_under_valgrind_are_clean() {
     under_valgrind(
         "events_failover_and_failback_under_valgrind_are_clean",
         "recovery",
+        &[],
     );
 }
 
 #[test]
 fn poll_thread_mode_under_valgrind_is_clean() {
-    under_valgrind("poll_thread_mode_under_valgrind_is_clean", "poller");
+    under_valgrind("poll_thread_mode_under_valgrind_is_clean", "poller", &[]);
 }
 
-/// Builds `example` (C or C++) against the prefix through pkg-config and runs it as a
-/// server and a client over softverbs; both must verify the data.
-fn two_processes(compiler: &Path, std: &str, example: &str, prefix: &Path, dir: &Path) {
+#[test]
+fn rdma_cm_under_valgrind_is_clean() {
+    under_valgrind("rdma_cm_under_valgrind_is_clean", "cm", &["-pthread"]);
+}
+
+/// Builds `example` (C or C++) against the prefix through pkg-config.
+fn build_example(compiler: &Path, std: &str, example: &str, prefix: &Path, dir: &Path) -> PathBuf {
     let exe = dir.join(example.replace('.', "_"));
     let pc = Command::new("pkg-config")
         .args(["--cflags", "--libs", "vqp"])
@@ -361,23 +408,48 @@ fn two_processes(compiler: &Path, std: &str, example: &str, prefix: &Path, dir: 
         Duration::from_secs(180),
         &format!("building {example}"),
     );
+    exe
+}
 
-    let ns = dir.join(format!("ns-{example}"));
+/// How the examples' two processes connect.
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    /// The TCP card exchange (the server's port is awaited before the client starts).
+    Tcp,
+    /// RDMA-CM through vqp-rdmacm (`--rdma-cm`): the client starts at once and asks
+    /// again until the server listens.
+    RdmaCm,
+}
+
+/// Runs the example `exe` as a server and a client over softverbs, connected `via`;
+/// both must verify the data.
+fn two_processes(exe: &Path, via: Via, dir: &Path) {
+    let example = exe.file_name().unwrap().to_string_lossy().into_owned();
+    let tag = if via == Via::RdmaCm { "-cm" } else { "" };
+    let ns = dir.join(format!("ns-{example}{tag}"));
     let port = procs::free_port();
     let env = softverbs_env(&ns);
+    let role = |r: &str, dev: &str| {
+        let mut a: Vec<String> = Vec::new();
+        if via == Via::RdmaCm {
+            a.push("--rdma-cm".into());
+        }
+        a.extend([r.into(), format!("127.0.0.1:{port}"), dev.into()]);
+        a
+    };
     let mut server = procs::Killed(Some(system::spawn(
-        Command::new(&exe)
-            .args(["server", &format!("127.0.0.1:{port}"), "soft1"])
+        Command::new(exe)
+            .args(role("server", "soft1"))
             .envs(env.clone()),
     )));
-    let until = Instant::now() + Duration::from_secs(30);
-    while !procs::listening(port) && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(20));
+    if via == Via::Tcp {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !procs::listening(port) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     let mut client = procs::Killed(Some(system::spawn(
-        Command::new(&exe)
-            .args(["client", &format!("127.0.0.1:{port}"), "soft0"])
-            .envs(env),
+        Command::new(exe).args(role("client", "soft0")).envs(env),
     )));
     let deadline = Instant::now() + Duration::from_secs(120);
     let c = procs::wait(&mut client, deadline, "client");
@@ -403,23 +475,18 @@ fn two_processes(compiler: &Path, std: &str, example: &str, prefix: &Path, dir: 
             out.contains("1048576 bytes verified"),
             "{example} {who}: {out}"
         );
+        assert_eq!(
+            out.contains("RDMA-CM"),
+            via == Via::RdmaCm,
+            "{example} {who}: {out}"
+        );
     }
 }
 
-#[test]
-fn examples_built_from_the_installed_prefix_run_as_two_processes() {
-    let test = "examples_built_from_the_installed_prefix_run_as_two_processes";
-    let Some(gcc) = system::program(test, "gcc", "gcc") else {
-        return;
-    };
-    let Some(gxx) = system::program(test, "g++", "g++") else {
-        return;
-    };
-    let Some(_) = system::program(test, "pkg-config", "pkg-config") else {
-        return;
-    };
-    let dir = Scratch::new("install");
-    let prefix = dir.0.join("prefix");
+/// Installs the library built for this test into `dir/prefix` with `install.sh`, as
+/// CI does, and checks the files are there.
+fn install(dir: &Path) -> PathBuf {
+    let prefix = dir.join("prefix");
     let profile = profile_dir();
     let name = profile.file_name().unwrap().to_str().unwrap().to_owned();
     run_ok(
@@ -440,8 +507,47 @@ fn examples_built_from_the_installed_prefix_run_as_two_processes() {
     ] {
         assert!(prefix.join(f).exists(), "{f} not installed");
     }
-    two_processes(&gcc, "-std=c99", "xfer.c", &prefix, &dir.0);
-    two_processes(&gxx, "-std=c++17", "xfer.cpp", &prefix, &dir.0);
+    prefix
+}
+
+#[test]
+fn examples_built_from_the_installed_prefix_run_as_two_processes() {
+    let test = "examples_built_from_the_installed_prefix_run_as_two_processes";
+    let Some(gcc) = system::program(test, "gcc", "gcc") else {
+        return;
+    };
+    let Some(gxx) = system::program(test, "g++", "g++") else {
+        return;
+    };
+    let Some(_) = system::program(test, "pkg-config", "pkg-config") else {
+        return;
+    };
+    let dir = Scratch::new("install");
+    let prefix = install(&dir.0);
+    let c = build_example(&gcc, "-std=c99", "xfer.c", &prefix, &dir.0);
+    two_processes(&c, Via::Tcp, &dir.0);
+    let cpp = build_example(&gxx, "-std=c++17", "xfer.cpp", &prefix, &dir.0);
+    two_processes(&cpp, Via::Tcp, &dir.0);
+}
+
+#[test]
+fn examples_connect_through_rdma_cm_as_two_processes() {
+    let test = "examples_connect_through_rdma_cm_as_two_processes";
+    let Some(gcc) = system::program(test, "gcc", "gcc") else {
+        return;
+    };
+    let Some(gxx) = system::program(test, "g++", "g++") else {
+        return;
+    };
+    let Some(_) = system::program(test, "pkg-config", "pkg-config") else {
+        return;
+    };
+    let dir = Scratch::new("install-cm");
+    let prefix = install(&dir.0);
+    let c = build_example(&gcc, "-std=c99", "xfer.c", &prefix, &dir.0);
+    two_processes(&c, Via::RdmaCm, &dir.0);
+    let cpp = build_example(&gxx, "-std=c++17", "xfer.cpp", &prefix, &dir.0);
+    two_processes(&cpp, Via::RdmaCm, &dir.0);
 }
 
 #[test]

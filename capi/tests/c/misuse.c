@@ -4,6 +4,7 @@
  * Needs VQP_IBVERBS_PATH naming softverbs' cdylib and VQP_SOFT_DIR (two devices).
  * Prints "misuse: N checks passed" and exits 0, or names the first check that failed.
  */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,7 @@ static int checks;
 
 int main(void) {
     vqp_device none_dev = {0}, dev, dev1, garbage = {0x1234567890abcdefull};
-    vqp_endpoint none_ep = {0}, a, b;
+    vqp_endpoint none_ep = {0}, a, b, garbage_ep = {0x1234567890abcdefull};
     vqp_mr none_mr = {0}, mr;
     struct vqp_settings s;
     struct vqp_mr_info mi;
@@ -50,6 +51,8 @@ int main(void) {
     EXPECT(vqp_endpoint_destroy(none_ep), VQP_ERR_NULL);
     EXPECT(vqp_mr_deregister(none_mr), VQP_ERR_NULL);
     EXPECT(vqp_poll(none_ep, wc, 4, &n), VQP_ERR_NULL);
+    EXPECT(vqp_endpoint_cm_serve(none_ep, "127.0.0.1:18515", 100), VQP_ERR_NULL);
+    EXPECT(vqp_endpoint_cm_dial(none_ep, "127.0.0.1:18515", 100), VQP_ERR_NULL);
     EXPECT(vqp_post_send(none_ep, NULL), VQP_ERR_NULL);
     EXPECT(vqp_post_recv(none_ep, NULL), VQP_ERR_NULL);
     EXPECT(vqp_device_name(garbage, name, sizeof name), VQP_ERR_WRONG_HANDLE);
@@ -81,6 +84,8 @@ int main(void) {
     /* A handle of one type where another goes. */
     vqp_endpoint as_ep = {dev.handle};
     EXPECT(vqp_endpoint_destroy(as_ep), VQP_ERR_WRONG_HANDLE);
+    EXPECT(vqp_endpoint_cm_dial(as_ep, "127.0.0.1:18515", 100), VQP_ERR_WRONG_HANDLE);
+    EXPECT(vqp_endpoint_cm_serve(garbage_ep, "127.0.0.1:18515", 100), VQP_ERR_WRONG_HANDLE);
 
     /* Memory regions. */
     static unsigned char buf[1 << 16], dst[1 << 16];
@@ -121,6 +126,34 @@ int main(void) {
     EXPECT(vqp_poll(a, wc, 4, &n), VQP_ERR_STATE);
     EXPECT(vqp_endpoint_qp_stats(a, 0, &(struct vqp_qp_stats){0}), VQP_ERR_STATE);
 
+    /* RDMA-CM: null and bad addresses (an IP address and a port), each before anything
+     * is loaded or sent; then librdmacm missing: its own code, and the endpoint is
+     * unchanged. */
+    EXPECT(vqp_endpoint_cm_serve(a, NULL, 100), VQP_ERR_NULL);
+    EXPECT(vqp_endpoint_cm_dial(a, NULL, 100), VQP_ERR_NULL);
+    EXPECT(vqp_endpoint_cm_dial(a, "127.0.0.1", 100), VQP_ERR_INVALID_ARGUMENT);
+    EXPECT(vqp_endpoint_cm_dial(a, "localhost:18515", 100), VQP_ERR_INVALID_ARGUMENT);
+    EXPECT(vqp_endpoint_cm_dial(a, "127.0.0.1:0", 100), VQP_ERR_INVALID_ARGUMENT);
+    EXPECT(vqp_endpoint_cm_dial(a, "127.0.0.1:65536", 100), VQP_ERR_INVALID_ARGUMENT);
+    EXPECT(vqp_endpoint_cm_serve(a, "", 100), VQP_ERR_INVALID_ARGUMENT);
+    EXPECT(vqp_endpoint_cm_serve(a, "\xff\xfe:1", 100), VQP_ERR_INVALID_ARGUMENT);
+    checks++;
+    if (setenv("VQP_RDMACM_PATH", "/nonexistent/librdmacm.so.1", 1) != 0) {
+        fprintf(stderr, "misuse: setenv failed\n");
+        return 1;
+    }
+    EXPECT(vqp_endpoint_cm_serve(a, "127.0.0.1:18515", 100), VQP_ERR_LIBRARY);
+    EXPECT(vqp_endpoint_cm_dial(a, "127.0.0.1:18515", 100), VQP_ERR_LIBRARY);
+    {
+        char msg[512];
+        vqp_last_error_message(msg, sizeof msg);
+        checks++;
+        if (!strstr(msg, "/nonexistent/librdmacm.so.1")) {
+            fprintf(stderr, "misuse: the message does not name the library: %s\n", msg);
+            return 1;
+        }
+    }
+
     /* Cards: too small a buffer, garbage, then the real exchange. */
     uint8_t card_a[VQP_CARD_MAX], card_b[VQP_CARD_MAX];
     size_t la = 0, lb = 0;
@@ -142,6 +175,8 @@ int main(void) {
     EXPECT(vqp_endpoint_connect(b, card_a, la), VQP_OK);
     EXPECT(vqp_endpoint_connect(a, card_b, lb), VQP_ERR_STATE);
     EXPECT(vqp_endpoint_card(a, card_a, sizeof card_a, &la), VQP_ERR_STATE);
+    EXPECT(vqp_endpoint_cm_serve(a, "127.0.0.1:18515", 100), VQP_ERR_STATE);
+    EXPECT(vqp_endpoint_cm_dial(b, "127.0.0.1:18515", 100), VQP_ERR_STATE);
 
     /* Requests refused as written: nothing posted. */
     struct vqp_mr_info si, di;
@@ -209,6 +244,8 @@ int main(void) {
     EXPECT(vqp_endpoint_destroy(a), VQP_OK);
     EXPECT(vqp_post_send(a, &w), VQP_ERR_STALE_HANDLE);
     EXPECT(vqp_poll(a, wc, 4, &n), VQP_ERR_STALE_HANDLE);
+    EXPECT(vqp_endpoint_cm_serve(a, "127.0.0.1:18515", 100), VQP_ERR_STALE_HANDLE);
+    EXPECT(vqp_endpoint_cm_dial(a, "127.0.0.1:18515", 100), VQP_ERR_STALE_HANDLE);
     EXPECT(vqp_endpoint_destroy(a), VQP_ERR_STALE_HANDLE);
     /* A new endpoint may reuse the slot; the old handle stays stale. */
     vqp_endpoint c;

@@ -41,6 +41,8 @@ int main() {
     (void)ep.post_send_inline(vqp_send_wr{}, vqp::span<const std::uint8_t>(buf, 8));
     (void)ep.post_recv(vqp_recv_wr{});
     (void)ep.card();
+    ep.cm_serve("127.0.0.1:18515", 1);
+    ep.cm_dial("127.0.0.1:18515", 1);
     (void)a.send(vqp_send_wr{});
     (void)a.recv(vqp_recv_wr{});
     (void)a.poll(ev);
