@@ -44,13 +44,16 @@
 //!   at random, READ/atomic depths the smaller of both sides', retry and RNR counts as
 //!   IB CM exchanges them); `rdma_init_qp_attr` gives the same attributes to programs
 //!   that make their own QPs.
+//! - **XRC**: ids of `IBV_QPT_XRC_SEND` and `IBV_QPT_XRC_RECV` (from `rdma_create_ep`'s
+//!   `ai_qp_type`); an XRC receive QP and its XRC SRQ live in the device's XRC domain
+//!   ([`verbs::xrcd`]), the SRQ with a CQ of its own ([`id::create_srq`]).
 //!
 //! # Not done
 //!
 //! Multicast, ECE, `rdma_resolve_addrinfo`/`rdma_query_addrinfo`,
-//! `rdma_create_srq_ex`, `RDMA_OPTION_IB_PATH`, and of rsockets `rselect` and
+//! `RDMA_OPTION_IB_PATH`, and of rsockets `rselect` and
 //! `repoll_*` fail with `ENOSYS` (stream rsockets and `riomap`/`riowrite` work:
-//! [`rsocket`]); `rdma_create_qp_ex` with anything beyond a PD
+//! [`rsocket`]); `rdma_create_qp_ex` with anything beyond a PD and an XRC domain
 //! fails with `EOPNOTSUPP`. Only soft device 0 is reachable by address. Only processes
 //! of one machine (one rendezvous directory) connect. An established connection whose
 //! peer process exits without disconnecting gets no event. An id that only resolves a

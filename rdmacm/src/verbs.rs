@@ -8,7 +8,11 @@
 use std::sync::OnceLock;
 
 use vqp_host::{Verbs, VerbsTable};
-use vqp_sys::{ibv_context, ibv_gid, ibv_port_attr};
+use vqp_sys::{
+    ibv_context, ibv_gid, ibv_port_attr, ibv_qp, ibv_qp_init_attr_ex, ibv_srq,
+    ibv_srq_init_attr_ex, ibv_xrcd, ibv_xrcd_init_attr, verbs_context, IBV_XRCD_INIT_ATTR_FD,
+    IBV_XRCD_INIT_ATTR_OFLAGS, VERBS_ABI_IS_EXTENDED,
+};
 
 /// One opened device and the address of its port 1.
 pub struct Device {
@@ -131,4 +135,89 @@ pub fn default_pd(ctx: *mut ibv_context) -> Result<*mut vqp_sys::ibv_pd, i32> {
     }
     pds.push((ctx as usize, pd as usize));
     Ok(pd)
+}
+
+/// The extended operations in front of `ctx` (verbs.h's `verbs_get_ctx`), when the
+/// context has them: `EOPNOTSUPP` otherwise, as verbs.h's inline wrappers answer a
+/// provider without the operation.
+fn extended<'a>(ctx: *mut ibv_context) -> Result<&'a verbs_context, i32> {
+    // Only the process's own contexts are used.
+    let dev = by_context(ctx).ok_or(libc::EINVAL)?;
+    // SAFETY: an open context of the loaded library.
+    if unsafe { (*dev.context).abi_compat } != VERBS_ABI_IS_EXTENDED {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let off = core::mem::offset_of!(verbs_context, context);
+    // SAFETY: an extended context is the last field of a `verbs_context` (what
+    // `abi_compat` just said); the provider keeps it as long as the context.
+    let v = unsafe { &*dev.context.cast::<u8>().sub(off).cast::<verbs_context>() };
+    if v.sz < core::mem::size_of::<verbs_context>() {
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(v)
+}
+
+fn errno_or(e: i32) -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(e)
+}
+
+static XRCDS: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+
+/// The XRC domain librdmacm gives XRC ids on `ctx`: one per device, opened on first
+/// use without a file (private to this process) and kept, as rdma-core's
+/// `ucma_get_xrcd` opens it (`fd` -1, `O_CREAT`).
+pub fn xrcd(ctx: *mut ibv_context) -> Result<*mut ibv_xrcd, i32> {
+    let open = extended(ctx)?.open_xrcd.ok_or(libc::EOPNOTSUPP)?;
+    // The process's own context (`extended` found it), not the caller's pointer.
+    let ctx = by_context(ctx).ok_or(libc::EINVAL)?.context;
+    let mut xs = XRCDS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, x)) = xs.iter().find(|(c, _)| *c == ctx as usize) {
+        return Ok(x as *mut ibv_xrcd);
+    }
+    let mut a = ibv_xrcd_init_attr {
+        comp_mask: IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+        fd: -1,
+        oflags: libc::O_CREAT,
+    };
+    // SAFETY: one of the process's open contexts; `a` is a valid attribute struct.
+    let x = unsafe { open(ctx, &mut a) };
+    if x.is_null() {
+        return Err(errno_or(libc::ENOMEM));
+    }
+    xs.push((ctx as usize, x as usize));
+    Ok(x)
+}
+
+/// `ibv_create_qp_ex` on `ctx`.
+///
+/// # Safety
+/// `a` is a valid attribute struct whose objects belong to `ctx` and stay alive.
+pub unsafe fn create_qp_ex(
+    ctx: *mut ibv_context,
+    a: &mut ibv_qp_init_attr_ex,
+) -> Result<*mut ibv_qp, i32> {
+    let f = extended(ctx)?.create_qp_ex.ok_or(libc::EOPNOTSUPP)?;
+    // SAFETY: an open context; `a` per the caller's contract.
+    let qp = unsafe { f(ctx, a) };
+    if qp.is_null() {
+        return Err(errno_or(libc::ENOMEM));
+    }
+    Ok(qp)
+}
+
+/// `ibv_create_srq_ex` on `ctx`.
+///
+/// # Safety
+/// `a` is a valid attribute struct whose objects belong to `ctx` and stay alive.
+pub unsafe fn create_srq_ex(
+    ctx: *mut ibv_context,
+    a: &mut ibv_srq_init_attr_ex,
+) -> Result<*mut ibv_srq, i32> {
+    let f = extended(ctx)?.create_srq_ex.ok_or(libc::EOPNOTSUPP)?;
+    // SAFETY: an open context; `a` per the caller's contract.
+    let srq = unsafe { f(ctx, a) };
+    if srq.is_null() {
+        return Err(errno_or(libc::ENOMEM));
+    }
+    Ok(srq)
 }
