@@ -22,7 +22,7 @@ use crate::agent::{self, agent, reason, SendError};
 use crate::conn::{Conn, Listen, Phase};
 use crate::qp;
 use crate::queue::{Queue, What};
-use crate::verbs::{self, Device};
+use crate::verbs::{self, Device, Place};
 use crate::wire::{self, Body, Kind, Private};
 
 use crate::agent::MAX_RD_ATOMIC;
@@ -482,21 +482,32 @@ fn release_backlog(parent: Option<&Arc<Conn>>) {
     }
 }
 
-/// Sets the id's device, port and addresses.
-fn set_route_addr(id: &mut Id, dev: &Device, local: &SocketAddr, remote: Option<&SocketAddr>) {
-    id.c.verbs = dev.context;
+/// Sets the id's device and port (where its local address lives), its addresses, and
+/// the GIDs of both ends (`dgid`: the remote address's, when it is given), as the
+/// kernel's `ucma_query_route` fills `route.addr.addr.ibaddr`.
+fn set_route_addr(
+    id: &mut Id,
+    at: &Place,
+    local: &SocketAddr,
+    remote: Option<(&SocketAddr, [u8; 16])>,
+) {
+    id.c.verbs = at.dev.context;
     id.c.port_num = 1;
     id.c.route.addr.src = addr::to_storage(local);
-    if let Some(r) = remote {
+    let mut dgid = at.gid;
+    if let Some((r, g)) = remote {
         id.c.route.addr.dst = addr::to_storage(r);
+        dgid = g;
     }
-    id.c.route.addr.ibaddr.sgid = ibv_gid { raw: dev.gid };
-    id.c.route.addr.ibaddr.dgid = ibv_gid { raw: dev.gid };
+    id.c.route.addr.ibaddr.sgid = ibv_gid { raw: at.gid };
+    id.c.route.addr.ibaddr.dgid = ibv_gid { raw: dgid };
     id.c.route.addr.ibaddr.pkey = 0xffffu16.to_be();
 }
 
-fn device0() -> Result<&'static Device, i32> {
-    verbs::devices()?.list.first().ok_or(libc::ENODEV)
+/// The id's own GID (its `sgid`: the GID of its local address).
+pub fn sgid_of(c: &rdma_cm_id) -> [u8; 16] {
+    // SAFETY: every bit pattern is a valid `raw` view of the union.
+    unsafe { c.route.addr.ibaddr.sgid.raw }
 }
 
 /// `rdma_bind_addr`: records the address and, for a port, holds it (the listener
@@ -543,7 +554,7 @@ pub unsafe fn bind_addr(id: &mut Id, sa: *const libc::sockaddr) -> Result<(), i3
         });
     }
     if !local.ip().is_unspecified() {
-        set_route_addr(id, device0()?, &local, None);
+        set_route_addr(id, &verbs::place(local.ip())?, &local, None);
     } else {
         id.c.route.addr.src = addr::to_storage(&local);
     }
@@ -594,7 +605,8 @@ pub unsafe fn resolve_addr(
         unsafe { bind_addr(id, src) }?;
     }
     let conn = id.conn.clone();
-    let dev = device0()?;
+    // No device at all is ENODEV before anything changes.
+    verbs::devices()?;
     let mut s = conn.lock();
     if !matches!(s.phase, Phase::Idle | Phase::AddrResolved) {
         return Err(libc::EINVAL);
@@ -625,9 +637,16 @@ pub unsafe fn resolve_addr(
     s.remote = Some(remote);
     if addr::is_local(remote.ip()) {
         drop(s);
+        let (at, there) = match (verbs::place(local.ip()), verbs::place(remote.ip())) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => {
+                conn.lock().remote = None;
+                return Err(e);
+            }
+        };
         // The id's fields first: the program may act on the event from another
         // thread as soon as it is queued.
-        set_route_addr(id, dev, &local, Some(&remote));
+        set_route_addr(id, &at, &local, Some((&remote, there.gid)));
         let mut s = conn.lock();
         s.phase = Phase::AddrResolved;
         conn.report(&s, What::AddrResolved);
@@ -641,26 +660,30 @@ pub unsafe fn resolve_addr(
     complete(id)
 }
 
-/// `rdma_resolve_route`: the path record of soft device 0's port 1 to itself.
+/// `rdma_resolve_route`: the path record from the id's port 1 (its GID and LID) to
+/// the port the destination address lives on (see [`verbs::place`]).
 pub fn resolve_route(id: &mut Id, _timeout_ms: c_int) -> Result<(), i32> {
     let conn = id.conn.clone();
     let dev = verbs::by_context(id.c.verbs).ok_or(libc::EINVAL)?;
-    if !matches!(
-        conn.lock().phase,
-        Phase::AddrResolved | Phase::RouteResolved
-    ) {
-        return Err(libc::EINVAL);
-    }
+    let remote = {
+        let s = conn.lock();
+        if !matches!(s.phase, Phase::AddrResolved | Phase::RouteResolved) {
+            return Err(libc::EINVAL);
+        }
+        s.remote.ok_or(libc::EINVAL)?
+    };
+    let there = verbs::place(remote.ip())?;
     id.path = ibv_sa_path_rec {
-        dgid: dev.gid,
-        sgid: dev.gid,
-        dlid: dev.lid.to_be(),
+        // SAFETY: every bit pattern is a valid `raw` view of the union.
+        dgid: unsafe { id.c.route.addr.ibaddr.dgid.raw },
+        sgid: sgid_of(&id.c),
+        dlid: there.dev.lid.to_be(),
         slid: dev.lid.to_be(),
         reversible: 1,
         numb_path: 1,
         pkey: 0xffffu16.to_be(),
         mtu_selector: 2,
-        mtu: dev.mtu,
+        mtu: dev.mtu.min(there.dev.mtu),
         rate_selector: 2,
         packet_life_time_selector: 2,
         packet_life_time: qp::ACK_TIMEOUT - 1,
@@ -742,7 +765,7 @@ fn my_conn(id: &Id, p: &rdma_conn_param, dev: &Device) -> wire::Conn {
         rnr_retry_count: p.rnr_retry_count.min(7),
         flow_control: p.flow_control,
         srq: u8::from(!id.c.srq.is_null()) | p.srq,
-        gid: dev.gid,
+        gid: sgid_of(&id.c),
         lid: dev.lid,
         mtu: dev.mtu,
         qkey: RDMA_UDP_QKEY,
@@ -1083,7 +1106,9 @@ fn copy_conn(ev: &mut Event, c: &wire::Conn, private: &Private) {
     };
 }
 
-fn copy_ud(ev: &mut Event, c: &wire::Conn, private: &Private, port: u8) {
+fn copy_ud(ev: &mut Event, c: &wire::Conn, private: &Private, id: &rdma_cm_id) {
+    let port = id.port_num;
+    let sgid_index = verbs::by_context(id.verbs).map_or(0, |d| d.gid_index(&sgid_of(id)));
     let n = private.as_slice().len();
     ev.private[..n].copy_from_slice(private.as_slice());
     // SAFETY: all-zero is a valid address vector.
@@ -1094,6 +1119,7 @@ fn copy_ud(ev: &mut Event, c: &wire::Conn, private: &Private, port: u8) {
         ah.is_global = 1;
         ah.grh.dgid = ibv_gid { raw: c.gid };
         ah.grh.hop_limit = 64;
+        ah.grh.sgid_index = sgid_index;
     }
     ev.c.param.ud = rdma_ud_param {
         private_data: if n > 0 {
@@ -1153,13 +1179,14 @@ pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
                 let cid = new_id(child.clone(), id.c.channel.cast(), id.c.context, qp_type);
                 // SAFETY: just made.
                 let c = unsafe { &mut *cid };
-                if let (Some(l), Ok(dev)) = (local, device0()) {
-                    set_route_addr(c, dev, &l, remote.as_ref());
+                if let Some((l, Ok(at))) = local.map(|l| (l, verbs::place(l.ip()))) {
+                    let dev = at.dev;
+                    set_route_addr(c, &at, &l, remote.as_ref().map(|r| (r, peer.conn.gid)));
                     c.c.route.path_rec = &mut c.path;
                     c.c.route.num_paths = 1;
                     c.path = ibv_sa_path_rec {
                         dgid: peer.conn.gid,
-                        sgid: dev.gid,
+                        sgid: at.gid,
                         dlid: peer.conn.lid.to_be(),
                         slid: dev.lid.to_be(),
                         numb_path: 1,
@@ -1173,7 +1200,7 @@ pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
                 ev.c.listen_id = idp.cast();
                 ev.c.id = cid.cast();
                 if child.is_ud() {
-                    copy_ud(&mut ev, &peer.conn, &peer.private, 1);
+                    copy_ud(&mut ev, &peer.conn, &peer.private, &c.c);
                 } else {
                     copy_conn(&mut ev, &peer.conn, &peer.private);
                 }
@@ -1246,7 +1273,7 @@ pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
                     let Some(peer) = p.conn.lock().peer else {
                         continue;
                     };
-                    copy_ud(&mut ev, &peer.conn, &peer.private, id.c.port_num);
+                    copy_ud(&mut ev, &peer.conn, &peer.private, &id.c);
                 }
                 (event::ESTABLISHED, 0)
             }

@@ -35,8 +35,10 @@
 //! - **Hostile peers**: any process of the user can send to the sockets; communication
 //!   ids are random, the agent thread never waits on a peer, a replayed REQ of an
 //!   ended connection is refused as stale ([`agent`] says how).
-//! - **Addressing**: every address of this machine resolves to soft device 0, port 1
-//!   ([`addr`]); the route is that port's path record (LID, GID, MTU, P_Key 0xffff).
+//! - **Addressing**: an address of an interface a soft device is bound to resolves to
+//!   that device by the address's RoCE GID; loopback and other addresses of this
+//!   machine to soft device 0, port 1 ([`addr`], [`verbs::place`]); the route is the
+//!   path record between the two ports (GIDs, LIDs, MTU, P_Key 0xffff).
 //! - **Connection**: REQ → REP → RTU for RC (private data up to 56 bytes on connect,
 //!   196 on accept, 148 on reject), SIDR_REQ → SIDR_REP for UD (`RDMA_PS_UDP`, Q_Key
 //!   `RDMA_UDP_QKEY`, the address vector in the event), DREQ → DREP. QPs made by
@@ -54,7 +56,7 @@
 //! `RDMA_OPTION_IB_PATH`, and of rsockets `rselect` and
 //! `repoll_*` fail with `ENOSYS` (stream rsockets and `riomap`/`riowrite` work:
 //! [`rsocket`]); `rdma_create_qp_ex` with anything beyond a PD and an XRC domain
-//! fails with `EOPNOTSUPP`. Only soft device 0 is reachable by address. Only processes
+//! fails with `EOPNOTSUPP`. Only processes
 //! of one machine (one rendezvous directory) connect. An established connection whose
 //! peer process exits without disconnecting gets no event. An id that only resolves a
 //! source address does not reserve its port.

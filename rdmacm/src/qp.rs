@@ -120,6 +120,9 @@ pub fn attr(conn: &Conn, c: &rdma_cm_id, state: u32) -> Result<(ibv_qp_attr, u32
                 a.ah_attr.is_global = 1;
                 a.ah_attr.grh.dgid = ibv_gid { raw: p.conn.gid };
                 a.ah_attr.grh.hop_limit = 64;
+                // From the GID of the id's own address (rdma_cm's `sgid_index` of the
+                // path it resolved).
+                a.ah_attr.grh.sgid_index = dev.gid_index(&crate::id::sgid_of(c));
             }
             Ok((
                 a,

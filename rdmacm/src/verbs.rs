@@ -5,6 +5,7 @@
 //! rdma-core's librdmacm keeps one context per device — and port 1 of each queried for
 //! its LID, GID and MTU.
 
+use std::net::IpAddr;
 use std::sync::OnceLock;
 
 use vqp_host::{Verbs, VerbsTable};
@@ -22,6 +23,9 @@ pub struct Device {
     pub lid: u16,
     /// Port 1's GID 0.
     pub gid: [u8; 16],
+    /// Port 1's GID table, index order, up to the first index the device does not
+    /// answer (on a RoCE port: the default GID, then the bound interface's addresses).
+    pub gids: Vec<[u8; 16]>,
     /// Port 1's active MTU (`IBV_MTU_*`).
     pub mtu: u8,
     /// Port 1's link layer (`IBV_LINK_LAYER_*`).
@@ -93,10 +97,20 @@ fn load() -> Result<Devices, i32> {
         }
         // SAFETY: every bit pattern is a valid `raw` view of the union.
         let raw = unsafe { gid.raw };
+        let mut gids = vec![raw];
+        for index in 1..attr.gid_tbl_len.clamp(1, 256) {
+            // SAFETY: `context` is open; `gid` is writable.
+            if unsafe { (t.query_gid)(context, 1, index, &mut gid) } != 0 {
+                break;
+            }
+            // SAFETY: as above.
+            gids.push(unsafe { gid.raw });
+        }
         out.push(Device {
             context,
             lid: attr.lid,
             gid: raw,
+            gids,
             mtu: attr.active_mtu as u8,
             link_layer: attr.link_layer,
         });
@@ -107,6 +121,64 @@ fn load() -> Result<Devices, i32> {
         return Err(libc::ENODEV);
     }
     Ok(Devices { verbs, list: out })
+}
+
+/// An address's RoCE v2 GID: an IPv4 address as `::ffff:a.b.c.d`, an IPv6 one as it
+/// is (the kernel's `rdma_ip2gid`).
+pub fn ip_gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// Where an address of this machine lives: a device, and the GID of port 1 that
+/// stands for the address.
+#[derive(Clone, Copy)]
+pub struct Place {
+    /// The device.
+    pub dev: &'static Device,
+    /// The GID (the id's `sgid`, the REQ's or REP's GID).
+    pub gid: [u8; 16],
+}
+
+impl Device {
+    /// The index of `gid` in port 1's table (0, the default GID, when it is not there).
+    pub fn gid_index(&self, gid: &[u8; 16]) -> u8 {
+        self.gids
+            .iter()
+            .position(|g| g == gid)
+            .and_then(|i| u8::try_from(i).ok())
+            .unwrap_or(0)
+    }
+}
+
+/// The device an address of this machine resolves to (see [`crate::addr`]): the
+/// device bound to the interface that owns it — the RoCE port whose GID table holds
+/// the address as a GID, as the kernel's rdma_cm binds an id to the device of the
+/// netdev that owns its address and takes that address's GID — else device 0 by its
+/// GID 0 (loopback, and interfaces no device is bound to).
+pub fn place(ip: IpAddr) -> Result<Place, i32> {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    let devs = devices()?;
+    let want = ip_gid(ip);
+    let bound = (!ip.is_loopback() && !ip.is_unspecified())
+        .then(|| {
+            devs.list.iter().find(|d| {
+                d.link_layer == vqp_sys::IBV_LINK_LAYER_ETHERNET && d.gids.contains(&want)
+            })
+        })
+        .flatten();
+    Ok(match bound {
+        Some(dev) => Place { dev, gid: want },
+        None => {
+            let dev = devs.list.first().ok_or(libc::ENODEV)?;
+            Place { dev, gid: dev.gid }
+        }
+    })
 }
 
 /// The device whose context is `ctx`.
