@@ -225,13 +225,14 @@ pub fn destroy_qp_of(id: &mut Id) {
 /// (`IBV_SRQT_XRC`) also gets the device's XRC domain and, when none is named, a CQ
 /// (with a completion channel) of its own that becomes the id's receive CQ — as
 /// rdma-core's `rdma_create_srq_ex` does, so that `rdma_get_recv_comp` reaps the
-/// receives of an XRC receive id. `EINVAL` without `IBV_SRQ_INIT_ATTR_TYPE`, before
-/// the id has a device, or when it has an SRQ already.
+/// receives of an XRC receive id. `EINVAL` without `IBV_SRQ_INIT_ATTR_TYPE` or before
+/// the id has a device. (A second SRQ replaces the id's first in `id->srq`, as with
+/// rdma-core; the first stays the program's to destroy.)
 ///
 /// # Safety
 /// `a`'s objects are null or live objects of the id's device.
 pub unsafe fn create_srq(id: &mut Id, a: &mut ibv_srq_init_attr_ex) -> Result<(), i32> {
-    if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 || id.c.verbs.is_null() || !id.c.srq.is_null() {
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 || id.c.verbs.is_null() {
         return Err(libc::EINVAL);
     }
     let t = verbs::table()?;
