@@ -4,9 +4,13 @@
 //! the softverbs cdylib): both modes with 1 and 8 data QPs, every byte verified; a
 //! client asking a server started without `--rdma-cm` is refused on both sides; a
 //! client that goes away during the exchange leaves the server failing cleanly within
-//! its timeout. Every run is bounded in time and has its own port and namespace
-//! directory. (A server whose CM never answers, an unreachable address and a card the
-//! server refuses are `host/tests/cm_exchange.rs`'s.)
+//! its timeout; a client whose card the server refuses (this test binary re-run as a
+//! second process, speaking write_bw's line and then `vqp_host::cm::connect` with a
+//! card of more data QPs than its line asked for) ends with `Error::PeerRefused`
+//! carrying the server's reason while the server ends with that reason, exit 2. Every
+//! run is bounded in time and has its own port and namespace directory. (A server whose
+//! CM never answers and an unreachable address are `host/tests/cm_exchange.rs`'s, in
+//! one process.)
 //!
 //! Needs the example and vqp-rdmacm's library built (`cargo test` builds both; alone:
 //! `cargo build --example write_bw -p vqp-rdmacm`).
@@ -24,6 +28,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use live::Live;
+use vqp_core::Mode;
+use vqp_host::cm;
+use vqp_host::loader::cm::RdmaCm;
+use vqp_host::sys::Gid;
+use vqp_host::{Capabilities, Card, Error, PortAddr, QpAddr};
 
 /// A file cargo built for this profile (`target/<profile>/<rel>`).
 fn built(rel: &str) -> PathBuf {
@@ -269,5 +278,124 @@ fn fail_back_works_on_qps_the_cm_connected() {
     assert!(
         o.contains("every byte verified on the server: passed"),
         "{o}"
+    );
+}
+
+/// Set in the environment of this binary re-run as the refused client
+/// ([`refused_card_client`]): the write_bw server's port.
+const ENV_REFUSED_CLIENT: &str = "VQP_WB_CM_REFUSED_CLIENT";
+
+/// The line the refused client sends: 2 data QPs, DQPLB.
+const REFUSED_LINE: &str =
+    "write_bw/2 size=65536 qps=2 max_frag=65536 mode=dqplb opcode=write_imm seed=1 iters=10 rdma_cm=1\n";
+
+/// A DQPLB card of `n` data QPs with the server's depths and fragment size (the QP
+/// numbers are never used: the card is refused before any QP is connected).
+fn card(n: u32) -> Card {
+    Card {
+        mode: Mode::Dqplb,
+        caps: Capabilities::supported(),
+        required: Capabilities::required_for(Mode::Dqplb),
+        max_frag: 65536,
+        max_outstanding: 64,
+        recv_depth: 64,
+        window: 1 << 16,
+        init_seq: 1,
+        ports: vec![PortAddr {
+            mtu: 4096,
+            lid: 1,
+            gid: Gid::from_bytes([0; 16]),
+        }],
+        data: (0..n)
+            .map(|i| QpAddr {
+                qpn: 0x100 + i,
+                psn: 0x10 + i,
+                port: 0,
+            })
+            .collect(),
+        notify: None,
+    }
+}
+
+/// The refused client's half, run only in the re-run process: the write_bw line for 2
+/// data QPs on TCP, then a card of 3 through the CM. Prints `refused: REASON` for
+/// `Error::PeerRefused`, `other: ERROR` for anything else.
+#[test]
+#[ignore = "the second process of a_card_the_server_refuses_ends_both_processes_with_their_errors"]
+fn refused_card_client() {
+    let Some(port) = std::env::var_os(ENV_REFUSED_CLIENT) else {
+        return;
+    };
+    let port: u16 = port.to_str().unwrap().parse().unwrap();
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    (&s).write_all(REFUSED_LINE.as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).unwrap();
+    assert_eq!(line, "ok\n", "the server refused the line");
+    let rdmacm = RdmaCm::load().expect("vqp-rdmacm loads (VQP_RDMACM_PATH)");
+    let to = format!("127.0.0.1:{port}").parse().unwrap();
+    let started = Instant::now();
+    let r = cm::connect(&rdmacm, to, &card(3), Duration::from_secs(10));
+    let took = started.elapsed().as_millis();
+    match r {
+        Err(Error::PeerRefused { reason }) => println!("refused after {took} ms: {reason}"),
+        Err(e) => println!("other after {took} ms: {e}"),
+        Ok(_) => println!("other after {took} ms: the card was accepted"),
+    }
+    // The TCP connection stays open until the CM's answer came.
+    drop(s);
+}
+
+/// A client whose card the server does not agree with (3 data QPs where its line and
+/// the server's card have 2), as a process of its own: the server refuses it through
+/// the CM and fails with the card error, exit 2; the client ends with
+/// `Error::PeerRefused` carrying the server's reason; both well within their timeouts.
+#[test]
+fn a_card_the_server_refuses_ends_both_processes_with_their_errors() {
+    let setup = Setup::new("wb_cm_card_refused");
+    let port = procs::free_port();
+    let prog = built("examples/write_bw");
+    let srv = Live::spawn(&prog, &server(port, true, "10"), &setup.env());
+    let start = Instant::now();
+    while !procs::listening(port) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let port_s = port.to_string();
+    let mut env = setup.env();
+    env.push((ENV_REFUSED_CLIENT, OsStr::new(&port_s)));
+    let client = Live::spawn(
+        &std::env::current_exe().unwrap(),
+        &args(&[
+            "--exact",
+            "refused_card_client",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ]),
+        &env,
+    );
+    let c = client.finish(Duration::from_secs(30));
+    let s = srv.finish(Duration::from_secs(30));
+    let ctx = format!("{}\n{}", c.describe("client"), s.describe("server"));
+    assert!(start.elapsed() < Duration::from_secs(30), "{ctx}");
+    assert_eq!(c.status.and_then(|x| x.code()), Some(0), "{ctx}");
+    let reason = c
+        .stdout
+        .lines()
+        .find_map(|l| l.split_once("refused after ").map(|(_, r)| r.to_string()))
+        .unwrap_or_else(|| panic!("the client did not end with PeerRefused:\n{ctx}"));
+    let (_, reason) = reason.split_once(" ms: ").unwrap();
+    let reason = reason.trim_end();
+    assert!(reason.contains("data QP"), "{ctx}");
+    assert_eq!(s.status.and_then(|x| x.code()), Some(2), "{ctx}");
+    assert!(
+        s.stderr
+            .iter()
+            .any(|l| l.contains("--rdma-cm") && l.contains(reason)),
+        "the server did not fail with the reason the client got:\n{ctx}"
     );
 }

@@ -3,12 +3,23 @@
 //!
 //! **Addressing**: every address of this machine — loopback (`127.0.0.0/8`, `::1`),
 //! and each address of its interfaces (`getifaddrs`, in the caller's network
-//! namespace) — resolves to soft device 0, port 1 (its GID index 0 and LID): each
-//! process sees the same devices, so "this machine" is all a destination can be.
-//! Any other address is not answered (ADDR_ERROR, -ETIMEDOUT, after the caller's
-//! timeout). A soft device bound to a network interface (`VQP_SOFT_NETDEV`) changes
-//! nothing here: device 0 answers still, by its GID index 0 (on a RoCE port the
-//! default GID); mapping each interface's addresses to its own device is not done.
+//! namespace) — resolves at once; any other address is not answered (ADDR_ERROR,
+//! -ETIMEDOUT, after the caller's timeout). Which device an address resolves to is
+//! [`crate::verbs::place`]'s:
+//! - an address of an interface a soft device is bound to (`VQP_SOFT_NETDEV`,
+//!   `softverbs run --netdev`) is that device's, port 1, and its GID is the address's
+//!   RoCE v2 GID (`::ffff:a.b.c.d`, or the IPv6 address), as the kernel's rdma_cm
+//!   binds an id to the device of the netdev that owns the address and takes that
+//!   address's GID (`rdma_ip2gid`); the connection's QPs are made on that device and
+//!   their address vectors name that GID;
+//! - loopback, and the addresses of interfaces no device is bound to, are soft device
+//!   0's (the first device that opens), port 1, by its GID index 0 — as the kernel
+//!   binds a loopback id to the first active port by its GID 0 (`cma_bind_loopback`);
+//!   with no device bound, every address is device 0's.
+//!
+//! An active id with no source address takes the destination's own address as its
+//! source (so its device is the destination's); with one (`rdma_resolve_addr`'s `src`,
+//! `rping -I`) the source's device.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 

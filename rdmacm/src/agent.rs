@@ -57,6 +57,9 @@ pub mod reason {
     pub const TIMEOUT: u16 = 4;
     /// Nobody listens on that (address, port): what rdma_cm reports as REJECTED, 8.
     pub const INVALID_SERVICE_ID: u16 = 8;
+    /// The REQ's transport is not the listener's: an XRC send QP asking an RC listener,
+    /// or an RC QP asking an XRC one (Linux's `IB_CM_REJ_INVALID_TRANSPORT_TYPE`).
+    pub const INVALID_TRANSPORT_TYPE: u16 = 9;
     /// The REQ is of a connection that was established and has ended: a replay (IBA
     /// table 112, "stale connection"; Linux's IB CM sends it for a REQ that matches a
     /// connection in time-wait).
@@ -584,12 +587,18 @@ impl Agent {
                 return self.reject(m, reason::INVALID_SERVICE_ID);
             }
         };
+        // XRC pairs an XRC send QP with an XRC receive QP; RC pairs RC QPs.
+        let xrc_req = u32::from(conn.qp_type) == vqp_sys::IBV_QPT_XRC_SEND;
+        if xrc_req != (l.qp_type == vqp_sys::IBV_QPT_XRC_RECV) {
+            drop(ls);
+            return self.reject(m, reason::INVALID_TRANSPORT_TYPE);
+        }
         if info.pending >= info.backlog {
             drop(ls);
             return self.reject(m, reason::NO_RESOURCES);
         }
         info.pending += 1;
-        let child = Conn::new(self.next_num(), l.ps, ls.queue.clone());
+        let child = Conn::new(self.next_num(), l.ps, l.qp_type, ls.queue.clone());
         {
             let mut cs = child.lock();
             cs.phase = Phase::ReqRcvd;

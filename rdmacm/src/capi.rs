@@ -1,7 +1,7 @@
 //! The exported C functions: every function of rdma-core's `rdma_cma.h` and
 //! `rsocket.h` (the list of `librdmacm.map`), as librdmacm reports failure — -1 (or
 //! null) with `errno` set. What is not implemented fails with `ENOSYS`: multicast,
-//! ECE, `rdma_resolve_addrinfo`/`rdma_query_addrinfo`, `rdma_create_srq_ex`, and of
+//! ECE, `rdma_resolve_addrinfo`/`rdma_query_addrinfo`, and of
 //! the rsocket functions `rselect` and `repoll_*`. No panic crosses this boundary: each body runs under
 //! `catch_unwind`, and a panic is reported as `EIO`.
 #![allow(clippy::missing_safety_doc)]
@@ -12,7 +12,10 @@ use std::ffi::CStr;
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use vqp_sys::{ibv_context, ibv_pd, ibv_qp_attr, ibv_qp_init_attr, ibv_srq_init_attr};
+use vqp_sys::{
+    ibv_context, ibv_pd, ibv_qp_attr, ibv_qp_init_attr, ibv_srq_init_attr, ibv_srq_init_attr_ex,
+    ibv_xrcd,
+};
 
 use crate::abi::*;
 use crate::addr;
@@ -124,34 +127,39 @@ pub unsafe extern "C" fn rdma_create_qp(
     int(|| unsafe { id::create_qp(id::id(idp)?, pd, attr) })
 }
 
-/// `struct ibv_qp_init_attr_ex`'s leading part: `ibv_qp_init_attr`, then `comp_mask`
-/// and `pd`.
+/// `struct ibv_qp_init_attr_ex`'s leading part: `ibv_qp_init_attr`, then `comp_mask`,
+/// `pd` and `xrcd`.
 #[repr(C)]
 struct QpInitAttrExHead {
     base: ibv_qp_init_attr,
     comp_mask: u32,
     pd: *mut ibv_pd,
+    xrcd: *mut ibv_xrcd,
 }
-
-/// `IBV_QP_INIT_ATTR_PD`.
-const QP_INIT_ATTR_PD: u32 = 1;
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_qp_ex(idp: *mut rdma_cm_id, attr: *mut c_void) -> c_int {
     int(|| {
         // SAFETY: the program's `ibv_qp_init_attr_ex`, which starts with this head.
         let a = unsafe { attr.cast::<QpInitAttrExHead>().as_mut() }.ok_or(libc::EINVAL)?;
-        if a.comp_mask & !QP_INIT_ATTR_PD != 0 {
-            // Extended QP creation (`ibv_create_qp_ex`) is not offered here.
+        let known = vqp_sys::IBV_QP_INIT_ATTR_PD | vqp_sys::IBV_QP_INIT_ATTR_XRCD;
+        if a.comp_mask & !known != 0 {
+            // Extended QP creation beyond a PD and an XRC domain is not offered here.
             return Err(libc::EOPNOTSUPP);
         }
-        let pd = if a.comp_mask & QP_INIT_ATTR_PD != 0 {
+        let pd = if a.comp_mask & vqp_sys::IBV_QP_INIT_ATTR_PD != 0 {
             a.pd
         } else {
             ptr::null_mut()
         };
-        // SAFETY: the program's id; `a.base` is a valid `ibv_qp_init_attr`.
-        unsafe { id::create_qp(id::id(idp)?, pd, &mut a.base) }
+        let xrcd = if a.comp_mask & vqp_sys::IBV_QP_INIT_ATTR_XRCD != 0 {
+            a.xrcd
+        } else {
+            ptr::null_mut()
+        };
+        // SAFETY: the program's id; `a.base` is a valid `ibv_qp_init_attr`; the
+        // domain, if any, is the program's live one.
+        unsafe { id::create_qp_in(id::id(idp)?, pd, xrcd, &mut a.base) }
     })
 }
 
@@ -538,9 +546,16 @@ pub unsafe extern "C" fn rdma_create_ep(
         if out.is_null() {
             return Err(libc::EINVAL);
         }
+        let ps = ai.ai_port_space as u32;
+        // The address's QP type, as rdma-core's `rdma_create_id2` takes it (XRC's two
+        // halves included); none given, the port space's.
+        let qp_type = match ai.ai_qp_type {
+            0 if ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB => vqp_sys::IBV_QPT_UD,
+            0 => vqp_sys::IBV_QPT_RC,
+            t => t as u32,
+        };
         // SAFETY: a synchronous id: no channel.
-        let idp =
-            unsafe { id::create_id(ptr::null_mut(), ptr::null_mut(), ai.ai_port_space as u32) }?;
+        let idp = unsafe { id::create_id_of(ptr::null_mut(), ptr::null_mut(), ps, qp_type) }?;
         // SAFETY: just made.
         let idr = unsafe { &mut *idp };
         let done = (|| -> Result<(), i32> {
@@ -575,6 +590,14 @@ pub unsafe extern "C" fn rdma_create_ep(
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_ep(idp: *mut rdma_cm_id) {
+    // As rdma-core's: the QP, the SRQ, then the id.
+    let _ = int(|| {
+        // SAFETY: the program's id.
+        let id = unsafe { id::id(idp) }?;
+        id::destroy_qp_of(id);
+        id::destroy_srq(id);
+        Ok(())
+    });
     // SAFETY: the program's id, not used again.
     let _ = int(|| unsafe { id::destroy_id(idp.cast::<Id>()) });
 }
@@ -587,46 +610,48 @@ pub unsafe extern "C" fn rdma_create_srq(
 ) -> c_int {
     int(|| {
         // SAFETY: the program's id and attributes.
-        let (id, _) = unsafe { (id::id(idp)?, attr.as_mut().ok_or(libc::EINVAL)?) };
-        if id.c.verbs.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let pd = if pd.is_null() {
-            verbs::default_pd(id.c.verbs)?
-        } else {
-            pd
+        let (id, base) = unsafe { (id::id(idp)?, attr.as_mut().ok_or(libc::EINVAL)?) };
+        // As rdma-core's: the SRQ type follows the id's QP type (an XRC SRQ for an XRC
+        // receive id), the PD is the one given or the id's.
+        let mut a = ibv_srq_init_attr_ex {
+            srq_context: base.srq_context,
+            attr: base.attr,
+            comp_mask: vqp_sys::IBV_SRQ_INIT_ATTR_TYPE | vqp_sys::IBV_SRQ_INIT_ATTR_PD,
+            srq_type: if id::is_xrc_recv(id.c.qp_type) {
+                vqp_sys::IBV_SRQT_XRC
+            } else {
+                vqp_sys::IBV_SRQT_BASIC
+            },
+            pd,
+            xrcd: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            tm_cap: Default::default(),
         };
-        let t = verbs::table()?;
-        // SAFETY: a live PD and the program's attributes.
-        let srq = unsafe { (t.create_srq)(pd, attr) };
-        if srq.is_null() {
-            return Err(std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::ENOMEM));
-        }
-        id.c.srq = srq;
-        id.c.pd = pd;
-        Ok(())
+        // SAFETY: the program's PD, if any, of the id's device.
+        let r = unsafe { id::create_srq(id, &mut a) };
+        base.attr = a.attr;
+        r
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn rdma_create_srq_ex(_idp: *mut rdma_cm_id, _attr: *mut c_void) -> c_int {
-    set_errno(libc::ENOSYS);
-    -1
+pub unsafe extern "C" fn rdma_create_srq_ex(
+    idp: *mut rdma_cm_id,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> c_int {
+    int(|| {
+        // SAFETY: the program's id and attributes.
+        let (id, a) = unsafe { (id::id(idp)?, attr.as_mut().ok_or(libc::EINVAL)?) };
+        // SAFETY: the program's objects, of the id's device.
+        unsafe { id::create_srq(id, a) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_srq(idp: *mut rdma_cm_id) {
     let _ = int(|| {
         // SAFETY: the program's id.
-        let id = unsafe { id::id(idp) }?;
-        if !id.c.srq.is_null() {
-            let t = verbs::table()?;
-            // SAFETY: the SRQ rdma_create_srq made.
-            unsafe { (t.destroy_srq)(id.c.srq) };
-            id.c.srq = ptr::null_mut();
-        }
+        id::destroy_srq(unsafe { id::id(idp) }?);
         Ok(())
     });
 }

@@ -106,6 +106,9 @@ pub struct Conn {
     pub num: u32,
     /// Its port space (`RDMA_PS_*`).
     pub ps: u32,
+    /// Its QP type (`IBV_QPT_*`): the C id's `qp_type`, which a passive id takes from
+    /// its listener.
+    pub qp_type: u32,
     /// The state.
     state: Mutex<State>,
     /// Events handed to the program and not yet acknowledged.
@@ -121,10 +124,11 @@ pub struct Conn {
 
 impl Conn {
     /// A new connection in [`Phase::Idle`].
-    pub fn new(num: u32, ps: u32, queue: Arc<Queue>) -> Arc<Conn> {
+    pub fn new(num: u32, ps: u32, qp_type: u32, queue: Arc<Queue>) -> Arc<Conn> {
         Arc::new(Conn {
             num,
             ps,
+            qp_type,
             state: Mutex::new(State {
                 phase: Phase::Idle,
                 queue,

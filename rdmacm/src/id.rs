@@ -22,7 +22,7 @@ use crate::agent::{self, agent, reason, SendError};
 use crate::conn::{Conn, Listen, Phase};
 use crate::qp;
 use crate::queue::{Queue, What};
-use crate::verbs::{self, Device};
+use crate::verbs::{self, Device, Place};
 use crate::wire::{self, Body, Kind, Private};
 
 use crate::agent::MAX_RD_ATOMIC;
@@ -50,6 +50,8 @@ pub struct Id {
     own_channel: *mut Channel,
     /// CQs (and their completion channels) `rdma_create_qp` made for the id.
     own_cqs: bool,
+    /// The receive CQ (and its channel) `rdma_create_srq` made for an XRC SRQ.
+    own_srq_cq: bool,
     /// QP attributes `rdma_create_ep` kept for a passive id's requests.
     ep_attr: Option<(ibv_qp_init_attr, *mut ibv_pd)>,
 }
@@ -125,6 +127,25 @@ fn qp_type_of(ps: u32) -> Option<u32> {
     }
 }
 
+/// Whether an id of port space `ps` may have QPs of `qp_type`: the connected types (RC
+/// and XRC's two halves, as `rdma_create_ep` gives them from `ai_qp_type`) in the TCP
+/// and IB spaces, UD in the UDP and IPoIB ones.
+fn qp_type_fits(ps: u32, qp_type: u32) -> bool {
+    match ps {
+        RDMA_PS_TCP | RDMA_PS_IB => {
+            matches!(qp_type, IBV_QPT_RC | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV)
+        }
+        RDMA_PS_UDP | RDMA_PS_IPOIB => qp_type == IBV_QPT_UD,
+        _ => false,
+    }
+}
+
+/// Whether `qp_type` is an XRC receive QP, which lives in an XRC domain, has no send
+/// queue and takes its receives from the XRC SRQ a request names.
+pub fn is_xrc_recv(qp_type: u32) -> bool {
+    qp_type == IBV_QPT_XRC_RECV
+}
+
 fn new_id(conn: Arc<Conn>, ch: *mut Channel, context: *mut c_void, qp_type: u32) -> *mut Id {
     // SAFETY: every field of `rdma_cm_id` is a pointer, an integer or a plain struct of
     // them, for which all-zero is valid (null, 0, no address).
@@ -139,6 +160,7 @@ fn new_id(conn: Arc<Conn>, ch: *mut Channel, context: *mut c_void, qp_type: u32)
         path: ibv_sa_path_rec::default(),
         own_channel: ptr::null_mut(),
         own_cqs: false,
+        own_srq_cq: false,
         ep_attr: None,
     }));
     conn.c_id.store(id as usize, Ordering::Release);
@@ -146,7 +168,8 @@ fn new_id(conn: Arc<Conn>, ch: *mut Channel, context: *mut c_void, qp_type: u32)
     id
 }
 
-/// `rdma_create_id`.
+/// `rdma_create_id`: an id of port space `ps`, whose QPs are of the space's type
+/// (RC, or UD).
 ///
 /// # Safety
 /// `ch` is null or a live channel of this library.
@@ -156,6 +179,25 @@ pub unsafe fn create_id(
     ps: u32,
 ) -> Result<*mut Id, i32> {
     let qp_type = qp_type_of(ps).ok_or(libc::EINVAL)?;
+    // SAFETY: forwarded.
+    unsafe { create_id_of(ch, context, ps, qp_type) }
+}
+
+/// An id of port space `ps` whose QPs are of `qp_type` (rdma-core's `rdma_create_id2`,
+/// which `rdma_create_ep` uses with the address's `ai_qp_type`): `EINVAL` for a type
+/// the space does not carry.
+///
+/// # Safety
+/// `ch` is null or a live channel of this library.
+pub unsafe fn create_id_of(
+    ch: *mut rdma_event_channel,
+    context: *mut c_void,
+    ps: u32,
+    qp_type: u32,
+) -> Result<*mut Id, i32> {
+    if !qp_type_fits(ps, qp_type) {
+        return Err(libc::EINVAL);
+    }
     let a = agent()?;
     let (chan, own) = if ch.is_null() {
         let own = create_channel()?;
@@ -165,7 +207,7 @@ pub unsafe fn create_id(
     };
     // SAFETY: `chan` is live: the caller's, or just made.
     let queue = unsafe { &*chan }.queue.clone();
-    let conn = Conn::new(a.next_num(), ps, queue);
+    let conn = Conn::new(a.next_num(), ps, qp_type, queue);
     a.register(&conn);
     let id = new_id(conn, chan, context, qp_type);
     // SAFETY: `id` was just made.
@@ -178,6 +220,133 @@ pub fn destroy_qp_of(id: &mut Id) {
     qp::destroy(&mut id.c, &mut id.own_cqs);
 }
 
+/// `rdma_create_srq_ex` (and `rdma_create_srq`, with the SRQ type of the id's QP
+/// type): an SRQ on the id's device, with the id's PD when none is named; an XRC SRQ
+/// (`IBV_SRQT_XRC`) also gets the device's XRC domain and, when none is named, a CQ
+/// (with a completion channel) of its own that becomes the id's receive CQ — as
+/// rdma-core's `rdma_create_srq_ex` does, so that `rdma_get_recv_comp` reaps the
+/// receives of an XRC receive id. `EINVAL` without `IBV_SRQ_INIT_ATTR_TYPE` or before
+/// the id has a device. (A second SRQ replaces the id's first in `id->srq`, as with
+/// rdma-core; the first stays the program's to destroy.)
+///
+/// # Safety
+/// `a`'s objects are null or live objects of the id's device.
+pub unsafe fn create_srq(id: &mut Id, a: &mut ibv_srq_init_attr_ex) -> Result<(), i32> {
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 || id.c.verbs.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let t = verbs::table()?;
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || a.pd.is_null() {
+        a.pd = if id.c.pd.is_null() {
+            verbs::default_pd(id.c.verbs)?
+        } else {
+            id.c.pd
+        };
+        a.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+    }
+    // SAFETY: a live PD (the caller's, or the id's).
+    if unsafe { (*a.pd).context } != id.c.verbs {
+        return Err(libc::EINVAL);
+    }
+    let srq = if a.srq_type == IBV_SRQT_BASIC
+        && a.comp_mask & !IBV_SRQ_INIT_ATTR_PD == IBV_SRQ_INIT_ATTR_TYPE
+    {
+        let mut basic = ibv_srq_init_attr {
+            srq_context: a.srq_context,
+            attr: a.attr,
+        };
+        // SAFETY: a live PD of the id's device and a valid attribute struct.
+        let srq = unsafe { (t.create_srq)(a.pd, &mut basic) };
+        if srq.is_null() {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOMEM));
+        }
+        a.attr = basic.attr;
+        srq
+    } else {
+        let mut made_cq = false;
+        if a.srq_type == IBV_SRQT_XRC {
+            if a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD == 0 || a.xrcd.is_null() {
+                a.xrcd = verbs::xrcd(id.c.verbs)?;
+            }
+            if a.comp_mask & IBV_SRQ_INIT_ATTR_CQ == 0 || a.cq.is_null() {
+                if id.c.recv_cq.is_null() {
+                    // SAFETY: the id's open context.
+                    let ch = unsafe { (t.create_comp_channel)(id.c.verbs) };
+                    if ch.is_null() {
+                        return Err(libc::ENOMEM);
+                    }
+                    let depth = a.attr.max_wr.max(1) as c_int;
+                    // SAFETY: as above; `ch` was just made on it.
+                    let cq =
+                        unsafe { (t.create_cq)(id.c.verbs, depth, (id as *mut Id).cast(), ch, 0) };
+                    if cq.is_null() {
+                        // SAFETY: the channel just made, used by nothing.
+                        unsafe { (t.destroy_comp_channel)(ch) };
+                        return Err(libc::ENOMEM);
+                    }
+                    id.c.recv_cq = cq;
+                    id.c.recv_cq_channel = ch;
+                    made_cq = true;
+                }
+                a.cq = id.c.recv_cq;
+            }
+            a.comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+        }
+        // SAFETY: the id's open context; `a` names objects of its device.
+        match unsafe { verbs::create_srq_ex(id.c.verbs, a) } {
+            Ok(srq) => {
+                id.own_srq_cq |= made_cq;
+                srq
+            }
+            Err(e) => {
+                if made_cq {
+                    id.own_srq_cq = true;
+                    destroy_srq_cq(id);
+                }
+                return Err(e);
+            }
+        }
+    };
+    if id.c.pd.is_null() {
+        id.c.pd = a.pd;
+    }
+    id.c.srq = srq;
+    Ok(())
+}
+
+fn destroy_srq_cq(id: &mut Id) {
+    if !id.own_srq_cq {
+        return;
+    }
+    id.own_srq_cq = false;
+    let Ok(t) = verbs::table() else { return };
+    // SAFETY: the CQ and channel `create_srq` made, destroyed once (the CQ first).
+    unsafe {
+        if !id.c.recv_cq.is_null() {
+            (t.destroy_cq)(id.c.recv_cq);
+        }
+        if !id.c.recv_cq_channel.is_null() {
+            (t.destroy_comp_channel)(id.c.recv_cq_channel);
+        }
+    }
+    id.c.recv_cq = ptr::null_mut();
+    id.c.recv_cq_channel = ptr::null_mut();
+}
+
+/// `rdma_destroy_srq`: the id's SRQ, and the CQ `rdma_create_srq` made for it.
+pub fn destroy_srq(id: &mut Id) {
+    if !id.c.srq.is_null() {
+        if let Ok(t) = verbs::table() {
+            // SAFETY: the id's SRQ, not used after this.
+            unsafe { (t.destroy_srq)(id.c.srq) };
+        }
+        id.c.srq = ptr::null_mut();
+    }
+    destroy_srq_cq(id);
+}
+
 /// `rdma_create_qp`.
 ///
 /// # Safety
@@ -188,7 +357,22 @@ pub unsafe fn create_qp(
     attr: *mut ibv_qp_init_attr,
 ) -> Result<(), i32> {
     // SAFETY: forwarded from the caller.
-    unsafe { qp::create(&id.conn, &mut id.c, &mut id.own_cqs, pd, attr) }
+    unsafe { create_qp_in(id, pd, ptr::null_mut(), attr) }
+}
+
+/// `rdma_create_qp_ex`: as [`create_qp`], an XRC receive QP in `xrcd` when one is
+/// given (else the device's domain).
+///
+/// # Safety
+/// As [`create_qp`]; `xrcd` is null or a live XRC domain of the id's device.
+pub unsafe fn create_qp_in(
+    id: &mut Id,
+    pd: *mut ibv_pd,
+    xrcd: *mut ibv_xrcd,
+    attr: *mut ibv_qp_init_attr,
+) -> Result<(), i32> {
+    // SAFETY: forwarded from the caller.
+    unsafe { qp::create(&id.conn, &mut id.c, &mut id.own_cqs, pd, xrcd, attr) }
 }
 
 /// `rdma_init_qp_attr`: the attributes for moving the id's QP to `state`.
@@ -299,21 +483,32 @@ fn release_backlog(parent: Option<&Arc<Conn>>) {
     }
 }
 
-/// Sets the id's device, port and addresses.
-fn set_route_addr(id: &mut Id, dev: &Device, local: &SocketAddr, remote: Option<&SocketAddr>) {
-    id.c.verbs = dev.context;
+/// Sets the id's device and port (where its local address lives), its addresses, and
+/// the GIDs of both ends (`dgid`: the remote address's, when it is given), as the
+/// kernel's `ucma_query_route` fills `route.addr.addr.ibaddr`.
+fn set_route_addr(
+    id: &mut Id,
+    at: &Place,
+    local: &SocketAddr,
+    remote: Option<(&SocketAddr, [u8; 16])>,
+) {
+    id.c.verbs = at.dev.context;
     id.c.port_num = 1;
     id.c.route.addr.src = addr::to_storage(local);
-    if let Some(r) = remote {
+    let mut dgid = at.gid;
+    if let Some((r, g)) = remote {
         id.c.route.addr.dst = addr::to_storage(r);
+        dgid = g;
     }
-    id.c.route.addr.ibaddr.sgid = ibv_gid { raw: dev.gid };
-    id.c.route.addr.ibaddr.dgid = ibv_gid { raw: dev.gid };
+    id.c.route.addr.ibaddr.sgid = ibv_gid { raw: at.gid };
+    id.c.route.addr.ibaddr.dgid = ibv_gid { raw: dgid };
     id.c.route.addr.ibaddr.pkey = 0xffffu16.to_be();
 }
 
-fn device0() -> Result<&'static Device, i32> {
-    verbs::devices()?.list.first().ok_or(libc::ENODEV)
+/// The id's own GID (its `sgid`: the GID of its local address).
+pub fn sgid_of(c: &rdma_cm_id) -> [u8; 16] {
+    // SAFETY: every bit pattern is a valid `raw` view of the union.
+    unsafe { c.route.addr.ibaddr.sgid.raw }
 }
 
 /// `rdma_bind_addr`: records the address and, for a port, holds it (the listener
@@ -360,7 +555,7 @@ pub unsafe fn bind_addr(id: &mut Id, sa: *const libc::sockaddr) -> Result<(), i3
         });
     }
     if !local.ip().is_unspecified() {
-        set_route_addr(id, device0()?, &local, None);
+        set_route_addr(id, &verbs::place(local.ip())?, &local, None);
     } else {
         id.c.route.addr.src = addr::to_storage(&local);
     }
@@ -411,7 +606,8 @@ pub unsafe fn resolve_addr(
         unsafe { bind_addr(id, src) }?;
     }
     let conn = id.conn.clone();
-    let dev = device0()?;
+    // No device at all is ENODEV before anything changes.
+    verbs::devices()?;
     let mut s = conn.lock();
     if !matches!(s.phase, Phase::Idle | Phase::AddrResolved) {
         return Err(libc::EINVAL);
@@ -442,9 +638,16 @@ pub unsafe fn resolve_addr(
     s.remote = Some(remote);
     if addr::is_local(remote.ip()) {
         drop(s);
+        let (at, there) = match (verbs::place(local.ip()), verbs::place(remote.ip())) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => {
+                conn.lock().remote = None;
+                return Err(e);
+            }
+        };
         // The id's fields first: the program may act on the event from another
         // thread as soon as it is queued.
-        set_route_addr(id, dev, &local, Some(&remote));
+        set_route_addr(id, &at, &local, Some((&remote, there.gid)));
         let mut s = conn.lock();
         s.phase = Phase::AddrResolved;
         conn.report(&s, What::AddrResolved);
@@ -458,26 +661,30 @@ pub unsafe fn resolve_addr(
     complete(id)
 }
 
-/// `rdma_resolve_route`: the path record of soft device 0's port 1 to itself.
+/// `rdma_resolve_route`: the path record from the id's port 1 (its GID and LID) to
+/// the port the destination address lives on (see [`verbs::place`]).
 pub fn resolve_route(id: &mut Id, _timeout_ms: c_int) -> Result<(), i32> {
     let conn = id.conn.clone();
     let dev = verbs::by_context(id.c.verbs).ok_or(libc::EINVAL)?;
-    if !matches!(
-        conn.lock().phase,
-        Phase::AddrResolved | Phase::RouteResolved
-    ) {
-        return Err(libc::EINVAL);
-    }
+    let remote = {
+        let s = conn.lock();
+        if !matches!(s.phase, Phase::AddrResolved | Phase::RouteResolved) {
+            return Err(libc::EINVAL);
+        }
+        s.remote.ok_or(libc::EINVAL)?
+    };
+    let there = verbs::place(remote.ip())?;
     id.path = ibv_sa_path_rec {
-        dgid: dev.gid,
-        sgid: dev.gid,
-        dlid: dev.lid.to_be(),
+        // SAFETY: every bit pattern is a valid `raw` view of the union.
+        dgid: unsafe { id.c.route.addr.ibaddr.dgid.raw },
+        sgid: sgid_of(&id.c),
+        dlid: there.dev.lid.to_be(),
         slid: dev.lid.to_be(),
         reversible: 1,
         numb_path: 1,
         pkey: 0xffffu16.to_be(),
         mtu_selector: 2,
-        mtu: dev.mtu,
+        mtu: dev.mtu.min(there.dev.mtu),
         rate_selector: 2,
         packet_life_time_selector: 2,
         packet_life_time: qp::ACK_TIMEOUT - 1,
@@ -559,7 +766,7 @@ fn my_conn(id: &Id, p: &rdma_conn_param, dev: &Device) -> wire::Conn {
         rnr_retry_count: p.rnr_retry_count.min(7),
         flow_control: p.flow_control,
         srq: u8::from(!id.c.srq.is_null()) | p.srq,
-        gid: dev.gid,
+        gid: sgid_of(&id.c),
         lid: dev.lid,
         mtu: dev.mtu,
         qkey: RDMA_UDP_QKEY,
@@ -900,7 +1107,9 @@ fn copy_conn(ev: &mut Event, c: &wire::Conn, private: &Private) {
     };
 }
 
-fn copy_ud(ev: &mut Event, c: &wire::Conn, private: &Private, port: u8) {
+fn copy_ud(ev: &mut Event, c: &wire::Conn, private: &Private, id: &rdma_cm_id) {
+    let port = id.port_num;
+    let sgid_index = verbs::by_context(id.verbs).map_or(0, |d| d.gid_index(&sgid_of(id)));
     let n = private.as_slice().len();
     ev.private[..n].copy_from_slice(private.as_slice());
     // SAFETY: all-zero is a valid address vector.
@@ -911,6 +1120,7 @@ fn copy_ud(ev: &mut Event, c: &wire::Conn, private: &Private, port: u8) {
         ah.is_global = 1;
         ah.grh.dgid = ibv_gid { raw: c.gid };
         ah.grh.hop_limit = 64;
+        ah.grh.sgid_index = sgid_index;
     }
     ev.c.param.ud = rdma_ud_param {
         private_data: if n > 0 {
@@ -970,13 +1180,14 @@ pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
                 let cid = new_id(child.clone(), id.c.channel.cast(), id.c.context, qp_type);
                 // SAFETY: just made.
                 let c = unsafe { &mut *cid };
-                if let (Some(l), Ok(dev)) = (local, device0()) {
-                    set_route_addr(c, dev, &l, remote.as_ref());
+                if let Some((l, Ok(at))) = local.map(|l| (l, verbs::place(l.ip()))) {
+                    let dev = at.dev;
+                    set_route_addr(c, &at, &l, remote.as_ref().map(|r| (r, peer.conn.gid)));
                     c.c.route.path_rec = &mut c.path;
                     c.c.route.num_paths = 1;
                     c.path = ibv_sa_path_rec {
                         dgid: peer.conn.gid,
-                        sgid: dev.gid,
+                        sgid: at.gid,
                         dlid: peer.conn.lid.to_be(),
                         slid: dev.lid.to_be(),
                         numb_path: 1,
@@ -990,7 +1201,7 @@ pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
                 ev.c.listen_id = idp.cast();
                 ev.c.id = cid.cast();
                 if child.is_ud() {
-                    copy_ud(&mut ev, &peer.conn, &peer.private, 1);
+                    copy_ud(&mut ev, &peer.conn, &peer.private, &c.c);
                 } else {
                     copy_conn(&mut ev, &peer.conn, &peer.private);
                 }
@@ -1063,7 +1274,7 @@ pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
                     let Some(peer) = p.conn.lock().peer else {
                         continue;
                     };
-                    copy_ud(&mut ev, &peer.conn, &peer.private, id.c.port_num);
+                    copy_ud(&mut ev, &peer.conn, &peer.private, &id.c);
                 }
                 (event::ESTABLISHED, 0)
             }

@@ -35,8 +35,10 @@
 //! - **Hostile peers**: any process of the user can send to the sockets; communication
 //!   ids are random, the agent thread never waits on a peer, a replayed REQ of an
 //!   ended connection is refused as stale ([`agent`] says how).
-//! - **Addressing**: every address of this machine resolves to soft device 0, port 1
-//!   ([`addr`]); the route is that port's path record (LID, GID, MTU, P_Key 0xffff).
+//! - **Addressing**: an address of an interface a soft device is bound to resolves to
+//!   that device by the address's RoCE GID; loopback and other addresses of this
+//!   machine to soft device 0, port 1 ([`addr`], [`verbs::place`]); the route is the
+//!   path record between the two ports (GIDs, LIDs, MTU, P_Key 0xffff).
 //! - **Connection**: REQ → REP → RTU for RC (private data up to 56 bytes on connect,
 //!   196 on accept, 148 on reject), SIDR_REQ → SIDR_REP for UD (`RDMA_PS_UDP`, Q_Key
 //!   `RDMA_UDP_QKEY`, the address vector in the event), DREQ → DREP. QPs made by
@@ -44,14 +46,17 @@
 //!   at random, READ/atomic depths the smaller of both sides', retry and RNR counts as
 //!   IB CM exchanges them); `rdma_init_qp_attr` gives the same attributes to programs
 //!   that make their own QPs.
+//! - **XRC**: ids of `IBV_QPT_XRC_SEND` and `IBV_QPT_XRC_RECV` (from `rdma_create_ep`'s
+//!   `ai_qp_type`); an XRC receive QP and its XRC SRQ live in the device's XRC domain
+//!   ([`verbs::xrcd`]), the SRQ with a CQ of its own ([`id::create_srq`]).
 //!
 //! # Not done
 //!
 //! Multicast, ECE, `rdma_resolve_addrinfo`/`rdma_query_addrinfo`,
-//! `rdma_create_srq_ex`, `RDMA_OPTION_IB_PATH`, and of rsockets `rselect` and
+//! `RDMA_OPTION_IB_PATH`, and of rsockets `rselect` and
 //! `repoll_*` fail with `ENOSYS` (stream rsockets and `riomap`/`riowrite` work:
-//! [`rsocket`]); `rdma_create_qp_ex` with anything beyond a PD
-//! fails with `EOPNOTSUPP`. Only soft device 0 is reachable by address. Only processes
+//! [`rsocket`]); `rdma_create_qp_ex` with anything beyond a PD and an XRC domain
+//! fails with `EOPNOTSUPP`. Only processes
 //! of one machine (one rendezvous directory) connect. An established connection whose
 //! peer process exits without disconnecting gets no event. An id that only resolves a
 //! source address does not reserve its port.

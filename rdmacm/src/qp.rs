@@ -120,6 +120,9 @@ pub fn attr(conn: &Conn, c: &rdma_cm_id, state: u32) -> Result<(ibv_qp_attr, u32
                 a.ah_attr.is_global = 1;
                 a.ah_attr.grh.dgid = ibv_gid { raw: p.conn.gid };
                 a.ah_attr.grh.hop_limit = 64;
+                // From the GID of the id's own address (rdma_cm's `sgid_index` of the
+                // path it resolved).
+                a.ah_attr.grh.sgid_index = dev.gid_index(&crate::id::sgid_of(c));
             }
             Ok((
                 a,
@@ -187,12 +190,14 @@ pub fn to_error(c: &rdma_cm_id) {
 /// rdma-core leaves it.
 ///
 /// # Safety
-/// `pd` is null or a live PD; `attr` points to a valid `ibv_qp_init_attr`.
+/// `pd` is null or a live PD; `xrcd` null or a live XRC domain (used for an XRC
+/// receive QP only); `attr` points to a valid `ibv_qp_init_attr`.
 pub unsafe fn create(
     conn: &Conn,
     c: &mut rdma_cm_id,
     own_cqs: &mut bool,
     pd: *mut ibv_pd,
+    xrcd: *mut ibv_xrcd,
     attr: *mut ibv_qp_init_attr,
 ) -> Result<(), i32> {
     // SAFETY: the caller's contract.
@@ -214,6 +219,10 @@ pub unsafe fn create(
         }
         pd
     };
+    if crate::id::is_xrc_recv(c.qp_type) {
+        // SAFETY: forwarded from the caller.
+        return unsafe { create_xrc_recv(c, pd, xrcd, attr) };
+    }
     let mut made = false;
     if attr.send_cq.is_null() || attr.recv_cq.is_null() {
         for (depth, cq, ch) in [
@@ -237,7 +246,8 @@ pub unsafe fn create(
         attr.recv_cq = c.recv_cq;
     }
     attr.qp_type = c.qp_type;
-    // SAFETY: `pd` is live on the id's device; `attr` is valid.
+    // SAFETY: `pd` is live on the id's device; `attr` is valid. (An XRC send QP is made
+    // the same way: a send queue and its CQ, no receive queue.)
     let qp = unsafe { (t.create_qp)(pd, attr) };
     if qp.is_null() {
         let e = last_errno();
@@ -248,7 +258,9 @@ pub unsafe fn create(
     }
     c.qp = qp;
     c.pd = pd;
-    c.srq = attr.srq;
+    if !attr.srq.is_null() {
+        c.srq = attr.srq;
+    }
     let mut a = zero_attr();
     a.qp_state = IBV_QPS_INIT;
     a.port_num = c.port_num.max(1);
@@ -281,5 +293,68 @@ pub unsafe fn create(
         destroy(c, own_cqs);
         return Err(e);
     }
+    Ok(())
+}
+
+/// `rdma_create_qp` of an XRC receive QP (an id of `IBV_QPT_XRC_RECV`, as
+/// `rdma_xserver -c x` makes from `rdma_create_ep`): made with `ibv_create_qp_ex` in
+/// the device's XRC domain ([`verbs::xrcd`], rdma-core's `ucma_get_xrcd`), with no PD,
+/// CQs or queues of its own — its receives come from the XRC SRQ each request names,
+/// made with `rdma_create_srq` — and moved to INIT like an RC QP. The id keeps the
+/// device's default PD (or the one given), as rdma-core's id holds its device's PD, so
+/// that `rdma_reg_msgs` on it works.
+///
+/// # Safety
+/// `pd` is a live PD of the id's device; `xrcd` null or a live XRC domain.
+unsafe fn create_xrc_recv(
+    c: &mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    xrcd: *mut ibv_xrcd,
+    attr: &mut ibv_qp_init_attr,
+) -> Result<(), i32> {
+    let xrcd = if xrcd.is_null() {
+        verbs::xrcd(c.verbs)?
+    } else {
+        // SAFETY: a live domain (the caller's contract).
+        if unsafe { (*xrcd).context } != c.verbs {
+            return Err(libc::EINVAL);
+        }
+        xrcd
+    };
+    // SAFETY: all-zero is a valid `ibv_qp_init_attr_ex` (null pointers, no mask bits).
+    let mut a: ibv_qp_init_attr_ex = unsafe { core::mem::zeroed() };
+    a.qp_context = attr.qp_context;
+    a.qp_type = IBV_QPT_XRC_RECV;
+    a.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+    a.xrcd = xrcd;
+    // SAFETY: the id's open context; `a` names only the domain opened on it.
+    let qp = unsafe { verbs::create_qp_ex(c.verbs, &mut a) }?;
+    attr.qp_type = IBV_QPT_XRC_RECV;
+    attr.cap = a.cap;
+    let mut init = zero_attr();
+    init.qp_state = IBV_QPS_INIT;
+    init.port_num = c.port_num.max(1);
+    // Access 0 until the CM agrees on more, as for RC.
+    if let Err(e) = modify(
+        qp,
+        init,
+        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
+    ) {
+        if let Ok(t) = verbs::table() {
+            // SAFETY: the QP just made, used by nothing else.
+            unsafe { (t.destroy_qp)(qp) };
+        }
+        return Err(e);
+    }
+    c.qp = qp;
+    c.pd = if pd.is_null() {
+        if c.pd.is_null() {
+            verbs::default_pd(c.verbs)?
+        } else {
+            c.pd
+        }
+    } else {
+        pd
+    };
     Ok(())
 }

@@ -9,7 +9,8 @@
 //! timeout, and one whose process is gone makes it so well before; an address of no
 //! local interface gives ADDR_ERROR (-ETIMEDOUT) after the caller's timeout; AFONLY is
 //! honoured; bad calls (null pointers, ids in the wrong state, other address families)
-//! fail with their errno.
+//! fail with their errno; `rdma_create_ep` makes XRC send QPs for XRC addresses, and an
+//! RC request to an XRC listener (or the other way round) is REJECTED with reason 9.
 
 mod common;
 
@@ -514,4 +515,103 @@ fn bad_calls_fail_with_einval_and_touch_nothing() {
     }
     destroy(id);
     close(ch);
+}
+
+/// `rdma_create_ep` of `node:port` with `hints`' port space and QP type (passive when
+/// `node` is `None`), with a QP of one send and one receive for an active id.
+fn ep(node: Option<&str>, port: u16, ps: u32, qp_type: u32) -> *mut rdma_cm_id {
+    setup();
+    // SAFETY: all-zero is a valid rdma_addrinfo (null pointers, zero lengths).
+    let mut hints: abi::rdma_addrinfo = unsafe { core::mem::zeroed() };
+    hints.ai_flags = if node.is_none() { abi::RAI_PASSIVE } else { 0 };
+    hints.ai_port_space = ps as i32;
+    hints.ai_qp_type = qp_type as i32;
+    let node = node.map(|n| std::ffi::CString::new(n).unwrap());
+    let service = std::ffi::CString::new(port.to_string()).unwrap();
+    let mut res = ptr::null_mut();
+    // SAFETY: NUL-terminated strings, valid hints, an out-pointer.
+    let rc = unsafe {
+        rdma_getaddrinfo(
+            node.as_ref().map_or(ptr::null(), |n| n.as_ptr()),
+            service.as_ptr(),
+            &hints,
+            &mut res,
+        )
+    };
+    assert_eq!(rc, 0, "errno {}", errno());
+    // SAFETY: all-zero is a valid ibv_qp_init_attr.
+    let mut attr: ibv_qp_init_attr = unsafe { core::mem::zeroed() };
+    attr.cap.max_send_wr = 1;
+    attr.cap.max_send_sge = 1;
+    attr.cap.max_recv_wr = 1;
+    attr.cap.max_recv_sge = 1;
+    let mut id = ptr::null_mut();
+    // SAFETY: the addrinfo just made; valid attributes.
+    let rc = unsafe { rdma_create_ep(&mut id, res, ptr::null_mut(), &mut attr) };
+    // SAFETY: the addrinfo just made, freed once.
+    unsafe { rdma_freeaddrinfo(res) };
+    assert_eq!(rc, 0, "errno {}", errno());
+    id
+}
+
+/// XRC's halves pair only with each other: `rdma_create_ep` makes an XRC send QP for an
+/// `IBV_QPT_XRC_SEND` address, and an RC request to an XRC listener, or an XRC request
+/// to an RC listener, is REJECTED with reason 9 (invalid transport type).
+#[test]
+fn xrc_and_rc_requests_are_refused_by_each_others_listeners() {
+    use vqp_sys::{IBV_QPT_RC, IBV_QPT_XRC_RECV, IBV_QPT_XRC_SEND};
+    // An XRC listener; an RC id of its port space asks it.
+    let xport = port();
+    let xl = ep(None, xport, abi::RDMA_PS_IB, IBV_QPT_XRC_RECV);
+    // SAFETY: the passive id just made.
+    assert_eq!(unsafe { rdma_listen(xl, 4) }, 0);
+    let ch = channel();
+    let mut id = ptr::null_mut();
+    // SAFETY: a live channel, an out-pointer.
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut id, ptr::null_mut(), abi::RDMA_PS_IB) },
+        0
+    );
+    let mut dst = c_addr(&format!("127.0.0.1:{xport}"));
+    // SAFETY: the id and a valid address.
+    assert_eq!(
+        unsafe { rdma_resolve_addr(id, ptr::null_mut(), sa(&mut dst), 2000) },
+        0
+    );
+    expect(ch, event::ADDR_RESOLVED);
+    // SAFETY: the id, its address resolved.
+    assert_eq!(unsafe { rdma_resolve_route(id, 2000) }, 0);
+    expect(ch, event::ROUTE_RESOLVED);
+    qp(id);
+    // SAFETY: the id's QP, as the library made it.
+    assert_eq!(unsafe { (*(*id).qp).qp_type }, IBV_QPT_RC);
+    // SAFETY: a routed id with a QP.
+    assert_eq!(unsafe { rdma_connect(id, ptr::null_mut()) }, 0);
+    let e = expect(ch, event::REJECTED);
+    assert_eq!(e.status, 9, "{e:?}");
+    destroy(id);
+    close(ch);
+    // SAFETY: the passive id, not used again.
+    unsafe { rdma_destroy_ep(xl) };
+
+    // An RC listener; an XRC send id asks it (synchronously: the connect fails with
+    // ECONNREFUSED, its REJECTED event, reason 9, kept on the id).
+    let rport = port();
+    let rl = ep(None, rport, abi::RDMA_PS_IB, IBV_QPT_RC);
+    // SAFETY: the passive id just made.
+    assert_eq!(unsafe { rdma_listen(rl, 4) }, 0);
+    let xs = ep(Some("127.0.0.1"), rport, abi::RDMA_PS_IB, IBV_QPT_XRC_SEND);
+    // SAFETY: the active id just made, with its QP.
+    assert_eq!(unsafe { (*(*xs).qp).qp_type }, IBV_QPT_XRC_SEND);
+    // SAFETY: as above.
+    assert_eq!(unsafe { rdma_connect(xs, ptr::null_mut()) }, -1);
+    assert_eq!(errno(), libc::ECONNREFUSED);
+    // SAFETY: the synchronous id's kept event.
+    let (kind, status) = unsafe { ((*(*xs).event).event, (*(*xs).event).status) };
+    assert_eq!((kind, status), (event::REJECTED, 9));
+    // SAFETY: the test's ids, not used again.
+    unsafe {
+        rdma_destroy_ep(xs);
+        rdma_destroy_ep(rl);
+    }
 }

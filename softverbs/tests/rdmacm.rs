@@ -4,7 +4,8 @@
 //! the program makes and moves with `rdma_init_qp_attr`), `ucmatose` (RC, 50
 //! connections at once: connect/accept/disconnect and data), `udaddy` (UD, 50 at once:
 //! SIDR, Q_Key, address handles), `rdma_server`/`rdma_client` (the synchronous
-//! `rdma_create_ep` API), `rstream` (rsockets, data verified, blocking, non-blocking
+//! `rdma_create_ep` API), `rdma_xserver`/`rdma_xclient` (XRC: an XRC SRQ named by the
+//! number in the accept's private data, and RC), `rstream` (rsockets, data verified, blocking, non-blocking
 //! and with `rpoll`), `riostream` (`riomap`/`riowrite`, data verified), and `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`.
 //! Each runs twice: with vqp-rdmacm preloaded by the launcher, and as the
 //! `librdmacm.so.1` the programs load (`LD_LIBRARY_PATH`, nothing preloaded).
@@ -312,6 +313,30 @@ fn rdma_server_and_rdma_client_exchange_a_message() {
     for (s, c) in runs {
         assert!(s.contains("rdma_server: end 0"), "{s}");
         assert!(c.contains("rdma_client: end 0"), "{c}");
+    }
+}
+
+/// rdma-core's XRC example pair over the CM (`-c x`: an XRC send QP on the client, an
+/// XRC receive QP and an XRC SRQ on the server, whose number travels in the accept's
+/// private data), and the same programs over RC (`-c r`). The server ends only once
+/// the client's message completed on its SRQ's CQ.
+#[test]
+fn rdma_xserver_and_rdma_xclient_over_xrc_and_rc() {
+    for mode in ["x", "r"] {
+        let port = procs::free_port();
+        let p = port.to_string();
+        let Some(runs) = pair(
+            "rdma_xserver_and_rdma_xclient_over_xrc_and_rc",
+            &["rdma_xserver", "-p", &p, "-c", mode],
+            &["rdma_xclient", "-s", "127.0.0.1", "-p", &p, "-c", mode],
+            port,
+        ) else {
+            return;
+        };
+        for (s, c) in runs {
+            assert!(s.contains("rdma_xserver: end 0"), "-c {mode}: {s}");
+            assert!(c.contains("rdma_xclient: end 0"), "-c {mode}: {c}");
+        }
     }
 }
 

@@ -773,3 +773,89 @@ fn rping_through_rdma_cm_on_a_bound_device() {
     assert_eq!(pings(&c, "ping data: rdma-ping-"), 3, "{ctx}");
     assert_eq!(pings(&s, "server ping data: rdma-ping-"), 3, "{ctx}");
 }
+
+/// Addressing per bound interface (vqp-rdmacm): with soft1 and soft2 bound to the two
+/// ends of a veth pair (192.0.2.1, 192.0.2.2) and soft0 bound to an interface that is
+/// down, `rping` from 192.0.2.1 (`-I`) to a server at 192.0.2.2 runs over soft1 and
+/// soft2 — the devices that own those addresses — and not over soft0, whose port is
+/// down (a connection that fell back to soft0 fails its first transfer); three pings,
+/// every byte checked.
+#[test]
+fn rping_runs_over_the_devices_bound_to_its_addresses() {
+    let test = "rping_runs_over_the_devices_bound_to_its_addresses";
+    let Some(_) = system::program(test, "rping", "rdmacm-utils") else {
+        return;
+    };
+    if !netns::available(test) {
+        return;
+    }
+    let ns = Netns::new("roce6", 1);
+    ns.veth((0, "vr0", "192.0.2.1/24"), (0, "vr1", "192.0.2.2/24"), 1500);
+    // An interface that stays down, with an address of its own.
+    let n = ns.name(0);
+    netns::ip(&[
+        "-n", n, "link", "add", "vd0", "type", "veth", "peer", "name", "vd1",
+    ]);
+    netns::ip(&["-n", n, "addr", "add", "198.51.100.1/24", "dev", "vd0"]);
+    let dir = netns::TempDir(procs::namespace("roce6"));
+    let dir = dir.0.clone();
+    let lib = vqp_softverbs::cdylib_candidates_of("vqp_rdmacm")
+        .into_iter()
+        .find(|p| p.is_file())
+        .expect("libvqp_rdmacm.so is built for vqp-softverbs' tests (a dev-dependency)");
+    let port = procs::free_port();
+    let p = port.to_string();
+    let side = |args: &[&str]| {
+        let mut c = ns.exec(0, std::path::Path::new(env!("CARGO_BIN_EXE_softverbs")));
+        c.args([
+            "run",
+            "--devices",
+            "3",
+            "--netdev",
+            "soft0=vd0,soft1=vr0,soft2=vr1",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .args(["--", "rping"])
+        .args(args)
+        .args(["-a", "192.0.2.2", "-p", &p, "-v", "-V", "-C", "3"])
+        .env("VQP_RDMACM_LIB", &lib);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("VQP_SOFT_") {
+                c.env_remove(k);
+            }
+        }
+        c
+    };
+    let mut srv = procs::Killed(Some(start_cmd(&mut side(&["-s"]))));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !cm_listening(&dir, port) {
+        let exited = srv.0.as_mut().unwrap().try_wait().ok().flatten().is_some();
+        assert!(
+            !exited && std::time::Instant::now() < deadline,
+            "the rping server never listened: {:?}",
+            srv.0.take().map(|c| c.wait_with_output())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cli = procs::Killed(Some(start_cmd(&mut side(&["-c", "-I", "192.0.2.1"]))));
+    let c = procs::wait(&mut cli, deadline, "client");
+    let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let ctx = format!("--- server\n{}--- client\n{}", text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "{ctx}");
+    let pings = |o: &std::process::Output, prefix: &str| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .count()
+    };
+    assert_eq!(pings(&c, "ping data: rdma-ping-"), 3, "{ctx}");
+    assert_eq!(pings(&s, "server ping data: rdma-ping-"), 3, "{ctx}");
+}
