@@ -52,6 +52,18 @@ impl XrcdCore {
         }
     }
 
+    /// Domain `id` of device `dev` as another process holds it: what a request
+    /// forwarded from that process's XRC receive QP names (`engine::remote::xrc`),
+    /// with no hold of its own.
+    pub fn remote(dev: usize, id: u64) -> XrcdCore {
+        XrcdCore {
+            dev,
+            id,
+            users: AtomicU32::new(0),
+            _hold: None,
+        }
+    }
+
     /// The domain of device `dev` named by the file open as `fd`, with `oflags`'
     /// `O_CREAT` and `O_EXCL` (see [`crate::shared::xrcd_hold`]): `EBADF` for a
     /// descriptor that is not open, `EAGAIN` for a domain nobody has without
