@@ -235,7 +235,7 @@ fn child() {
                     ..Default::default()
                 };
                 // SAFETY: a live SRQ, a readable attribute struct.
-                let rc = unsafe { sv::ibv_modify_srq(srq, &mut a, IBV_SRQ_LIMIT as i32) };
+                let rc = unsafe { sv::ibv_modify_srq(srq, &mut a, IBV_SRQ_LIMIT) };
                 assert_eq!(rc, 0);
             }
             Some("wait") => {
