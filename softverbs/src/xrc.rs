@@ -93,6 +93,39 @@ impl XrcdCore {
     }
 }
 
+/// The handles on an XRC receive QP: the creator's and those `ibv_open_qp` made, each
+/// with its context. As the kernel's shared XRC TGT QP (`create_xrc_qp_user` opens the
+/// creator's handle like any other, `__ib_destroy_shared_qp` destroys the QP when the
+/// last handle closes, `__ib_shared_qp_event_handler` hands each event to every
+/// handle): the QP lives while any handle holds it, and its affiliated events are
+/// raised on every handle's context with that handle.
+#[derive(Default)]
+pub(crate) struct TgtHandles(std::sync::Mutex<Vec<(std::sync::Arc<crate::cq::CtxCore>, usize)>>);
+
+impl TgtHandles {
+    /// Adds handle `handle` of context `ctx`.
+    pub fn add(&self, ctx: std::sync::Arc<crate::cq::CtxCore>, handle: usize) {
+        crate::os::lock(&self.0).push((ctx, handle));
+    }
+
+    /// Drops handle `handle`; one that remains, if any.
+    pub fn remove(&self, handle: usize) -> Option<usize> {
+        let mut l = crate::os::lock(&self.0);
+        l.retain(|(_, h)| *h != handle);
+        l.first().map(|(_, h)| *h)
+    }
+
+    /// Raises `kind` on every handle; false when there are none (not an XRC receive
+    /// QP: the caller raises it on its one handle).
+    pub fn raise(&self, kind: u32) -> bool {
+        let l = crate::os::lock(&self.0);
+        for (ctx, h) in l.iter() {
+            ctx.raise(kind, *h);
+        }
+        !l.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -185,24 +185,22 @@ unsafe fn qp_obj<'a>(qp: *mut ibv_qp) -> Option<&'a QpObj> {
 /// No other thread uses the QP during the call or after it succeeds.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    // A QP that `ibv_open_qp` handles still use is `EBUSY` (the kernel's
-    // `ib_destroy_qp`: `usecnt` non-zero); such a handle only closes itself.
-    let busy = |q: &QpObj| {
-        if !q.opened && q.core.opens.load(Ordering::Acquire) != 0 {
-            Err(libc::EBUSY)
-        } else {
-            Ok(())
-        }
-    };
-    let q = match retire::<QpObj>(qp, busy) {
+    let q = match retire::<QpObj>(qp, |_| Ok(())) {
         Ok(q) => q,
         Err(e) => return e,
     };
+    // An XRC receive QP's handle (the creator's or one `ibv_open_qp` made) drops its
+    // hold; the QP is destroyed with the last (`crate::xrc::TgtHandles`).
     if q.get().opened {
         q.get().core.opens.fetch_sub(1, Ordering::AcqRel);
-        q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
-        q.free();
-        return 0;
+    }
+    if q.get().core.qp_type == IBV_QPT_XRC_RECV {
+        if let Some(other) = q.get().core.tgt_handles.remove(qp as usize) {
+            q.get().core.handle.store(other, Ordering::Relaxed);
+            q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+            q.free();
+            return 0;
+        }
     }
     let p = provider::get();
     p.unregister_qp(q.get().core.qpn);

@@ -259,13 +259,15 @@ pub(super) unsafe fn create_recv_qp(
     let core = Arc::new(core);
     super::qp::register(prov, &core);
     a.cap = cap;
-    publish_qp(context, &core, a.qp_context, false)
+    publish_qp(context, &c.core, &core, a.qp_context, false)
 }
 
 /// Hands out an `ibv_qp` for XRC receive QP `core` (created here, or `opened` by
-/// `ibv_open_qp`): no PD, CQs or SRQ.
+/// `ibv_open_qp`) on context `context` (`ctx`): no PD, CQs or SRQ. The handle is one of
+/// the QP's [`crate::xrc::TgtHandles`].
 fn publish_qp(
     context: *mut ibv_context,
+    ctx: &Arc<crate::cq::CtxCore>,
     core: &Arc<QpCore>,
     qp_context: *mut core::ffi::c_void,
     opened: bool,
@@ -298,13 +300,15 @@ fn publish_qp(
     if !opened {
         core.handle.store(ptr as usize, Ordering::Relaxed);
     }
+    core.tgt_handles.add(Arc::clone(ctx), ptr as usize);
     ptr
 }
 
 /// `verbs_context.open_qp` (`ibv_open_qp`): another handle on XRC receive QP `qp_num`
 /// of this process, created in the domain `xrcd` names (the same domain through any
-/// handle), for a process sharing the domain to modify, query and close. Destroying the
-/// handle closes it; the QP itself cannot be destroyed while handles are open (`EBUSY`).
+/// handle), for a process sharing the domain to modify, query and close. Every handle,
+/// the creator's too, holds the QP and receives its affiliated events; destroying a
+/// handle drops its hold, the last one destroys the QP ([`crate::xrc::TgtHandles`]).
 /// As rdma-core's `ibv_cmd_open_qp` and the kernel's `ib_uverbs_open_qp`: unknown
 /// `comp_mask` bits are `EOPNOTSUPP`; a mask without the number, the domain and the
 /// type, a type other than `IBV_QPT_XRC_RECV`, or a number that is no XRC receive QP of
@@ -352,5 +356,5 @@ pub(super) unsafe extern "C" fn open_qp(
     } else {
         core::ptr::null_mut()
     };
-    publish_qp(context, &q, qp_context, true)
+    publish_qp(context, &c.core, &q, qp_context, true)
 }
