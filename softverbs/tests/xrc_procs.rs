@@ -178,6 +178,71 @@ fn an_srq_of_another_domain_in_another_process_is_an_invalid_request() {
     r.tgt.send("exit");
 }
 
+/// `ibv_open_qp` here of the receive QP the tgt child created: this process moves it
+/// to RTS and queries it through its handle (the child runs both), the tgt child then
+/// destroys its own handle and the QP lives on, held by ours, still serving requests
+/// into the srq child's SRQ; its error event reaches our handle; destroying our handle,
+/// the last, destroys it.
+#[test]
+fn open_qp_of_another_process_s_receive_qp() {
+    isolate();
+    let f = DomainFile::new("open");
+    let v = verbs();
+    let a = Node::new(&v, "soft0");
+    let mut tgt = Peer::spawn();
+    let w = nums(&tgt.one(&format!("tgt {}", f.path.display())));
+    let (lid, rqpn) = (w[0] as u16, w[1]);
+    let mut srq = Peer::spawn();
+    let srqn = nums(&srq.one(&format!("srq {} 8", f.path.display())))[0];
+    let x = open_xrcd(a.c(), f.fd(), 0).expect("the children's domain");
+    let private = open_xrcd(a.c(), -1, 0).unwrap();
+    assert_eq!(open_qp(a.c(), private, rqpn).err(), Some(libc::EINVAL));
+    let opened = open_qp(a.c(), x, rqpn).expect("opens the child's QP");
+    assert_eq!(qpn(opened), rqpn);
+    let s = send_qp(&a, 0).unwrap();
+    connect_recv(opened, a.lid(), qpn(s));
+    assert_eq!(state(opened), IBV_QPS_RTS);
+    assert_eq!(
+        tgt.one("state"),
+        IBV_QPS_RTS.to_string(),
+        "the child's QP moved"
+    );
+    connect_send(s, lid, rqpn);
+    assert_eq!(post_xrc(s, srqn, IBV_WR_SEND, a.sge(0, 8), 1), 0);
+    assert_eq!(poll(a.cq, 1, 10_000)[0].status, IBV_WC_SUCCESS);
+    assert_eq!(srq.cmd("wait 1").len(), 1);
+    // The creator's handle goes; ours holds the QP.
+    tgt.cmd("destroy");
+    assert_eq!(state(opened), IBV_QPS_RTS);
+    assert_eq!(post_xrc(s, srqn, IBV_WR_SEND, a.sge(0, 8), 2), 0);
+    assert_eq!(poll(a.cq, 1, 10_000)[0].status, IBV_WC_SUCCESS);
+    assert_eq!(srq.cmd("wait 1").len(), 1);
+    // An invalid request: the event reaches our handle.
+    assert_eq!(
+        post_xrc(s, srqn ^ 0x00ff_0000, IBV_WR_SEND, a.sge(0, 8), 3),
+        0
+    );
+    assert_eq!(poll(a.cq, 1, 10_000)[0].status, IBV_WC_REM_INV_REQ_ERR);
+    let mut e = ibv_async_event::default();
+    // SAFETY: a live context; the event comes from the child.
+    assert_eq!(unsafe { sv::ibv_get_async_event(a.c(), &mut e) }, 0);
+    assert_eq!(e.event_type, IBV_EVENT_QP_REQ_ERR);
+    // SAFETY: the QP member of a QP event.
+    assert_eq!(unsafe { e.element.qp }, opened);
+    // SAFETY: the event just got.
+    unsafe { sv::ibv_ack_async_event(&mut e) };
+    assert_eq!(state(opened), IBV_QPS_ERR);
+    // SAFETY: our handle, the last.
+    assert_eq!(unsafe { sv::ibv_destroy_qp(opened) }, 0);
+    assert_eq!(open_qp(a.c(), x, rqpn).err(), Some(libc::EINVAL), "gone");
+    // SAFETY: a live QP nothing uses any more.
+    assert_eq!(unsafe { sv::ibv_destroy_qp(s) }, 0);
+    assert_eq!(close_xrcd(x), 0);
+    assert_eq!(close_xrcd(private), 0);
+    srq.send("exit");
+    tgt.send("exit");
+}
+
 /// The children: "tgt FILE" opens the domain (creating it), makes an XRC receive QP
 /// and an SRQ of its own with four receives; "srq FILE N" opens the domain and makes
 /// an XRC SRQ with N receives (a second one with another file: another domain);
@@ -273,6 +338,10 @@ fn child() {
                 }
             }
             Some("state") => out(state(r)),
+            Some("destroy") => {
+                // SAFETY: the receive QP's live handle, not used after.
+                assert_eq!(unsafe { sv::ibv_destroy_qp(r) }, 0);
+            }
             _ => return false,
         }
         true

@@ -195,14 +195,27 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         q.get().core.opens.fetch_sub(1, Ordering::AcqRel);
     }
     if q.get().core.qp_type == IBV_QPT_XRC_RECV {
-        if let Some(other) = q.get().core.tgt_handles.remove(qp as usize) {
-            q.get().core.handle.store(other, Ordering::Relaxed);
+        let core = &q.get().core;
+        if let Some(owner) = core.tgt_handles.owner() {
+            // Our handle on another process's QP: that process drops our hold.
+            super::xrc::close_remote(owner, core, qp as u64);
+            q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+            q.free();
+            return 0;
+        }
+        let (other, held) = core.tgt_handles.remove(qp as usize);
+        if held {
+            core.handle.store(other.unwrap_or(0), Ordering::Relaxed);
             q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
             q.free();
             return 0;
         }
     }
     let p = provider::get();
+    if q.get().core.qp_type == IBV_QPT_XRC_RECV {
+        // No other process holds it any more (those that did have died).
+        crate::engine::remote::xrc_open::release(q.get().core.dev, q.get().core.qpn);
+    }
     p.unregister_qp(q.get().core.qpn);
     q.get().core.destroy();
     // Type 2 windows bound through it grant nothing any more.
@@ -233,6 +246,19 @@ pub unsafe extern "C" fn ibv_modify_qp(
     };
     let mask = attr_mask as u32;
     let p = provider::get();
+    if let Some(owner) = q.core.tgt_handles.owner() {
+        // Another process's XRC receive QP, opened here: that process modifies it.
+        return match super::xrc::modify_remote(p, owner, &q.core, a, mask) {
+            Ok(()) => {
+                if mask & IBV_QP_STATE != 0 {
+                    // SAFETY: as below.
+                    unsafe { (*q.ibv.get()).qp_base.state = a.qp_state };
+                }
+                0
+            }
+            Err(e) => e,
+        };
+    }
     let port = &p.devices[q.core.dev];
     // An address vector on a RoCE port needs a GRH: the kernel's mlx5 refuses one
     // without (`mlx5_set_path`: a RoCE AH without `IB_AH_GRH` is `-EINVAL`).
@@ -271,8 +297,16 @@ pub unsafe extern "C" fn ibv_query_qp(
     if attr.is_null() {
         return libc::EINVAL;
     }
+    let got = match q.core.tgt_handles.owner() {
+        // Another process's XRC receive QP, opened here: that process answers.
+        Some(owner) => match super::xrc::query_remote(provider::get(), owner, &q.core) {
+            Ok(a) => a,
+            Err(e) => return e,
+        },
+        None => q.core.query(),
+    };
     // SAFETY: writable (contract).
-    unsafe { attr.write(q.core.query()) };
+    unsafe { attr.write(got) };
     if !init_attr.is_null() {
         // SAFETY: the `ibv_qp` is live; we read fields set at creation.
         let ibv = unsafe { &(*q.ibv.get()).qp_base };

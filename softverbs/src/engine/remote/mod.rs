@@ -18,6 +18,7 @@ mod direct;
 mod requester;
 mod responder;
 mod xrc;
+pub(crate) mod xrc_open;
 
 use requester::on_response;
 pub(crate) use requester::{check_deadlines, send};
@@ -110,5 +111,8 @@ pub(crate) fn handle(
         Kind::Response => on_response(p, &rec),
         Kind::XrcForward => xrc::on_forward(p, sh, &rec, payload),
         Kind::XrcResult => xrc::on_result(p, sh, &rec, ack),
+        Kind::XrcCall => xrc_open::on_call(p, sh, &rec, payload),
+        Kind::XrcReply => xrc_open::on_reply(&rec, payload),
+        Kind::XrcEvent => xrc_open::on_event(&rec),
     }
 }

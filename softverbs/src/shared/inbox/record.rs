@@ -16,6 +16,13 @@ pub(crate) enum Kind {
     /// The SRQ owner's outcome of an [`Kind::XrcForward`], back to the receive QP's
     /// process.
     XrcResult = 4,
+    /// A call on an XRC receive QP by a process that opened it (`ibv_open_qp`) to the
+    /// process that owns it.
+    XrcCall = 5,
+    /// The answer to an [`Kind::XrcCall`].
+    XrcReply = 6,
+    /// An affiliated event of an XRC receive QP, for a handle another process opened.
+    XrcEvent = 7,
 }
 
 /// One message between processes (its fixed part; the payload travels beside it). A
@@ -184,6 +191,9 @@ impl Record {
             2 => Kind::Response,
             3 => Kind::XrcForward,
             4 => Kind::XrcResult,
+            5 => Kind::XrcCall,
+            6 => Kind::XrcReply,
+            7 => Kind::XrcEvent,
             _ => return None,
         };
         let payload_len = w32(15) as usize;
