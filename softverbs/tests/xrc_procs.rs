@@ -178,6 +178,26 @@ fn an_srq_of_another_domain_in_another_process_is_an_invalid_request() {
     r.tgt.send("exit");
 }
 
+/// The SRQ's process dies while a request for its SRQ is outstanding (stopped, then
+/// killed): the request is answered as one naming an SRQ that no longer exists, an
+/// invalid request, and the receive QP goes to error; nothing waits for ever.
+#[test]
+fn the_srq_s_process_dying_with_a_request_outstanding() {
+    let mut r = rig("dies", 4);
+    r.srq.signal_stop(true);
+    assert_eq!(post_xrc(r.s, r.srqn, IBV_WR_SEND, r.a.sge(0, 4), 5), 0);
+    assert!(
+        poll(r.a.cq, 1, 300).is_empty(),
+        "outstanding while it is stopped"
+    );
+    r.srq.kill();
+    let wc = poll(r.a.cq, 1, 10_000);
+    assert_eq!(wc.len(), 1, "answered once the process died");
+    assert_eq!((wc[0].wr_id, wc[0].status), (5, IBV_WC_REM_INV_REQ_ERR));
+    assert_eq!(r.tgt.one("state"), IBV_QPS_ERR.to_string());
+    r.tgt.send("exit");
+}
+
 /// `ibv_open_qp` here of the receive QP the tgt child created: this process moves it
 /// to RTS and queries it through its handle (the child runs both), the tgt child then
 /// destroys its own handle and the QP lives on, held by ours, still serving requests

@@ -61,9 +61,10 @@ struct RespSeq {
     conn: u32,
     expect: u32,
     inbox: Option<Arc<Inbox>>,
-    /// The request at `expect` went to another process's XRC SRQ ([`xrc`]); nothing
-    /// else of the connection executes until its outcome comes back.
-    forwarded: bool,
+    /// The request at `expect` went to another process's XRC SRQ ([`xrc`]): that
+    /// process, and when. Nothing else of the connection executes until its outcome
+    /// comes back.
+    forwarded: Option<(Owner, Instant)>,
 }
 
 /// A QP's cross-process state, kept under the QP's lock. Empty (and allocation-free)

@@ -225,6 +225,9 @@ pub(crate) fn check_deadlines(p: &Provider, sh: &Shared) -> bool {
         let Some(mut g) = qp.try_lock() else {
             return true;
         };
+        if super::xrc::watch(p, sh, &qp, &mut g) {
+            return true;
+        }
         if g.remote.in_flight.is_empty() {
             g.remote.watched = false;
             return false;

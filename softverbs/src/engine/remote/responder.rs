@@ -207,7 +207,7 @@ pub(super) fn on_request(
                 conn: rec.conn,
                 expect: rec.psn,
                 inbox: sh.peer_inbox(from),
-                forwarded: false,
+                forwarded: None,
             });
         }
         let (expect, inbox) = match &gb.remote.resp {

@@ -35,6 +35,7 @@
 //! or executed out of order.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use vqp_sys::*;
 
@@ -77,13 +78,18 @@ pub(super) fn route(
     sh: &'static Shared,
     rec: &Record,
     payload: &[u8],
-    b: &QpCore,
+    b: &Arc<QpCore>,
     gb: &mut QpInner,
 ) -> Route {
     if b.qp_type != IBV_QPT_XRC_RECV || rec.flags & F_XRC == 0 {
         return Route::Here;
     }
-    if gb.remote.resp.as_ref().is_some_and(|s| s.forwarded) {
+    if gb
+        .remote
+        .resp
+        .as_ref()
+        .is_some_and(|s| s.forwarded.is_some())
+    {
         return Route::Held;
     }
     let srqn = rec.flags >> XRC_SRQN_SHIFT;
@@ -119,9 +125,56 @@ pub(super) fn route(
         }
     }
     if let Some(s) = gb.remote.resp.as_mut() {
-        s.forwarded = true;
+        s.forwarded = Some((owner, Instant::now()));
+    }
+    // The service thread looks after it should the SRQ's owner die ([`watch`]).
+    if !gb.remote.watched {
+        gb.remote.watched = true;
+        super::lock(&p.engine.watch).push(Arc::downgrade(b));
     }
     Route::Held
+}
+
+/// How long a forwarded request waits before its SRQ owner's liveness is checked.
+const LATE: Duration = Duration::from_millis(100);
+
+/// From the service thread's deadline round, for watched receive QP `b` (locked as
+/// `gb`): whether a forwarded request is still outstanding. One whose SRQ owner died
+/// is answered as a request naming an SRQ that no longer exists: an invalid request,
+/// the receive QP going to error (IBA Vol. 1 §9.9.3).
+pub(super) fn watch(p: &Provider, sh: &Shared, b: &QpCore, gb: &mut QpInner) -> bool {
+    let Some(s) = gb.remote.resp.as_mut() else {
+        return false;
+    };
+    let Some((to, since)) = s.forwarded else {
+        return false;
+    };
+    if since.elapsed() < LATE || sh.is_alive(to) {
+        return true;
+    }
+    s.forwarded = None;
+    let (from, qpn, conn, psn) = (s.from, s.qpn, s.conn, s.expect);
+    let inbox = s.inbox.clone().or_else(|| sh.peer_inbox(from));
+    // The requester's device: where the QP's address vector points (checked when the
+    // request was forwarded).
+    let src_dev = p.resolve_av(&gb.attr.ah_attr).unwrap_or(b.dev);
+    b.to_error(gb, Some(QP_REQ_ERR));
+    let mut r = Record::new(Kind::Response);
+    r.code = RESP_ERR;
+    r.value = IBV_WC_REM_INV_REQ_ERR;
+    r.from_pid = sh.me.pid;
+    r.from_token = sh.me.token;
+    r.src_qpn = qpn;
+    r.src_dev = src_dev as u32;
+    r.dst_qpn = b.qpn;
+    r.dst_dev = b.dev as u32;
+    r.conn = conn;
+    r.psn = psn;
+    r.len = 1;
+    if let Some(ib) = inbox {
+        sh.send_response(from, ib, r);
+    }
+    false
 }
 
 /// At the SRQ's owner: runs forwarded request `rec` against XRC SRQ `srqn` with the
@@ -266,13 +319,13 @@ pub(super) fn on_result(
     let mut gb = b.lock();
     let inbox = match gb.remote.resp.as_mut() {
         Some(s)
-            if s.forwarded
+            if s.forwarded.is_some()
                 && s.from == from
                 && s.qpn == rec.src_qpn
                 && s.conn == rec.conn
                 && s.expect == rec.psn =>
         {
-            s.forwarded = false;
+            s.forwarded = None;
             if rec.code == RESP_OK {
                 s.expect = s.expect.wrapping_add(1);
             }
