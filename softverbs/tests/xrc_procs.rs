@@ -121,6 +121,56 @@ fn an_srq_of_another_process_receives_through_the_receive_qp() {
     r.tgt.send("exit");
 }
 
+/// RDMA through the receive QP into the SRQ's process: a WRITE with immediate lands in
+/// that process's memory under its rkey (checked against the SRQ's PD) and consumes a
+/// receive of its SRQ; a READ of that memory returns it; an rkey of that process
+/// outside the region is a remote access error, and the receive QP (in its own
+/// process) goes to error.
+#[test]
+fn rdma_through_the_receive_qp_into_the_srq_s_process() {
+    let mut r = rig("rdma", 4);
+    let w = r.srq.one("mem");
+    let m: Vec<u64> = w.split(' ').map(|t| t.parse().unwrap()).collect();
+    let (addr, rkey) = (m[0], m[1] as u32);
+    r.a.buf()[..5].copy_from_slice(b"wimm!");
+    let rdma = |opcode: u32, sge: &mut ibv_sge, raddr: u64, wr_id: u64| {
+        // SAFETY: plain data.
+        let mut wr: ibv_send_wr = unsafe { core::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = sge;
+        wr.num_sge = 1;
+        wr.opcode = opcode;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.imm.imm_data = 0x0a0b_0c0du32.to_be();
+        wr.wr.rdma.remote_addr = raddr;
+        wr.wr.rdma.rkey = rkey;
+        wr.qp_type.xrc.remote_srqn = r.srqn;
+        post_wr(r.s, &mut wr)
+    };
+    let mut sge = r.a.sge(0, 5);
+    assert_eq!(
+        rdma(IBV_WR_RDMA_WRITE_WITH_IMM, &mut sge, addr + 5000, 1),
+        0
+    );
+    assert_eq!(poll(r.a.cq, 1, 10_000)[0].status, IBV_WC_SUCCESS);
+    assert_eq!(r.srq.one("peek 5000 5"), hex(b"wimm!"));
+    let got = r.srq.cmd("wait 1");
+    assert!(
+        got[0].starts_with(&format!("0 {} {} 5 ", r.rqpn, qpn(r.s))),
+        "{got:?}"
+    );
+    let mut back = r.a.sge(100, 5);
+    assert_eq!(rdma(IBV_WR_RDMA_READ, &mut back, addr + 5000, 2), 0);
+    assert_eq!(poll(r.a.cq, 1, 10_000)[0].status, IBV_WC_SUCCESS);
+    assert_eq!(&r.a.buf()[100..105], b"wimm!");
+    let mut sge = r.a.sge(0, 5);
+    assert_eq!(rdma(IBV_WR_RDMA_WRITE, &mut sge, addr + (1 << 16), 3), 0);
+    assert_eq!(poll(r.a.cq, 1, 10_000)[0].status, IBV_WC_REM_ACCESS_ERR);
+    assert_eq!(r.tgt.one("state"), IBV_QPS_ERR.to_string());
+    r.srq.send("exit");
+    r.tgt.send("exit");
+}
+
 /// No receive on the other process's SRQ: the request is NAKed (RNR) and retried, and
 /// the sender completes only after that process posted a receive and took the
 /// request. The SRQ's limit, armed in its owner, fires there as its receives are used.
@@ -358,6 +408,11 @@ fn child() {
                 }
             }
             Some("state") => out(state(r)),
+            Some("mem") => out(format!("{} {}", b.mr.addr(), b.mr.rkey())),
+            Some("peek") => {
+                let (at, n): (usize, usize) = (w[1].parse().unwrap(), w[2].parse().unwrap());
+                out(hex(&b.buf()[at..at + n]));
+            }
             Some("destroy") => {
                 // SAFETY: the receive QP's live handle, not used after.
                 assert_eq!(unsafe { sv::ibv_destroy_qp(r) }, 0);
