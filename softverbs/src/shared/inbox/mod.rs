@@ -72,6 +72,8 @@ const HEADER: usize = 192;
 pub(crate) const FILE_SIZE: usize = HEADER + SLOTS as usize * SLOT_SIZE;
 /// Bytes of a record's fixed part.
 const FIXED: usize = 104;
+// A slot holds its sequence word, the fixed part and the largest payload.
+const _: () = assert!(8 + FIXED + PAYLOAD <= SLOT_SIZE);
 
 /// Why a push failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
