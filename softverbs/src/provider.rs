@@ -331,6 +331,9 @@ impl Provider {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(srqn, Arc::downgrade(srq));
+        // Published machine-wide: an XRC receive QP of another process forwards the
+        // requests that name it here (`engine::remote::xrc`).
+        crate::shared::publish(srqn, srq.dev);
     }
 
     /// Forgets XRC SRQ number `srqn` (and frees it machine-wide).

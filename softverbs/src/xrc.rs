@@ -52,6 +52,18 @@ impl XrcdCore {
         }
     }
 
+    /// Domain `id` of device `dev` as another process holds it: what a request
+    /// forwarded from that process's XRC receive QP names (`engine::remote::xrc`),
+    /// with no hold of its own.
+    pub fn remote(dev: usize, id: u64) -> XrcdCore {
+        XrcdCore {
+            dev,
+            id,
+            users: AtomicU32::new(0),
+            _hold: None,
+        }
+    }
+
     /// The domain of device `dev` named by the file open as `fd`, with `oflags`'
     /// `O_CREAT` and `O_EXCL` (see [`crate::shared::xrcd_hold`]): `EBADF` for a
     /// descriptor that is not open, `EAGAIN` for a domain nobody has without
@@ -78,6 +90,87 @@ impl XrcdCore {
             users: AtomicU32::new(0),
             _hold: Some(hold),
         })
+    }
+}
+
+/// The handles on an XRC receive QP: the creator's and those `ibv_open_qp` made, each
+/// with its context, in this process or (by handle value) in another. As the kernel's
+/// shared XRC TGT QP (`create_xrc_qp_user` opens the creator's handle like any other,
+/// `__ib_destroy_shared_qp` destroys the QP when the last handle closes,
+/// `__ib_shared_qp_event_handler` hands each event to every handle): the QP lives while
+/// any handle holds it, and its affiliated events are raised on every handle's context
+/// with that handle. In a process that opened another process's QP, the handle's
+/// stand-in QP names that process ([`TgtHandles::owner`]).
+#[derive(Default)]
+pub(crate) struct TgtHandles {
+    local: std::sync::Mutex<Vec<(std::sync::Arc<crate::cq::CtxCore>, usize)>>,
+    remote: std::sync::Mutex<Vec<(crate::shared::Owner, u64)>>,
+    owner: std::sync::OnceLock<crate::shared::Owner>,
+}
+
+impl TgtHandles {
+    /// Adds handle `handle` of context `ctx`.
+    pub fn add(&self, ctx: std::sync::Arc<crate::cq::CtxCore>, handle: usize) {
+        crate::os::lock(&self.local).push((ctx, handle));
+    }
+
+    /// Adds handle `handle` of process `o`.
+    pub fn add_remote(&self, o: crate::shared::Owner, handle: u64) {
+        crate::os::lock(&self.remote).push((o, handle));
+    }
+
+    /// Drops handle `handle` of process `o`; how many handles of other processes
+    /// remain, and how many in all.
+    pub fn remove_remote(&self, o: crate::shared::Owner, handle: u64) -> (usize, usize) {
+        let mut r = crate::os::lock(&self.remote);
+        r.retain(|&(p, h)| (p, h) != (o, handle));
+        (r.len(), r.len() + crate::os::lock(&self.local).len())
+    }
+
+    /// Drops our handle `handle`: one of ours that remains, and whether any handle
+    /// remains (handles of processes that died are forgotten).
+    pub fn remove(&self, handle: usize) -> (Option<usize>, bool) {
+        let mut l = crate::os::lock(&self.local);
+        l.retain(|(_, h)| *h != handle);
+        let mut r = crate::os::lock(&self.remote);
+        if let Some(sh) = crate::shared::current() {
+            r.retain(|(o, _)| sh.is_alive(*o));
+        }
+        (l.first().map(|(_, h)| *h), !l.is_empty() || !r.is_empty())
+    }
+
+    /// Marks the QP as a stand-in for QP of process `o` (opened from here).
+    pub fn set_owner(&self, o: crate::shared::Owner) {
+        let _ = self.owner.set(o);
+    }
+
+    /// The process owning the QP this one stands in for, if it is a stand-in.
+    pub fn owner(&self) -> Option<crate::shared::Owner> {
+        self.owner.get().copied()
+    }
+
+    /// Raises `kind` on every handle (another process's through its inbox); false when
+    /// there are none (not an XRC receive QP: the caller raises it on its one handle).
+    pub fn raise(&self, kind: u32) -> bool {
+        let l = crate::os::lock(&self.local);
+        for (ctx, h) in l.iter() {
+            ctx.raise(kind, *h);
+        }
+        let r = crate::os::lock(&self.remote);
+        if let Some(sh) = crate::shared::current().filter(|_| !r.is_empty()) {
+            for &(o, h) in r.iter() {
+                if let Some(inbox) = sh.peer_inbox(o) {
+                    let mut rec =
+                        crate::shared::inbox::Record::new(crate::shared::inbox::Kind::XrcEvent);
+                    rec.code = kind;
+                    rec.from_pid = sh.me.pid;
+                    rec.from_token = sh.me.token;
+                    rec.remote_addr = h;
+                    let _ = inbox.push(&rec, &[]);
+                }
+            }
+        }
+        !l.is_empty() || !r.is_empty()
     }
 }
 

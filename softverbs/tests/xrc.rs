@@ -400,8 +400,8 @@ fn the_wr_api_names_the_srq_with_set_xrc_srqn() {
 }
 
 /// `ibv_open_qp`: another context of the device opens the receive QP through its own
-/// handle on the domain and moves it to RTS; the creator cannot destroy it while the
-/// handle is open. A wrong type, domain or number is `EINVAL`.
+/// handle on the domain and moves it to RTS. A wrong type, domain or number is
+/// `EINVAL`.
 #[test]
 fn open_qp_shares_a_receive_qp_within_the_domain() {
     isolate();
@@ -431,9 +431,8 @@ fn open_qp_shares_a_receive_qp_within_the_domain() {
     );
     assert_eq!(poll(a.cq, 1, 5000)[0].status, IBV_WC_SUCCESS);
     assert_eq!(poll(b2.cq, 1, 5000)[0].qp_num, qpn(r));
-    // SAFETY: live QPs; the opened handle is closed before the QP is destroyed.
+    // SAFETY: live QPs.
     unsafe {
-        assert_eq!(sv::ibv_destroy_qp(r), libc::EBUSY);
         assert_eq!(sv::ibv_destroy_qp(opened), 0);
         assert_eq!(sv::ibv_destroy_qp(r), 0);
         assert_eq!(sv::ibv_destroy_qp(s), 0);
@@ -446,6 +445,64 @@ fn open_qp_shares_a_receive_qp_within_the_domain() {
 /// exists: the child has it) and sends through an XRC send QP naming the child's SRQ.
 /// The child sees the receive on its SRQ's CQ; a number that names no SRQ of its
 /// domain is an invalid request here.
+/// As the kernel's shared XRC TGT QP: every handle (the creator's too) holds the QP,
+/// and its affiliated events reach every handle. The creator destroys its handle
+/// first: the QP lives on through the opened one (it still serves requests, its error
+/// event reaches the opener's context with the opener's handle); destroying the last
+/// handle destroys it (a request then finds nothing and the sender's retries run out).
+#[test]
+fn an_xrc_receive_qp_lives_while_any_handle_holds_it() {
+    isolate();
+    let v = verbs();
+    let a = Node::new(&v, "soft0");
+    let b = Node::new(&v, "soft1");
+    let b2 = Node::new(&v, "soft1");
+    let f = DomainFile::new("holds");
+    let x = open_xrcd(b.c(), f.fd(), libc::O_CREAT).unwrap();
+    let x2 = open_xrcd(b2.c(), f.fd(), 0).unwrap();
+    let r = recv_qp(b.c(), x).unwrap();
+    let rqpn = qpn(r);
+    let opened = open_qp(b2.c(), x2, rqpn).unwrap();
+    let s = send_qp(&a, 0).unwrap();
+    connect_recv(r, a.lid(), qpn(s));
+    connect_send(s, b.lid(), rqpn);
+    let srq = xrc_srq(&b2, x2, b2.cq).unwrap();
+    for i in 0..2 {
+        post_srq_recv(srq, b2.sge(64 * i, 64), i as u64);
+    }
+    // SAFETY: the creator's live handle.
+    assert_eq!(unsafe { sv::ibv_destroy_qp(r) }, 0, "drops one hold");
+    assert_eq!(state(opened), IBV_QPS_RTS);
+    let srqn = srq_num(srq).unwrap();
+    assert_eq!(post_xrc(s, srqn, IBV_WR_SEND, a.sge(0, 8), 1), 0);
+    assert_eq!(poll(a.cq, 1, 5000)[0].status, IBV_WC_SUCCESS);
+    assert_eq!(poll(b2.cq, 1, 5000)[0].qp_num, rqpn);
+    // An invalid request: the QP's error event reaches the opener's handle.
+    assert_eq!(
+        post_xrc(s, srqn ^ 0x00ff_0000, IBV_WR_SEND, a.sge(0, 8), 2),
+        0
+    );
+    assert_eq!(poll(a.cq, 1, 5000)[0].status, IBV_WC_REM_INV_REQ_ERR);
+    let mut e = ibv_async_event::default();
+    // SAFETY: a live context with an event pending (the QP went to error above).
+    assert_eq!(unsafe { sv::ibv_get_async_event(b2.c(), &mut e) }, 0);
+    assert_eq!(e.event_type, IBV_EVENT_QP_REQ_ERR);
+    // SAFETY: reading the union's QP member of a QP event.
+    assert_eq!(unsafe { e.element.qp }, opened);
+    // SAFETY: the event just got.
+    unsafe { sv::ibv_ack_async_event(&mut e) };
+    // SAFETY: the last handle.
+    assert_eq!(unsafe { sv::ibv_destroy_qp(opened) }, 0);
+    assert_eq!(open_qp(b2.c(), x2, rqpn).err(), Some(libc::EINVAL), "gone");
+    // SAFETY: live objects nothing uses any more.
+    unsafe {
+        assert_eq!(sv::ibv_destroy_qp(s), 0);
+        assert_eq!(sv::ibv_destroy_srq(srq), 0);
+    }
+    assert_eq!(close_xrcd(x2), 0);
+    assert_eq!(close_xrcd(x), 0);
+}
+
 #[test]
 fn xrc_between_two_processes() {
     isolate();

@@ -185,26 +185,37 @@ unsafe fn qp_obj<'a>(qp: *mut ibv_qp) -> Option<&'a QpObj> {
 /// No other thread uses the QP during the call or after it succeeds.
 #[cfg_attr(feature = "c-symbols", no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    // A QP that `ibv_open_qp` handles still use is `EBUSY` (the kernel's
-    // `ib_destroy_qp`: `usecnt` non-zero); such a handle only closes itself.
-    let busy = |q: &QpObj| {
-        if !q.opened && q.core.opens.load(Ordering::Acquire) != 0 {
-            Err(libc::EBUSY)
-        } else {
-            Ok(())
-        }
-    };
-    let q = match retire::<QpObj>(qp, busy) {
+    let q = match retire::<QpObj>(qp, |_| Ok(())) {
         Ok(q) => q,
         Err(e) => return e,
     };
+    // An XRC receive QP's handle (the creator's or one `ibv_open_qp` made) drops its
+    // hold; the QP is destroyed with the last (`crate::xrc::TgtHandles`).
     if q.get().opened {
         q.get().core.opens.fetch_sub(1, Ordering::AcqRel);
-        q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
-        q.free();
-        return 0;
+    }
+    if q.get().core.qp_type == IBV_QPT_XRC_RECV {
+        let core = &q.get().core;
+        if let Some(owner) = core.tgt_handles.owner() {
+            // Our handle on another process's QP: that process drops our hold.
+            super::xrc::close_remote(owner, core, qp as u64);
+            q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+            q.free();
+            return 0;
+        }
+        let (other, held) = core.tgt_handles.remove(qp as usize);
+        if held {
+            core.handle.store(other.unwrap_or(0), Ordering::Relaxed);
+            q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+            q.free();
+            return 0;
+        }
     }
     let p = provider::get();
+    if q.get().core.qp_type == IBV_QPT_XRC_RECV {
+        // No other process holds it any more (those that did have died).
+        crate::engine::remote::xrc_open::release(q.get().core.dev, q.get().core.qpn);
+    }
     p.unregister_qp(q.get().core.qpn);
     q.get().core.destroy();
     // Type 2 windows bound through it grant nothing any more.
@@ -235,6 +246,19 @@ pub unsafe extern "C" fn ibv_modify_qp(
     };
     let mask = attr_mask as u32;
     let p = provider::get();
+    if let Some(owner) = q.core.tgt_handles.owner() {
+        // Another process's XRC receive QP, opened here: that process modifies it.
+        return match super::xrc::modify_remote(p, owner, &q.core, a, mask) {
+            Ok(()) => {
+                if mask & IBV_QP_STATE != 0 {
+                    // SAFETY: as below.
+                    unsafe { (*q.ibv.get()).qp_base.state = a.qp_state };
+                }
+                0
+            }
+            Err(e) => e,
+        };
+    }
     let port = &p.devices[q.core.dev];
     // An address vector on a RoCE port needs a GRH: the kernel's mlx5 refuses one
     // without (`mlx5_set_path`: a RoCE AH without `IB_AH_GRH` is `-EINVAL`).
@@ -273,8 +297,16 @@ pub unsafe extern "C" fn ibv_query_qp(
     if attr.is_null() {
         return libc::EINVAL;
     }
+    let got = match q.core.tgt_handles.owner() {
+        // Another process's XRC receive QP, opened here: that process answers.
+        Some(owner) => match super::xrc::query_remote(provider::get(), owner, &q.core) {
+            Ok(a) => a,
+            Err(e) => return e,
+        },
+        None => q.core.query(),
+    };
     // SAFETY: writable (contract).
-    unsafe { attr.write(q.core.query()) };
+    unsafe { attr.write(got) };
     if !init_attr.is_null() {
         // SAFETY: the `ibv_qp` is live; we read fields set at creation.
         let ibv = unsafe { &(*q.ibv.get()).qp_base };

@@ -259,13 +259,15 @@ pub(super) unsafe fn create_recv_qp(
     let core = Arc::new(core);
     super::qp::register(prov, &core);
     a.cap = cap;
-    publish_qp(context, &core, a.qp_context, false)
+    publish_qp(context, &c.core, &core, a.qp_context, false)
 }
 
 /// Hands out an `ibv_qp` for XRC receive QP `core` (created here, or `opened` by
-/// `ibv_open_qp`): no PD, CQs or SRQ.
+/// `ibv_open_qp`) on context `context` (`ctx`): no PD, CQs or SRQ. The handle is one of
+/// the QP's [`crate::xrc::TgtHandles`].
 fn publish_qp(
     context: *mut ibv_context,
+    ctx: &Arc<crate::cq::CtxCore>,
     core: &Arc<QpCore>,
     qp_context: *mut core::ffi::c_void,
     opened: bool,
@@ -298,18 +300,20 @@ fn publish_qp(
     if !opened {
         core.handle.store(ptr as usize, Ordering::Relaxed);
     }
+    core.tgt_handles.add(Arc::clone(ctx), ptr as usize);
     ptr
 }
 
 /// `verbs_context.open_qp` (`ibv_open_qp`): another handle on XRC receive QP `qp_num`
 /// of this process, created in the domain `xrcd` names (the same domain through any
-/// handle), for a process sharing the domain to modify, query and close. Destroying the
-/// handle closes it; the QP itself cannot be destroyed while handles are open (`EBUSY`).
+/// handle), for a process sharing the domain to modify, query and close. Every handle,
+/// the creator's too, holds the QP and receives its affiliated events; destroying a
+/// handle drops its hold, the last one destroys the QP ([`crate::xrc::TgtHandles`]).
 /// As rdma-core's `ibv_cmd_open_qp` and the kernel's `ib_uverbs_open_qp`: unknown
 /// `comp_mask` bits are `EOPNOTSUPP`; a mask without the number, the domain and the
 /// type, a type other than `IBV_QPT_XRC_RECV`, or a number that is no XRC receive QP of
-/// the domain is `EINVAL`. A QP of another process cannot be opened here
-/// (`EOPNOTSUPP`).
+/// the domain is `EINVAL`. A QP of another process is opened through that process
+/// ([`open_remote`]).
 ///
 /// # Safety
 /// `context` is a live context; `attr` readable; its domain not closed during the call.
@@ -333,24 +337,131 @@ pub(super) unsafe extern "C" fn open_qp(
         return fail(libc::EINVAL);
     };
     let prov = provider::get();
+    let qp_context = if a.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT != 0 {
+        a.qp_context
+    } else {
+        core::ptr::null_mut()
+    };
     let Some(q) = prov.find_qp(c.core.dev, a.qp_num) else {
-        let elsewhere = crate::shared::qp_owner_pid(prov, c.core.dev, a.qp_num)
-            .is_some_and(|pid| pid != std::process::id());
-        return fail(if elsewhere {
-            libc::EOPNOTSUPP
-        } else {
-            libc::EINVAL
-        });
+        return open_remote(context, c, x, a.qp_num, qp_context);
     };
     let same_domain = q.xrcd.as_ref().is_some_and(|d| d.id == x.core.id);
     if q.qp_type != IBV_QPT_XRC_RECV || !same_domain {
         return fail(libc::EINVAL);
     }
     q.opens.fetch_add(1, Ordering::AcqRel);
-    let qp_context = if a.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT != 0 {
-        a.qp_context
-    } else {
-        core::ptr::null_mut()
+    publish_qp(context, &c.core, &q, qp_context, true)
+}
+
+/// `ibv_open_qp` of XRC receive QP `qpn` that another live process of the namespace
+/// owns: that process checks it (an XRC receive QP of the domain `x` names) and holds
+/// it for our handle, a stand-in QP whose modify, query and destroy are calls to it
+/// (`engine::remote::xrc_open`). `EINVAL` when no process owns such a QP.
+fn open_remote(
+    context: *mut ibv_context,
+    c: &super::object::CtxObj,
+    x: &XrcdObj,
+    qpn: u32,
+    qp_context: *mut core::ffi::c_void,
+) -> *mut ibv_qp {
+    let prov = provider::get();
+    let dev = c.core.dev;
+    let Some(owner) = crate::shared::qp_owner(prov, dev, qpn) else {
+        return fail(libc::EINVAL);
     };
-    publish_qp(context, &q, qp_context, true)
+    if x.core.id >> 63 != 0 {
+        // A private domain is no other process's.
+        return fail(libc::EINVAL);
+    }
+    let none = Arc::new(crate::cq::CqCore::new(1, dev, Arc::clone(&c.core), None, 0));
+    let core = QpCore::new(
+        qpn,
+        IBV_QPT_XRC_RECV,
+        0,
+        dev,
+        0,
+        Arc::clone(&c.core),
+        Arc::clone(&none),
+        none,
+        false,
+        ibv_qp_cap::default(),
+        None,
+    )
+    .in_xrcd(Arc::clone(&x.core));
+    core.tgt_handles.set_owner(owner);
+    let core = Arc::new(core);
+    // The handle's address is its identity at the owner: published first, then
+    // announced (and withdrawn if the owner refuses).
+    let ptr = publish_qp(context, &c.core, &core, qp_context, true);
+    if ptr.is_null() {
+        return ptr;
+    }
+    use crate::engine::remote::xrc_open::{call, track, OP_OPEN};
+    track(ptr as u64, Some(Arc::clone(&c.core)));
+    match call(
+        prov,
+        owner,
+        dev,
+        qpn,
+        OP_OPEN,
+        ptr as u64,
+        x.core.id,
+        0,
+        &[],
+    ) {
+        Ok(_) => ptr,
+        Err(e) => {
+            track(ptr as u64, None);
+            let q = match super::object::retire::<QpObj>(ptr, |_| Ok(())) {
+                Ok(q) => q,
+                Err(_) => return fail(e),
+            };
+            q.get().core.destroy();
+            q.free();
+            fail(e)
+        }
+    }
+}
+
+/// `ibv_destroy_qp` of our handle `handle` on another process's QP (stand-in `core`):
+/// that process drops our hold.
+pub(super) fn close_remote(owner: crate::shared::Owner, core: &QpCore, handle: u64) {
+    use crate::engine::remote::xrc_open::{call, track, OP_CLOSE};
+    let _ = call(
+        provider::get(),
+        owner,
+        core.dev,
+        core.qpn,
+        OP_CLOSE,
+        handle,
+        0,
+        0,
+        &[],
+    );
+    track(handle, None);
+    core.destroy();
+}
+
+/// `ibv_modify_qp` through our handle on another process's QP: that process runs it.
+pub(super) fn modify_remote(
+    p: &'static crate::provider::Provider,
+    owner: crate::shared::Owner,
+    core: &QpCore,
+    a: &ibv_qp_attr,
+    mask: u32,
+) -> Result<(), c_int> {
+    use crate::engine::remote::xrc_open::{call, encode_attr, OP_MODIFY};
+    let attr = encode_attr(a);
+    call(p, owner, core.dev, core.qpn, OP_MODIFY, 0, 0, mask, &attr).map(drop)
+}
+
+/// `ibv_query_qp` through our handle on another process's QP: that process answers.
+pub(super) fn query_remote(
+    p: &'static crate::provider::Provider,
+    owner: crate::shared::Owner,
+    core: &QpCore,
+) -> Result<ibv_qp_attr, c_int> {
+    use crate::engine::remote::xrc_open::{call, decode_attr, OP_QUERY};
+    let got = call(p, owner, core.dev, core.qpn, OP_QUERY, 0, 0, 0, &[])?;
+    decode_attr(&got).ok_or(libc::EPROTO)
 }

@@ -69,9 +69,10 @@ pub(crate) struct QpCore {
     /// The XRC domain of an XRC receive QP (whose requests take their receives from
     /// the SRQ of this domain they name).
     pub xrcd: Option<Arc<crate::xrc::XrcdCore>>,
-    /// Handles `ibv_open_qp` made on it that are still open (it cannot be destroyed
-    /// meanwhile).
+    /// Handles `ibv_open_qp` made on it that are still open.
     pub opens: AtomicU32,
+    /// An XRC receive QP's handles (its events go to each; it lives while one does).
+    pub tgt_handles: crate::xrc::TgtHandles,
     pub sq_sig_all: bool,
     /// Granted sizes.
     pub cap: ibv_qp_cap,
@@ -172,6 +173,7 @@ impl QpCore {
             srq,
             xrcd: None,
             opens: AtomicU32::new(0),
+            tgt_handles: Default::default(),
             sq_sig_all,
             cap,
             handle: AtomicUsize::new(0),
@@ -273,7 +275,9 @@ impl QpCore {
         self.export(g, None);
         self.flush(g);
         if let Some(kind) = kind {
-            self.ctx.raise(kind, self.handle.load(Ordering::Relaxed));
+            if !self.tgt_handles.raise(kind) {
+                self.ctx.raise(kind, self.handle.load(Ordering::Relaxed));
+            }
         }
         self.last_wqe_reached();
     }

@@ -564,6 +564,14 @@ pub(crate) fn qp_owner_pid(p: &'static dyn Endpoint, device: usize, qpn: u32) ->
     }
 }
 
+/// The live process other than this one that owns QP `qpn` of device `device`.
+pub(crate) fn qp_owner(p: &'static dyn Endpoint, device: usize, qpn: u32) -> Option<Owner> {
+    let s = init(p).ok()?;
+    qp_owner_pid(p, device, qpn)?;
+    let (owner, _) = s.registry.lookup(qpn, device)?;
+    (owner != s.me).then_some(owner)
+}
+
 /// How an XRC domain was opened (see [`xrcd_hold`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum XrcdOpen {

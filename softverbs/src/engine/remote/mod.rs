@@ -17,6 +17,8 @@ use crate::shared::{Ack, Owner, Peer, Shared};
 mod direct;
 mod requester;
 mod responder;
+mod xrc;
+pub(crate) mod xrc_open;
 
 use requester::on_response;
 pub(crate) use requester::{check_deadlines, send};
@@ -36,6 +38,9 @@ struct InFlight {
     w: SendWqe,
     psn: u32,
     sent: Instant,
+    /// An XRC request the responder forwards to another process's SRQ: nothing is
+    /// sent after it until it is answered ([`xrc`]).
+    solo: bool,
 }
 
 /// The resolved peer of a requester QP.
@@ -56,6 +61,10 @@ struct RespSeq {
     conn: u32,
     expect: u32,
     inbox: Option<Arc<Inbox>>,
+    /// The request at `expect` went to another process's XRC SRQ ([`xrc`]): that
+    /// process, and when. Nothing else of the connection executes until its outcome
+    /// comes back.
+    forwarded: Option<(Owner, Instant)>,
 }
 
 /// A QP's cross-process state, kept under the QP's lock. Empty (and allocation-free)
@@ -101,5 +110,10 @@ pub(crate) fn handle(
     match rec.kind {
         Kind::Request => on_request(p, sh, &rec, payload, ack),
         Kind::Response => on_response(p, &rec),
+        Kind::XrcForward => xrc::on_forward(p, sh, &rec, payload),
+        Kind::XrcResult => xrc::on_result(p, sh, &rec, ack),
+        Kind::XrcCall => xrc_open::on_call(p, sh, &rec, payload),
+        Kind::XrcReply => xrc_open::on_reply(&rec, payload),
+        Kind::XrcEvent => xrc_open::on_event(&rec),
     }
 }

@@ -98,6 +98,19 @@ pub(crate) fn send(
             return complete(qp, g, &w, byte_len);
         }
     }
+    // An XRC request for an SRQ of a process other than the receive QP's travels alone
+    // (its responder forwards it; see `xrc`).
+    let solo = qp.qp_type == IBV_QPT_XRC_SEND
+        && g.remote
+            .link
+            .as_ref()
+            .is_some_and(|l| super::xrc::forwarded(sh, l.peer.owner, l.dev, w.xrc_srqn));
+    let behind_solo = g.remote.in_flight.back().is_some_and(|f| f.solo);
+    if (solo && !g.remote.in_flight.is_empty()) || behind_solo {
+        g.sq.push_front(w);
+        g.remote.full = true;
+        return Step::Rnr(BACKOFF);
+    }
     if g.remote.in_flight.len() >= MAX_IN_FLIGHT {
         g.sq.push_front(w);
         g.remote.full = true;
@@ -191,6 +204,7 @@ pub(crate) fn send(
         w,
         psn,
         sent: Instant::now(),
+        solo,
     });
     if !g.remote.watched {
         g.remote.watched = true;
@@ -211,6 +225,9 @@ pub(crate) fn check_deadlines(p: &Provider, sh: &Shared) -> bool {
         let Some(mut g) = qp.try_lock() else {
             return true;
         };
+        if super::xrc::watch(p, sh, &qp, &mut g) {
+            return true;
+        }
         if g.remote.in_flight.is_empty() {
             g.remote.watched = false;
             return false;

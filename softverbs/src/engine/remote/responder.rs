@@ -23,10 +23,10 @@ use crate::shared::{Ack, Owner, Shared};
 const ACK_BYTES: u64 = 256 << 10;
 
 /// Moves a request's payload between the requester process and our checked spans.
-struct RemoteMover<'r> {
-    pid: u32,
-    rec: &'r Record,
-    payload: &'r [u8],
+pub(super) struct RemoteMover<'r> {
+    pub(super) pid: u32,
+    pub(super) rec: &'r Record,
+    pub(super) payload: &'r [u8],
 }
 
 /// `EPERM` from `process_vm_*` is reported once.
@@ -207,6 +207,7 @@ pub(super) fn on_request(
                 conn: rec.conn,
                 expect: rec.psn,
                 inbox: sh.peer_inbox(from),
+                forwarded: None,
             });
         }
         let (expect, inbox) = match &gb.remote.resp {
@@ -219,6 +220,18 @@ pub(super) fn on_request(
         }
         inbox
     };
+    if !datagram && well_formed(rec, payload) {
+        // An XRC request for another process's SRQ goes there (see `xrc`).
+        match super::xrc::route(p, sh, rec, payload, &b, &mut gb) {
+            super::xrc::Route::Here => {}
+            super::xrc::Route::Held => return,
+            super::xrc::Route::Busy(t) => {
+                drop(gb);
+                drop(mrs);
+                return answer(inbox, RESP_RNR, u32::from(t));
+            }
+        }
+    }
     let response = if well_formed(rec, payload) {
         let w = SendWqe {
             wr_id: 0,

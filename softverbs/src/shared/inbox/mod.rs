@@ -60,7 +60,7 @@ const SLOT_SIZE: usize = 1152;
 pub(crate) const PAYLOAD: usize = 1024;
 /// A slot claimed but not published for this long is skipped.
 const STUCK: Duration = Duration::from_secs(1);
-const MAGIC: u64 = u64::from_le_bytes(*b"vqpsibx\x02");
+const MAGIC: u64 = u64::from_le_bytes(*b"vqpsibx\x03");
 // Header offsets (producers' and consumer's words on separate cache lines).
 const OFF_MAGIC: usize = 0;
 const OFF_FUTEX: usize = 8;
@@ -71,7 +71,9 @@ const HEADER: usize = 192;
 /// Size of an inbox file.
 pub(crate) const FILE_SIZE: usize = HEADER + SLOTS as usize * SLOT_SIZE;
 /// Bytes of a record's fixed part.
-const FIXED: usize = 96;
+const FIXED: usize = 104;
+// A slot holds its sequence word, the fixed part and the largest payload.
+const _: () = assert!(8 + FIXED + PAYLOAD <= SLOT_SIZE);
 
 /// Why a push failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,6 +9,20 @@ pub(crate) enum Kind {
     Request = 1,
     /// The responder's answer to one request.
     Response = 2,
+    /// A request that arrived at an XRC receive QP whose named SRQ another process
+    /// owns, passed on to that process (`engine::remote::xrc`); `aux` is the receive
+    /// QP's domain.
+    XrcForward = 3,
+    /// The SRQ owner's outcome of an [`Kind::XrcForward`], back to the receive QP's
+    /// process.
+    XrcResult = 4,
+    /// A call on an XRC receive QP by a process that opened it (`ibv_open_qp`) to the
+    /// process that owns it.
+    XrcCall = 5,
+    /// The answer to an [`Kind::XrcCall`].
+    XrcReply = 6,
+    /// An affiliated event of an XRC receive QP, for a handle another process opened.
+    XrcEvent = 7,
 }
 
 /// One message between processes (its fixed part; the payload travels beside it). A
@@ -47,6 +61,8 @@ pub(crate) struct Record {
     pub n_iov: u32,
     /// Bytes of payload (inline data or ranges) that came with the record.
     pub payload_len: usize,
+    /// A word a kind gives its own meaning (an XRC forward's domain).
+    pub aux: u64,
 }
 
 /// Flag: the solicited-event bit.
@@ -95,6 +111,7 @@ impl Record {
             swap: 0,
             n_iov: 0,
             payload_len: 0,
+            aux: 0,
         }
     }
 
@@ -148,7 +165,13 @@ impl Record {
         for (i, w) in words32.iter().enumerate() {
             b[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
         }
-        let words64 = [self.len, self.remote_addr, self.compare_add, self.swap];
+        let words64 = [
+            self.len,
+            self.remote_addr,
+            self.compare_add,
+            self.swap,
+            self.aux,
+        ];
         for (i, w) in words64.iter().enumerate() {
             b[64 + i * 8..72 + i * 8].copy_from_slice(&w.to_le_bytes());
         }
@@ -166,6 +189,11 @@ impl Record {
         let kind = match w32(0) {
             1 => Kind::Request,
             2 => Kind::Response,
+            3 => Kind::XrcForward,
+            4 => Kind::XrcResult,
+            5 => Kind::XrcCall,
+            6 => Kind::XrcReply,
+            7 => Kind::XrcEvent,
             _ => return None,
         };
         let payload_len = w32(15) as usize;
@@ -193,6 +221,7 @@ impl Record {
         r.remote_addr = w64(1);
         r.compare_add = w64(2);
         r.swap = w64(3);
+        r.aux = w64(4);
         Some(r)
     }
 }
