@@ -284,6 +284,7 @@ mod qp;
 mod shared;
 mod srq;
 pub mod symbols;
+pub mod ucx;
 mod wqe;
 mod xrc;
 

@@ -1,0 +1,200 @@
+//! UCX's UCP, loaded at run time: the transport that will carry softverbs' traffic to
+//! processes on other machines (issue 29), and the plan for wiring it into the engine.
+//!
+//! # What is here
+//! - [`sys`]: the C declarations of UCP 1.13 softverbs needs and [`Ucp`], the table of
+//!   its functions, filled once per process by `dlopen("libucp.so.0")` (Debian's
+//!   `libucx0`). Nothing links against UCX: on a machine without it everything builds
+//!   and runs as before, and [`Ucp::get`] returns [`LoadError::Open`] naming the
+//!   library. `tests/ucx_h.rs` checks the declarations against `<ucp/api/ucp.h>`
+//!   (`libucx-dev`): sizes, offsets, constants and every function's C type.
+//! - [`Worker`]: one UCP context and worker (active messages and wake-up), owning
+//!   everything made through it: listeners on socket addresses (port 0 allowed,
+//!   [`Worker::listener_addr`] reports the bound one), endpoints to socket addresses
+//!   with peer-failure handling (UCP's error callback becomes [`Event::EndpointFailed`]
+//!   with [`Error::EndpointFailed`], and every later send on that endpoint fails, so
+//!   nothing waits on a dead peer), active messages sent with a header and a payload
+//!   ([`Worker::am_send`], exactly one [`Event::Sent`] each), receive handlers per
+//!   message id ([`Worker::set_handler`]) that see eager data in place and fetch
+//!   rendezvous data into a caller's buffer ([`Rndv::receive`], [`Rndv::receive_raw`]),
+//!   and progress: [`Worker::progress`], or [`Worker::wait`] sleeping on the worker's
+//!   event fd ([`Worker::event_fd`], [`Worker::arm`]).
+//!
+//! Ids ([`EpId`], [`ListenerId`]) name objects in the worker's tables, so the worker is
+//! the only owner and the only door to UCP: it is `Send` (UCP's worker is made
+//! `UCS_THREAD_MODE_SERIALIZED`), not `Sync`, and every UCP callback runs inside a call
+//! made through `&mut Worker`. Callbacks never unwind into C (a panicking handler is
+//! caught and reported by the next [`Worker::progress`]). `unsafe` is confined to this
+//! module's FFI calls and callbacks.
+//!
+//! # The plan: verbs over UCP between machines
+//! A QP whose destination GID belongs to no device of the local softverbs namespace is
+//! served through this transport. The design below is what the wiring into the engine
+//! will follow.
+//!
+//! ## The responder executes (active messages, not one-sided put/get)
+//! Every verbs request travels as an active message to the process that owns the
+//! destination QP, whose engine executes it exactly as it executes a request from
+//! another local process (`engine::remote` today): QP state, PD, rkey, bounds, access
+//! flags (MR, window and the QP's own remote-access flags), RNR with `min_rnr_timer`,
+//! the receive queue or SRQ, completions on the responder's CQs, and the QP going to
+//! error on a remote access error. One-sided `ucp_put_nbx`/`ucp_get_nbx` with packed
+//! UCP rkeys would bypass all of it: the requester would write a QP's memory after the
+//! responder moved the QP to ERR or reset, after `ibv_dereg_mr` (a cached rkey writing
+//! into memory the process has freed — a memory-safety hazard for the responder, not
+//! just a semantic gap), or through a QP whose `qp_access_flags` forbid it; every MR
+//! would need `ucp_mem_map` and an rkey exchanged and invalidated across machines; and
+//! WRITE_WITH_IMM, SEND and atomics need a message to the responder anyway. The cost:
+//! the responder's CPU must progress (softverbs already runs a progress thread when
+//! nobody polls), a request is a message rather than NIC-offloaded RDMA on machines
+//! where UCX has an RDMA transport, and READ is a request and a response instead of a
+//! `get` (also one round trip). Over TCP — the transport between machines without RDMA
+//! NICs, the case softverbs serves — UCX's put and get are themselves emulated with
+//! active messages, so the price there is nil.
+//!
+//! | verbs | request (active message) | response |
+//! |---|---|---|
+//! | SEND, SEND_WITH_IMM, UD send | header (QPNs, PSN, opcode, imm, length; UD: Q_Key, source GID) + payload | ACK or NAK (RC); none (UC, UD) |
+//! | RDMA WRITE(_WITH_IMM) | header (+ rkey, address) + payload, received straight into the checked MR range | ACK or NAK (RC); none (UC) |
+//! | RDMA READ | header (rkey, address, length) | the data (a rendezvous from the responder's MR into the requester's SGEs), or NAK |
+//! | FETCH_ADD, CMP_SWP | header (rkey, address, operands) | the original value, or NAK |
+//!
+//! Payloads up to UCX's rendezvous threshold arrive eager and are copied out in the
+//! handler; larger ones arrive as a rendezvous descriptor that the responder fetches
+//! straight into the destination it checked ([`Rndv::receive_raw`] into the MR, or the
+//! receive WQE's first SGE; a scatter list goes through a bounded bounce buffer until
+//! an IOV datatype is added) — no copy of a large payload in between. A request the
+//! responder refuses before fetching (NAK) leaves the payload at the sender.
+//!
+//! ## Finding the process that serves QP *n* at GID *g*
+//! No daemon is started by hand:
+//! - every process that opens a context on a RoCE-bound device creates its [`Worker`]
+//!   and listens on each bound interface address at an ephemeral port, and records the
+//!   port in its exports in its softverbs namespace (beside the RoCE GIDs it publishes
+//!   there today);
+//! - every such process also opens a plain TCP socket at a well-known lookup port (one
+//!   number for the whole system, `VQP_SOFT_UCX_PORT` to change it) on the same
+//!   addresses with `SO_REUSEPORT`. The kernel lets only sockets of the same effective
+//!   user share the port, and hands each lookup connection to one of them; any process
+//!   of the namespace can answer, because the answer comes from the shared registry
+//!   (QP number → owning pid, already machine-wide) and the owner's exports (its UCX
+//!   port). A lookup is one fixed-size request ("QPN *n* at GID *g*") and one
+//!   fixed-size answer (the port, or "nobody"), over a connection that is closed after
+//!   it, each bounded in time;
+//! - no election and no takeover: while any process of the namespace lives, the port is
+//!   served; when the one that took a connection dies mid-lookup, the connection resets
+//!   and the requester asks again;
+//! - the requester caches (GID, QPN) → endpoint, one UCP endpoint per pair of
+//!   processes shared by all their QPs; the cache entry goes when the endpoint fails.
+//!   The lookup runs when the QP moves to RTR (so the first post does not wait on it)
+//!   and again after a failure.
+//!
+//! Failure cases, and what the requester sees: no process of the namespace alive on
+//! that machine (refused), no such QP ("nobody"), its owner dead between lookup and
+//! connect (endpoint error), the machine unreachable (connect timeout): each is what a
+//! request lost on the wire is between local processes today — retransmitted (looked
+//! up and connected again) until the QP's `timeout` × `retry_cnt` runs out, then
+//! `IBV_WC_RETRY_EXC_ERR`. Another program — or another user — holding the well-known
+//! port keeps this machine's QPs unreachable from elsewhere (reported on stderr when the
+//! bind fails) and can answer lookups with a wrong port: that sends the requester's own
+//! request data to the wrong place, the exposure of any unauthenticated RoCE fabric,
+//! and nothing on this machine. Two softverbs namespaces on one interface address
+//! must use different lookup ports.
+//!
+//! ## Order, ACKs and completions
+//! UCP does not promise that active messages on one endpoint are handled in the order
+//! sent (several lanes, eager next to rendezvous), so order per QP is ours: every
+//! request carries the QP's PSN, and the responder executes strictly in PSN order. An
+//! early request waits in a fixed-size window per QP (the requester's outstanding WQEs
+//! plus READ/atomic depth, a bound agreed at connect time); rendezvous payloads wait
+//! as descriptors, not copies; a request outside the window is dropped, as a NIC drops
+//! an out-of-sequence packet, and the requester's retransmission brings it. A duplicate
+//! (a PSN already executed, after a retransmission) is acknowledged again without being
+//! executed again; READ re-reads, an atomic answers from the last results kept per QP
+//! (as a ConnectX keeps its `max_dest_rd_atomic` responder resources).
+//!
+//! An RC WQE completes at the requester when the responder has taken it: on the ACK
+//! (coalesced: one ACK per progress batch names the highest PSN executed), the READ
+//! response or the atomic's value — the same point as between local processes. A NAK
+//! carries the syndrome (RNR with the responder's timer, remote access, invalid request,
+//! remote operation) and becomes the completion status the local path gives. UC and
+//! UD complete when UCP has taken the send ([`Event::Sent`]); what the responder
+//! cannot take is dropped.
+//!
+//! ## A dead or unreachable peer
+//! The requester's timer does not depend on UCX noticing anything: the oldest
+//! unacknowledged WQE of a QP is retransmitted after the QP's local ACK timeout
+//! (4.096 µs · 2^`timeout`), `retry_cnt` times — over a new endpoint when the old one
+//! failed — and then completes with `IBV_WC_RETRY_EXC_ERR`, the QP goes to error and
+//! the rest flush, as between local processes. UCX's error callback only makes it
+//! faster: a peer process killed resets its TCP connections, the endpoint fails within
+//! milliseconds (tested), and no send on it waits. A peer machine that vanishes without
+//! a reset (cable, deleted veth) is caught by the timer, and by UCX's keepalive
+//! (`UCX_KEEPALIVE_INTERVAL`, 20 s by default). `timeout` 0 (infinite in the
+//! InfiniBand specification, 9.7.6.1.3) still fails on an endpoint error, so a dead
+//! peer never hangs a QP.
+//!
+//! ## What a hostile peer cannot do
+//! Whatever listens for other machines is exposed to anything that can reach the port:
+//! - every message is checked before it is acted on: a known id, a header of exactly
+//!   its type's size and version, lengths that agree with the payload and are within
+//!   the QP's limits (MTU for UD, `max_msg_sz` otherwise), a destination QP that
+//!   exists, is of the right type and state and is connected to the sender (the source
+//!   QPN it names, and the endpoint it came on, match the QP's remote address — so no
+//!   message reaches a QP its sender was not given) — else it is dropped and counted,
+//!   never a panic;
+//! - memory is reached only through the responder's own checks (rkey, PD, bounds,
+//!   access): a peer names only keys and ranges it was given, as on a RoCE fabric;
+//! - memory is bounded: a fixed window per QP, rendezvous payloads fetched only into
+//!   checked destinations (never into a buffer sized by the peer), eager payloads no
+//!   larger than UCX's eager limit, handlers that never allocate by a peer's length;
+//! - time is bounded: a rendezvous fetch that does not complete (a stalling sender)
+//!   holds its QP's window slot only until the QP's timer; an endpoint is closed when
+//!   it fails; a peer that floods a QP meets its window, not other QPs' resources;
+//! - the header size limit ([`MAX_HEADER`]) and id range ([`MAX_AM_ID`]) are enforced
+//!   by this module; UCP drops messages of ids with no handler.
+//!
+//! ## What the wiring needs from the layers
+//! The transport sits beside `shared` in layer 5 and reaches the engine the way
+//! `shared` does: through an interface it is handed. What the engine will need:
+//! - downward (engine → transport): `route(gid, qpn)` → a peer handle (lookup,
+//!   connect, cache) or "unknown yet"; `send_request(peer, header, payload)` where the
+//!   payload is the requester's SGEs in its own memory (read with the checked copies of
+//!   `mem`) and a token naming (QP, PSN); `send_response` likewise; `progress()`;
+//!   the worker's event fd for the progress thread's sleep;
+//! - upward (transport → engine): one call per arriving request, made inside
+//!   [`Worker::progress`] with the message borrowed (header, and eager data or the
+//!   rendezvous descriptor), so that the responder checks and then either copies,
+//!   fetches into the checked destination, NAKs or parks the request in the QP's window
+//!   — the engine's responder must therefore be callable from the transport's progress
+//!   without holding a lock the transport's caller holds; one call per ACK/NAK/response
+//!   (QP, PSN, status, data) and per endpoint failure (which QPs used it);
+//! - the QP's remote address (GID, QPN) and its timer state at the requester; the
+//!   responder's per-QP window and atomic results.
+//!
+//! UCX itself must not carry softverbs' traffic over verbs: inside a softverbs process
+//! `libibverbs.so.1` is softverbs, so the worker is made with UCX's verbs transports
+//! excluded ([`DEFAULT_SETTINGS`]).
+
+mod error;
+#[allow(unsafe_code)]
+mod sockaddr;
+#[allow(unsafe_code)]
+pub mod sys;
+#[allow(unsafe_code)]
+mod worker;
+
+pub use error::{Error, LoadError, Status};
+pub use sys::{Ucp, LIBRARY};
+pub use worker::{AmMessage, ConnRequest, Data, EpId, Event, ListenerId, Rndv, Worker};
+
+/// Active message ids are below this (a fixed table of handlers).
+pub const MAX_AM_ID: u16 = 64;
+
+/// The longest header [`Worker::am_send`] takes, in bytes.
+pub const MAX_HEADER: usize = 1024;
+
+/// The UCP settings softverbs makes its workers with: no transport through
+/// `libibverbs` (inside a softverbs process that is softverbs itself) or librdmacm; TCP
+/// for the connection set-up.
+pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[("TLS", "tcp"), ("SOCKADDR_TLS_PRIORITY", "tcp")];
