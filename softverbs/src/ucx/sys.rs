@@ -340,9 +340,12 @@ macro_rules! functions {
             }
         }
 
-        /// The names of the functions in [`Ucp`], for the header check.
+        /// Each function in [`Ucp`] with its Rust type as written here, for the header
+        /// check (`tests/ucx_h.rs` spells the type in C and has the compiler compare).
         #[doc(hidden)]
-        pub const FUNCTIONS: &[&str] = &[$(stringify!($name)),*];
+        pub const FUNCTIONS: &[(&str, &str)] = &[
+            $((stringify!($name), stringify!(fn($($arg),*) $(-> $ret)?))),*
+        ];
     };
 }
 
