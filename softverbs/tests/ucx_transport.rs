@@ -561,3 +561,123 @@ fn a_peer_killed_mid_exchange_fails_the_endpoint_in_bounded_time() {
         sent.unwrap()
     );
 }
+
+/// Two workers of this process, `b` listening on loopback and `a` connected to it; the
+/// endpoint of `a`, and `b`'s accepted one.
+fn pair() -> (Worker, Worker, EpId, EpId) {
+    let mut b = worker();
+    let l = b.listen(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let addr = b.listener_addr(l).unwrap();
+    assert_ne!(addr.port(), 0, "the bound port is reported");
+    let mut a = worker();
+    let ea = a.connect(addr).unwrap();
+    let deadline = Instant::now() + STEP;
+    let eb = loop {
+        assert!(Instant::now() < deadline, "no connection request");
+        let _ = a.progress();
+        b.wait(Duration::from_millis(10)).unwrap();
+        if let Some(Event::ConnRequest(r)) = b.next_event() {
+            assert_eq!(r.peer.map(|p| p.ip()), Some([127, 0, 0, 1].into()));
+            break b.accept(r).unwrap();
+        }
+    };
+    (a, b, ea, eb)
+}
+
+#[test]
+fn a_panicking_handler_is_reported_and_the_worker_goes_on() {
+    if !ucp_or_skip("a_panicking_handler_is_reported_and_the_worker_goes_on") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = Arc::clone(&got);
+    b.set_handler(CHECK, move |m| {
+        if m.header() == b"boom" {
+            panic!("a handler's bug");
+        }
+        g.lock().unwrap().push(m.header().to_vec());
+    })
+    .unwrap();
+    a.am_send(ea, CHECK, b"boom", Vec::new(), 1).unwrap();
+    a.am_send(ea, CHECK, b"fine", vec![1, 2, 3], 2).unwrap();
+    let deadline = Instant::now() + STEP;
+    let mut panicked = false;
+    while got.lock().unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the second message never arrived"
+        );
+        let _ = a.progress();
+        match b.progress() {
+            Err(Error::HandlerPanicked) => panicked = true,
+            r => {
+                r.unwrap();
+            }
+        }
+    }
+    assert!(panicked, "the panic was not reported");
+    assert_eq!(*got.lock().unwrap(), vec![b"fine".to_vec()]);
+}
+
+#[test]
+fn bad_arguments_are_refused_with_typed_errors() {
+    if !ucp_or_skip("bad_arguments_are_refused_with_typed_errors") {
+        return;
+    }
+    let (mut a, mut b, ea, eb) = pair();
+    assert!(matches!(
+        a.am_send(ea, ucx::MAX_AM_ID, &[], Vec::new(), 1),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        a.am_send(ea, CHECK, &vec![0u8; ucx::MAX_HEADER + 1], Vec::new(), 1),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        b.set_handler(ucx::MAX_AM_ID, |_| {}),
+        Err(Error::Invalid(_))
+    ));
+    // A rendezvous payload offered a buffer too short for it is refused, not written.
+    let refused = Arc::new(Mutex::new(None));
+    let r = Arc::clone(&refused);
+    b.set_handler(CHECK, move |m| {
+        if let Data::Rendezvous(rndv) = m.into_data() {
+            *r.lock().unwrap() = Some(rndv.receive(vec![0u8; 16], 9));
+        }
+    })
+    .unwrap();
+    a.am_send(ea, CHECK, &[], payload(1, 8 << 20), 3).unwrap();
+    let deadline = Instant::now() + STEP;
+    let mut sent = None;
+    while refused.lock().unwrap().is_none() || sent.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no rendezvous message, or no Sent"
+        );
+        let _ = b.progress();
+        let _ = a.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent {
+                token: 3, result, ..
+            } = e
+            {
+                sent = Some(result);
+            }
+        }
+    }
+    assert!(matches!(
+        refused.lock().unwrap().take(),
+        Some(Err(Error::Invalid(_)))
+    ));
+    // The payload not fetched is dropped; the sender's send completes.
+    assert_eq!(sent, Some(Ok(())));
+    // Closed ids name nothing; the other side's endpoint fails or closes cleanly.
+    a.close(ea).unwrap();
+    assert_eq!(a.close(ea), Err(Error::NoSuchObject));
+    assert!(matches!(
+        a.am_send(ea, CHECK, &[], Vec::new(), 4),
+        Err(Error::NoSuchObject)
+    ));
+    b.close(eb).unwrap();
+}

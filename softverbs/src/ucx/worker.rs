@@ -11,7 +11,7 @@
 
 use core::ffi::c_void;
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::CString;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -224,8 +224,9 @@ struct State {
     handlers: RefCell<Vec<Option<Box<HandlerSlot>>>>,
     /// Close requests in flight: the request and the slot it frees.
     closing: RefCell<Vec<(*mut c_void, Box<EpSlot>)>>,
-    /// Requests whose callback has not run yet.
-    outstanding: Cell<usize>,
+    /// Requests whose callback has not run yet. A callback frees its request only if it
+    /// is still here: past the drop's deadline the worker frees (releases) them itself.
+    requests: RefCell<HashSet<usize>>,
     /// A handler panicked since the last progress call.
     panicked: Cell<bool>,
     /// Messages dropped because their handler was already running (a re-entered
@@ -294,7 +295,7 @@ impl State {
             let req = unsafe { Box::from_raw(req) };
             self.push(event(req, result));
         } else {
-            self.outstanding.set(self.outstanding.get() + 1);
+            self.requests.borrow_mut().insert(r as usize);
         }
     }
 
@@ -416,7 +417,7 @@ impl Worker {
                 listeners: RefCell::new(Vec::new()),
                 handlers: RefCell::new(Vec::new()),
                 closing: RefCell::new(Vec::new()),
-                outstanding: Cell::new(0),
+                requests: RefCell::new(HashSet::new()),
                 panicked: Cell::new(false),
                 dropped: Cell::new(0),
             }),
@@ -854,10 +855,25 @@ impl Drop for Worker {
             self.start_close(s, true);
         }
         let deadline = Instant::now() + Duration::from_secs(2);
-        while (!self.state.closing.borrow().is_empty() || self.state.outstanding.get() > 0)
-            && Instant::now() < deadline
-        {
+        // Sends and receives are cancelled by the forced closes and complete at the next
+        // progress; a graceful close begun earlier is not waited for (it waits on the
+        // peer), UCP ends it when the worker is destroyed.
+        while !self.state.requests.borrow().is_empty() && Instant::now() < deadline {
             let _ = self.progress();
+        }
+        // Past the deadline, what is still in flight is released to UCP, which completes
+        // (cancels) it when the worker is destroyed; a callback that runs then finds
+        // its request gone from the set and does not free it again.
+        let left: Vec<usize> = self.state.requests.borrow_mut().drain().collect();
+        let closing: Vec<(*mut c_void, Box<EpSlot>)> =
+            self.state.closing.borrow_mut().drain(..).collect();
+        for r in left
+            .into_iter()
+            .map(|r| r as *mut c_void)
+            .chain(closing.iter().map(|(r, _)| *r))
+        {
+            // SAFETY: requests UCP returned and nobody has freed; freed once here.
+            unsafe { (self.ucp.ucp_request_free)(r) };
         }
         let listeners: Vec<sys::ucp_listener_h> = self
             .state
@@ -871,15 +887,16 @@ impl Drop for Worker {
             // SAFETY: live listeners, each destroyed once.
             unsafe { (self.ucp.ucp_listener_destroy)(l) };
         }
-        // Requests still in flight past the deadline keep their boxes (leaked): after
-        // the worker is destroyed no callback runs, and nothing reads them.
+        // The boxes of requests released above are leaked if their callbacks never run.
         // SAFETY: the worker and its context, destroyed once, the worker first; no
         // callback runs after this.
         unsafe {
             (self.ucp.ucp_worker_destroy)(self.state.worker);
             (self.ucp.ucp_cleanup)(self.context);
         }
-        self.state.closing.borrow_mut().clear();
+        // The endpoint slots of unfinished closes go only now: UCP called their error
+        // handlers until the worker was destroyed.
+        drop(closing);
     }
 }
 
@@ -907,7 +924,7 @@ unsafe extern "C" fn send_done(request: *mut c_void, status: sys::ucs_status_t, 
         let req = unsafe { Box::from_raw(req) };
         // SAFETY: the worker's state outlives its callbacks.
         let st = unsafe { &*req.state };
-        st.outstanding.set(st.outstanding.get().saturating_sub(1));
+        let ours = st.requests.borrow_mut().remove(&(request as usize));
         let result = if status == sys::UCS_OK {
             Ok(())
         } else {
@@ -921,8 +938,11 @@ unsafe extern "C" fn send_done(request: *mut c_void, status: sys::ucs_status_t, 
             token: req.token,
             result,
         });
-        // SAFETY: a request UCP returned, complete now, freed once.
-        unsafe { (st.ucp.ucp_request_free)(request) };
+        if ours {
+            // SAFETY: a request UCP returned, complete now, freed once (the drop frees
+            // only those still in the set).
+            unsafe { (st.ucp.ucp_request_free)(request) };
+        }
     })
 }
 
@@ -941,7 +961,7 @@ unsafe extern "C" fn recv_done(
         let req = unsafe { Box::from_raw(req) };
         // SAFETY: the worker's state outlives its callbacks.
         let st = unsafe { &*req.state };
-        st.outstanding.set(st.outstanding.get().saturating_sub(1));
+        let ours = st.requests.borrow_mut().remove(&(request as usize));
         let result = if status == sys::UCS_OK {
             Ok(req.len)
         } else {
@@ -956,8 +976,11 @@ unsafe extern "C" fn recv_done(
             buffer: req.buffer,
             result,
         });
-        // SAFETY: a request UCP returned, complete now, freed once.
-        unsafe { (st.ucp.ucp_request_free)(request) };
+        if ours {
+            // SAFETY: a request UCP returned, complete now, freed once (the drop frees
+            // only those still in the set).
+            unsafe { (st.ucp.ucp_request_free)(request) };
+        }
     })
 }
 
@@ -1057,8 +1080,14 @@ unsafe extern "C" fn am_received(
             st.dropped.set(st.dropped.get() + 1);
             return sys::UCS_OK;
         };
-        handler(AmMessage { header, data, from });
+        // The handler is kept after a panic: one bad message does not silence its id.
+        let run = catch_unwind(AssertUnwindSafe(|| {
+            handler(AmMessage { header, data, from })
+        }));
         slot.handler.borrow_mut().get_or_insert(handler);
+        if run.is_err() {
+            st.panicked.set(true);
+        }
         sys::UCS_OK
     })
 }
