@@ -681,3 +681,134 @@ fn bad_arguments_are_refused_with_typed_errors() {
     ));
     b.close(eb).unwrap();
 }
+
+#[test]
+fn a_deferred_rendezvous_payload_is_fetched_after_its_handler_in_any_order() {
+    if !ucp_or_skip("a_deferred_rendezvous_payload_is_fetched_after_its_handler_in_any_order") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h = Arc::clone(&held);
+    b.set_handler(CHECK, move |m| {
+        let seed = words(m.header())[0];
+        match m.into_data() {
+            Data::Rendezvous(r) => h.lock().unwrap().push((seed, r.defer())),
+            Data::Eager(_) => panic!("a payload this large arrives by rendezvous"),
+        }
+    })
+    .unwrap();
+    let sizes = [(11u64, 2 << 20), (12, (3 << 20) + 1), (13, 1 << 20)];
+    for (seed, len) in sizes {
+        a.am_send(ea, CHECK, &header(&[seed]), payload(seed, len), seed)
+            .unwrap();
+    }
+    let mut sent = Vec::new();
+    let pump = |a: &mut Worker, b: &mut Worker, sent: &mut Vec<(u64, Result<(), Error>)>| {
+        let _ = a.progress();
+        let _ = b.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent { token, result, .. } = e {
+                sent.push((token, result));
+            }
+        }
+    };
+    let deadline = Instant::now() + STEP;
+    while held.lock().unwrap().len() < sizes.len() {
+        assert!(Instant::now() < deadline, "the messages never arrived");
+        pump(&mut a, &mut b, &mut sent);
+    }
+    // Held at the sender: no send completes while its payload waits.
+    let settle_until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < settle_until {
+        pump(&mut a, &mut b, &mut sent);
+    }
+    assert!(
+        sent.is_empty(),
+        "sends completed before their payloads were taken: {sent:?}"
+    );
+    // Fetch the last first, release the middle one, and let the worker's drop release
+    // none (all are handed back here).
+    let mut held: Vec<(u64, ucx::Deferred)> = held.lock().unwrap().drain(..).collect();
+    held.sort_by_key(|(seed, _)| std::cmp::Reverse(*seed));
+    let mut fetched = HashMap::new();
+    for (seed, d) in held {
+        let len = d.len();
+        if seed == 12 {
+            b.release(d).unwrap();
+        } else {
+            b.receive_deferred(d, vec![0u8; len], seed).unwrap();
+        }
+    }
+    let deadline = Instant::now() + STEP;
+    while fetched.len() < 2 || sent.len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "fetched {fetched:?}, sent {sent:?}"
+        );
+        pump(&mut a, &mut b, &mut sent);
+        while let Some(e) = b.next_event() {
+            if let Event::Received {
+                token,
+                buffer,
+                result,
+            } = e
+            {
+                let n = result.unwrap();
+                fetched.insert(token, (n, buffer.unwrap()));
+            }
+        }
+    }
+    for (seed, len) in [sizes[0], sizes[2]] {
+        let (n, data) = &fetched[&seed];
+        assert_eq!(*n, len);
+        assert_eq!(first_bad(seed, &data[..len]), None, "payload {seed}");
+    }
+    assert!(sent.iter().all(|(_, r)| r.is_ok()), "{sent:?}");
+}
+
+#[test]
+fn a_deferred_payload_left_held_is_released_with_its_worker() {
+    if !ucp_or_skip("a_deferred_payload_left_held_is_released_with_its_worker") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h = Arc::clone(&held);
+    b.set_handler(CHECK, move |m| {
+        if let Data::Rendezvous(r) = m.into_data() {
+            h.lock().unwrap().push(r.defer());
+        }
+    })
+    .unwrap();
+    a.am_send(ea, CHECK, &[], payload(1, 4 << 20), 1).unwrap();
+    let deadline = Instant::now() + STEP;
+    while held.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the message never arrived");
+        let _ = a.progress();
+        let _ = b.progress();
+    }
+    // Handed to a worker that did not make it: refused.
+    let d = held.lock().unwrap().pop().unwrap();
+    assert_eq!(
+        a.receive_deferred(d, vec![0u8; 4 << 20], 1),
+        Err(Error::NoSuchObject)
+    );
+    // `b` still holds the descriptor and releases it when dropped.
+    drop(b);
+    let deadline = Instant::now() + STEP;
+    let mut done = None;
+    while done.is_none() {
+        assert!(Instant::now() < deadline, "the send never completed");
+        let _ = a.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent {
+                token: 1, result, ..
+            } = e
+            {
+                done = Some(result);
+            }
+        }
+    }
+    eprintln!("the send whose payload was held by a dropped worker: {done:?}");
+}

@@ -17,7 +17,9 @@
 //!   ([`Worker::am_send`], exactly one [`Event::Sent`] each), receive handlers per
 //!   message id ([`Worker::set_handler`]) that see eager data in place and fetch
 //!   rendezvous data into a caller's buffer ([`Rndv::receive`], [`Rndv::receive_raw`]),
-//!   and progress: [`Worker::progress`], or [`Worker::wait`] sleeping on the worker's
+//!   or keep it at the sender past the handler to fetch or discard later
+//!   ([`Rndv::defer`], [`Worker::receive_deferred`], [`Worker::release`]; the sender's
+//!   send completes only then), and progress: [`Worker::progress`], or [`Worker::wait`] sleeping on the worker's
 //!   event fd ([`Worker::event_fd`], [`Worker::arm`]).
 //!
 //! Ids ([`EpId`], [`ListenerId`]) name objects in the worker's tables, so the worker is
@@ -107,7 +109,7 @@
 //! request carries the QP's PSN, and the responder executes strictly in PSN order. An
 //! early request waits in a fixed-size window per QP (the requester's outstanding WQEs
 //! plus READ/atomic depth, a bound agreed at connect time); rendezvous payloads wait
-//! as descriptors, not copies; a request outside the window is dropped, as a NIC drops
+//! as descriptors ([`Rndv::defer`]), not copies; a request outside the window is dropped, as a NIC drops
 //! an out-of-sequence packet, and the requester's retransmission brings it. A duplicate
 //! (a PSN already executed, after a retransmission) is acknowledged again without being
 //! executed again; READ re-reads, an atomic answers from the last results kept per QP
@@ -186,7 +188,7 @@ mod worker;
 
 pub use error::{Error, LoadError, Status};
 pub use sys::{Ucp, LIBRARY};
-pub use worker::{AmMessage, ConnRequest, Data, EpId, Event, ListenerId, Rndv, Worker};
+pub use worker::{AmMessage, ConnRequest, Data, Deferred, EpId, Event, ListenerId, Rndv, Worker};
 
 /// Active message ids are below this (a fixed table of handlers).
 pub const MAX_AM_ID: u16 = 64;

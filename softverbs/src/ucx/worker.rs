@@ -134,12 +134,63 @@ impl Rndv<'_> {
         unsafe { self.start(dest, None, token) }
     }
 
+    /// Keeps the payload at the sender past the handler, to fetch later with
+    /// [`Worker::receive_deferred`] or discard with [`Worker::release`] — for a request
+    /// that must wait its turn. The sender's send completes only then.
+    pub fn defer(self) -> Deferred {
+        self.state.keep.set(true);
+        self.state.deferred.borrow_mut().insert(self.desc as usize);
+        Deferred {
+            desc: self.desc as usize,
+            len: self.len,
+        }
+    }
+
     /// # Safety
     /// `dest` is writable for `len` bytes until the request completes.
     unsafe fn start(self, dest: *mut u8, buffer: Option<Vec<u8>>, token: u64) -> Result<(), Error> {
-        let state = self.state;
-        let desc = self.desc;
-        let len = self.len;
+        // SAFETY: the caller's contract; the descriptor is the one of this handler call.
+        unsafe { fetch(self.state, self.desc, self.len, dest, buffer, token) };
+        Ok(())
+    }
+}
+
+/// A rendezvous payload kept past its handler ([`Rndv::defer`]). Hand it back to the
+/// worker that made it: [`Worker::receive_deferred`] or [`Worker::release`]; the
+/// worker releases those still held when it is dropped.
+#[derive(Debug)]
+pub struct Deferred {
+    desc: usize,
+    len: usize,
+}
+
+impl Deferred {
+    /// The payload's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Starts fetching the rendezvous payload `desc` (`len` bytes) into `dest`; an
+/// [`Event::Received`] with `token` follows.
+///
+/// # Safety
+/// `desc` is a descriptor UCP handed to a handler of this worker and nobody consumed;
+/// `dest` is writable for `len` bytes until the request completes.
+unsafe fn fetch(
+    state: &State,
+    desc: *mut c_void,
+    len: usize,
+    dest: *mut u8,
+    buffer: Option<Vec<u8>>,
+    token: u64,
+) {
+    {
         let req = Box::into_raw(Box::new(RecvReq {
             state: state as *const State,
             token,
@@ -167,7 +218,6 @@ impl Rndv<'_> {
                 result: result.map(|()| req.len),
             }
         });
-        Ok(())
     }
 }
 
@@ -232,6 +282,10 @@ struct State {
     /// Messages dropped because their handler was already running (a re-entered
     /// handler: a message to itself).
     dropped: Cell<u64>,
+    /// Rendezvous descriptors kept past their handler ([`Deferred`]).
+    deferred: RefCell<HashSet<usize>>,
+    /// Set by [`Rndv::defer`] during a handler: the handler returns `UCS_INPROGRESS`.
+    keep: Cell<bool>,
 }
 
 struct EpSlot {
@@ -420,6 +474,8 @@ impl Worker {
                 requests: RefCell::new(HashSet::new()),
                 panicked: Cell::new(false),
                 dropped: Cell::new(0),
+                deferred: RefCell::new(HashSet::new()),
+                keep: Cell::new(false),
             }),
         })
     }
@@ -788,6 +844,71 @@ impl Worker {
         Ok(())
     }
 
+    /// Fetches a deferred payload into `buffer` (at least [`Deferred::len`] bytes);
+    /// [`Event::Received`] with `token` gives the buffer back.
+    pub fn receive_deferred(
+        &mut self,
+        d: Deferred,
+        mut buffer: Vec<u8>,
+        token: u64,
+    ) -> Result<(), Error> {
+        if buffer.len() < d.len {
+            return Err(Error::Invalid(
+                "the receive buffer is shorter than the payload",
+            ));
+        }
+        self.take_deferred(&d)?;
+        let p = buffer.as_mut_ptr();
+        // SAFETY: a descriptor of this worker's handlers, consumed once (it left the
+        // set); `buffer` moves into the request and outlives it.
+        unsafe {
+            fetch(
+                &self.state,
+                d.desc as *mut c_void,
+                d.len,
+                p,
+                Some(buffer),
+                token,
+            )
+        };
+        Ok(())
+    }
+
+    /// Fetches a deferred payload into [`Deferred::len`] bytes at `dest`;
+    /// [`Event::Received`] with `token` says when.
+    ///
+    /// # Safety
+    /// As [`Rndv::receive_raw`]: `dest` is writable for `len` bytes until that event is
+    /// taken (or the worker is dropped), and nothing else accesses it meanwhile.
+    pub unsafe fn receive_deferred_raw(
+        &mut self,
+        d: Deferred,
+        dest: *mut u8,
+        token: u64,
+    ) -> Result<(), Error> {
+        self.take_deferred(&d)?;
+        // SAFETY: a descriptor of this worker, consumed once; the caller vouches for
+        // `dest`.
+        unsafe { fetch(&self.state, d.desc as *mut c_void, d.len, dest, None, token) };
+        Ok(())
+    }
+
+    /// Discards a deferred payload; the sender's send completes.
+    pub fn release(&mut self, d: Deferred) -> Result<(), Error> {
+        self.take_deferred(&d)?;
+        // SAFETY: a descriptor of this worker, released once (it left the set).
+        unsafe { (self.ucp.ucp_am_data_release)(self.state.worker, d.desc as *mut c_void) };
+        Ok(())
+    }
+
+    fn take_deferred(&self, d: &Deferred) -> Result<(), Error> {
+        if self.state.deferred.borrow_mut().remove(&d.desc) {
+            Ok(())
+        } else {
+            Err(Error::NoSuchObject)
+        }
+    }
+
     /// Closes an endpoint: gracefully (its sends flushed) while it is healthy, at once
     /// when it failed. Its id names nothing afterwards; sends still in flight complete
     /// with an error.
@@ -843,6 +964,11 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
+        let held: Vec<usize> = self.state.deferred.borrow_mut().drain().collect();
+        for d in held {
+            // SAFETY: descriptors of this worker nobody consumed, released once.
+            unsafe { (self.ucp.ucp_am_data_release)(self.state.worker, d as *mut c_void) };
+        }
         // Every endpoint closed at once; sends in flight complete (cancelled).
         let slots: Vec<Box<EpSlot>> = self
             .state
@@ -1081,6 +1207,7 @@ unsafe extern "C" fn am_received(
             return sys::UCS_OK;
         };
         // The handler is kept after a panic: one bad message does not silence its id.
+        st.keep.set(false);
         let run = catch_unwind(AssertUnwindSafe(|| {
             handler(AmMessage { header, data, from })
         }));
@@ -1088,6 +1215,11 @@ unsafe extern "C" fn am_received(
         if run.is_err() {
             st.panicked.set(true);
         }
-        sys::UCS_OK
+        // A deferred descriptor stays UCP's until it is fetched or released.
+        if st.keep.replace(false) {
+            sys::UCS_INPROGRESS
+        } else {
+            sys::UCS_OK
+        }
     })
 }
