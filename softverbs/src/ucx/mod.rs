@@ -124,17 +124,22 @@
 //! cannot take is dropped.
 //!
 //! ## A dead or unreachable peer
-//! The requester's timer does not depend on UCX noticing anything: the oldest
-//! unacknowledged WQE of a QP is retransmitted after the QP's local ACK timeout
-//! (4.096 µs · 2^`timeout`), `retry_cnt` times — over a new endpoint when the old one
-//! failed — and then completes with `IBV_WC_RETRY_EXC_ERR`, the QP goes to error and
-//! the rest flush, as between local processes. UCX's error callback only makes it
-//! faster: a peer process killed resets its TCP connections, the endpoint fails within
-//! milliseconds (tested), and no send on it waits. A peer machine that vanishes without
-//! a reset (cable, deleted veth) is caught by the timer, and by UCX's keepalive
-//! (`UCX_KEEPALIVE_INTERVAL`, 20 s by default). `timeout` 0 (infinite in the
-//! InfiniBand specification, 9.7.6.1.3) still fails on an endpoint error, so a dead
-//! peer never hangs a QP.
+//! The requester's timer does not depend on UCX noticing anything. It is the one the
+//! local path uses (`qp::transport_timeout` and `qp::ack_timeout`: 4.096 µs ·
+//! 2^`timeout` per attempt, `retry_cnt` retransmissions, the whole clamped to
+//! 5 ms … 4 s, `timeout` 0 — infinite in the specification — taken as 4 s): the oldest
+//! unacknowledged WQE is retransmitted at each ACK timeout, and when the retries are
+//! spent it completes with `IBV_WC_RETRY_EXC_ERR`, the QP goes to error and the rest
+//! flush. An endpoint failure changes only the path of the next retransmission — a new
+//! lookup and a new endpoint, which fail at once while the peer is dead — so a killed
+//! peer process (its TCP connections reset: the endpoint fails within milliseconds,
+//! tested, and no send on it waits), a peer machine that vanished without a reset (a
+//! deleted veth, a cable: nothing answers) and a live responder that stopped
+//! progressing all end the same way, after the QP's timeout × retries and never later.
+//! UCX's keepalive (`UCX_KEEPALIVE_INTERVAL`, 20 s by default) only tidies endpoints.
+//! Unlike the local path, the requester cannot tell a slow live responder from a dead
+//! one (there is no lock to probe), so across machines the timer alone decides, as on
+//! a real RC fabric; the responder's progress thread must acknowledge promptly.
 //!
 //! ## What a hostile peer cannot do
 //! Whatever listens for other machines is exposed to anything that can reach the port:
