@@ -812,3 +812,58 @@ fn a_deferred_payload_left_held_is_released_with_its_worker() {
     }
     eprintln!("the send whose payload was held by a dropped worker: {done:?}");
 }
+
+#[test]
+fn the_event_fd_wakes_a_sleeping_worker_when_a_message_arrives() {
+    if !ucp_or_skip("the_event_fd_wakes_a_sleeping_worker_when_a_message_arrives") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = Arc::clone(&got);
+    b.set_handler(CHECK, move |m| g.lock().unwrap().push(m.header().to_vec()))
+        .unwrap();
+    // Nothing pending: arm (progressing while UCP says events are waiting).
+    let deadline = Instant::now() + STEP;
+    while !b.arm().unwrap() {
+        assert!(Instant::now() < deadline, "the worker never armed");
+        while b.progress().unwrap() > 0 {}
+    }
+    let mut pfd = libc::pollfd {
+        fd: b.event_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; a zero timeout only looks.
+    assert_eq!(
+        unsafe { libc::poll(&mut pfd, 1, 0) },
+        0,
+        "readable before anything was sent"
+    );
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        a.am_send(ea, CHECK, b"wake", vec![7; 100], 1).unwrap();
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            let _ = a.progress();
+        }
+        a
+    });
+    let start = Instant::now();
+    // SAFETY: one valid pollfd; sleeps at most 10 s.
+    let n = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+    let woke = start.elapsed();
+    assert_eq!(n, 1, "the event fd never became readable");
+    assert!(woke < Duration::from_secs(3), "woke after {woke:?}");
+    let deadline = Instant::now() + STEP;
+    while got.lock().unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the message never reached its handler"
+        );
+        b.progress().unwrap();
+    }
+    assert_eq!(*got.lock().unwrap(), vec![b"wake".to_vec()]);
+    drop(sender.join().unwrap());
+    eprintln!("the event fd woke the worker {woke:?} after it went to sleep");
+}
