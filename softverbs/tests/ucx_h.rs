@@ -67,6 +67,7 @@ layouts! {
         am_alignment, client_id,
     }
     ucs_sock_addr_t { addr, addrlen }
+    ucp_dt_iov_t { buffer, length }
     ucp_err_handler_t { cb, arg }
     ucp_listener_conn_handler_t { cb, arg }
     ucp_listener_params_t { field_mask, sockaddr, accept_handler, conn_handler }
@@ -115,7 +116,7 @@ constants! {
     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE, UCP_EP_PARAM_FIELD_ERR_HANDLER,
     UCP_EP_PARAM_FIELD_SOCK_ADDR, UCP_EP_PARAM_FIELD_FLAGS, UCP_EP_PARAM_FIELD_CONN_REQUEST,
     UCP_EP_PARAMS_FLAGS_CLIENT_SERVER, UCP_ERR_HANDLING_MODE_PEER, UCP_EP_CLOSE_FLAG_FORCE,
-    UCP_DATATYPE_CONTIG, UCP_DATATYPE_SHIFT,
+    UCP_DATATYPE_CONTIG, UCP_DATATYPE_IOV, UCP_DATATYPE_SHIFT,
     UCP_AM_FLAG_WHOLE_MSG, UCP_AM_SEND_FLAG_REPLY, UCP_AM_RECV_ATTR_FIELD_REPLY_EP,
     UCP_AM_RECV_ATTR_FLAG_DATA, UCP_AM_RECV_ATTR_FLAG_RNDV,
     UCP_AM_HANDLER_PARAM_FIELD_ID, UCP_AM_HANDLER_PARAM_FIELD_FLAGS,

@@ -867,3 +867,105 @@ fn the_event_fd_wakes_a_sleeping_worker_when_a_message_arrives() {
     drop(sender.join().unwrap());
     eprintln!("the event fd woke the worker {woke:?} after it went to sleep");
 }
+
+#[test]
+fn a_payload_gathered_from_segments_is_scattered_into_segments() {
+    if !ucp_or_skip("a_payload_gathered_from_segments_is_scattered_into_segments") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    // The receiver scatters each payload into four buffers of unequal sizes, as a
+    // receive WQE's SGE list.
+    let len = (3 << 20) + 123;
+    let cuts = [1000usize, 1 << 20, 77, len - 1000 - (1 << 20) - 77 + 9];
+    let mut bufs: Vec<Vec<u8>> = cuts.iter().map(|&c| vec![0u8; c]).collect();
+    let segs: Vec<(usize, usize)> = bufs
+        .iter_mut()
+        .map(|b| (b.as_mut_ptr() as usize, b.len()))
+        .collect();
+    let segs2 = segs.clone();
+    b.set_handler(CHECK, move |m| {
+        let Data::Rendezvous(r) = m.into_data() else {
+            panic!("a payload this large arrives by rendezvous")
+        };
+        let short: Vec<(*mut u8, usize)> =
+            segs2[..2].iter().map(|&(p, l)| (p as *mut u8, l)).collect();
+        // SAFETY: not started: the list is refused for being short.
+        let refused = unsafe { r.receive_iov_raw(&short, 1) };
+        assert!(matches!(refused, Err(Error::Invalid(_))), "{refused:?}");
+        // The handle is consumed: the payload is dropped and the sender's send completes.
+    })
+    .unwrap();
+    // The sender gathers from three buffers.
+    let whole = payload(21, len);
+    let parts = [&whole[..5], &whole[5..(2 << 20)], &whole[(2 << 20)..]];
+    let gather: Vec<(*const u8, usize)> = parts.iter().map(|p| (p.as_ptr(), p.len())).collect();
+    // SAFETY: `whole` outlives the send and is not written until its Sent is taken.
+    unsafe { a.am_send_raw(ea, CHECK, &[], &gather, 1) }.unwrap();
+    let mut sent = None;
+    let deadline = Instant::now() + STEP;
+    while sent.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the refused payload's send never completed"
+        );
+        let _ = b.progress();
+        let _ = a.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent {
+                token: 1, result, ..
+            } = e
+            {
+                sent = Some(result);
+            }
+        }
+    }
+    // Now with the full list.
+    b.set_handler(CHECK, move |m| {
+        let Data::Rendezvous(r) = m.into_data() else {
+            panic!("a payload this large arrives by rendezvous")
+        };
+        let all: Vec<(*mut u8, usize)> = segs.iter().map(|&(p, l)| (p as *mut u8, l)).collect();
+        // SAFETY: the buffers live until the Received event is taken below, and
+        // nothing else touches them meanwhile.
+        unsafe { r.receive_iov_raw(&all, 2) }.unwrap();
+    })
+    .unwrap();
+    // SAFETY: as above.
+    unsafe { a.am_send_raw(ea, CHECK, &[], &gather, 2) }.unwrap();
+    let (mut sent, mut received) = (None, None);
+    let deadline = Instant::now() + STEP;
+    while sent.is_none() || received.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "sent {sent:?}, received {received:?}"
+        );
+        let _ = b.progress();
+        let _ = a.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent {
+                token: 2, result, ..
+            } = e
+            {
+                sent = Some(result);
+            }
+        }
+        while let Some(e) = b.next_event() {
+            if let Event::Received {
+                token: 2, result, ..
+            } = e
+            {
+                received = Some(result);
+            }
+        }
+    }
+    assert_eq!(sent, Some(Ok(())));
+    assert_eq!(received, Some(Ok(len)));
+    let joined: Vec<u8> = bufs.concat();
+    assert_eq!(first_bad(21, &joined[..len]), None, "the scattered payload");
+    assert!(
+        joined[len..].iter().all(|&b| b == 0),
+        "written past the payload"
+    );
+    drop(whole);
+}

@@ -19,7 +19,9 @@
 //!   rendezvous data into a caller's buffer ([`Rndv::receive`], [`Rndv::receive_raw`]),
 //!   or keep it at the sender past the handler to fetch or discard later
 //!   ([`Rndv::defer`], [`Worker::receive_deferred`], [`Worker::release`]; the sender's
-//!   send completes only then), and progress: [`Worker::progress`], or [`Worker::wait`] sleeping on the worker's
+//!   send completes only then); payloads gathered from and scattered into segment
+//!   lists without a copy ([`Worker::am_send_raw`], [`Rndv::receive_iov_raw`]: an SGE
+//!   list on either side); and progress: [`Worker::progress`], or [`Worker::wait`] sleeping on the worker's
 //!   event fd ([`Worker::event_fd`], [`Worker::arm`]).
 //!
 //! Ids ([`EpId`], [`ListenerId`]) name objects in the worker's tables, so the worker is
@@ -64,9 +66,10 @@
 //! Payloads up to UCX's rendezvous threshold arrive eager and are copied out in the
 //! handler; larger ones arrive as a rendezvous descriptor that the responder fetches
 //! straight into the destination it checked ([`Rndv::receive_raw`] into the MR, or the
-//! receive WQE's first SGE; a scatter list goes through a bounded bounce buffer until
-//! an IOV datatype is added) — no copy of a large payload in between. A request the
-//! responder refuses before fetching (NAK) leaves the payload at the sender.
+//! receive WQE's SGE list with [`Rndv::receive_iov_raw`]), and the requester sends
+//! from its SGEs with [`Worker::am_send_raw`] — no copy of a large payload in between.
+//! A request the responder refuses before fetching (NAK) leaves the payload at the
+//! sender.
 //!
 //! ## Finding the process that serves QP *n* at GID *g*
 //! No daemon is started by hand:
@@ -166,9 +169,12 @@
 //! `shared` does: through an interface it is handed. What the engine will need:
 //! - downward (engine → transport): `route(gid, qpn)` → a peer handle (lookup,
 //!   connect, cache) or "unknown yet"; `send_request(peer, header, payload)` where the
-//!   payload is the requester's SGEs in its own memory (read with the checked copies of
-//!   `mem`) and a token naming (QP, PSN); `send_response` likewise; `progress()`;
-//!   the worker's event fd for the progress thread's sleep;
+//!   payload is the requester's SGEs in its own memory, after `mem`'s lkey and bounds
+//!   checks, gathered by [`Worker::am_send_raw`], and a token naming (QP, PSN) —
+//!   the region must stay registered until that send's [`Event::Sent`], so
+//!   `ibv_dereg_mr` waits for UCX as it waits today for another process's copies (and
+//!   likewise for a responder's fetch into an MR); `send_response` likewise;
+//!   `progress()`; the worker's event fd for the progress thread's sleep;
 //! - upward (transport → engine): one call per arriving request, made inside
 //!   [`Worker::progress`] with the message borrowed (header, and eager data or the
 //!   rendezvous descriptor), so that the responder checks and then either copies,

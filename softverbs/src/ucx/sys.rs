@@ -103,6 +103,7 @@ pub const UCP_ERR_HANDLING_MODE_PEER: ucp_err_handling_mode_t = 1;
 pub const UCP_EP_CLOSE_FLAG_FORCE: u32 = 1 << 0;
 
 pub const UCP_DATATYPE_CONTIG: u64 = 0;
+pub const UCP_DATATYPE_IOV: u64 = 2;
 pub const UCP_DATATYPE_SHIFT: u64 = 3;
 
 pub const UCP_AM_FLAG_WHOLE_MSG: u32 = 1 << 0;
@@ -182,6 +183,14 @@ pub struct ucp_worker_params_t {
     pub name: *const c_char,
     pub am_alignment: usize,
     pub client_id: u64,
+}
+
+/// `ucp_dt_iov_t`: one segment of a scatter or gather list.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ucp_dt_iov_t {
+    pub buffer: *mut c_void,
+    pub length: usize,
 }
 
 /// `ucs_sock_addr_t`.

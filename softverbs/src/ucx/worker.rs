@@ -150,7 +150,33 @@ impl Rndv<'_> {
     /// `dest` is writable for `len` bytes until the request completes.
     unsafe fn start(self, dest: *mut u8, buffer: Option<Vec<u8>>, token: u64) -> Result<(), Error> {
         // SAFETY: the caller's contract; the descriptor is the one of this handler call.
-        unsafe { fetch(self.state, self.desc, self.len, dest, buffer, token) };
+        unsafe {
+            fetch(
+                self.state,
+                self.desc,
+                self.len,
+                Dest::Contig(dest),
+                buffer,
+                token,
+            )
+        };
+        Ok(())
+    }
+
+    /// Fetches the payload into the scatter list `segments` (pointer, length), in
+    /// order, holding at least `len()` bytes; [`Event::Received`] with `token` says
+    /// when.
+    ///
+    /// # Safety
+    /// As [`Rndv::receive_raw`], for every segment.
+    pub unsafe fn receive_iov_raw(
+        self,
+        segments: &[(*mut u8, usize)],
+        token: u64,
+    ) -> Result<(), Error> {
+        let dest = scatter(segments, self.len)?;
+        // SAFETY: the caller vouches for the segments; the descriptor is this call's.
+        unsafe { fetch(self.state, self.desc, self.len, dest, None, token) };
         Ok(())
     }
 }
@@ -186,16 +212,34 @@ unsafe fn fetch(
     state: &State,
     desc: *mut c_void,
     len: usize,
-    dest: *mut u8,
+    dest: Dest,
     buffer: Option<Vec<u8>>,
     token: u64,
 ) {
     {
+        let (iov, datatype) = match dest {
+            Dest::Contig(p) => (
+                vec![sys::ucp_dt_iov_t {
+                    buffer: p.cast(),
+                    length: len,
+                }],
+                sys::UCP_DATATYPE_BYTES,
+            ),
+            Dest::Iov(v) => (v, sys::UCP_DATATYPE_IOV),
+        };
+        // Contiguous: the range and its length; IOV: the list (a heap buffer that
+        // stays put inside the request box) and its count.
+        let (buf, count) = if datatype == sys::UCP_DATATYPE_IOV {
+            (iov.as_ptr() as *mut c_void, iov.len())
+        } else {
+            (iov[0].buffer, len)
+        };
         let req = Box::into_raw(Box::new(RecvReq {
             state: state as *const State,
             token,
             buffer,
             len,
+            _iov: iov,
         }));
         let mut param = sys::ucp_request_param_t::empty();
         param.op_attr_mask = sys::UCP_OP_ATTR_FIELD_CALLBACK
@@ -203,13 +247,12 @@ unsafe fn fetch(
             | sys::UCP_OP_ATTR_FIELD_DATATYPE;
         param.cb.recv_am = Some(recv_done);
         param.user_data = req.cast();
-        param.datatype = sys::UCP_DATATYPE_BYTES;
+        param.datatype = datatype;
         // SAFETY: a live worker, the descriptor UCP handed to this handler (consumed
-        // here), a destination writable for `len` bytes until completion, and a
-        // parameter block read during the call.
-        let r = unsafe {
-            (state.ucp.ucp_am_recv_data_nbx)(state.worker, desc, dest.cast(), len, &param)
-        };
+        // here), a destination writable for `len` bytes until completion (the caller's
+        // contract; an IOV list owned by the request box), and a parameter block read
+        // during the call.
+        let r = unsafe { (state.ucp.ucp_am_recv_data_nbx)(state.worker, desc, buf, count, &param) };
         state.finish_request(r, req, "ucp_am_recv_data_nbx", |req, result| {
             let req = *req;
             Event::Received {
@@ -312,6 +355,8 @@ struct SendReq {
     token: u64,
     _header: Vec<u8>,
     _payload: Vec<u8>,
+    /// The gather list of a raw send, read by UCP until completion.
+    _iov: Vec<sys::ucp_dt_iov_t>,
 }
 
 struct RecvReq {
@@ -319,6 +364,36 @@ struct RecvReq {
     token: u64,
     buffer: Option<Vec<u8>>,
     len: usize,
+    /// The scatter list of an IOV receive, read by UCP until completion.
+    _iov: Vec<sys::ucp_dt_iov_t>,
+}
+
+/// Where a rendezvous payload goes: one range, or a scatter list.
+enum Dest {
+    Contig(*mut u8),
+    Iov(Vec<sys::ucp_dt_iov_t>),
+}
+
+/// The scatter list `segments` as UCP takes it, if it holds at least `len` bytes.
+fn scatter(segments: &[(*mut u8, usize)], len: usize) -> Result<Dest, Error> {
+    let total = segments
+        .iter()
+        .try_fold(0usize, |t, &(_, l)| t.checked_add(l))
+        .ok_or(Error::Invalid("the scatter list's length overflows"))?;
+    if total < len {
+        return Err(Error::Invalid(
+            "the scatter list is shorter than the payload",
+        ));
+    }
+    Ok(Dest::Iov(
+        segments
+            .iter()
+            .map(|&(p, l)| sys::ucp_dt_iov_t {
+                buffer: p.cast(),
+                length: l,
+            })
+            .collect(),
+    ))
 }
 
 impl State {
@@ -800,6 +875,39 @@ impl Worker {
         payload: Vec<u8>,
         token: u64,
     ) -> Result<(), Error> {
+        // SAFETY: the payload is owned by the request, which lives until completion.
+        unsafe { self.send(ep, id, header, payload, &[], token) }
+    }
+
+    /// Sends active message `id` with `header` and a payload gathered from `segments`
+    /// (pointer, length) in order, without copying it; otherwise as [`Worker::am_send`].
+    ///
+    /// # Safety
+    /// Every segment is readable for its length and is not written until the
+    /// [`Event::Sent`] with `token` is taken from the worker (or the worker is dropped).
+    pub unsafe fn am_send_raw(
+        &mut self,
+        ep: EpId,
+        id: u16,
+        header: &[u8],
+        segments: &[(*const u8, usize)],
+        token: u64,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller's contract.
+        unsafe { self.send(ep, id, header, Vec::new(), segments, token) }
+    }
+
+    /// # Safety
+    /// `segments` (used when `payload` is empty) as [`Worker::am_send_raw`] requires.
+    unsafe fn send(
+        &mut self,
+        ep: EpId,
+        id: u16,
+        header: &[u8],
+        payload: Vec<u8>,
+        segments: &[(*const u8, usize)],
+        token: u64,
+    ) -> Result<(), Error> {
         if id >= MAX_AM_ID {
             return Err(Error::Invalid("an active message id past MAX_AM_ID"));
         }
@@ -817,9 +925,22 @@ impl Worker {
             token,
             _header: header.to_vec(),
             _payload: payload,
+            _iov: segments
+                .iter()
+                .map(|&(p, l)| sys::ucp_dt_iov_t {
+                    buffer: p.cast_mut().cast(),
+                    length: l,
+                })
+                .collect(),
         });
         let (h, hl) = (req._header.as_ptr(), req._header.len());
-        let (p, pl) = (req._payload.as_ptr(), req._payload.len());
+        let (datatype, p, pl) = if segments.is_empty() {
+            let (p, l) = (req._payload.as_ptr().cast::<c_void>(), req._payload.len());
+            (sys::UCP_DATATYPE_BYTES, p, l)
+        } else {
+            let (p, l) = (req._iov.as_ptr().cast::<c_void>(), req._iov.len());
+            (sys::UCP_DATATYPE_IOV, p, l)
+        };
         let req = Box::into_raw(req);
         let mut param = sys::ucp_request_param_t::empty();
         param.op_attr_mask = sys::UCP_OP_ATTR_FIELD_CALLBACK
@@ -829,13 +950,13 @@ impl Worker {
         param.flags = sys::UCP_AM_SEND_FLAG_REPLY;
         param.cb.send = Some(send_done);
         param.user_data = req.cast();
-        param.datatype = sys::UCP_DATATYPE_BYTES;
-        // SAFETY: a live endpoint; header and payload are heap buffers owned by the
-        // request box, which lives until the completion callback (or is taken back
-        // below when UCP kept nothing).
-        let r = unsafe {
-            (self.ucp.ucp_am_send_nbx)(handle, id.into(), h.cast(), hl, p.cast(), pl, &param)
-        };
+        param.datatype = datatype;
+        // SAFETY: a live endpoint; header, payload and gather list are heap buffers
+        // owned by the request box, which lives until the completion callback (or is
+        // taken back below when UCP kept nothing); the segments are the caller's
+        // contract.
+        let r =
+            unsafe { (self.ucp.ucp_am_send_nbx)(handle, id.into(), h.cast(), hl, p, pl, &param) };
         state.finish_request(r, req, "ucp_am_send_nbx", |req, result| Event::Sent {
             ep: req.ep,
             token: req.token,
@@ -866,7 +987,7 @@ impl Worker {
                 &self.state,
                 d.desc as *mut c_void,
                 d.len,
-                p,
+                Dest::Contig(p),
                 Some(buffer),
                 token,
             )
@@ -889,6 +1010,34 @@ impl Worker {
         self.take_deferred(&d)?;
         // SAFETY: a descriptor of this worker, consumed once; the caller vouches for
         // `dest`.
+        unsafe {
+            fetch(
+                &self.state,
+                d.desc as *mut c_void,
+                d.len,
+                Dest::Contig(dest),
+                None,
+                token,
+            )
+        };
+        Ok(())
+    }
+
+    /// Fetches a deferred payload into the scatter list `segments`, as
+    /// [`Rndv::receive_iov_raw`].
+    ///
+    /// # Safety
+    /// As [`Rndv::receive_raw`], for every segment.
+    pub unsafe fn receive_deferred_iov_raw(
+        &mut self,
+        d: Deferred,
+        segments: &[(*mut u8, usize)],
+        token: u64,
+    ) -> Result<(), Error> {
+        let dest = scatter(segments, d.len)?;
+        self.take_deferred(&d)?;
+        // SAFETY: a descriptor of this worker, consumed once; the caller vouches for
+        // the segments.
         unsafe { fetch(&self.state, d.desc as *mut c_void, d.len, dest, None, token) };
         Ok(())
     }
