@@ -3,7 +3,9 @@
 //! receiver's buffer), both ways; the same across two network namespaces joined by a
 //! veth pair over UCX's TCP transport; an endpoint to an address nobody serves, and a
 //! peer killed in the middle of an exchange, failing with the error callback's typed
-//! error in bounded time.
+//! error in bounded time. In one process, between two workers: a panicking handler,
+//! refused arguments, deferred and scattered rendezvous payloads, the event fd, and
+//! messages of an id nobody handles.
 //!
 //! The server (and, across namespaces, the client) is this test binary re-run as its
 //! `child` test. Gated on UCP being loadable (Debian's `libucx0`): skipped with a line
@@ -968,4 +970,34 @@ fn a_payload_gathered_from_segments_is_scattered_into_segments() {
         "written past the payload"
     );
     drop(whole);
+}
+
+#[test]
+fn a_message_for_an_id_without_a_handler_is_dropped_and_the_worker_goes_on() {
+    if !ucp_or_skip("a_message_for_an_id_without_a_handler_is_dropped_and_the_worker_goes_on") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = Arc::clone(&got);
+    b.set_handler(CHECK, move |m| g.lock().unwrap().push(m.len()))
+        .unwrap();
+    // Ids nobody listens for, eager and rendezvous, then one that is handled.
+    a.am_send(ea, 9, b"x", vec![1; 10], 1).unwrap();
+    a.am_send(ea, 10, b"y", payload(3, 2 << 20), 2).unwrap();
+    a.am_send(ea, CHECK, b"z", vec![2; 20], 3).unwrap();
+    let mut sent = Vec::new();
+    let deadline = Instant::now() + STEP;
+    while got.lock().unwrap().is_empty() || sent.len() < 3 {
+        assert!(Instant::now() < deadline, "sent {sent:?}");
+        b.progress().unwrap();
+        let _ = a.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent { token, result, .. } = e {
+                sent.push((token, result.is_ok()));
+            }
+        }
+    }
+    assert_eq!(*got.lock().unwrap(), vec![20]);
+    eprintln!("sends to ids without a handler: {sent:?}");
 }

@@ -162,7 +162,11 @@
 //!   holds its QP's window slot only until the QP's timer; an endpoint is closed when
 //!   it fails; a peer that floods a QP meets its window, not other QPs' resources;
 //! - the header size limit ([`MAX_HEADER`]) and id range ([`MAX_AM_ID`]) are enforced
-//!   by this module; UCP drops messages of ids with no handler.
+//!   by this module; UCP drops a message of an id with no handler (a rendezvous one
+//!   fails at its sender; tested) — but writes a log line for each, so a peer sending
+//!   such messages fills the process's stderr. Not solved yet: the wiring should
+//!   register a silent, counting handler for every id below [`MAX_AM_ID`] that the
+//!   protocol does not use, and set UCX's log level for ids beyond.
 //!
 //! ## What the wiring needs from the layers
 //! The transport sits beside `shared` in layer 5 and reaches the engine the way
