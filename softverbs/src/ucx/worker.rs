@@ -37,7 +37,8 @@ pub struct EpId {
 pub struct ListenerId(u32);
 
 /// A peer asking to connect through a listener: accept it ([`Worker::accept`]) or refuse
-/// it ([`Worker::reject`]).
+/// it ([`Worker::reject`]). One left unanswered holds UCP's resources for the
+/// connection until the worker is destroyed.
 #[derive(Debug)]
 pub struct ConnRequest {
     raw: sys::ucp_conn_request_h,
@@ -216,52 +217,50 @@ unsafe fn fetch(
     buffer: Option<Vec<u8>>,
     token: u64,
 ) {
-    {
-        let (iov, datatype) = match dest {
-            Dest::Contig(p) => (
-                vec![sys::ucp_dt_iov_t {
-                    buffer: p.cast(),
-                    length: len,
-                }],
-                sys::UCP_DATATYPE_BYTES,
-            ),
-            Dest::Iov(v) => (v, sys::UCP_DATATYPE_IOV),
-        };
-        // Contiguous: the range and its length; IOV: the list (a heap buffer that
-        // stays put inside the request box) and its count.
-        let (buf, count) = if datatype == sys::UCP_DATATYPE_IOV {
-            (iov.as_ptr() as *mut c_void, iov.len())
-        } else {
-            (iov[0].buffer, len)
-        };
-        let req = Box::into_raw(Box::new(RecvReq {
-            state: state as *const State,
-            token,
-            buffer,
-            len,
-            _iov: iov,
-        }));
-        let mut param = sys::ucp_request_param_t::empty();
-        param.op_attr_mask = sys::UCP_OP_ATTR_FIELD_CALLBACK
-            | sys::UCP_OP_ATTR_FIELD_USER_DATA
-            | sys::UCP_OP_ATTR_FIELD_DATATYPE;
-        param.cb.recv_am = Some(recv_done);
-        param.user_data = req.cast();
-        param.datatype = datatype;
-        // SAFETY: a live worker, the descriptor UCP handed to this handler (consumed
-        // here), a destination writable for `len` bytes until completion (the caller's
-        // contract; an IOV list owned by the request box), and a parameter block read
-        // during the call.
-        let r = unsafe { (state.ucp.ucp_am_recv_data_nbx)(state.worker, desc, buf, count, &param) };
-        state.finish_request(r, req, "ucp_am_recv_data_nbx", |req, result| {
-            let req = *req;
-            Event::Received {
-                token: req.token,
-                buffer: req.buffer,
-                result: result.map(|()| req.len),
-            }
-        });
-    }
+    let (iov, datatype) = match dest {
+        Dest::Contig(p) => (
+            vec![sys::ucp_dt_iov_t {
+                buffer: p.cast(),
+                length: len,
+            }],
+            sys::UCP_DATATYPE_BYTES,
+        ),
+        Dest::Iov(v) => (v, sys::UCP_DATATYPE_IOV),
+    };
+    // Contiguous: the range and its length; IOV: the list (a heap buffer that
+    // stays put inside the request box) and its count.
+    let (buf, count) = if datatype == sys::UCP_DATATYPE_IOV {
+        (iov.as_ptr() as *mut c_void, iov.len())
+    } else {
+        (iov[0].buffer, len)
+    };
+    let req = Box::into_raw(Box::new(RecvReq {
+        state: state as *const State,
+        token,
+        buffer,
+        len,
+        _iov: iov,
+    }));
+    let mut param = sys::ucp_request_param_t::empty();
+    param.op_attr_mask = sys::UCP_OP_ATTR_FIELD_CALLBACK
+        | sys::UCP_OP_ATTR_FIELD_USER_DATA
+        | sys::UCP_OP_ATTR_FIELD_DATATYPE;
+    param.cb.recv_am = Some(recv_done);
+    param.user_data = req.cast();
+    param.datatype = datatype;
+    // SAFETY: a live worker, the descriptor UCP handed to this handler (consumed
+    // here), a destination writable for `len` bytes until completion (the caller's
+    // contract; an IOV list owned by the request box), and a parameter block read
+    // during the call.
+    let r = unsafe { (state.ucp.ucp_am_recv_data_nbx)(state.worker, desc, buf, count, &param) };
+    state.finish_request(r, req, "ucp_am_recv_data_nbx", |req, result| {
+        let req = *req;
+        Event::Received {
+            token: req.token,
+            buffer: req.buffer,
+            result: result.map(|()| req.len),
+        }
+    });
 }
 
 /// An active message, as its handler gets it.
