@@ -189,6 +189,13 @@
 //! - the QP's remote address (GID, QPN) and its timer state at the requester; the
 //!   responder's per-QP window and atomic results.
 //!
+//! Bulk bandwidth over UCX's TCP transport needs segments larger than its 8 KiB
+//! default (`benches/ucx.rs`: 1 MiB messages at 0.3× a TCP stream's rate by default,
+//! 0.6–1.1× with 512 KiB segments); these are transport settings that
+//! `ucp_config_modify` does not reach in UCX 1.13, so the wiring must set
+//! `UCX_TCP_TX_SEG_SIZE`/`UCX_TCP_RX_SEG_SIZE` in the environment (`softverbs run` can)
+//! or accept the lower rate.
+//!
 //! UCX itself must not carry softverbs' traffic over verbs: inside a softverbs process
 //! `libibverbs.so.1` is softverbs, so the worker is made with UCX's verbs transports
 //! excluded ([`DEFAULT_SETTINGS`]).
