@@ -21,8 +21,8 @@
 //!   ([`Rndv::defer`], [`Worker::receive_deferred`], [`Worker::release`]; the sender's
 //!   send completes only then); payloads gathered from and scattered into segment
 //!   lists without a copy ([`Worker::am_send_raw`], [`Rndv::receive_iov_raw`]: an SGE
-//!   list on either side); and progress: [`Worker::progress`], or [`Worker::wait`] sleeping on the worker's
-//!   event fd ([`Worker::event_fd`], [`Worker::arm`]).
+//!   list on either side); and progress: [`Worker::progress`], or [`Worker::wait`]
+//!   sleeping on the worker's event fd ([`Worker::event_fd`], [`Worker::arm`]).
 //!
 //! Ids ([`EpId`], [`ListenerId`]) name objects in the worker's tables, so the worker is
 //! the only owner and the only door to UCP: it is `Send` (UCP's worker is made
@@ -53,8 +53,10 @@
 //! nobody polls), a request is a message rather than NIC-offloaded RDMA on machines
 //! where UCX has an RDMA transport, and READ is a request and a response instead of a
 //! `get` (also one round trip). Over TCP — the transport between machines without RDMA
-//! NICs, the case softverbs serves — UCX's put and get are themselves emulated with
-//! active messages, so the price there is nil.
+//! NICs, the case softverbs serves — the difference vanishes: UCX's `tcp` transport
+//! has no get and no atomics (`ucx_info -d`: `put_zcopy` and `am_*` only), so UCP
+//! emulates them with messages, and its put is data on a socket that the target's
+//! own UCX progress copies into place: the responder's CPU does the work either way.
 //!
 //! | verbs | request (active message) | response |
 //! |---|---|---|
@@ -103,17 +105,20 @@
 //! port keeps this machine's QPs unreachable from elsewhere (reported on stderr when the
 //! bind fails) and can answer lookups with a wrong port: that sends the requester's own
 //! request data to the wrong place, the exposure of any unauthenticated RoCE fabric,
-//! and nothing on this machine. Two softverbs namespaces on one interface address
-//! must use different lookup ports.
+//! and nothing on this machine. Two softverbs namespaces of one user on one interface
+//! address would share the lookup port and answer from the wrong registry half the
+//! time: they must use different lookup ports, which nothing checks yet (a lock file
+//! per address and port, outside the namespaces, would).
 //!
 //! ## Order, ACKs and completions
 //! UCP does not promise that active messages on one endpoint are handled in the order
 //! sent (several lanes, eager next to rendezvous), so order per QP is ours: every
 //! request carries the QP's PSN, and the responder executes strictly in PSN order. An
-//! early request waits in a fixed-size window per QP (the requester's outstanding WQEs
-//! plus READ/atomic depth, a bound agreed at connect time); rendezvous payloads wait
-//! as descriptors ([`Rndv::defer`]), not copies; a request outside the window is dropped, as a NIC drops
-//! an out-of-sequence packet, and the requester's retransmission brings it. A duplicate
+//! early request waits in a fixed-size window per QP (a constant of the protocol, as a
+//! NIC bounds what it tracks out of order); rendezvous payloads wait as descriptors
+//! ([`Rndv::defer`]), not copies; a request outside the window is dropped, as a NIC
+//! drops an out-of-sequence packet, and the requester's retransmission brings it. The
+//! requester, for its part, keeps no more in flight per QP than that window. A duplicate
 //! (a PSN already executed, after a retransmission) is acknowledged again without being
 //! executed again; READ re-reads, an atomic answers from the last results kept per QP
 //! (as a ConnectX keeps its `max_dest_rd_atomic` responder resources).
@@ -187,7 +192,15 @@
 //!   without holding a lock the transport's caller holds; one call per ACK/NAK/response
 //!   (QP, PSN, status, data) and per endpoint failure (which QPs used it);
 //! - the QP's remote address (GID, QPN) and its timer state at the requester; the
-//!   responder's per-QP window and atomic results.
+//!   responder's per-QP window and atomic results;
+//! - handlers are `'static + Send` closures kept by the worker (UCP may call them from
+//!   any progress call), so they reach the engine through a handle they capture — an
+//!   object like `shared::Endpoint` — not through a borrow;
+//! - the worker is made, and progressed, outside every provider lock: in a process
+//!   whose `libibverbs.so.1` is softverbs, making the UCP context has UCX's verbs
+//!   component list and query the soft devices (tried with the cdylib preloaded: it
+//!   works, and the TCP-only setting leaves them unused), which re-enters the
+//!   provider.
 //!
 //! Bulk bandwidth over UCX's TCP transport needs segments larger than its 8 KiB
 //! default (`benches/ucx.rs`: 1 MiB messages at 0.3× a TCP stream's rate by default,
