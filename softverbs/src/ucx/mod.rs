@@ -198,9 +198,10 @@
 //!   object like `shared::Endpoint` — not through a borrow;
 //! - the worker is made, and progressed, outside every provider lock: in a process
 //!   whose `libibverbs.so.1` is softverbs, making the UCP context has UCX's verbs
-//!   component list and query the soft devices (tried with the cdylib preloaded: it
-//!   works, and the TCP-only setting leaves them unused), which re-enters the
-//!   provider.
+//!   component list the soft devices, which re-enters the provider (tried with the
+//!   cdylib preloaded: it works, and the TCP-only setting leaves them unused); under
+//!   `softverbs run`, which presents `/dev/infiniband`, UCX would also open them to
+//!   query them (not tried).
 //!
 //! Bulk bandwidth over UCX's TCP transport needs segments larger than its 8 KiB
 //! default (`benches/ucx.rs`: 1 MiB messages at 0.3× a TCP stream's rate by default,
