@@ -24,6 +24,10 @@
 //!   list on either side); and progress: [`Worker::progress`], or [`Worker::wait`]
 //!   sleeping on the worker's event fd ([`Worker::event_fd`], [`Worker::arm`]).
 //!
+//! The worker's parts are three modules: `worker` (context, worker, state, events,
+//! progress), `endpoint` (listeners and endpoints) and `am` (handlers, messages, sends
+//! and rendezvous receives), each with the UCP callbacks of its part.
+//!
 //! Ids ([`EpId`], [`ListenerId`]) name objects in the worker's tables, so the worker is
 //! the only owner and the only door to UCP: it is `Send` (UCP's worker is made
 //! `UCS_THREAD_MODE_SERIALIZED`), not `Sync`, and every UCP callback runs inside a call
@@ -214,6 +218,10 @@
 //! `libibverbs.so.1` is softverbs, so the worker is made with UCX's verbs transports
 //! excluded ([`DEFAULT_SETTINGS`]).
 
+#[allow(unsafe_code)]
+mod am;
+#[allow(unsafe_code)]
+mod endpoint;
 mod error;
 #[allow(unsafe_code)]
 mod sockaddr;
@@ -222,9 +230,11 @@ pub mod sys;
 #[allow(unsafe_code)]
 mod worker;
 
+pub use am::{AmMessage, Data, Deferred, Rndv};
+pub use endpoint::{ConnRequest, EpId, ListenerId};
 pub use error::{Error, LoadError, Status};
 pub use sys::{Ucp, LIBRARY};
-pub use worker::{AmMessage, ConnRequest, Data, Deferred, EpId, Event, ListenerId, Rndv, Worker};
+pub use worker::{Event, Worker};
 
 /// Active message ids are below this (a fixed table of handlers).
 pub const MAX_AM_ID: u16 = 64;
