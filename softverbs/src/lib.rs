@@ -20,7 +20,8 @@
 //!  4 engine       engine/: run queue, reorder policy, executing WQEs, the responder,
 //!                 remote/ (a WQE to or a request from another process)
 //!  5 transports   shared/ (other processes: namespace, registry, inbox, exports,
-//!                 process-to-process copies), link (rated ports)
+//!                 process-to-process copies), link (rated ports), ucx (UCP loaded at
+//!                 run time, for other machines; not yet wired into the engine)
 //!  6 base         config (environment), os (eventfd, atexit, lock, interface queries),
 //!                 netdev (a RoCE port's interface: GIDs, MTU, state), locate
 //!  ──────────────────────────────────────────────────────────────────────────────────
@@ -284,6 +285,7 @@ mod qp;
 mod shared;
 mod srq;
 pub mod symbols;
+pub mod ucx;
 mod wqe;
 mod xrc;
 

@@ -1,0 +1,248 @@
+//! UCX's UCP, loaded at run time: the transport that will carry softverbs' traffic to
+//! processes on other machines (issue 29), and the plan for wiring it into the engine.
+//!
+//! # What is here
+//! - [`sys`]: the C declarations of UCP 1.13 softverbs needs and [`Ucp`], the table of
+//!   its functions, filled once per process by `dlopen("libucp.so.0")` (Debian's
+//!   `libucx0`). Nothing links against UCX: on a machine without it everything builds
+//!   and runs as before, and [`Ucp::get`] returns [`LoadError::Open`] naming the
+//!   library. `tests/ucx_h.rs` checks the declarations against `<ucp/api/ucp.h>`
+//!   (`libucx-dev`): sizes, offsets, constants and every function's C type.
+//! - [`Worker`]: one UCP context and worker (active messages and wake-up), owning
+//!   everything made through it: listeners on socket addresses (port 0 allowed,
+//!   [`Worker::listener_addr`] reports the bound one), endpoints to socket addresses
+//!   with peer-failure handling (UCP's error callback becomes [`Event::EndpointFailed`]
+//!   with [`Error::EndpointFailed`], and every later send on that endpoint fails, so
+//!   nothing waits on a dead peer), active messages sent with a header and a payload
+//!   ([`Worker::am_send`], exactly one [`Event::Sent`] each), receive handlers per
+//!   message id ([`Worker::set_handler`]) that see eager data in place and fetch
+//!   rendezvous data into a caller's buffer ([`Rndv::receive`], [`Rndv::receive_raw`]),
+//!   or keep it at the sender past the handler to fetch or discard later
+//!   ([`Rndv::defer`], [`Worker::receive_deferred`], [`Worker::release`]; the sender's
+//!   send completes only then); payloads gathered from and scattered into segment
+//!   lists without a copy ([`Worker::am_send_raw`], [`Rndv::receive_iov_raw`]: an SGE
+//!   list on either side); and progress: [`Worker::progress`], or [`Worker::wait`]
+//!   sleeping on the worker's event fd ([`Worker::event_fd`], [`Worker::arm`]).
+//!
+//! The worker's parts are three modules: `worker` (context, worker, state, events,
+//! progress), `endpoint` (listeners and endpoints) and `am` (handlers, messages, sends
+//! and rendezvous receives), each with the UCP callbacks of its part.
+//!
+//! Ids ([`EpId`], [`ListenerId`]) name objects in the worker's tables, so the worker is
+//! the only owner and the only door to UCP: it is `Send` (UCP's worker is made
+//! `UCS_THREAD_MODE_SERIALIZED`), not `Sync`, and every UCP callback runs inside a call
+//! made through `&mut Worker`. Callbacks never unwind into C (a panicking handler is
+//! caught and reported by the next [`Worker::progress`]). `unsafe` is confined to this
+//! module's FFI calls and callbacks.
+//!
+//! # The plan: verbs over UCP between machines
+//! A QP whose destination GID belongs to no device of the local softverbs namespace is
+//! served through this transport. The design below is what the wiring into the engine
+//! will follow.
+//!
+//! ## The responder executes (active messages, not one-sided put/get)
+//! Every verbs request travels as an active message to the process that owns the
+//! destination QP, whose engine executes it exactly as it executes a request from
+//! another local process (`engine::remote` today): QP state, PD, rkey, bounds, access
+//! flags (MR, window and the QP's own remote-access flags), RNR with `min_rnr_timer`,
+//! the receive queue or SRQ, completions on the responder's CQs, and the QP going to
+//! error on a remote access error. One-sided `ucp_put_nbx`/`ucp_get_nbx` with packed
+//! UCP rkeys would bypass all of it: the requester would write a QP's memory after the
+//! responder moved the QP to ERR or reset, after `ibv_dereg_mr` (a cached rkey writing
+//! into memory the process has freed — a memory-safety hazard for the responder, not
+//! just a semantic gap), or through a QP whose `qp_access_flags` forbid it; every MR
+//! would need `ucp_mem_map` and an rkey exchanged and invalidated across machines; and
+//! WRITE_WITH_IMM, SEND and atomics need a message to the responder anyway. The cost:
+//! the responder's CPU must progress (softverbs already runs a progress thread when
+//! nobody polls), a request is a message rather than NIC-offloaded RDMA on machines
+//! where UCX has an RDMA transport, and READ is a request and a response instead of a
+//! `get` (also one round trip). Over TCP — the transport between machines without RDMA
+//! NICs, the case softverbs serves — the difference vanishes: UCX's `tcp` transport
+//! has no get and no atomics (`ucx_info -d`: `put_zcopy` and `am_*` only), so UCP
+//! emulates them with messages, and its put is data on a socket that the target's
+//! own UCX progress copies into place: the responder's CPU does the work either way.
+//!
+//! | verbs | request (active message) | response |
+//! |---|---|---|
+//! | SEND, SEND_WITH_IMM, UD send | header (QPNs, PSN, opcode, imm, length; UD: Q_Key, source GID) + payload | ACK or NAK (RC); none (UC, UD) |
+//! | RDMA WRITE(_WITH_IMM) | header (+ rkey, address) + payload, received straight into the checked MR range | ACK or NAK (RC); none (UC) |
+//! | RDMA READ | header (rkey, address, length) | the data (a rendezvous from the responder's MR into the requester's SGEs), or NAK |
+//! | FETCH_ADD, CMP_SWP | header (rkey, address, operands) | the original value, or NAK |
+//!
+//! Payloads up to UCX's rendezvous threshold arrive eager and are copied out in the
+//! handler; larger ones arrive as a rendezvous descriptor that the responder fetches
+//! straight into the destination it checked ([`Rndv::receive_raw`] into the MR, or the
+//! receive WQE's SGE list with [`Rndv::receive_iov_raw`]), and the requester sends
+//! from its SGEs with [`Worker::am_send_raw`] — no copy of a large payload in between.
+//! A request the responder refuses before fetching (NAK) leaves the payload at the
+//! sender.
+//!
+//! ## Finding the process that serves QP *n* at GID *g*
+//! No daemon is started by hand:
+//! - every process that opens a context on a RoCE-bound device creates its [`Worker`]
+//!   and listens on each bound interface address at an ephemeral port, and records the
+//!   port in its exports in its softverbs namespace (beside the RoCE GIDs it publishes
+//!   there today);
+//! - every such process also opens a plain TCP socket at a well-known lookup port (one
+//!   number for the whole system, `VQP_SOFT_UCX_PORT` to change it) on the same
+//!   addresses with `SO_REUSEPORT`. The kernel lets only sockets of the same effective
+//!   user share the port, and hands each lookup connection to one of them; any process
+//!   of the namespace can answer, because the answer comes from the shared registry
+//!   (QP number → owning pid, already machine-wide) and the owner's exports (its UCX
+//!   port). A lookup is one fixed-size request ("QPN *n* at GID *g*") and one
+//!   fixed-size answer (the port, or "nobody"), over a connection that is closed after
+//!   it, each bounded in time;
+//! - no election and no takeover: while any process of the namespace lives, the port is
+//!   served; when the one that took a connection dies mid-lookup, the connection resets
+//!   and the requester asks again;
+//! - the requester caches (GID, QPN) → endpoint, one UCP endpoint per pair of
+//!   processes shared by all their QPs; the cache entry goes when the endpoint fails.
+//!   The lookup runs when the QP moves to RTR (so the first post does not wait on it)
+//!   and again after a failure.
+//!
+//! Failure cases, and what the requester sees: no process of the namespace alive on
+//! that machine (refused), no such QP ("nobody"), its owner dead between lookup and
+//! connect (endpoint error), the machine unreachable (connect timeout): each is what a
+//! request lost on the wire is between local processes today — retransmitted (looked
+//! up and connected again) until the QP's `timeout` × `retry_cnt` runs out, then
+//! `IBV_WC_RETRY_EXC_ERR`. Another program — or another user — holding the well-known
+//! port keeps this machine's QPs unreachable from elsewhere (reported on stderr when the
+//! bind fails) and can answer lookups with a wrong port: that sends the requester's own
+//! request data to the wrong place, the exposure of any unauthenticated RoCE fabric,
+//! and nothing on this machine. Two softverbs namespaces of one user on one interface
+//! address would share the lookup port and answer from the wrong registry half the
+//! time: they must use different lookup ports, which nothing checks yet (a lock file
+//! per address and port, outside the namespaces, would).
+//!
+//! ## Order, ACKs and completions
+//! UCP does not promise that active messages on one endpoint are handled in the order
+//! sent (several lanes, eager next to rendezvous), so order per QP is ours: every
+//! request carries the QP's PSN, and the responder executes strictly in PSN order. An
+//! early request waits in a fixed-size window per QP (a constant of the protocol, as a
+//! NIC bounds what it tracks out of order); rendezvous payloads wait as descriptors
+//! ([`Rndv::defer`]), not copies; a request outside the window is dropped, as a NIC
+//! drops an out-of-sequence packet, and the requester's retransmission brings it. The
+//! requester, for its part, keeps no more in flight per QP than that window. A duplicate
+//! (a PSN already executed, after a retransmission) is acknowledged again without being
+//! executed again; READ re-reads, an atomic answers from the last results kept per QP
+//! (as a ConnectX keeps its `max_dest_rd_atomic` responder resources).
+//!
+//! An RC WQE completes at the requester when the responder has taken it: on the ACK
+//! (coalesced: one ACK per progress batch names the highest PSN executed), the READ
+//! response or the atomic's value — the same point as between local processes. A NAK
+//! carries the syndrome (RNR with the responder's timer, remote access, invalid request,
+//! remote operation) and becomes the completion status the local path gives. UC and
+//! UD complete when UCP has taken the send ([`Event::Sent`]); what the responder
+//! cannot take is dropped.
+//!
+//! ## A dead or unreachable peer
+//! The requester's timer does not depend on UCX noticing anything. It is the one the
+//! local path uses (`qp::transport_timeout` and `qp::ack_timeout`: 4.096 µs ·
+//! 2^`timeout` per attempt, `retry_cnt` retransmissions, the whole clamped to
+//! 5 ms … 4 s, `timeout` 0 — infinite in the specification — taken as 4 s): the oldest
+//! unacknowledged WQE is retransmitted at each ACK timeout, and when the retries are
+//! spent it completes with `IBV_WC_RETRY_EXC_ERR`, the QP goes to error and the rest
+//! flush. An endpoint failure changes only the path of the next retransmission — a new
+//! lookup and a new endpoint, which fail at once while the peer is dead — so a killed
+//! peer process (its TCP connections reset: the endpoint fails within milliseconds,
+//! tested, and no send on it waits), a peer machine that vanished without a reset (a
+//! deleted veth, a cable: nothing answers) and a live responder that stopped
+//! progressing all end the same way, after the QP's timeout × retries and never later.
+//! UCX's keepalive (`UCX_KEEPALIVE_INTERVAL`, 20 s by default) only tidies endpoints.
+//! Unlike the local path, the requester cannot tell a slow live responder from a dead
+//! one (there is no lock to probe), so across machines the timer alone decides, as on
+//! a real RC fabric; the responder's progress thread must acknowledge promptly.
+//!
+//! ## What a hostile peer cannot do
+//! Whatever listens for other machines is exposed to anything that can reach the port:
+//! - every message is checked before it is acted on: a known id, a header of exactly
+//!   its type's size and version, lengths that agree with the payload and are within
+//!   the QP's limits (MTU for UD, `max_msg_sz` otherwise), a destination QP that
+//!   exists, is of the right type and state and is connected to the sender (the source
+//!   QPN it names, and the endpoint it came on, match the QP's remote address — so no
+//!   message reaches a QP its sender was not given) — else it is dropped and counted,
+//!   never a panic;
+//! - memory is reached only through the responder's own checks (rkey, PD, bounds,
+//!   access): a peer names only keys and ranges it was given, as on a RoCE fabric;
+//! - memory is bounded: a fixed window per QP, rendezvous payloads fetched only into
+//!   checked destinations (never into a buffer sized by the peer), eager payloads no
+//!   larger than UCX's eager limit, handlers that never allocate by a peer's length;
+//! - time is bounded: a rendezvous fetch that does not complete (a stalling sender)
+//!   holds its QP's window slot only until the QP's timer; an endpoint is closed when
+//!   it fails; a peer that floods a QP meets its window, not other QPs' resources;
+//! - the header size limit ([`MAX_HEADER`]) and id range ([`MAX_AM_ID`]) are enforced
+//!   by this module; UCP drops a message of an id with no handler (a rendezvous one
+//!   fails at its sender; tested) — but writes a log line for each, so a peer sending
+//!   such messages fills the process's stderr. Not solved yet: the wiring should
+//!   register a silent, counting handler for every id below [`MAX_AM_ID`] that the
+//!   protocol does not use, and set UCX's log level for ids beyond.
+//!
+//! ## What the wiring needs from the layers
+//! The transport sits beside `shared` in layer 5 and reaches the engine the way
+//! `shared` does: through an interface it is handed. What the engine will need:
+//! - downward (engine → transport): `route(gid, qpn)` → a peer handle (lookup,
+//!   connect, cache) or "unknown yet"; `send_request(peer, header, payload)` where the
+//!   payload is the requester's SGEs in its own memory, after `mem`'s lkey and bounds
+//!   checks, gathered by [`Worker::am_send_raw`], and a token naming (QP, PSN) —
+//!   the region must stay registered until that send's [`Event::Sent`], so
+//!   `ibv_dereg_mr` waits for UCX as it waits today for another process's copies (and
+//!   likewise for a responder's fetch into an MR); `send_response` likewise;
+//!   `progress()`; the worker's event fd for the progress thread's sleep;
+//! - upward (transport → engine): one call per arriving request, made inside
+//!   [`Worker::progress`] with the message borrowed (header, and eager data or the
+//!   rendezvous descriptor), so that the responder checks and then either copies,
+//!   fetches into the checked destination, NAKs or parks the request in the QP's window
+//!   — the engine's responder must therefore be callable from the transport's progress
+//!   without holding a lock the transport's caller holds; one call per ACK/NAK/response
+//!   (QP, PSN, status, data) and per endpoint failure (which QPs used it);
+//! - the QP's remote address (GID, QPN) and its timer state at the requester; the
+//!   responder's per-QP window and atomic results;
+//! - handlers are `'static + Send` closures kept by the worker (UCP may call them from
+//!   any progress call), so they reach the engine through a handle they capture — an
+//!   object like `shared::Endpoint` — not through a borrow;
+//! - the worker is made, and progressed, outside every provider lock: in a process
+//!   whose `libibverbs.so.1` is softverbs, making the UCP context has UCX's verbs
+//!   component list the soft devices, which re-enters the provider (tried with the
+//!   cdylib preloaded: it works, and the TCP-only setting leaves them unused); under
+//!   `softverbs run`, which presents `/dev/infiniband`, UCX would also open them to
+//!   query them (not tried).
+//!
+//! Bulk bandwidth over UCX's TCP transport needs segments larger than its 8 KiB
+//! default (`benches/ucx.rs`: 1 MiB messages at 0.3× a TCP stream's rate by default,
+//! 0.6–1.1× with 512 KiB segments); these are transport settings that
+//! `ucp_config_modify` does not reach in UCX 1.13, so the wiring must set
+//! `UCX_TCP_TX_SEG_SIZE`/`UCX_TCP_RX_SEG_SIZE` in the environment (`softverbs run` can)
+//! or accept the lower rate.
+//!
+//! UCX itself must not carry softverbs' traffic over verbs: inside a softverbs process
+//! `libibverbs.so.1` is softverbs, so the worker is made with UCX's verbs transports
+//! excluded ([`DEFAULT_SETTINGS`]).
+
+#[allow(unsafe_code)]
+mod am;
+#[allow(unsafe_code)]
+mod endpoint;
+mod error;
+#[allow(unsafe_code)]
+mod sockaddr;
+#[allow(unsafe_code)]
+pub mod sys;
+#[allow(unsafe_code)]
+mod worker;
+
+pub use am::{AmMessage, Data, Deferred, Rndv};
+pub use endpoint::{ConnRequest, EpId, ListenerId};
+pub use error::{Error, LoadError, Status};
+pub use sys::{Ucp, LIBRARY};
+pub use worker::{Event, Worker};
+
+/// Active message ids are below this (a fixed table of handlers).
+pub const MAX_AM_ID: u16 = 64;
+
+/// The longest header [`Worker::am_send`] takes, in bytes.
+pub const MAX_HEADER: usize = 1024;
+
+/// The UCP settings softverbs makes its workers with: no transport through
+/// `libibverbs` (inside a softverbs process that is softverbs itself) or librdmacm; TCP
+/// for the connection set-up.
+pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[("TLS", "tcp"), ("SOCKADDR_TLS_PRIORITY", "tcp")];

@@ -1,0 +1,1003 @@
+//! softverbs' UCP binding (`vqp_softverbs::ucx`) between processes: active messages
+//! with their data checked, small (eager) and large (rendezvous, fetched into the
+//! receiver's buffer), both ways; the same across two network namespaces joined by a
+//! veth pair over UCX's TCP transport; an endpoint to an address nobody serves, and a
+//! peer killed in the middle of an exchange, failing with the error callback's typed
+//! error in bounded time. In one process, between two workers: a panicking handler,
+//! refused arguments, deferred and scattered rendezvous payloads, the event fd, and
+//! messages of an id nobody handles.
+//!
+//! The server (and, across namespaces, the client) is this test binary re-run as its
+//! `child` test. Gated on UCP being loadable (Debian's `libucx0`): skipped with a line
+//! naming it, failed under `VQP_REQUIRE_SYSTEM_PACKAGES=1`. The namespace test needs
+//! root and iproute2 as well (see `netns`).
+
+mod netns;
+#[path = "procs/mod.rs"]
+mod procs;
+mod system;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use vqp_softverbs::ucx::{self, Data, EpId, Error, Event, Ucp, Worker};
+
+const PACKAGE: &str = "libucx0";
+/// Set in a child: what it runs (`server` or `client`).
+const MODE: &str = "VQP_UCXT_MODE";
+/// The server's listening address (port 0), or the client's peer (with the port).
+const ADDR: &str = "VQP_UCXT_ADDR";
+/// A value for UCX's `TLS` setting, over the defaults.
+const TLS: &str = "VQP_UCXT_TLS";
+
+/// Message ids: check this payload (client → server), its verdict (server → client),
+/// send me a payload (client → server), the payload (server → client).
+const CHECK: u16 = 1;
+const VERDICT: u16 = 2;
+const GIVE: u16 = 3;
+const GIVEN: u16 = 4;
+
+/// How long one step may take.
+const STEP: Duration = Duration::from_secs(30);
+
+/// Whether UCP loads; otherwise skips `test` naming the package.
+fn ucp_or_skip(test: &str) -> bool {
+    match Ucp::get() {
+        Ok(_) => true,
+        Err(e) => {
+            system::skip(test, PACKAGE, &e.to_string());
+            false
+        }
+    }
+}
+
+/// The byte at `i` of payload `seed`: changes within every 256 bytes and from one
+/// 2 KiB block to the next, so a misplaced block shows.
+fn pattern(seed: u64, i: usize) -> u8 {
+    (seed.wrapping_mul(31) as usize + i * 7 + (i >> 11)) as u8
+}
+
+fn payload(seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| pattern(seed, i)).collect()
+}
+
+/// The first byte of `data` that is not `pattern(seed, _)`.
+fn first_bad(seed: u64, data: &[u8]) -> Option<usize> {
+    data.iter()
+        .enumerate()
+        .position(|(i, &b)| b != pattern(seed, i))
+}
+
+fn words(h: &[u8]) -> Vec<u64> {
+    h.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn header(w: &[u64]) -> Vec<u8> {
+    w.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn worker() -> Worker {
+    let mut settings = ucx::DEFAULT_SETTINGS.to_vec();
+    let tls = std::env::var(TLS).unwrap_or_default();
+    if !tls.is_empty() {
+        settings.retain(|(k, _)| *k != "TLS");
+        settings.push(("TLS", tls.as_str()));
+    }
+    Worker::new(&settings).unwrap_or_else(|e| panic!("a UCP worker: {e}"))
+}
+
+/// An active message as a handler queues it for the main loop: where from, header, and
+/// the eager payload or the rendezvous buffer it is being fetched into.
+struct Arrived {
+    from: Option<EpId>,
+    header: Vec<u8>,
+    /// The payload (eager), or `None` while a rendezvous fetch runs.
+    data: Option<Vec<u8>>,
+    /// The token of that fetch.
+    fetch: u64,
+}
+
+/// Registers a handler for `id` that queues every message; rendezvous payloads are
+/// fetched into a fresh buffer (completed by an `Event::Received` with the token).
+fn queue_handler(w: &mut Worker, id: u16, q: &Arc<Mutex<Vec<Arrived>>>) {
+    let q = Arc::clone(q);
+    let mut next = (id as u64) << 48;
+    w.set_handler(id, move |m| {
+        let from = m.from();
+        let header = m.header().to_vec();
+        let len = m.len();
+        next += 1;
+        let data = match m.into_data() {
+            Data::Eager(d) => Some(d.to_vec()),
+            Data::Rendezvous(r) => {
+                r.receive(vec![0u8; len], next).expect("start the fetch");
+                None
+            }
+        };
+        q.lock().unwrap().push(Arrived {
+            from,
+            header,
+            data,
+            fetch: next,
+        });
+    })
+    .unwrap();
+}
+
+/// Moves the fetched buffers of `Event::Received` into the queued messages; other
+/// events go to `other`.
+fn settle(w: &mut Worker, q: &Mutex<Vec<Arrived>>, mut other: impl FnMut(&mut Worker, Event)) {
+    while let Some(e) = w.next_event() {
+        match e {
+            Event::Received {
+                token,
+                buffer,
+                result,
+            } => {
+                let n = result.unwrap_or_else(|e| panic!("a rendezvous fetch failed: {e}"));
+                let mut b = buffer.expect("the buffer back");
+                b.truncate(n);
+                let mut q = q.lock().unwrap();
+                let a = q
+                    .iter_mut()
+                    .find(|a| a.fetch == token)
+                    .expect("its message");
+                a.data = Some(b);
+            }
+            e => other(w, e),
+        }
+    }
+}
+
+/// Takes the queued messages whose data is complete.
+fn ready(q: &Mutex<Vec<Arrived>>) -> Vec<Arrived> {
+    let mut q = q.lock().unwrap();
+    let (done, wait): (Vec<Arrived>, Vec<Arrived>) = q.drain(..).partition(|a| a.data.is_some());
+    *q = wait;
+    done
+}
+
+/// The server: listens, prints `@port N`, accepts everyone, answers CHECK with a
+/// VERDICT and GIVE with GIVEN, until it is killed.
+fn serve(addr: SocketAddr) -> ! {
+    let mut w = worker();
+    let l = w
+        .listen(addr)
+        .unwrap_or_else(|e| panic!("listen on {addr}: {e}"));
+    let bound = w.listener_addr(l).unwrap();
+    println!("@port {}", bound.port());
+    let q = Arc::new(Mutex::new(Vec::new()));
+    queue_handler(&mut w, CHECK, &q);
+    queue_handler(&mut w, GIVE, &q);
+    loop {
+        w.wait(Duration::from_millis(100)).unwrap();
+        settle(&mut w, &q, |w, e| match e {
+            Event::ConnRequest(r) => {
+                w.accept(r).unwrap();
+            }
+            Event::EndpointFailed { ep, .. } => {
+                let _ = w.close(ep);
+            }
+            _ => {}
+        });
+        for a in ready(&q) {
+            let h = words(&a.header);
+            let Some(from) = a.from else { continue };
+            match h.len() {
+                // CHECK: token, seed.
+                2 => {
+                    let data = a.data.unwrap();
+                    let bad = first_bad(h[1], &data).map_or(u64::MAX, |i| i as u64);
+                    let _ = w.am_send(
+                        from,
+                        VERDICT,
+                        &header(&[h[0], data.len() as u64, bad]),
+                        Vec::new(),
+                        h[0],
+                    );
+                }
+                // GIVE: token, seed, length, 0.
+                4 => {
+                    let p = payload(h[1], h[2] as usize);
+                    let _ = w.am_send(from, GIVEN, &header(&[h[0], h[1]]), p, h[0]);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Waits (progressing) until `done` says so, or panics naming `what` after [`STEP`].
+fn until(w: &mut Worker, what: &str, mut done: impl FnMut(&mut Worker) -> bool) {
+    let deadline = Instant::now() + STEP;
+    while !done(w) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        w.wait(Duration::from_millis(50)).unwrap();
+    }
+}
+
+/// The client's half: connects to `peer`, has payloads of every size checked there,
+/// and fetches payloads from there and checks them here. Returns the sizes checked.
+fn exchange(peer: SocketAddr) -> Vec<usize> {
+    let mut w = worker();
+    let ep = w.connect(peer).unwrap();
+    let q = Arc::new(Mutex::new(Vec::new()));
+    queue_handler(&mut w, VERDICT, &q);
+    queue_handler(&mut w, GIVEN, &q);
+    let sizes = [0usize, 1, 64, 8 << 10, 64 << 10, 1 << 20, (4 << 20) + 3];
+    let mut sent = HashMap::new();
+    for (token, &len) in sizes.iter().enumerate() {
+        let token = token as u64 + 1;
+        let seed = token * 1000 + 17;
+        w.am_send(
+            ep,
+            CHECK,
+            &header(&[token, seed]),
+            payload(seed, len),
+            token,
+        )
+        .unwrap();
+        sent.insert(token, len);
+    }
+    let mut verdicts = HashMap::new();
+    let mut sends_done = 0;
+    until(&mut w, "the server's verdicts", |w| {
+        settle(w, &q, |_, e| match e {
+            Event::Sent { result, .. } => {
+                result.unwrap_or_else(|e| panic!("a send failed: {e}"));
+                sends_done += 1;
+            }
+            Event::EndpointFailed { error, .. } => panic!("the endpoint failed: {error}"),
+            _ => {}
+        });
+        for a in ready(&q) {
+            let h = words(&a.header);
+            verdicts.insert(h[0], (h[1], h[2]));
+        }
+        verdicts.len() == sizes.len()
+    });
+    assert_eq!(sends_done, sizes.len(), "one Sent per send");
+    for (token, len) in &sent {
+        let (got, bad) = verdicts[token];
+        assert_eq!(
+            got as usize, *len,
+            "length of payload {token} at the server"
+        );
+        assert_eq!(
+            bad,
+            u64::MAX,
+            "payload {token} ({len} bytes) differs at byte {bad}"
+        );
+    }
+    // The other way: the server sends, this side receives (rendezvous into our buffer).
+    let gives = [64usize, 1 << 20, (3 << 20) + 5];
+    for (i, &len) in gives.iter().enumerate() {
+        let token = 100 + i as u64;
+        w.am_send(
+            ep,
+            GIVE,
+            &header(&[token, token * 3, len as u64, 0]),
+            Vec::new(),
+            token,
+        )
+        .unwrap();
+    }
+    let mut got = HashMap::new();
+    until(&mut w, "the server's payloads", |w| {
+        settle(w, &q, |_, e| {
+            if let Event::EndpointFailed { error, .. } = e {
+                panic!("the endpoint failed: {error}")
+            }
+        });
+        for a in ready(&q) {
+            let h = words(&a.header);
+            got.insert(h[0], (h[1], a.data.unwrap()));
+        }
+        got.len() == gives.len()
+    });
+    for (i, &len) in gives.iter().enumerate() {
+        let (seed, data) = &got[&(100 + i as u64)];
+        assert_eq!(data.len(), len);
+        assert_eq!(
+            first_bad(*seed, data),
+            None,
+            "payload of {len} bytes from the server"
+        );
+    }
+    sizes.iter().chain(gives.iter()).copied().collect()
+}
+
+/// A running child: its stdout lines (after `@`), killed when dropped.
+struct Child {
+    proc: procs::Killed,
+    lines: Receiver<String>,
+}
+
+impl Child {
+    fn start(mut c: Command, mode: &str, addr: &str, tls: &str) -> Child {
+        c.args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .env(MODE, mode)
+            .env(ADDR, addr)
+            .env(TLS, tls)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = c.spawn().unwrap_or_else(|e| panic!("start {c:?}: {e}"));
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if let Some(at) = l.find('@') {
+                    if tx.send(l[at + 1..].to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Child {
+            proc: procs::Killed(Some(child)),
+            lines,
+        }
+    }
+
+    /// The next line, within `limit`.
+    fn line(&self, limit: Duration) -> String {
+        self.lines
+            .recv_timeout(limit)
+            .unwrap_or_else(|e| panic!("the child said nothing: {e}"))
+    }
+
+    /// The port a server child listens on.
+    fn port(&self) -> u16 {
+        let l = self.line(STEP);
+        l.strip_prefix("port ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("not a port: {l:?}"))
+    }
+
+    fn pid(&self) -> u32 {
+        self.proc.0.as_ref().unwrap().id()
+    }
+
+    fn kill(&mut self) {
+        if let Some(c) = self.proc.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn this_test() -> Command {
+    Command::new(std::env::current_exe().unwrap())
+}
+
+#[test]
+fn child() {
+    let Ok(mode) = std::env::var(MODE) else {
+        return;
+    };
+    let addr: SocketAddr = std::env::var(ADDR).unwrap().parse().unwrap();
+    match mode.as_str() {
+        "server" => serve(addr),
+        "client" => {
+            let sizes = exchange(addr);
+            println!("@ok {sizes:?}");
+        }
+        m => panic!("unknown mode {m}"),
+    }
+}
+
+#[test]
+fn loading_a_library_that_is_not_there_is_a_typed_error_naming_it() {
+    let e = Ucp::load("libucp-not-installed.so.0")
+        .err()
+        .expect("no such library");
+    assert!(
+        matches!(&e, ucx::LoadError::Open { library, .. } if library == "libucp-not-installed.so.0"),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("libucp-not-installed.so.0") && text.contains("libucx0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn two_processes_exchange_active_messages_small_and_large() {
+    if !ucp_or_skip("two_processes_exchange_active_messages_small_and_large") {
+        return;
+    }
+    let server = Child::start(this_test(), "server", "127.0.0.1:0", "");
+    let port = server.port();
+    let sizes = exchange(SocketAddr::from(([127, 0, 0, 1], port)));
+    assert!(sizes.iter().any(|&s| s >= 4 << 20), "{sizes:?}");
+}
+
+/// `ip netns exec NS cat FILE`.
+fn read_in(ns: &netns::Netns, i: usize, file: &str) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns.name(i), "cat", file])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn two_network_namespaces_exchange_over_a_veth_pair() {
+    let test = "two_network_namespaces_exchange_over_a_veth_pair";
+    if !ucp_or_skip(test) || !netns::available(test) {
+        return;
+    }
+    let ns = netns::Netns::new("ucx", 2);
+    ns.veth((0, "vu0", "192.0.2.1/24"), (1, "vu1", "192.0.2.2/24"), 1500);
+    let exe = std::env::current_exe().unwrap();
+    let server = Child::start(ns.exec(0, &exe), "server", "192.0.2.1:0", "tcp");
+    let port = server.port();
+    let before: u64 = read_in(&ns, 1, "/sys/class/net/vu1/statistics/tx_bytes")
+        .parse()
+        .unwrap();
+    let client = Child::start(
+        ns.exec(1, &exe),
+        "client",
+        &format!("192.0.2.1:{port}"),
+        "tcp",
+    );
+    let said = client.line(Duration::from_secs(90));
+    assert!(said.starts_with("ok "), "the client said {said:?}");
+    let after: u64 = read_in(&ns, 1, "/sys/class/net/vu1/statistics/tx_bytes")
+        .parse()
+        .unwrap();
+    // The client sent more than 5 MiB of payloads to the server: through the veth.
+    assert!(
+        after - before > 5 << 20,
+        "only {} bytes left through vu1",
+        after - before
+    );
+    drop(server);
+    drop(client);
+}
+
+#[test]
+fn an_endpoint_to_an_address_nobody_serves_fails_in_bounded_time() {
+    if !ucp_or_skip("an_endpoint_to_an_address_nobody_serves_fails_in_bounded_time") {
+        return;
+    }
+    let mut w = worker();
+    let port = procs::free_port();
+    let start = Instant::now();
+    let ep = w.connect(SocketAddr::from(([127, 0, 0, 1], port))).unwrap();
+    w.am_send(ep, CHECK, &header(&[1, 2]), payload(2, 100), 7)
+        .unwrap();
+    let (mut failed, mut sent) = (None, None);
+    until(&mut w, "the endpoint's failure", |w| {
+        while let Some(e) = w.next_event() {
+            match e {
+                Event::EndpointFailed { ep: e, error } if e == ep => failed = Some(error),
+                Event::Sent {
+                    token: 7, result, ..
+                } => sent = Some(result),
+                _ => {}
+            }
+        }
+        failed.is_some() && sent.is_some()
+    });
+    let took = start.elapsed();
+    let failed = failed.unwrap();
+    assert!(
+        matches!(failed, Error::EndpointFailed(s) if s.is_peer_failure()),
+        "{failed:?}"
+    );
+    assert!(sent.unwrap().is_err(), "a send to nobody completed");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    // The endpoint refuses further sends with the same error, and closes.
+    assert!(matches!(
+        w.am_send(ep, CHECK, &[], Vec::new(), 8),
+        Err(Error::EndpointFailed(_))
+    ));
+    assert_eq!(w.endpoint_error(ep).unwrap(), Some(failed));
+    w.close(ep).unwrap();
+    assert_eq!(w.close(ep), Err(Error::NoSuchObject));
+    eprintln!("an endpoint to nobody failed after {took:?}");
+}
+
+#[test]
+fn a_peer_killed_mid_exchange_fails_the_endpoint_in_bounded_time() {
+    if !ucp_or_skip("a_peer_killed_mid_exchange_fails_the_endpoint_in_bounded_time") {
+        return;
+    }
+    let mut server = Child::start(this_test(), "server", "127.0.0.1:0", "");
+    let port = server.port();
+    let mut w = worker();
+    let ep = w.connect(SocketAddr::from(([127, 0, 0, 1], port))).unwrap();
+    let q = Arc::new(Mutex::new(Vec::new()));
+    queue_handler(&mut w, VERDICT, &q);
+    // One exchange: the peer is up.
+    w.am_send(ep, CHECK, &header(&[1, 5]), payload(5, 4096), 1)
+        .unwrap();
+    until(&mut w, "the first verdict", |w| {
+        settle(w, &q, |_, _| {});
+        !ready(&q).is_empty()
+    });
+    // A large send in flight, then the peer dies.
+    w.am_send(ep, CHECK, &header(&[2, 6]), payload(6, 64 << 20), 2)
+        .unwrap();
+    let _ = w.progress();
+    let pid = server.pid();
+    server.kill();
+    let start = Instant::now();
+    let (mut failed, mut sent) = (None, None);
+    until(&mut w, "the endpoint's failure", |w| {
+        while let Some(e) = w.next_event() {
+            match e {
+                Event::EndpointFailed { ep: e, error } if e == ep => failed = Some(error),
+                Event::Sent {
+                    token: 2, result, ..
+                } => sent = Some(result),
+                _ => {}
+            }
+        }
+        failed.is_some() && sent.is_some()
+    });
+    let took = start.elapsed();
+    let failed = failed.unwrap();
+    assert!(
+        matches!(failed, Error::EndpointFailed(s) if s.is_peer_failure()),
+        "{failed:?}"
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(matches!(
+        w.am_send(ep, CHECK, &[], Vec::new(), 3),
+        Err(Error::EndpointFailed(_))
+    ));
+    eprintln!(
+        "killed peer {pid}: endpoint failed after {took:?} ({failed}); the send in flight: {:?}",
+        sent.unwrap()
+    );
+}
+
+/// Two workers of this process, `b` listening on loopback and `a` connected to it; the
+/// endpoint of `a`, and `b`'s accepted one.
+fn pair() -> (Worker, Worker, EpId, EpId) {
+    let mut b = worker();
+    let l = b.listen(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let addr = b.listener_addr(l).unwrap();
+    assert_ne!(addr.port(), 0, "the bound port is reported");
+    let mut a = worker();
+    let ea = a.connect(addr).unwrap();
+    let deadline = Instant::now() + STEP;
+    let eb = loop {
+        assert!(Instant::now() < deadline, "no connection request");
+        let _ = a.progress();
+        b.wait(Duration::from_millis(10)).unwrap();
+        if let Some(Event::ConnRequest(r)) = b.next_event() {
+            assert_eq!(r.peer.map(|p| p.ip()), Some([127, 0, 0, 1].into()));
+            break b.accept(r).unwrap();
+        }
+    };
+    (a, b, ea, eb)
+}
+
+#[test]
+fn a_panicking_handler_is_reported_and_the_worker_goes_on() {
+    if !ucp_or_skip("a_panicking_handler_is_reported_and_the_worker_goes_on") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = Arc::clone(&got);
+    b.set_handler(CHECK, move |m| {
+        if m.header() == b"boom" {
+            panic!("a handler's bug");
+        }
+        g.lock().unwrap().push(m.header().to_vec());
+    })
+    .unwrap();
+    a.am_send(ea, CHECK, b"boom", Vec::new(), 1).unwrap();
+    a.am_send(ea, CHECK, b"fine", vec![1, 2, 3], 2).unwrap();
+    let deadline = Instant::now() + STEP;
+    let mut panicked = false;
+    while got.lock().unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the second message never arrived"
+        );
+        let _ = a.progress();
+        match b.progress() {
+            Err(Error::HandlerPanicked) => panicked = true,
+            r => {
+                r.unwrap();
+            }
+        }
+    }
+    assert!(panicked, "the panic was not reported");
+    assert_eq!(*got.lock().unwrap(), vec![b"fine".to_vec()]);
+}
+
+#[test]
+fn bad_arguments_are_refused_with_typed_errors() {
+    if !ucp_or_skip("bad_arguments_are_refused_with_typed_errors") {
+        return;
+    }
+    let (mut a, mut b, ea, eb) = pair();
+    assert!(matches!(
+        a.am_send(ea, ucx::MAX_AM_ID, &[], Vec::new(), 1),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        a.am_send(ea, CHECK, &vec![0u8; ucx::MAX_HEADER + 1], Vec::new(), 1),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        b.set_handler(ucx::MAX_AM_ID, |_| {}),
+        Err(Error::Invalid(_))
+    ));
+    // A rendezvous payload offered a buffer too short for it is refused, not written.
+    let refused = Arc::new(Mutex::new(None));
+    let r = Arc::clone(&refused);
+    b.set_handler(CHECK, move |m| {
+        if let Data::Rendezvous(rndv) = m.into_data() {
+            *r.lock().unwrap() = Some(rndv.receive(vec![0u8; 16], 9));
+        }
+    })
+    .unwrap();
+    a.am_send(ea, CHECK, &[], payload(1, 8 << 20), 3).unwrap();
+    let deadline = Instant::now() + STEP;
+    let mut sent = None;
+    while refused.lock().unwrap().is_none() || sent.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no rendezvous message, or no Sent"
+        );
+        let _ = b.progress();
+        let _ = a.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent {
+                token: 3, result, ..
+            } = e
+            {
+                sent = Some(result);
+            }
+        }
+    }
+    assert!(matches!(
+        refused.lock().unwrap().take(),
+        Some(Err(Error::Invalid(_)))
+    ));
+    // The payload not fetched is dropped; the sender's send completes.
+    assert_eq!(sent, Some(Ok(())));
+    // Closed ids name nothing; the other side's endpoint fails or closes cleanly.
+    a.close(ea).unwrap();
+    assert_eq!(a.close(ea), Err(Error::NoSuchObject));
+    assert!(matches!(
+        a.am_send(ea, CHECK, &[], Vec::new(), 4),
+        Err(Error::NoSuchObject)
+    ));
+    b.close(eb).unwrap();
+}
+
+#[test]
+fn a_deferred_rendezvous_payload_is_fetched_after_its_handler_in_any_order() {
+    if !ucp_or_skip("a_deferred_rendezvous_payload_is_fetched_after_its_handler_in_any_order") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h = Arc::clone(&held);
+    b.set_handler(CHECK, move |m| {
+        let seed = words(m.header())[0];
+        match m.into_data() {
+            Data::Rendezvous(r) => h.lock().unwrap().push((seed, r.defer())),
+            Data::Eager(_) => panic!("a payload this large arrives by rendezvous"),
+        }
+    })
+    .unwrap();
+    let sizes = [(11u64, 2 << 20), (12, (3 << 20) + 1), (13, 1 << 20)];
+    for (seed, len) in sizes {
+        a.am_send(ea, CHECK, &header(&[seed]), payload(seed, len), seed)
+            .unwrap();
+    }
+    let mut sent = Vec::new();
+    let pump = |a: &mut Worker, b: &mut Worker, sent: &mut Vec<(u64, Result<(), Error>)>| {
+        let _ = a.progress();
+        let _ = b.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent { token, result, .. } = e {
+                sent.push((token, result));
+            }
+        }
+    };
+    let deadline = Instant::now() + STEP;
+    while held.lock().unwrap().len() < sizes.len() {
+        assert!(Instant::now() < deadline, "the messages never arrived");
+        pump(&mut a, &mut b, &mut sent);
+    }
+    // Held at the sender: no send completes while its payload waits.
+    let settle_until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < settle_until {
+        pump(&mut a, &mut b, &mut sent);
+    }
+    assert!(
+        sent.is_empty(),
+        "sends completed before their payloads were taken: {sent:?}"
+    );
+    // Fetch the last first, release the middle one, and let the worker's drop release
+    // none (all are handed back here).
+    let mut held: Vec<(u64, ucx::Deferred)> = held.lock().unwrap().drain(..).collect();
+    held.sort_by_key(|(seed, _)| std::cmp::Reverse(*seed));
+    let mut fetched = HashMap::new();
+    for (seed, d) in held {
+        let len = d.len();
+        if seed == 12 {
+            b.release(d).unwrap();
+        } else {
+            b.receive_deferred(d, vec![0u8; len], seed).unwrap();
+        }
+    }
+    let deadline = Instant::now() + STEP;
+    while fetched.len() < 2 || sent.len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "fetched {fetched:?}, sent {sent:?}"
+        );
+        pump(&mut a, &mut b, &mut sent);
+        while let Some(e) = b.next_event() {
+            if let Event::Received {
+                token,
+                buffer,
+                result,
+            } = e
+            {
+                let n = result.unwrap();
+                fetched.insert(token, (n, buffer.unwrap()));
+            }
+        }
+    }
+    for (seed, len) in [sizes[0], sizes[2]] {
+        let (n, data) = &fetched[&seed];
+        assert_eq!(*n, len);
+        assert_eq!(first_bad(seed, &data[..len]), None, "payload {seed}");
+    }
+    assert!(sent.iter().all(|(_, r)| r.is_ok()), "{sent:?}");
+}
+
+#[test]
+fn a_deferred_payload_left_held_is_released_with_its_worker() {
+    if !ucp_or_skip("a_deferred_payload_left_held_is_released_with_its_worker") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h = Arc::clone(&held);
+    b.set_handler(CHECK, move |m| {
+        if let Data::Rendezvous(r) = m.into_data() {
+            h.lock().unwrap().push(r.defer());
+        }
+    })
+    .unwrap();
+    a.am_send(ea, CHECK, &[], payload(1, 4 << 20), 1).unwrap();
+    let deadline = Instant::now() + STEP;
+    while held.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the message never arrived");
+        let _ = a.progress();
+        let _ = b.progress();
+    }
+    // Handed to a worker that did not make it: refused.
+    let d = held.lock().unwrap().pop().unwrap();
+    assert_eq!(
+        a.receive_deferred(d, vec![0u8; 4 << 20], 1),
+        Err(Error::NoSuchObject)
+    );
+    // `b` still holds the descriptor and releases it when dropped.
+    drop(b);
+    let deadline = Instant::now() + STEP;
+    let mut done = None;
+    while done.is_none() {
+        assert!(Instant::now() < deadline, "the send never completed");
+        let _ = a.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent {
+                token: 1, result, ..
+            } = e
+            {
+                done = Some(result);
+            }
+        }
+    }
+    eprintln!("the send whose payload was held by a dropped worker: {done:?}");
+}
+
+#[test]
+fn the_event_fd_wakes_a_sleeping_worker_when_a_message_arrives() {
+    if !ucp_or_skip("the_event_fd_wakes_a_sleeping_worker_when_a_message_arrives") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = Arc::clone(&got);
+    b.set_handler(CHECK, move |m| g.lock().unwrap().push(m.header().to_vec()))
+        .unwrap();
+    // Nothing pending: arm (progressing while UCP says events are waiting).
+    let deadline = Instant::now() + STEP;
+    while !b.arm().unwrap() {
+        assert!(Instant::now() < deadline, "the worker never armed");
+        while b.progress().unwrap() > 0 {}
+    }
+    let mut pfd = libc::pollfd {
+        fd: b.event_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; a zero timeout only looks.
+    assert_eq!(
+        unsafe { libc::poll(&mut pfd, 1, 0) },
+        0,
+        "readable before anything was sent"
+    );
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        a.am_send(ea, CHECK, b"wake", vec![7; 100], 1).unwrap();
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            let _ = a.progress();
+        }
+        a
+    });
+    let start = Instant::now();
+    // SAFETY: one valid pollfd; sleeps at most 10 s.
+    let n = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+    let woke = start.elapsed();
+    assert_eq!(n, 1, "the event fd never became readable");
+    assert!(woke < Duration::from_secs(3), "woke after {woke:?}");
+    let deadline = Instant::now() + STEP;
+    while got.lock().unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the message never reached its handler"
+        );
+        b.progress().unwrap();
+    }
+    assert_eq!(*got.lock().unwrap(), vec![b"wake".to_vec()]);
+    drop(sender.join().unwrap());
+    eprintln!("the event fd woke the worker {woke:?} after it went to sleep");
+}
+
+#[test]
+fn a_payload_gathered_from_segments_is_scattered_into_segments() {
+    if !ucp_or_skip("a_payload_gathered_from_segments_is_scattered_into_segments") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    // The receiver scatters each payload into four buffers of unequal sizes, as a
+    // receive WQE's SGE list.
+    let len = (3 << 20) + 123;
+    let cuts = [1000usize, 1 << 20, 77, len - 1000 - (1 << 20) - 77 + 9];
+    let mut bufs: Vec<Vec<u8>> = cuts.iter().map(|&c| vec![0u8; c]).collect();
+    let segs: Vec<(usize, usize)> = bufs
+        .iter_mut()
+        .map(|b| (b.as_mut_ptr() as usize, b.len()))
+        .collect();
+    let segs2 = segs.clone();
+    b.set_handler(CHECK, move |m| {
+        let Data::Rendezvous(r) = m.into_data() else {
+            panic!("a payload this large arrives by rendezvous")
+        };
+        let short: Vec<(*mut u8, usize)> =
+            segs2[..2].iter().map(|&(p, l)| (p as *mut u8, l)).collect();
+        // SAFETY: not started: the list is refused for being short.
+        let refused = unsafe { r.receive_iov_raw(&short, 1) };
+        assert!(matches!(refused, Err(Error::Invalid(_))), "{refused:?}");
+        // The handle is consumed: the payload is dropped and the sender's send completes.
+    })
+    .unwrap();
+    // The sender gathers from three buffers.
+    let whole = payload(21, len);
+    let parts = [&whole[..5], &whole[5..(2 << 20)], &whole[(2 << 20)..]];
+    let gather: Vec<(*const u8, usize)> = parts.iter().map(|p| (p.as_ptr(), p.len())).collect();
+    // SAFETY: `whole` outlives the send and is not written until its Sent is taken.
+    unsafe { a.am_send_raw(ea, CHECK, &[], &gather, 1) }.unwrap();
+    let mut sent = None;
+    let deadline = Instant::now() + STEP;
+    while sent.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the refused payload's send never completed"
+        );
+        let _ = b.progress();
+        let _ = a.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent {
+                token: 1, result, ..
+            } = e
+            {
+                sent = Some(result);
+            }
+        }
+    }
+    // Now with the full list.
+    b.set_handler(CHECK, move |m| {
+        let Data::Rendezvous(r) = m.into_data() else {
+            panic!("a payload this large arrives by rendezvous")
+        };
+        let all: Vec<(*mut u8, usize)> = segs.iter().map(|&(p, l)| (p as *mut u8, l)).collect();
+        // SAFETY: the buffers live until the Received event is taken below, and
+        // nothing else touches them meanwhile.
+        unsafe { r.receive_iov_raw(&all, 2) }.unwrap();
+    })
+    .unwrap();
+    // SAFETY: as above.
+    unsafe { a.am_send_raw(ea, CHECK, &[], &gather, 2) }.unwrap();
+    let (mut sent, mut received) = (None, None);
+    let deadline = Instant::now() + STEP;
+    while sent.is_none() || received.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "sent {sent:?}, received {received:?}"
+        );
+        let _ = b.progress();
+        let _ = a.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent {
+                token: 2, result, ..
+            } = e
+            {
+                sent = Some(result);
+            }
+        }
+        while let Some(e) = b.next_event() {
+            if let Event::Received {
+                token: 2, result, ..
+            } = e
+            {
+                received = Some(result);
+            }
+        }
+    }
+    assert_eq!(sent, Some(Ok(())));
+    assert_eq!(received, Some(Ok(len)));
+    let joined: Vec<u8> = bufs.concat();
+    assert_eq!(first_bad(21, &joined[..len]), None, "the scattered payload");
+    assert!(
+        joined[len..].iter().all(|&b| b == 0),
+        "written past the payload"
+    );
+    drop(whole);
+}
+
+#[test]
+fn a_message_for_an_id_without_a_handler_is_dropped_and_the_worker_goes_on() {
+    if !ucp_or_skip("a_message_for_an_id_without_a_handler_is_dropped_and_the_worker_goes_on") {
+        return;
+    }
+    let (mut a, mut b, ea, _) = pair();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = Arc::clone(&got);
+    b.set_handler(CHECK, move |m| g.lock().unwrap().push(m.len()))
+        .unwrap();
+    // Ids nobody listens for, eager and rendezvous, then one that is handled.
+    a.am_send(ea, 9, b"x", vec![1; 10], 1).unwrap();
+    a.am_send(ea, 10, b"y", payload(3, 2 << 20), 2).unwrap();
+    a.am_send(ea, CHECK, b"z", vec![2; 20], 3).unwrap();
+    let mut sent = Vec::new();
+    let deadline = Instant::now() + STEP;
+    while got.lock().unwrap().is_empty() || sent.len() < 3 {
+        assert!(Instant::now() < deadline, "sent {sent:?}");
+        b.progress().unwrap();
+        let _ = a.progress();
+        while let Some(e) = a.next_event() {
+            if let Event::Sent { token, result, .. } = e {
+                sent.push((token, result.is_ok()));
+            }
+        }
+    }
+    assert_eq!(*got.lock().unwrap(), vec![20]);
+    eprintln!("sends to ids without a handler: {sent:?}");
+}
