@@ -282,9 +282,11 @@ mod netdev;
 mod os;
 mod provider;
 mod qp;
+mod region;
 mod shared;
 mod srq;
 pub mod symbols;
+mod transport;
 pub mod ucx;
 mod wqe;
 mod xrc;
@@ -308,7 +310,8 @@ pub use shared::ENV_DIR;
 /// live process does (a dead owner's number is reclaimed on the way). For diagnostics
 /// and tests: which process a peer QP number resolves to.
 pub fn qp_owner_pid(device: usize, qpn: u32) -> Option<u32> {
-    shared::qp_owner_pid(provider::get(), device, qpn)
+    let p = provider::get();
+    p.transport().qp_owner_pid(p, device, qpn)
 }
 
 /// Reserves QP numbers for this process until at most `leave_free` of the machine-wide
@@ -316,7 +319,8 @@ pub fn qp_owner_pid(device: usize, qpn: u32) -> Option<u32> {
 /// tests of a full table; `None` when the namespace cannot be used.
 #[doc(hidden)]
 pub fn hold_qp_numbers(leave_free: usize) -> Option<usize> {
-    shared::hold_qp_numbers(provider::get(), leave_free)
+    let p = provider::get();
+    p.transport().hold_qp_numbers(p, leave_free)
 }
 
 /// A configuration call that could not be applied.
@@ -469,7 +473,7 @@ pub fn set_link(index: usize, up: bool) -> Result<(), ConfigError> {
     let was = dev.is_up();
     dev.link_up.store(up, Ordering::Release);
     let now = dev.is_up();
-    crate::shared::export_links();
+    p.transport().export_links();
     if was != now {
         let kind = if now {
             cq::event::PORT_ACTIVE
@@ -496,7 +500,7 @@ pub fn fail_device(index: usize) -> Result<(), ConfigError> {
         .get(index)
         .ok_or(ConfigError::NoSuchDevice(index))?;
     dev.link_up.store(false, Ordering::Release);
-    crate::shared::export_links();
+    p.transport().export_links();
     for q in p.all_qps().into_iter().filter(|q| q.dev == index) {
         let mut g = q.lock();
         q.to_error(&mut g, None);

@@ -13,6 +13,7 @@ use crate::mem::MrTable;
 use crate::netdev::{Netdev, NetdevError};
 use crate::os::lock;
 use crate::qp::QpCore;
+use crate::transport::Transport;
 
 /// One software device: `soft<index>`, one port.
 #[derive(Debug)]
@@ -248,7 +249,7 @@ impl Provider {
             mrs: RwLock::new(MrTable::default()),
             qps: RwLock::new(BTreeMap::new()),
             srqs: RwLock::new(BTreeMap::new()),
-            engine: Engine::new(reorder, progress),
+            engine: Engine::new(reorder, progress, Transport::default()),
             faults: Mutex::new(faults),
             contexts: Mutex::new(Vec::new()),
             remote_gids: RwLock::new(BTreeMap::new()),
@@ -256,6 +257,12 @@ impl Provider {
             qps_created: AtomicU64::new(0),
             next_id: AtomicU32::new(1),
         }
+    }
+
+    /// The way to other processes (the engine's transport).
+    #[inline]
+    pub fn transport(&self) -> &Transport {
+        self.engine.transport()
     }
 
     /// Remembers an opened context (for port events).
@@ -285,7 +292,7 @@ impl Provider {
     /// (the table is full, or the namespace cannot be used) the error is the errno for
     /// `ibv_create_qp`.
     pub fn alloc_qpn(&'static self) -> Result<(u32, u64), i32> {
-        let qpn = crate::shared::alloc_qpn(self)?;
+        let qpn = self.transport().alloc_qpn(self)?;
         let nth = self.qps_created.fetch_add(1, Ordering::Relaxed) + 1;
         Ok((qpn, nth))
     }
@@ -296,7 +303,7 @@ impl Provider {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(qp.qpn, Arc::downgrade(qp));
-        crate::shared::publish(qp.qpn, qp.dev);
+        self.transport().publish(qp.qpn, qp.dev);
     }
 
     /// Forgets a QP number (and frees it machine-wide).
@@ -305,7 +312,7 @@ impl Provider {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&qpn);
-        crate::shared::release(qpn);
+        self.transport().release(qpn);
     }
 
     /// The live QP `qpn` of device `dev`.
@@ -322,7 +329,7 @@ impl Provider {
     /// Allocates an XRC SRQ number, from the QP numbers' machine-wide table (so that
     /// it names nothing else on the node; it does not count as a QP created).
     pub fn alloc_srqn(&'static self) -> Result<u32, i32> {
-        crate::shared::alloc_qpn(self)
+        self.transport().alloc_qpn(self)
     }
 
     /// Makes XRC SRQ `srqn` findable by its number (taken with [`Provider::alloc_qpn`]).
@@ -333,7 +340,7 @@ impl Provider {
             .insert(srqn, Arc::downgrade(srq));
         // Published machine-wide: an XRC receive QP of another process forwards the
         // requests that name it here (`engine::remote::xrc`).
-        crate::shared::publish(srqn, srq.dev);
+        self.transport().publish(srqn, srq.dev);
     }
 
     /// Forgets XRC SRQ number `srqn` (and frees it machine-wide).
@@ -342,7 +349,7 @@ impl Provider {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&srqn);
-        crate::shared::release(srqn);
+        self.transport().release(srqn);
     }
 
     /// The live XRC SRQ `srqn` of this process.
@@ -403,7 +410,7 @@ impl Provider {
                 return dev;
             }
         }
-        let found = crate::shared::find_gid(g);
+        let found = self.transport().find_gid(g);
         let mut cache = self.remote_gids.write().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= GID_CACHE_MAX {
             cache.clear();
@@ -440,7 +447,7 @@ impl Provider {
             }
         }
         if changed {
-            crate::shared::export_links();
+            self.transport().export_links();
         }
     }
 
@@ -453,7 +460,7 @@ impl Provider {
     /// thread does it), if there are any.
     pub fn start_watching(&'static self) {
         if self.has_netdevs() {
-            crate::shared::start(self);
+            self.transport().start(self);
         }
     }
 
@@ -488,7 +495,7 @@ impl crate::shared::Endpoint for Provider {
             .fold(0u64, |m, (i, _)| m | 1 << i)
     }
 
-    fn each_region(&self, f: &mut dyn FnMut(u32, &crate::mem::MrInfo)) {
+    fn each_region(&self, f: &mut dyn FnMut(u32, &crate::region::MrInfo)) {
         let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
         for (key, info) in mrs.live() {
             f(key, &info);

@@ -103,6 +103,7 @@ pub(super) unsafe fn create(
         }
     };
     let core = Arc::new(QpCore::new(
+        prov.transport(),
         qpn,
         init.qp_type,
         nth,
@@ -203,7 +204,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             q.free();
             return 0;
         }
-        let (other, held) = core.tgt_handles.remove(qp as usize);
+        let ns = provider::get().transport().namespace();
+        let (other, held) = core.tgt_handles.remove(qp as usize, ns);
         if held {
             core.handle.store(other.unwrap_or(0), Ordering::Relaxed);
             q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
@@ -221,7 +223,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // Type 2 windows bound through it grant nothing any more.
     let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
     for k in mrs.unbind_windows_of_qp(q.get().core.dev, q.get().core.qpn) {
-        crate::shared::revoke_mr(k);
+        provider::get().transport().revoke_mr(k);
     }
     drop(mrs);
     q.get().pd.users.fetch_sub(1, Ordering::AcqRel);

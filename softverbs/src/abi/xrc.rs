@@ -243,6 +243,7 @@ pub(super) unsafe fn create_recv_qp(
     let none = Arc::new(crate::cq::CqCore::new(1, dev, Arc::clone(&c.core), None, 0));
     let cap = ibv_qp_cap::default();
     let core = QpCore::new(
+        prov.transport(),
         qpn,
         IBV_QPT_XRC_RECV,
         nth,
@@ -366,7 +367,7 @@ fn open_remote(
 ) -> *mut ibv_qp {
     let prov = provider::get();
     let dev = c.core.dev;
-    let Some(owner) = crate::shared::qp_owner(prov, dev, qpn) else {
+    let Some(owner) = prov.transport().qp_owner(prov, dev, qpn) else {
         return fail(libc::EINVAL);
     };
     if x.core.id >> 63 != 0 {
@@ -375,6 +376,7 @@ fn open_remote(
     }
     let none = Arc::new(crate::cq::CqCore::new(1, dev, Arc::clone(&c.core), None, 0));
     let core = QpCore::new(
+        prov.transport(),
         qpn,
         IBV_QPT_XRC_RECV,
         0,

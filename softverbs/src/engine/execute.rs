@@ -15,6 +15,7 @@ use crate::qp::{
     ack_timeout, rnr_delay, wc_opcode, Datagram, QpCore, QpInner, SendWqe, MAX_MSG, MAX_SGE,
     QP_FATAL, UD_MTU,
 };
+use crate::transport::Transport;
 
 /// Executes up to `n` WQEs from the head of `qp`'s send queue. Returns how many ran
 /// and, when the QP stalled (RNR back-off, delay), the instant it may continue.
@@ -162,8 +163,8 @@ fn execute(
     w: SendWqe,
 ) -> Step {
     match w.opcode {
-        IBV_WR_BIND_MW => return bind(qp, g, mrs, &w),
-        IBV_WR_LOCAL_INV => return local_invalidate(qp, g, mrs, &w),
+        IBV_WR_BIND_MW => return bind(p.engine.transport(), qp, g, mrs, &w),
+        IBV_WR_LOCAL_INV => return local_invalidate(p.engine.transport(), qp, g, mrs, &w),
         _ => {}
     }
     // Local buffers first: a bad lkey never leaves the requester.
@@ -275,7 +276,7 @@ fn execute(
 /// with `IBV_WC_BIND_MW`, or fails with `IBV_WC_MW_BIND_ERR` (as the kernel's
 /// `rdma_rxe` reports a bind its checks refuse), the QP going to error as with any
 /// completion in error.
-fn bind(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
+fn bind(t: &Transport, qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
     let Some(r) = w.bind.as_deref() else {
         fail(qp, g, w, IBV_WC_MW_BIND_ERR, None);
         return Step::Failed;
@@ -283,10 +284,10 @@ fn bind(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
     match mrs.bind_window(r) {
         Ok(r) => {
             if let Some(k) = r.old {
-                crate::shared::revoke_mr(k);
+                t.revoke_mr(k);
             }
             if let Some((k, info)) = r.new {
-                crate::shared::export_mr(k, &info);
+                t.export_mr(k, &info);
             }
             complete(qp, g, w, 0)
         }
@@ -301,10 +302,16 @@ fn bind(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
 /// rkey it names (a window of the QP's PD; type 1 windows and regions cannot be
 /// invalidated: o10-37.2.26). A key that names none fails the request with
 /// `IBV_WC_LOC_QP_OP_ERR`, as `rdma_rxe` reports a failed local invalidation.
-fn local_invalidate(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
+fn local_invalidate(
+    t: &Transport,
+    qp: &QpCore,
+    g: &mut QpInner,
+    mrs: &MrTable,
+    w: &SendWqe,
+) -> Step {
     match mrs.invalidate(w.imm, qp.pd, None) {
         Ok(()) => {
-            crate::shared::revoke_mr(w.imm);
+            t.revoke_mr(w.imm);
             complete(qp, g, w, 0)
         }
         Err(_) => {

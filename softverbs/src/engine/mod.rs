@@ -40,6 +40,7 @@ use crate::config::{Progress, Reorder, ADVERSARIAL_BOUND};
 use crate::os::lock;
 use crate::provider::Provider;
 use crate::qp::QpCore;
+use crate::transport::Transport;
 
 mod execute;
 pub(crate) mod remote;
@@ -169,6 +170,8 @@ pub(crate) struct Engine {
     /// Tells the background thread to return. Set under the `sched` lock, which the
     /// thread holds when it decides to wait, so that the wake-up cannot be missed.
     stop: AtomicBool,
+    /// The way to other processes (the shared namespace), handed over at construction.
+    transport: Transport,
 }
 
 /// What one WQE's execution came to.
@@ -184,7 +187,9 @@ pub(crate) enum Step {
 }
 
 impl Engine {
-    pub fn new(policy: Reorder, progress: Progress) -> Engine {
+    /// An engine with `policy` and `progress` that reaches other processes through
+    /// `transport`.
+    pub fn new(policy: Reorder, progress: Progress, transport: Transport) -> Engine {
         Engine {
             token: Mutex::new(()),
             sched: Mutex::new(Sched {
@@ -203,7 +208,15 @@ impl Engine {
             thread: Once::new(),
             handle: Mutex::new(None),
             stop: AtomicBool::new(false),
+            transport,
         }
+    }
+
+    /// The way to other processes: the provider publishes through it what they may
+    /// reach (QP numbers, regions, links).
+    #[inline]
+    pub(crate) fn transport(&self) -> &Transport {
+        &self.transport
     }
 
     /// Sets the reorder policy (and restarts the random generator from its seed).
@@ -274,7 +287,7 @@ impl Engine {
         if let Some(h) = lock(&self.handle).as_ref() {
             h.thread().unpark();
         }
-        crate::shared::nudge();
+        self.transport.nudge();
         Waiting(self)
     }
 
@@ -283,7 +296,7 @@ impl Engine {
     pub fn poll_progress(&'static self, p: &'static Provider) {
         self.activity.fetch_add(1, Ordering::Relaxed);
         self.progress(p, POLL_BUDGET);
-        crate::shared::poll(POLL_BUDGET);
+        self.transport.poll(POLL_BUDGET);
     }
 
     /// Executes up to `budget` WQEs if no other thread is executing; returns how many

@@ -377,7 +377,7 @@ fn respond_checked<M: Mover>(
                     );
                     return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
                 }
-                crate::shared::revoke_mr(w.imm);
+                p.engine.transport().revoke_mr(w.imm);
                 wc.wc_flags = IBV_WC_WITH_INV;
                 wc.imm = ibv_wc_imm {
                     invalidated_rkey: w.imm,

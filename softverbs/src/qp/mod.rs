@@ -14,6 +14,8 @@ use vqp_sys::*;
 
 use crate::cq::{event, CqCore, CtxCore};
 use crate::os::lock;
+use crate::shared::exports::QpView;
+use crate::transport::Transport;
 
 pub(crate) use crate::wqe::{
     Datagram, RecvWqe, SendWqe, Sges, GRH_BYTES, MAX_INLINE, MAX_MSG, MAX_QP_WR, MAX_RD_ATOMIC,
@@ -88,6 +90,8 @@ pub(crate) struct QpCore {
     /// Send-queue slots in use: every posted WQE holds one until the completion that
     /// covers it (its own, or for an unsignaled WQE the next one of the QP) is polled.
     pub slots: Arc<AtomicU32>,
+    /// Where the QP publishes to other processes whether it takes one-sided requests.
+    transport: &'static Transport,
     inner: Mutex<QpInner>,
 }
 
@@ -141,9 +145,10 @@ pub(crate) fn wc_opcode(wr_opcode: u32) -> u32 {
 }
 
 impl QpCore {
-    /// A QP in the RESET state.
+    /// A QP in the RESET state, published to other processes through `transport`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
+        transport: &'static Transport,
         qpn: u32,
         qp_type: u32,
         nth: u64,
@@ -181,6 +186,7 @@ impl QpCore {
             fail_after: AtomicU64::new(u64::MAX),
             delay_ns: AtomicU64::new(0),
             slots: Arc::new(AtomicU32::new(0)),
+            transport,
             inner: Mutex::new(QpInner {
                 state: IBV_QPS_RESET,
                 attr: ibv_qp_attr::default(),
@@ -275,7 +281,7 @@ impl QpCore {
         self.export(g, None);
         self.flush(g);
         if let Some(kind) = kind {
-            if !self.tgt_handles.raise(kind) {
+            if !self.tgt_handles.raise(kind, self.transport.namespace()) {
                 self.ctx.raise(kind, self.handle.load(Ordering::Relaxed));
             }
         }
@@ -302,14 +308,14 @@ impl QpCore {
     pub fn export(&self, g: &QpInner, dest_dev: Option<usize>) {
         let view = dest_dev
             .filter(|_| matches!(g.state, IBV_QPS_RTR | IBV_QPS_RTS))
-            .map(|dest_dev| crate::shared::exports::QpView {
+            .map(|dest_dev| QpView {
                 access: g.attr.qp_access_flags,
                 dest_dev,
                 dest_qpn: g.attr.dest_qp_num,
                 pd: self.pd,
                 uc: self.unreliable(),
             });
-        crate::shared::export_qp(self.qpn, view);
+        self.transport.export_qp(self.qpn, view);
     }
 
     /// Whether the QP is unreliable (UC or UD): nothing is acknowledged, so its

@@ -54,7 +54,7 @@ pub(crate) fn send(
         Some(d) if p.devices[qp.dev].is_up() && p.devices[d].is_up() => d,
         _ => return retry_exc(g, &w),
     };
-    let Some(sh) = crate::shared::current() else {
+    let Some(sh) = p.engine.transport().namespace() else {
         return retry_exc(g, &w);
     };
     let same_link = matches!(&g.remote.link, Some(l) if l.dev == dev && l.qpn == dest);

@@ -243,6 +243,7 @@ fn serve(
         0,
     ));
     let stand_in = QpCore::new(
+        p.transport(),
         rec.dst_qpn,
         IBV_QPT_XRC_RECV,
         0,

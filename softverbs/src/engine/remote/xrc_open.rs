@@ -74,8 +74,8 @@ pub(crate) fn call(
     value: u32,
     payload: &[u8],
 ) -> Result<Vec<u8>, i32> {
-    crate::shared::start(p);
-    let sh = crate::shared::current().ok_or(libc::ENODEV)?;
+    p.transport().start(p);
+    let sh = p.transport().namespace().ok_or(libc::ENODEV)?;
     let inbox = sh.peer_inbox(owner).ok_or(libc::ENODEV)?;
     let c = calls();
     let id = c.next.fetch_add(1, Ordering::Relaxed);
