@@ -271,6 +271,7 @@
 mod abi;
 mod config;
 mod cq;
+mod device;
 mod engine;
 pub mod launch;
 mod link;

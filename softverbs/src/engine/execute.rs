@@ -8,19 +8,16 @@ use std::time::Instant;
 use vqp_sys::*;
 
 use super::respond::{respond, LocalMover, Requester, Response};
-use super::Step;
+use super::{Step, Tables};
+use crate::engine::qp::{ack_timeout, rnr_delay, wc_opcode, QpCore, QpInner, QP_FATAL};
 use crate::mem::{self, MrTable, Span};
-use crate::provider::Provider;
-use crate::qp::{
-    ack_timeout, rnr_delay, wc_opcode, Datagram, QpCore, QpInner, SendWqe, MAX_MSG, MAX_SGE,
-    QP_FATAL, UD_MTU,
-};
 use crate::transport::Transport;
+use crate::wqe::{Datagram, SendWqe, MAX_MSG, MAX_SGE, UD_MTU};
 
 /// Executes up to `n` WQEs from the head of `qp`'s send queue. Returns how many ran
 /// and, when the QP stalled (RNR back-off, delay), the instant it may continue.
-pub(super) fn run(
-    p: &'static Provider,
+pub(super) fn run<P: Tables>(
+    p: &'static P,
     qp: &Arc<QpCore>,
     n: u32,
     now: &mut Option<Instant>,
@@ -37,7 +34,7 @@ pub(super) fn run(
         }
         g.not_before = None;
     }
-    let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
+    let mrs = p.mrs().read().unwrap_or_else(|e| e.into_inner());
     let mut done = 0;
     while done < n {
         let Some(head) = g.sq.front() else {
@@ -49,11 +46,11 @@ pub(super) fn run(
                 return (done, Some(t));
             }
         }
-        if !head.shaped && p.devices[qp.dev].link.rate() != 0 {
+        if !head.shaped && p.devices()[qp.dev].link.rate() != 0 {
             // A rated link: the WQE executes (and completes) once its bytes crossed it.
             let len = head.wire_len();
             let cur = *now.get_or_insert_with(Instant::now);
-            let until = p.devices[qp.dev].link.reserve(len, cur);
+            let until = p.devices()[qp.dev].link.reserve(len, cur);
             if let Some(h) = g.sq.front_mut() {
                 h.shaped = true;
                 if let Some(t) = until.filter(|&t| t > cur) {
@@ -142,7 +139,7 @@ pub(crate) fn complete(qp: &QpCore, g: &mut QpInner, w: &SendWqe, byte_len: u32)
 }
 
 /// Resolves (and caches) the QP this one is connected to.
-fn peer(p: &Provider, g: &mut QpInner) -> Option<Arc<QpCore>> {
+fn peer<P: Tables>(p: &P, g: &mut QpInner) -> Option<Arc<QpCore>> {
     if let Some(b) = g.peer.upgrade() {
         if b.qpn == g.attr.dest_qp_num {
             return Some(b);
@@ -155,16 +152,16 @@ fn peer(p: &Provider, g: &mut QpInner) -> Option<Arc<QpCore>> {
 }
 
 /// Executes one WQE popped from `qp`'s send queue.
-fn execute(
-    p: &'static Provider,
+fn execute<P: Tables>(
+    p: &'static P,
     qp: &Arc<QpCore>,
     g: &mut QpInner,
     mrs: &MrTable,
     w: SendWqe,
 ) -> Step {
     match w.opcode {
-        IBV_WR_BIND_MW => return bind(p.engine.transport(), qp, g, mrs, &w),
-        IBV_WR_LOCAL_INV => return local_invalidate(p.engine.transport(), qp, g, mrs, &w),
+        IBV_WR_BIND_MW => return bind(p.engine().transport(), qp, g, mrs, &w),
+        IBV_WR_LOCAL_INV => return local_invalidate(p.engine().transport(), qp, g, mrs, &w),
         _ => {}
     }
     // Local buffers first: a bad lkey never leaves the requester.
@@ -209,8 +206,8 @@ fn execute(
     if let Some(d) = w.ud {
         return datagram(p, qp, g, mrs, w, local, len, d);
     }
-    let local_up = p.devices[qp.dev].is_up();
-    let Some(b) = peer(p, g).filter(|b| local_up && p.devices[b.dev].is_up()) else {
+    let local_up = p.devices()[qp.dev].is_up();
+    let Some(b) = peer(p, g).filter(|b| local_up && p.devices()[b.dev].is_up()) else {
         // Not in this process: another process's QP, or nothing answers (the
         // transport retries run out).
         return super::remote::send(p, qp, g, w, local, len);
@@ -326,8 +323,8 @@ fn local_invalidate(
 /// shared namespace; to nobody, the datagram is lost. Unacknowledged: the send
 /// completes successfully whatever the receiver made of it.
 #[allow(clippy::too_many_arguments)]
-fn datagram(
-    p: &'static Provider,
+fn datagram<P: Tables>(
+    p: &'static P,
     qp: &Arc<QpCore>,
     g: &mut QpInner,
     mrs: &MrTable,
@@ -338,7 +335,7 @@ fn datagram(
 ) -> Step {
     // A datagram is one packet: at most the port's active MTU (a RoCE port's follows its
     // interface).
-    if len > UD_MTU.min(128 << p.devices[qp.dev].active_mtu()) {
+    if len > UD_MTU.min(128 << p.devices()[qp.dev].active_mtu()) {
         fail(qp, g, &w, IBV_WC_LOC_LEN_ERR, None);
         return Step::Failed;
     }
@@ -348,8 +345,8 @@ fn datagram(
     } else {
         d.qkey
     };
-    let up = p.devices[qp.dev].is_up();
-    let Some(dev) = d.dev.filter(|&dv| up && p.devices[dv].is_up()) else {
+    let up = p.devices()[qp.dev].is_up();
+    let Some(dev) = d.dev.filter(|&dv| up && p.devices()[dv].is_up()) else {
         return complete(qp, g, &w, 0);
     };
     let Some(b) = p.find_qp(dev, d.qpn) else {

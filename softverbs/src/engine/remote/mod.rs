@@ -9,16 +9,15 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::provider::Provider;
-use crate::qp::SendWqe;
+use super::Tables;
 use crate::shared::inbox::{Inbox, Kind, Record, PAYLOAD};
 use crate::shared::{Ack, Owner, Peer, Shared};
+use crate::wqe::SendWqe;
 
 mod direct;
 mod requester;
 mod responder;
 mod xrc;
-pub(crate) mod xrc_open;
 
 use requester::on_response;
 pub(crate) use requester::{check_deadlines, send};
@@ -100,8 +99,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Handles one record of our inbox (`payload`: its payload bytes); an answer may be
 /// left in `ack` (see [`Ack`]; `Shared::flush_ack` sends it).
-pub(crate) fn handle(
-    p: &'static Provider,
+pub(crate) fn handle<P: Tables>(
+    p: &'static P,
     sh: &'static Shared,
     rec: Record,
     payload: &[u8],
@@ -112,8 +111,6 @@ pub(crate) fn handle(
         Kind::Response => on_response(p, &rec),
         Kind::XrcForward => xrc::on_forward(p, sh, &rec, payload),
         Kind::XrcResult => xrc::on_result(p, sh, &rec, ack),
-        Kind::XrcCall => xrc_open::on_call(p, sh, &rec, payload),
-        Kind::XrcReply => xrc_open::on_reply(&rec, payload),
-        Kind::XrcEvent => xrc_open::on_event(&rec),
+        Kind::XrcCall | Kind::XrcReply | Kind::XrcEvent => p.on_object_record(sh, &rec, payload),
     }
 }
