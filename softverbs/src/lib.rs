@@ -4,35 +4,57 @@
 //! against libibverbs — run on machines with no RDMA NIC and no kernel RDMA modules.
 //!
 //! # Layers
-//! Each layer imports only from the layers under it. The provider — the process's
-//! devices, object tables, engine and fault rules — is looked up once, at the top, and
-//! handed down as an argument (or kept by the object it was handed to, as the shared
-//! namespace keeps it, as an `Endpoint`, when the process joins); no module under the
-//! top layer calls `provider::get()`.
+//! Each layer imports only from its own and the layers under it, and no modules import
+//! each other in a circle (a folder's files, a parent and its children, count as one);
+//! `tests/layers.rs` checks both by reading the imports. The provider — the process's
+//! devices, object tables, engine and fault rules — is looked up once, at the top
+//! (`provider::get()`, in the ABI layer only), and handed down as an argument or kept
+//! by what it was handed to.
 //!
 //! ```text
 //!  application ──ibv_* symbols / VerbsTable──┐  ──context->ops (inline verbs)──┐
 //!                                            ▼                                 ▼
 //!  1 ABI          abi/, the API functions of this file, symbols, launch (`softverbs run`)
-//!  2 provider     provider: devices, the MR and QP tables, the engine, fault rules
-//!  3 objects      qp/ (state machine, queues, posting), cq, srq, xrc (XRC domains), mem
-//!                 (keys, checked copies), wqe (work requests as queued, the queue limits)
-//!  4 engine       engine/: run queue, reorder policy, executing WQEs, the responder,
-//!                 remote/ (a WQE to or a request from another process)
-//!  5 transports   shared/ (other processes: namespace, registry, inbox, exports,
-//!                 process-to-process copies), link (rated ports), ucx (UCP loaded at
-//!                 run time, for other machines; not yet wired into the engine)
-//!  6 base         config (environment), os (eventfd, atexit, lock, interface queries),
-//!                 netdev (a RoCE port's interface: GIDs, MTU, state), locate
+//!  2 provider     provider: the devices, the MR, QP and SRQ tables, the engine, fault
+//!                 rules; it implements what the engine and the namespace ask of it
+//!  3 objects      qp/ (the QP object: state machine, posting, its granted sizes)
+//!  4 engine       engine/: the part of a QP the engine runs (qp: queues, state,
+//!                 completions, error and flush), run queue, reorder policy, executing
+//!                 WQEs, the responder, remote/ (a WQE to or a request from another
+//!                 process); `Tables`, what it asks of the provider
+//!  5 queues       cq (completion queues, asynchronous events), srq (shared receive
+//!                 queues), xrc (XRC domains), mem (keys, checked copies), wqe (work
+//!                 requests as queued, the queue limits)
+//!  6 transports   transport (the engine's way to other processes), shared/ (namespace,
+//!                 registry, inbox, exports, process-to-process copies), device (a port:
+//!                 addresses, link state, interface), link (rated ports), ucx (UCP
+//!                 loaded at run time, for other machines; not yet wired into the engine)
+//!  7 base         config (environment), os (eventfd, atexit, lock, interface queries),
+//!                 netdev (a RoCE port's interface: GIDs, MTU, state), locate, region
+//!                 (what a registered region is)
 //!  ──────────────────────────────────────────────────────────────────────────────────
 //!                 vqp-sys: the C ABI's structs, constants, VerbsTable
 //! ```
-//! The shared namespace reaches what is above it only through the interface it is
-//! handed when the process joins (`shared::Endpoint`, which the provider implements):
-//! the records of its inbox go there, to the engine's `remote`. Where the code still
-//! differs from the picture: the engine reads the objects it runs (QPs, SRQs, the
-//! memory key table) and the provider it is handed (its device and QP tables), and
-//! `shared::exports` describes regions with `mem::MrInfo`.
+//! How the layers meet:
+//! - a QP object (`qp::Qp`) contains and owns the part the engine runs
+//!   (`engine::QpCore`); posting checks and queues on the object, then hands the core
+//!   to the engine's run queue;
+//! - the engine asks the provider for its devices, memory keys and the QPs and SRQs
+//!   named by number through a trait it defines (`engine::Tables`), over which it is
+//!   generic (no dynamic dispatch on the per-WQE path);
+//! - the engine owns its `transport::Transport`, made with it: in-process delivery is
+//!   the requester's thread running the responder itself, and everything for another
+//!   process (requests, the inbox while polling, the keys and QP states published for
+//!   one-sided requesters) goes through the namespace the transport joined;
+//! - the shared namespace reaches what is above it only through the interface it is
+//!   handed when the process joins (`shared::Endpoint`, which the provider
+//!   implements): the records of its inbox go there, to the engine's `remote`. It
+//!   keeps the namespace in a process-wide cell for one reader only, its exit handler
+//!   (an `atexit` function is handed nothing).
+//!
+//! The CQ, SRQ and key table sit under the engine because the engine writes
+//! completions into CQs, takes receives from SRQs and checks keys; their verbs
+//! (`ibv_poll_cq`, `ibv_post_srq_recv`, `ibv_reg_mr`, …) are the ABI's calls on them.
 //!
 //! The ABI types come from vqp-sys, the crate under both this provider and vqp's binding
 //! (vqp-host); the provider does not depend on the binding.

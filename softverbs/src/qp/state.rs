@@ -210,7 +210,7 @@ impl Qp {
     /// `ibv_modify_qp`: validates the transition and the mask, then applies it.
     /// `gids` is the length of the port's GID table (a source GID index must be in
     /// it); `resolve` says which device an address vector points at (the provider's
-    /// device table, which lies above the QP).
+    /// device table, which lies above the QP object).
     pub fn modify(
         &self,
         attr: &ibv_qp_attr,
