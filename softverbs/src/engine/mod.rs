@@ -20,7 +20,9 @@
 //! Order within a QP is posting order. Across QPs the [`Reorder`] policy decides.
 //!
 //! Files: this one holds the scheduler (run queue, reorder policy, execution token,
-//! background thread); `execute` runs a QP's WQEs as the requester; `respond` is the
+//! background thread) and [`Tables`], what the engine asks of the provider; `qp` the
+//! part of a QP the engine runs; `execute` runs a QP's WQEs as the requester;
+//! `complete` how a requester's WQE ends (success, error, unanswered); `respond` is the
 //! responder's side, over a [`Mover`] that moves the payload in one process or between
 //! two; [`remote`] carries a WQE to a QP of another process and runs the requests other
 //! processes send, over the shared namespace's inbox and copies (`shared`).
@@ -43,13 +45,13 @@ use crate::os::lock;
 use crate::srq::SrqCore;
 use crate::transport::Transport;
 
+mod complete;
 mod execute;
 pub(crate) mod qp;
 pub(crate) mod remote;
 mod respond;
 
 use execute::run;
-pub(crate) use execute::{complete, fail, unanswered};
 pub(crate) use qp::{QpCore, QpInner};
 pub(crate) use remote::RemoteState;
 pub(crate) use respond::{respond, MoveError, Mover, Requester, Response};

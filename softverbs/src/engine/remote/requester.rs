@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use vqp_sys::*;
 
 use super::{direct, lock, InFlight, Link, MAX_IN_FLIGHT, RESP_DROP, RESP_OK, RESP_RNR};
+use crate::engine::complete::{complete, fail, unanswered};
 use crate::engine::qp::{ack_timeout, rnr_delay, transport_timeout, wc_opcode, QpCore, QpInner};
-use crate::engine::{complete, fail, unanswered, Step, Tables};
+use crate::engine::{Step, Tables};
 use crate::mem::{self, Span};
 use crate::shared::inbox::{
     Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, GRH_SGID_SHIFT,
