@@ -15,8 +15,9 @@
 //!  application ──ibv_* symbols / VerbsTable──┐  ──context->ops (inline verbs)──┐
 //!                                            ▼                                 ▼
 //!  1 ABI          abi/, the API functions of this file, symbols, launch (`softverbs run`)
-//!  2 provider     provider: the devices, the MR, QP and SRQ tables, the engine, fault
-//!                 rules; it implements what the engine and the namespace ask of it
+//!  2 provider     provider/: the devices, the MR, QP and SRQ tables, the engine, fault
+//!                 rules; it implements what the engine and the namespace ask of it;
+//!                 xrc_open (verbs on an XRC receive QP that another process opened)
 //!  3 objects      qp/ (the QP object: state machine, posting, its granted sizes)
 //!  4 engine       engine/: the part of a QP the engine runs (qp: queues, state,
 //!                 completions, error and flush), run queue, reorder policy, executing
@@ -41,7 +42,9 @@
 //!   to the engine's run queue;
 //! - the engine asks the provider for its devices, memory keys and the QPs and SRQs
 //!   named by number through a trait it defines (`engine::Tables`), over which it is
-//!   generic (no dynamic dispatch on the per-WQE path);
+//!   generic (no dynamic dispatch on the per-WQE path); the records of the inbox
+//!   that run object verbs rather than move data (calls on an XRC receive QP that
+//!   another process opened) go back up through it too (`Tables::on_object_record`);
 //! - the engine owns its `transport::Transport`, made with it: in-process delivery is
 //!   the requester's thread running the responder itself, and everything for another
 //!   process (requests, the inbox while polling, the keys and QP states published for
