@@ -21,7 +21,8 @@
 //!
 //! Files: this one holds the scheduler (run queue, reorder policy, execution token,
 //! background thread) and [`Tables`], what the engine asks of the provider; `qp` the
-//! part of a QP the engine runs; `execute` runs a QP's WQEs as the requester;
+//! part of a QP the engine runs (with `qp::remote_state`, what it holds of another
+//! process); `execute` runs a QP's WQEs as the requester;
 //! `complete` how a requester's WQE ends (success, error, unanswered); `respond` is the
 //! responder's side, over a [`Mover`] that moves the payload in one process or between
 //! two; [`remote`] carries a WQE to a QP of another process and runs the requests other
@@ -53,7 +54,6 @@ mod respond;
 
 use execute::run;
 pub(crate) use qp::{QpCore, QpInner};
-pub(crate) use remote::RemoteState;
 pub(crate) use respond::{respond, MoveError, Mover, Requester, Response};
 
 /// What the engine asks of the provider that holds it: the devices, the memory key

@@ -17,6 +17,10 @@ use crate::transport::Transport;
 
 use crate::wqe::{RecvWqe, SendWqe};
 
+pub(crate) mod remote_state;
+
+use remote_state::RemoteState;
+
 /// Mutable QP state, under the QP's lock.
 pub(crate) struct QpInner {
     /// `IBV_QPS_*`.
@@ -39,7 +43,7 @@ pub(crate) struct QpInner {
     /// The connected peer, cached after the first resolution.
     pub peer: Weak<QpCore>,
     /// Requests in flight to, and sequence state from, a QP of another process.
-    pub remote: crate::engine::RemoteState,
+    pub remote: RemoteState,
     /// The send queue takes work requests: the QP reached RTS since it was last
     /// RESET (mlx5's `sq.qp_state_max_gs`, see `post`).
     pub sq_open: bool,
