@@ -42,7 +42,10 @@ pub(crate) fn unanswered(qp: &QpCore, g: &mut QpInner, w: SendWqe) -> Step {
 }
 
 /// Completes `w` successfully (a completion if it is signaled, else a slot held until
-/// the next one); the QP fails when its CQ overflows.
+/// the next one); the QP fails when its CQ overflows. Every successful WQE ends here:
+/// inlined into the execution loop, as when it lived beside it (callgrind: about 8
+/// instructions a WQE more without).
+#[inline]
 pub(crate) fn complete(qp: &QpCore, g: &mut QpInner, w: &SendWqe, byte_len: u32) -> Step {
     g.rnr_tries = 0;
     g.retries = 0;
