@@ -222,7 +222,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // Type 2 windows bound through it grant nothing any more.
     let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
     for k in mrs.unbind_windows_of_qp(q.get().core.dev, q.get().core.qpn) {
-        provider::get().transport().revoke_mr(k);
+        p.transport().revoke_mr(k);
     }
     drop(mrs);
     q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
