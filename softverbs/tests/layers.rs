@@ -214,6 +214,20 @@ fn every_module_imports_only_its_layer_and_those_under_it() {
 }
 
 #[test]
+fn every_module_has_a_layer() {
+    let c = read_crate();
+    let unplaced: Vec<&String> = c
+        .edges
+        .keys()
+        .filter(|m| !LAYERS.iter().any(|(_, mods)| mods.contains(&m.as_str())))
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "modules with no layer in LAYERS (place them, and in the picture of src/lib.rs): {unplaced:?}"
+    );
+}
+
+#[test]
 fn no_module_is_in_an_import_circle() {
     let c = read_crate();
     // Depth-first search for a back edge.
