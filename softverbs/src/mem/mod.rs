@@ -17,17 +17,18 @@
 //! references, so no Rust aliasing rule is broken on our side.
 //!
 //! Files: this one holds why a key check fails ([`KeyError`]) (what a region is,
-//! [`MrInfo`], is `crate::region`, below the shared namespace that exports it); `table` the key table and its checks; `window` memory windows (their
-//! slots in the table, binding and invalidation); `copy` the checked [`Span`]s and
-//! everything that moves bytes through them (copies, atomics, on-demand guards).
+//! [`MrInfo`], is `crate::region`, below the shared namespace that exports it);
+//! `table` the key table and its checks, with its child `table::window`, memory
+//! windows (their slots in the table, binding and invalidation); `copy` the checked
+//! [`Span`]s and everything that moves bytes through them (copies, atomics, on-demand
+//! guards).
 
 mod copy;
 mod table;
-mod window;
 
 pub(crate) use copy::*;
+pub(crate) use table::BindRequest;
 pub(crate) use table::MrTable;
-pub(crate) use window::BindRequest;
 
 pub(crate) use crate::region::MrInfo;
 
