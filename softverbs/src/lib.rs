@@ -4,35 +4,60 @@
 //! against libibverbs — run on machines with no RDMA NIC and no kernel RDMA modules.
 //!
 //! # Layers
-//! Each layer imports only from the layers under it. The provider — the process's
-//! devices, object tables, engine and fault rules — is looked up once, at the top, and
-//! handed down as an argument (or kept by the object it was handed to, as the shared
-//! namespace keeps it, as an `Endpoint`, when the process joins); no module under the
-//! top layer calls `provider::get()`.
+//! Each layer imports only from its own and the layers under it, and no modules import
+//! each other in a circle (a folder's files, a parent and its children, count as one);
+//! `tests/layers.rs` checks both by reading the imports. The provider — the process's
+//! devices, object tables, engine and fault rules — is looked up once, at the top
+//! (`provider::get()`, in the ABI layer only), and handed down as an argument or kept
+//! by what it was handed to.
 //!
 //! ```text
 //!  application ──ibv_* symbols / VerbsTable──┐  ──context->ops (inline verbs)──┐
 //!                                            ▼                                 ▼
 //!  1 ABI          abi/, the API functions of this file, symbols, launch (`softverbs run`)
-//!  2 provider     provider: devices, the MR and QP tables, the engine, fault rules
-//!  3 objects      qp/ (state machine, queues, posting), cq, srq, xrc (XRC domains), mem
-//!                 (keys, checked copies), wqe (work requests as queued, the queue limits)
-//!  4 engine       engine/: run queue, reorder policy, executing WQEs, the responder,
-//!                 remote/ (a WQE to or a request from another process)
-//!  5 transports   shared/ (other processes: namespace, registry, inbox, exports,
-//!                 process-to-process copies), link (rated ports), ucx (UCP loaded at
-//!                 run time, for other machines; not yet wired into the engine)
-//!  6 base         config (environment), os (eventfd, atexit, lock, interface queries),
-//!                 netdev (a RoCE port's interface: GIDs, MTU, state), locate
+//!  2 provider     provider/: the devices, the MR, QP and SRQ tables, the engine, fault
+//!                 rules; it implements what the engine and the namespace ask of it;
+//!                 xrc_open (verbs on an XRC receive QP that another process opened)
+//!  3 objects      qp/ (the QP object: state machine, posting, its granted sizes)
+//!  4 engine       engine/: the part of a QP the engine runs (qp: queues, state,
+//!                 completions, error and flush), run queue, reorder policy, executing
+//!                 WQEs, the responder, remote/ (a WQE to or a request from another
+//!                 process); `Tables`, what it asks of the provider
+//!  5 queues       cq (completion queues, asynchronous events), srq (shared receive
+//!                 queues), xrc (XRC domains), mem (keys, checked copies), wqe (work
+//!                 requests as queued, the queue limits)
+//!  6 transports   transport (the engine's way to other processes), shared/ (namespace,
+//!                 registry, inbox, exports, process-to-process copies), device (a port:
+//!                 addresses, link state, interface), link (rated ports), ucx (UCP
+//!                 loaded at run time, for other machines; not yet wired into the engine)
+//!  7 base         config (environment), os (eventfd, atexit, lock, interface queries),
+//!                 netdev (a RoCE port's interface: GIDs, MTU, state), locate, region
+//!                 (what a registered region is)
 //!  ──────────────────────────────────────────────────────────────────────────────────
 //!                 vqp-sys: the C ABI's structs, constants, VerbsTable
 //! ```
-//! The shared namespace reaches what is above it only through the interface it is
-//! handed when the process joins (`shared::Endpoint`, which the provider implements):
-//! the records of its inbox go there, to the engine's `remote`. Where the code still
-//! differs from the picture: the engine reads the objects it runs (QPs, SRQs, the
-//! memory key table) and the provider it is handed (its device and QP tables), and
-//! `shared::exports` describes regions with `mem::MrInfo`.
+//! How the layers meet:
+//! - a QP object (`qp::Qp`) contains and owns the part the engine runs
+//!   (`engine::QpCore`); posting checks and queues on the object, then hands the core
+//!   to the engine's run queue;
+//! - the engine asks the provider for its devices, memory keys and the QPs and SRQs
+//!   named by number through a trait it defines (`engine::Tables`), over which it is
+//!   generic (no dynamic dispatch on the per-WQE path); the records of the inbox
+//!   that run object verbs rather than move data (calls on an XRC receive QP that
+//!   another process opened) go back up through it too (`Tables::on_object_record`);
+//! - the engine owns its `transport::Transport`, made with it: in-process delivery is
+//!   the requester's thread running the responder itself, and everything for another
+//!   process (requests, the inbox while polling, the keys and QP states published for
+//!   one-sided requesters) goes through the namespace the transport joined;
+//! - the shared namespace reaches what is above it only through the interface it is
+//!   handed when the process joins (`shared::Endpoint`, which the provider
+//!   implements): the records of its inbox go there, to the engine's `remote`. It
+//!   keeps the namespace in a process-wide cell for one reader only, its exit handler
+//!   (an `atexit` function is handed nothing).
+//!
+//! The CQ, SRQ and key table sit under the engine because the engine writes
+//! completions into CQs, takes receives from SRQs and checks keys; their verbs
+//! (`ibv_poll_cq`, `ibv_post_srq_recv`, `ibv_reg_mr`, …) are the ABI's calls on them.
 //!
 //! The ABI types come from vqp-sys, the crate under both this provider and vqp's binding
 //! (vqp-host); the provider does not depend on the binding.
@@ -271,6 +296,7 @@
 mod abi;
 mod config;
 mod cq;
+mod device;
 mod engine;
 pub mod launch;
 mod link;
@@ -282,9 +308,11 @@ mod netdev;
 mod os;
 mod provider;
 mod qp;
+mod region;
 mod shared;
 mod srq;
 pub mod symbols;
+mod transport;
 pub mod ucx;
 mod wqe;
 mod xrc;
@@ -308,7 +336,8 @@ pub use shared::ENV_DIR;
 /// live process does (a dead owner's number is reclaimed on the way). For diagnostics
 /// and tests: which process a peer QP number resolves to.
 pub fn qp_owner_pid(device: usize, qpn: u32) -> Option<u32> {
-    shared::qp_owner_pid(provider::get(), device, qpn)
+    let p = provider::get();
+    p.transport().qp_owner_pid(p, device, qpn)
 }
 
 /// Reserves QP numbers for this process until at most `leave_free` of the machine-wide
@@ -316,7 +345,8 @@ pub fn qp_owner_pid(device: usize, qpn: u32) -> Option<u32> {
 /// tests of a full table; `None` when the namespace cannot be used.
 #[doc(hidden)]
 pub fn hold_qp_numbers(leave_free: usize) -> Option<usize> {
-    shared::hold_qp_numbers(provider::get(), leave_free)
+    let p = provider::get();
+    p.transport().hold_qp_numbers(p, leave_free)
 }
 
 /// A configuration call that could not be applied.
@@ -469,7 +499,7 @@ pub fn set_link(index: usize, up: bool) -> Result<(), ConfigError> {
     let was = dev.is_up();
     dev.link_up.store(up, Ordering::Release);
     let now = dev.is_up();
-    crate::shared::export_links();
+    p.transport().export_links();
     if was != now {
         let kind = if now {
             cq::event::PORT_ACTIVE
@@ -496,7 +526,7 @@ pub fn fail_device(index: usize) -> Result<(), ConfigError> {
         .get(index)
         .ok_or(ConfigError::NoSuchDevice(index))?;
     dev.link_up.store(false, Ordering::Release);
-    crate::shared::export_links();
+    p.transport().export_links();
     for q in p.all_qps().into_iter().filter(|q| q.dev == index) {
         let mut g = q.lock();
         q.to_error(&mut g, None);

@@ -128,12 +128,17 @@ impl TgtHandles {
     }
 
     /// Drops our handle `handle`: one of ours that remains, and whether any handle
-    /// remains (handles of processes that died are forgotten).
-    pub fn remove(&self, handle: usize) -> (Option<usize>, bool) {
+    /// remains (handles of processes that died are forgotten; `ns`: the namespace
+    /// this process joined, which tells).
+    pub fn remove(
+        &self,
+        handle: usize,
+        ns: Option<&crate::shared::Shared>,
+    ) -> (Option<usize>, bool) {
         let mut l = crate::os::lock(&self.local);
         l.retain(|(_, h)| *h != handle);
         let mut r = crate::os::lock(&self.remote);
-        if let Some(sh) = crate::shared::current() {
+        if let Some(sh) = ns {
             r.retain(|(o, _)| sh.is_alive(*o));
         }
         (l.first().map(|(_, h)| *h), !l.is_empty() || !r.is_empty())
@@ -149,15 +154,16 @@ impl TgtHandles {
         self.owner.get().copied()
     }
 
-    /// Raises `kind` on every handle (another process's through its inbox); false when
-    /// there are none (not an XRC receive QP: the caller raises it on its one handle).
-    pub fn raise(&self, kind: u32) -> bool {
+    /// Raises `kind` on every handle (another process's through its inbox, in `ns`,
+    /// the namespace this process joined); false when there are none (not an XRC
+    /// receive QP: the caller raises it on its one handle).
+    pub fn raise(&self, kind: u32, ns: Option<&crate::shared::Shared>) -> bool {
         let l = crate::os::lock(&self.local);
         for (ctx, h) in l.iter() {
             ctx.raise(kind, *h);
         }
         let r = crate::os::lock(&self.remote);
-        if let Some(sh) = crate::shared::current().filter(|_| !r.is_empty()) {
+        if let Some(sh) = ns.filter(|_| !r.is_empty()) {
             for &(o, h) in r.iter() {
                 if let Some(inbox) = sh.peer_inbox(o) {
                     let mut rec =

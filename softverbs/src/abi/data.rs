@@ -17,7 +17,7 @@ use crate::qp::{sge_count, Datagram, RecvWqe, SendWqe, Sges};
 /// refuses it), reading the application's structs as it goes.
 struct SendChain<'q> {
     cur: *mut ibv_send_wr,
-    qp: &'q crate::qp::QpCore,
+    qp: &'q crate::qp::Qp,
 }
 
 impl Iterator for SendChain<'_> {
@@ -245,10 +245,10 @@ unsafe fn answer<T>(
 
 /// `ops.post_send`: queues the chain; on failure `*bad_wr` is the first request not
 /// posted (those before it were), and the return value an errno, as mlx5 answers (see
-/// `QpCore::check_send`): `EINVAL` (bad opcode, inline on a READ or atomic, an atomic
+/// `Qp::check_send`): `EINVAL` (bad opcode, inline on a READ or atomic, an atomic
 /// without one SGE), `ENOMEM` (send queue full, more SGEs than `max_send_sge`, inline
 /// data over `max_inline_data`, a QP that has not reached RTS: see
-/// `QpCore::post_send`). A negative `num_sge` is taken
+/// `Qp::post_send`). A negative `num_sge` is taken
 /// as no SGEs (see `sge_count`).
 ///
 /// # Safety
@@ -269,7 +269,7 @@ pub(super) unsafe extern "C" fn post_send(
     };
     let (posted, queued, result) = q.core.post_send(&mut chain);
     let p = provider::get();
-    p.engine.enqueue(p, &q.core, queued);
+    p.engine.enqueue(p, q.core.core(), queued);
     // SAFETY: `wr` is the valid chain and `bad_wr` null or writable (contract).
     unsafe { answer(result, wr, posted, bad_wr, |w| w.next) }
 }

@@ -76,7 +76,7 @@ pub(super) unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
     if let Ok(Some(key)) = mrs.free_window(m.get().handle) {
         // Under the table's lock, as `ibv_dereg_mr`: the slot is not reused before
         // other processes let go.
-        crate::shared::revoke_mr(key);
+        provider::get().transport().revoke_mr(key);
     }
     drop(mrs);
     m.get().pd.users.fetch_sub(1, Ordering::AcqRel);

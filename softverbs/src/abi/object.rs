@@ -37,7 +37,7 @@ use vqp_sys::*;
 
 use crate::cq::{ChannelCore, CqCore, CtxCore};
 use crate::os::lock;
-use crate::qp::QpCore;
+use crate::qp::Qp;
 
 /// A protection domain's shared part: its id, device and users.
 pub(crate) struct PdCore {
@@ -156,7 +156,7 @@ pub(crate) struct MwObj {
 #[repr(C)]
 pub(crate) struct QpObj {
     pub(super) ibv: UnsafeCell<ibv_qp_ex>,
-    pub(super) core: Arc<QpCore>,
+    pub(super) core: Arc<Qp>,
     pub(super) pd: Arc<PdCore>,
     /// `IBV_QP_EX_WITH_*` the QP was created with (`ibv_create_qp_ex`); non-zero makes
     /// it an extended QP (`ibv_qp_to_qp_ex`).

@@ -136,7 +136,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
         set_errno(libc::ENOMEM);
         return core::ptr::null_mut();
     };
-    crate::shared::export_mr(key, &info);
+    provider::get().transport().export_mr(key, &info);
     p.core.users.fetch_add(1, Ordering::AcqRel);
     publish(MrObj {
         ibv: ibv_mr {
@@ -210,9 +210,9 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     // Under the table's lock, so the slot is not reused before other processes let go.
     // Windows bound in the region go with it (a NIC fails accesses through them).
     for k in mrs.unbind_windows_of(m.get().ibv.lkey) {
-        crate::shared::revoke_mr(k);
+        provider::get().transport().revoke_mr(k);
     }
-    crate::shared::revoke_mr(m.get().ibv.lkey);
+    provider::get().transport().revoke_mr(m.get().ibv.lkey);
     mrs.deregister(m.get().ibv.lkey);
     drop(mrs);
     m.get().pd.users.fetch_sub(1, Ordering::AcqRel);

@@ -12,7 +12,7 @@ use super::object::{live, publish, retire, CqObj, PdObj, QpObj};
 use super::set_errno;
 use super::srq::srq_core;
 use crate::provider;
-use crate::qp::{QpCore, MAX_INLINE};
+use crate::qp::{Qp, QpCore, MAX_INLINE};
 
 /// `ibv_create_qp`: RC, UC and UD (`EOPNOTSUPP` for other types, `EINVAL` for sizes beyond
 /// the device's limits, or an SRQ of another device). A QP given an SRQ takes its
@@ -80,7 +80,7 @@ pub(super) unsafe fn create(
         return core::ptr::null_mut();
     }
     let srq = srq.flatten();
-    let mut cap = match QpCore::grant(&init.cap) {
+    let mut cap = match Qp::grant(&init.cap) {
         Ok(c) => c,
         Err(e) => {
             set_errno(e);
@@ -102,7 +102,8 @@ pub(super) unsafe fn create(
             return core::ptr::null_mut();
         }
     };
-    let core = Arc::new(QpCore::new(
+    let running = QpCore::new(
+        prov.transport(),
         qpn,
         init.qp_type,
         nth,
@@ -111,10 +112,9 @@ pub(super) unsafe fn create(
         Arc::clone(&scq.core.ctx),
         Arc::clone(&scq.core),
         Arc::clone(&rcq.core),
-        init.sq_sig_all != 0,
-        cap,
         srq,
-    ));
+    );
+    let core = Arc::new(Qp::new(running, init.sq_sig_all != 0, cap));
     register(prov, &core);
     p.core.users.fetch_add(1, Ordering::AcqRel);
     let base = ibv_qp {
@@ -151,7 +151,7 @@ pub(super) unsafe fn create(
 }
 
 /// Applies the fault rules that name a new QP and makes it findable by its number.
-pub(super) fn register(prov: &crate::provider::Provider, core: &Arc<QpCore>) {
+pub(super) fn register(prov: &crate::provider::Provider, core: &Arc<Qp>) {
     let faults = crate::os::lock(&prov.faults);
     if let Some(n) = faults.fail_after(core.qpn, core.nth) {
         core.fail_after.store(n, Ordering::Relaxed);
@@ -203,7 +203,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             q.free();
             return 0;
         }
-        let (other, held) = core.tgt_handles.remove(qp as usize);
+        let ns = provider::get().transport().namespace();
+        let (other, held) = core.tgt_handles.remove(qp as usize, ns);
         if held {
             core.handle.store(other.unwrap_or(0), Ordering::Relaxed);
             q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
@@ -214,14 +215,14 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     let p = provider::get();
     if q.get().core.qp_type == IBV_QPT_XRC_RECV {
         // No other process holds it any more (those that did have died).
-        crate::engine::remote::xrc_open::release(q.get().core.dev, q.get().core.qpn);
+        crate::provider::xrc_open::release(q.get().core.dev, q.get().core.qpn);
     }
     p.unregister_qp(q.get().core.qpn);
     q.get().core.destroy();
     // Type 2 windows bound through it grant nothing any more.
     let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
     for k in mrs.unbind_windows_of_qp(q.get().core.dev, q.get().core.qpn) {
-        crate::shared::revoke_mr(k);
+        p.transport().revoke_mr(k);
     }
     drop(mrs);
     q.get().pd.users.fetch_sub(1, Ordering::AcqRel);

@@ -326,7 +326,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     match q.core.post_send_all(wqes) {
         Ok(queued) => {
             let p = provider::get();
-            p.engine.enqueue(p, &q.core, queued);
+            p.engine.enqueue(p, q.core.core(), queued);
             0
         }
         Err(e) => e,

@@ -137,13 +137,13 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     // Windows bound in the old region grant nothing any more, and other processes let
     // go of the old region before it changes (see `ibv_dereg_mr`).
     for k in mrs.unbind_windows_of(m.ibv.lkey) {
-        crate::shared::revoke_mr(k);
+        p.transport().revoke_mr(k);
     }
-    crate::shared::revoke_mr(m.ibv.lkey);
+    p.transport().revoke_mr(m.ibv.lkey);
     if !mrs.update(m.ibv.lkey, info) {
         return refuse(libc::EINVAL);
     }
-    crate::shared::export_mr(m.ibv.lkey, &info);
+    p.transport().export_mr(m.ibv.lkey, &info);
     drop(mrs);
     if let Some(core) = new_pd {
         core.users.fetch_add(1, Ordering::AcqRel);

@@ -14,7 +14,8 @@ use std::io::Read as _;
 use std::sync::OnceLock;
 
 use super::set_errno;
-use crate::provider::{self, Device};
+use crate::device::Device;
+use crate::provider;
 
 /// The `ibdev_path` of device `index`, as `ibv_device` carries it.
 pub(crate) fn ibdev_path(name: &str) -> String {

@@ -15,7 +15,7 @@ use super::device::ctx;
 use super::object::{live, publish, retire, CqObj, PdCore, PdObj, QpObj, SrqObj, XrcdObj};
 use super::set_errno;
 use crate::provider;
-use crate::qp::QpCore;
+use crate::qp::{Qp, QpCore};
 use crate::srq::{SrqCore, XrcSrq};
 use crate::xrc::XrcdCore;
 
@@ -242,7 +242,8 @@ pub(super) unsafe fn create_recv_qp(
     // Its completions go to the SRQs' CQs; this one (never handed out) receives none.
     let none = Arc::new(crate::cq::CqCore::new(1, dev, Arc::clone(&c.core), None, 0));
     let cap = ibv_qp_cap::default();
-    let core = QpCore::new(
+    let running = QpCore::new(
+        prov.transport(),
         qpn,
         IBV_QPT_XRC_RECV,
         nth,
@@ -251,12 +252,10 @@ pub(super) unsafe fn create_recv_qp(
         Arc::clone(&c.core),
         Arc::clone(&none),
         none,
-        false,
-        cap,
         None,
     )
     .in_xrcd(Arc::clone(&x.core));
-    let core = Arc::new(core);
+    let core = Arc::new(Qp::new(running, false, cap));
     super::qp::register(prov, &core);
     a.cap = cap;
     publish_qp(context, &c.core, &core, a.qp_context, false)
@@ -268,7 +267,7 @@ pub(super) unsafe fn create_recv_qp(
 fn publish_qp(
     context: *mut ibv_context,
     ctx: &Arc<crate::cq::CtxCore>,
-    core: &Arc<QpCore>,
+    core: &Arc<Qp>,
     qp_context: *mut core::ffi::c_void,
     opened: bool,
 ) -> *mut ibv_qp {
@@ -342,7 +341,7 @@ pub(super) unsafe extern "C" fn open_qp(
     } else {
         core::ptr::null_mut()
     };
-    let Some(q) = prov.find_qp(c.core.dev, a.qp_num) else {
+    let Some(q) = prov.find_qp_object(c.core.dev, a.qp_num) else {
         return open_remote(context, c, x, a.qp_num, qp_context);
     };
     let same_domain = q.xrcd.as_ref().is_some_and(|d| d.id == x.core.id);
@@ -356,7 +355,7 @@ pub(super) unsafe extern "C" fn open_qp(
 /// `ibv_open_qp` of XRC receive QP `qpn` that another live process of the namespace
 /// owns: that process checks it (an XRC receive QP of the domain `x` names) and holds
 /// it for our handle, a stand-in QP whose modify, query and destroy are calls to it
-/// (`engine::remote::xrc_open`). `EINVAL` when no process owns such a QP.
+/// (`provider::xrc_open`). `EINVAL` when no process owns such a QP.
 fn open_remote(
     context: *mut ibv_context,
     c: &super::object::CtxObj,
@@ -366,7 +365,7 @@ fn open_remote(
 ) -> *mut ibv_qp {
     let prov = provider::get();
     let dev = c.core.dev;
-    let Some(owner) = crate::shared::qp_owner(prov, dev, qpn) else {
+    let Some(owner) = prov.transport().qp_owner(prov, dev, qpn) else {
         return fail(libc::EINVAL);
     };
     if x.core.id >> 63 != 0 {
@@ -375,6 +374,7 @@ fn open_remote(
     }
     let none = Arc::new(crate::cq::CqCore::new(1, dev, Arc::clone(&c.core), None, 0));
     let core = QpCore::new(
+        prov.transport(),
         qpn,
         IBV_QPT_XRC_RECV,
         0,
@@ -383,20 +383,18 @@ fn open_remote(
         Arc::clone(&c.core),
         Arc::clone(&none),
         none,
-        false,
-        ibv_qp_cap::default(),
         None,
     )
     .in_xrcd(Arc::clone(&x.core));
     core.tgt_handles.set_owner(owner);
-    let core = Arc::new(core);
+    let core = Arc::new(Qp::new(core, false, ibv_qp_cap::default()));
     // The handle's address is its identity at the owner: published first, then
     // announced (and withdrawn if the owner refuses).
     let ptr = publish_qp(context, &c.core, &core, qp_context, true);
     if ptr.is_null() {
         return ptr;
     }
-    use crate::engine::remote::xrc_open::{call, track, OP_OPEN};
+    use crate::provider::xrc_open::{call, track, OP_OPEN};
     track(ptr as u64, Some(Arc::clone(&c.core)));
     match call(
         prov,
@@ -426,7 +424,7 @@ fn open_remote(
 /// `ibv_destroy_qp` of our handle `handle` on another process's QP (stand-in `core`):
 /// that process drops our hold.
 pub(super) fn close_remote(owner: crate::shared::Owner, core: &QpCore, handle: u64) {
-    use crate::engine::remote::xrc_open::{call, track, OP_CLOSE};
+    use crate::provider::xrc_open::{call, track, OP_CLOSE};
     let _ = call(
         provider::get(),
         owner,
@@ -450,7 +448,7 @@ pub(super) fn modify_remote(
     a: &ibv_qp_attr,
     mask: u32,
 ) -> Result<(), c_int> {
-    use crate::engine::remote::xrc_open::{call, encode_attr, OP_MODIFY};
+    use crate::provider::xrc_open::{call, encode_attr, OP_MODIFY};
     let attr = encode_attr(a);
     call(p, owner, core.dev, core.qpn, OP_MODIFY, 0, 0, mask, &attr).map(drop)
 }
@@ -461,7 +459,7 @@ pub(super) fn query_remote(
     owner: crate::shared::Owner,
     core: &QpCore,
 ) -> Result<ibv_qp_attr, c_int> {
-    use crate::engine::remote::xrc_open::{call, decode_attr, OP_QUERY};
+    use crate::provider::xrc_open::{call, decode_attr, OP_QUERY};
     let got = call(p, owner, core.dev, core.qpn, OP_QUERY, 0, 0, 0, &[])?;
     decode_attr(&got).ok_or(libc::EPROTO)
 }

@@ -7,19 +7,18 @@ use std::time::Instant;
 
 use vqp_sys::*;
 
+use super::complete::{complete, fail, unanswered};
 use super::respond::{respond, LocalMover, Requester, Response};
-use super::Step;
+use super::{Step, Tables};
+use crate::engine::qp::{rnr_delay, QpCore, QpInner, QP_FATAL};
 use crate::mem::{self, MrTable, Span};
-use crate::provider::Provider;
-use crate::qp::{
-    ack_timeout, rnr_delay, wc_opcode, Datagram, QpCore, QpInner, SendWqe, MAX_MSG, MAX_SGE,
-    QP_FATAL, UD_MTU,
-};
+use crate::transport::Transport;
+use crate::wqe::{Datagram, SendWqe, MAX_MSG, MAX_SGE, UD_MTU};
 
 /// Executes up to `n` WQEs from the head of `qp`'s send queue. Returns how many ran
 /// and, when the QP stalled (RNR back-off, delay), the instant it may continue.
-pub(super) fn run(
-    p: &'static Provider,
+pub(super) fn run<P: Tables>(
+    p: &'static P,
     qp: &Arc<QpCore>,
     n: u32,
     now: &mut Option<Instant>,
@@ -36,7 +35,7 @@ pub(super) fn run(
         }
         g.not_before = None;
     }
-    let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
+    let mrs = p.mrs().read().unwrap_or_else(|e| e.into_inner());
     let mut done = 0;
     while done < n {
         let Some(head) = g.sq.front() else {
@@ -48,11 +47,11 @@ pub(super) fn run(
                 return (done, Some(t));
             }
         }
-        if !head.shaped && p.devices[qp.dev].link.rate() != 0 {
+        if !head.shaped && p.devices()[qp.dev].link.rate() != 0 {
             // A rated link: the WQE executes (and completes) once its bytes crossed it.
             let len = head.wire_len();
             let cur = *now.get_or_insert_with(Instant::now);
-            let until = p.devices[qp.dev].link.reserve(len, cur);
+            let until = p.devices()[qp.dev].link.reserve(len, cur);
             if let Some(h) = g.sq.front_mut() {
                 h.shaped = true;
                 if let Some(t) = until.filter(|&t| t > cur) {
@@ -90,58 +89,8 @@ pub(super) fn run(
     (done, None)
 }
 
-/// Completes `w` in error and moves the requester to the error state.
-pub(crate) fn fail(qp: &QpCore, g: &mut QpInner, w: &SendWqe, status: u32, event: Option<u32>) {
-    let release = qp.release(&mut g.unsignaled);
-    qp.send_cq.push(
-        qp.wc(w.wr_id, status, wc_opcode(w.opcode), 0),
-        false,
-        release,
-    );
-    qp.to_error(g, event);
-}
-
-/// A request nobody took (its responder QP does not exist or is not connected to
-/// this one): the packet is lost, as on the wire, where an InfiniBand responder
-/// silently drops a packet for a QP that cannot take it. The requester retransmits
-/// after its local ACK timeout, `retry_cnt` times, and only then completes the WQE
-/// with `IBV_WC_RETRY_EXC_ERR` (the QP's `timeout` and `retry_cnt` attributes, as
-/// `ibv_modify_qp(3)` describes them). A responder that becomes ready within that
-/// time takes the retransmission. Unreliable (UC) requests wait for no answer: sent
-/// into the void, they complete.
-pub(crate) fn unanswered(qp: &QpCore, g: &mut QpInner, w: SendWqe) -> Step {
-    if qp.unreliable() {
-        return complete(qp, g, &w, 0);
-    }
-    if g.retries >= g.attr.retry_cnt.min(7) {
-        fail(qp, g, &w, IBV_WC_RETRY_EXC_ERR, None);
-        return Step::Failed;
-    }
-    g.retries += 1;
-    g.sq.push_front(w);
-    Step::Rnr(ack_timeout(&g.attr))
-}
-
-/// Completes `w` successfully (a completion if it is signaled, else a slot held until
-/// the next one); the QP fails when its CQ overflows.
-pub(crate) fn complete(qp: &QpCore, g: &mut QpInner, w: &SendWqe, byte_len: u32) -> Step {
-    g.rnr_tries = 0;
-    g.retries = 0;
-    if w.signaled {
-        let wc = qp.wc(w.wr_id, IBV_WC_SUCCESS, wc_opcode(w.opcode), byte_len);
-        let release = qp.release(&mut g.unsignaled);
-        if !qp.send_cq.push(wc, false, release) {
-            qp.to_error(g, None);
-            return Step::Failed;
-        }
-    } else {
-        g.unsignaled += 1;
-    }
-    Step::Done
-}
-
 /// Resolves (and caches) the QP this one is connected to.
-fn peer(p: &Provider, g: &mut QpInner) -> Option<Arc<QpCore>> {
+fn peer<P: Tables>(p: &P, g: &mut QpInner) -> Option<Arc<QpCore>> {
     if let Some(b) = g.peer.upgrade() {
         if b.qpn == g.attr.dest_qp_num {
             return Some(b);
@@ -154,16 +103,16 @@ fn peer(p: &Provider, g: &mut QpInner) -> Option<Arc<QpCore>> {
 }
 
 /// Executes one WQE popped from `qp`'s send queue.
-fn execute(
-    p: &'static Provider,
+fn execute<P: Tables>(
+    p: &'static P,
     qp: &Arc<QpCore>,
     g: &mut QpInner,
     mrs: &MrTable,
     w: SendWqe,
 ) -> Step {
     match w.opcode {
-        IBV_WR_BIND_MW => return bind(qp, g, mrs, &w),
-        IBV_WR_LOCAL_INV => return local_invalidate(qp, g, mrs, &w),
+        IBV_WR_BIND_MW => return bind(p.engine().transport(), qp, g, mrs, &w),
+        IBV_WR_LOCAL_INV => return local_invalidate(p.engine().transport(), qp, g, mrs, &w),
         _ => {}
     }
     // Local buffers first: a bad lkey never leaves the requester.
@@ -208,8 +157,8 @@ fn execute(
     if let Some(d) = w.ud {
         return datagram(p, qp, g, mrs, w, local, len, d);
     }
-    let local_up = p.devices[qp.dev].is_up();
-    let Some(b) = peer(p, g).filter(|b| local_up && p.devices[b.dev].is_up()) else {
+    let local_up = p.devices()[qp.dev].is_up();
+    let Some(b) = peer(p, g).filter(|b| local_up && p.devices()[b.dev].is_up()) else {
         // Not in this process: another process's QP, or nothing answers (the
         // transport retries run out).
         return super::remote::send(p, qp, g, w, local, len);
@@ -275,7 +224,7 @@ fn execute(
 /// with `IBV_WC_BIND_MW`, or fails with `IBV_WC_MW_BIND_ERR` (as the kernel's
 /// `rdma_rxe` reports a bind its checks refuse), the QP going to error as with any
 /// completion in error.
-fn bind(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
+fn bind(t: &Transport, qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
     let Some(r) = w.bind.as_deref() else {
         fail(qp, g, w, IBV_WC_MW_BIND_ERR, None);
         return Step::Failed;
@@ -283,10 +232,10 @@ fn bind(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
     match mrs.bind_window(r) {
         Ok(r) => {
             if let Some(k) = r.old {
-                crate::shared::revoke_mr(k);
+                t.revoke_mr(k);
             }
             if let Some((k, info)) = r.new {
-                crate::shared::export_mr(k, &info);
+                t.export_mr(k, &info);
             }
             complete(qp, g, w, 0)
         }
@@ -301,10 +250,16 @@ fn bind(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
 /// rkey it names (a window of the QP's PD; type 1 windows and regions cannot be
 /// invalidated: o10-37.2.26). A key that names none fails the request with
 /// `IBV_WC_LOC_QP_OP_ERR`, as `rdma_rxe` reports a failed local invalidation.
-fn local_invalidate(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) -> Step {
+fn local_invalidate(
+    t: &Transport,
+    qp: &QpCore,
+    g: &mut QpInner,
+    mrs: &MrTable,
+    w: &SendWqe,
+) -> Step {
     match mrs.invalidate(w.imm, qp.pd, None) {
         Ok(()) => {
-            crate::shared::revoke_mr(w.imm);
+            t.revoke_mr(w.imm);
             complete(qp, g, w, 0)
         }
         Err(_) => {
@@ -319,8 +274,8 @@ fn local_invalidate(qp: &QpCore, g: &mut QpInner, mrs: &MrTable, w: &SendWqe) ->
 /// shared namespace; to nobody, the datagram is lost. Unacknowledged: the send
 /// completes successfully whatever the receiver made of it.
 #[allow(clippy::too_many_arguments)]
-fn datagram(
-    p: &'static Provider,
+fn datagram<P: Tables>(
+    p: &'static P,
     qp: &Arc<QpCore>,
     g: &mut QpInner,
     mrs: &MrTable,
@@ -331,7 +286,7 @@ fn datagram(
 ) -> Step {
     // A datagram is one packet: at most the port's active MTU (a RoCE port's follows its
     // interface).
-    if len > UD_MTU.min(128 << p.devices[qp.dev].active_mtu()) {
+    if len > UD_MTU.min(128 << p.devices()[qp.dev].active_mtu()) {
         fail(qp, g, &w, IBV_WC_LOC_LEN_ERR, None);
         return Step::Failed;
     }
@@ -341,8 +296,8 @@ fn datagram(
     } else {
         d.qkey
     };
-    let up = p.devices[qp.dev].is_up();
-    let Some(dev) = d.dev.filter(|&dv| up && p.devices[dv].is_up()) else {
+    let up = p.devices()[qp.dev].is_up();
+    let Some(dev) = d.dev.filter(|&dv| up && p.devices()[dv].is_up()) else {
         return complete(qp, g, &w, 0);
     };
     let Some(b) = p.find_qp(dev, d.qpn) else {

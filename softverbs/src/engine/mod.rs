@@ -20,7 +20,10 @@
 //! Order within a QP is posting order. Across QPs the [`Reorder`] policy decides.
 //!
 //! Files: this one holds the scheduler (run queue, reorder policy, execution token,
-//! background thread); `execute` runs a QP's WQEs as the requester; `respond` is the
+//! background thread) and [`Tables`], what the engine asks of the provider; `qp` the
+//! part of a QP the engine runs (with `qp::remote_state`, what it holds of another
+//! process); `execute` runs a QP's WQEs as the requester;
+//! `complete` how a requester's WQE ends (success, error, unanswered); `respond` is the
 //! responder's side, over a [`Mover`] that moves the payload in one process or between
 //! two; [`remote`] carries a WQE to a QP of another process and runs the requests other
 //! processes send, over the shared namespace's inbox and copies (`shared`).
@@ -32,23 +35,54 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Once};
+use std::sync::{Arc, Condvar, Mutex, Once, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::{Progress, Reorder, ADVERSARIAL_BOUND};
+use crate::device::Device;
+use crate::mem::MrTable;
 use crate::os::lock;
-use crate::provider::Provider;
-use crate::qp::QpCore;
+use crate::srq::SrqCore;
+use crate::transport::Transport;
 
+mod complete;
 mod execute;
+pub(crate) mod qp;
 pub(crate) mod remote;
 mod respond;
 
 use execute::run;
-pub(crate) use execute::{complete, fail, unanswered};
-pub(crate) use remote::RemoteState;
+pub(crate) use qp::{QpCore, QpInner};
 pub(crate) use respond::{respond, MoveError, Mover, Requester, Response};
+
+/// What the engine asks of the provider that holds it: the devices, the memory key
+/// table and the objects named by number. The provider implements it and hands itself
+/// down to every call that runs work; the engine is generic over it (one instance, no
+/// dynamic dispatch on the per-WQE path) and fetches nothing from a global.
+pub(crate) trait Tables: Sync + 'static {
+    /// The engine the provider holds.
+    fn engine(&self) -> &Engine;
+    /// The devices, by index.
+    fn devices(&self) -> &[Device];
+    /// The memory key table (regions and windows).
+    fn mrs(&self) -> &RwLock<MrTable>;
+    /// The live QP `qpn` of device `dev` in this process.
+    fn find_qp(&self, dev: usize, qpn: u32) -> Option<Arc<QpCore>>;
+    /// The live XRC SRQ `srqn` of this process.
+    fn find_srq(&self, srqn: u32) -> Option<Arc<SrqCore>>;
+    /// The device index an address vector points at.
+    fn resolve_av(&self, ah: &vqp_sys::ibv_ah_attr) -> Option<usize>;
+    /// Handles a record of our inbox about objects rather than data (the calls on an
+    /// XRC receive QP that another process opened, their replies, its events): the
+    /// verbs they run are above the engine.
+    fn on_object_record(
+        &'static self,
+        sh: &'static crate::shared::Shared,
+        rec: &crate::shared::inbox::Record,
+        payload: &[u8],
+    );
+}
 
 /// WQEs one `poll_cq` executes at most before reading its CQ.
 pub const POLL_BUDGET: usize = 256;
@@ -169,6 +203,8 @@ pub(crate) struct Engine {
     /// Tells the background thread to return. Set under the `sched` lock, which the
     /// thread holds when it decides to wait, so that the wake-up cannot be missed.
     stop: AtomicBool,
+    /// The way to other processes (the shared namespace), handed over at construction.
+    transport: Transport,
 }
 
 /// What one WQE's execution came to.
@@ -184,7 +220,9 @@ pub(crate) enum Step {
 }
 
 impl Engine {
-    pub fn new(policy: Reorder, progress: Progress) -> Engine {
+    /// An engine with `policy` and `progress` that reaches other processes through
+    /// `transport`.
+    pub fn new(policy: Reorder, progress: Progress, transport: Transport) -> Engine {
         Engine {
             token: Mutex::new(()),
             sched: Mutex::new(Sched {
@@ -203,7 +241,15 @@ impl Engine {
             thread: Once::new(),
             handle: Mutex::new(None),
             stop: AtomicBool::new(false),
+            transport,
         }
+    }
+
+    /// The way to other processes: the provider publishes through it what they may
+    /// reach (QP numbers, regions, links).
+    #[inline]
+    pub(crate) fn transport(&self) -> &Transport {
+        &self.transport
     }
 
     /// Sets the reorder policy (and restarts the random generator from its seed).
@@ -228,7 +274,7 @@ impl Engine {
 
     /// Queues `count` newly posted WQEs of `qp` for execution (`p`: the provider whose
     /// objects the WQEs name, for the background thread this may start).
-    pub fn enqueue(&'static self, p: &'static Provider, qp: &Arc<QpCore>, count: u32) {
+    pub fn enqueue<P: Tables>(&'static self, p: &'static P, qp: &Arc<QpCore>, count: u32) {
         if count == 0 {
             return;
         }
@@ -274,21 +320,21 @@ impl Engine {
         if let Some(h) = lock(&self.handle).as_ref() {
             h.thread().unpark();
         }
-        crate::shared::nudge();
+        self.transport.nudge();
         Waiting(self)
     }
 
     /// Runs the engine from a polling thread (see the module docs).
     #[inline]
-    pub fn poll_progress(&'static self, p: &'static Provider) {
+    pub fn poll_progress<P: Tables>(&'static self, p: &'static P) {
         self.activity.fetch_add(1, Ordering::Relaxed);
         self.progress(p, POLL_BUDGET);
-        crate::shared::poll(POLL_BUDGET);
+        self.transport.poll(POLL_BUDGET);
     }
 
     /// Executes up to `budget` WQEs if no other thread is executing; returns how many
     /// ran. `p` is the provider whose objects (QPs, regions, devices) the WQEs name.
-    pub fn progress(&'static self, p: &'static Provider, budget: usize) -> usize {
+    pub fn progress<P: Tables>(&'static self, p: &'static P, budget: usize) -> usize {
         let Ok(_token) = self.token.try_lock() else {
             return 0;
         };
@@ -323,7 +369,7 @@ impl Engine {
             + s.parked.iter().map(|p| p.count as usize).sum::<usize>()
     }
 
-    fn start_thread(&'static self, p: &'static Provider) {
+    fn start_thread<P: Tables>(&'static self, p: &'static P) {
         let spawned = std::thread::Builder::new()
             .name("softverbs-progress".into())
             .spawn(move || self.background(p));
@@ -355,7 +401,7 @@ impl Engine {
         }
     }
 
-    fn background(&'static self, p: &'static Provider) {
+    fn background<P: Tables>(&'static self, p: &'static P) {
         let mut last_seen = u64::MAX;
         let mut last_nap = u64::MAX;
         loop {
@@ -456,9 +502,46 @@ fn seed_of(policy: Reorder) -> u64 {
 mod tests {
     use super::*;
 
+    /// An engine alone, with no device and no object: what the scheduler needs.
+    struct Alone {
+        engine: Engine,
+        mrs: RwLock<MrTable>,
+    }
+
+    impl Tables for Alone {
+        fn engine(&self) -> &Engine {
+            &self.engine
+        }
+        fn devices(&self) -> &[Device] {
+            &[]
+        }
+        fn mrs(&self) -> &RwLock<MrTable> {
+            &self.mrs
+        }
+        fn find_qp(&self, _: usize, _: u32) -> Option<Arc<QpCore>> {
+            None
+        }
+        fn find_srq(&self, _: u32) -> Option<Arc<SrqCore>> {
+            None
+        }
+        fn resolve_av(&self, _: &vqp_sys::ibv_ah_attr) -> Option<usize> {
+            None
+        }
+        fn on_object_record(
+            &'static self,
+            _: &'static crate::shared::Shared,
+            _: &crate::shared::inbox::Record,
+            _: &[u8],
+        ) {
+        }
+    }
+
     #[test]
     fn the_background_thread_stops_when_asked_and_is_joined() {
-        let p: &'static Provider = Box::leak(Box::new(Provider::from_env()));
+        let p: &'static Alone = Box::leak(Box::new(Alone {
+            engine: Engine::new(Reorder::Fifo, Progress::Thread, Transport::default()),
+            mrs: RwLock::new(MrTable::default()),
+        }));
         let e = &p.engine;
         e.thread.call_once(|| e.start_thread(p));
         assert!(lock(&e.handle).is_some(), "started");

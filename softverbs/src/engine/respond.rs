@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use vqp_sys::*;
 
+use super::Tables;
+use crate::engine::qp::{QpCore, QpInner, QP_ACCESS_ERR, QP_REQ_ERR};
 use crate::mem::{self, KeyError, MrTable, Span};
-use crate::provider::Provider;
-use crate::qp::{QpCore, QpInner, RecvWqe, SendWqe, GRH_BYTES, MAX_SGE, QP_ACCESS_ERR, QP_REQ_ERR};
 use crate::srq::SrqCore;
+use crate::wqe::{RecvWqe, SendWqe, GRH_BYTES, MAX_SGE};
 
 /// What the responder side reported.
 pub(crate) enum Response {
@@ -233,8 +234,8 @@ fn receive_spans<'t>(
 /// drops" a packet it cannot accept); a receive that completes in error (too small, a
 /// bad lkey) moves it to the error state, as any work completion in error does.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn respond<M: Mover>(
-    p: &Provider,
+pub(crate) fn respond<M: Mover, P: Tables>(
+    p: &P,
     a: Requester,
     b: &QpCore,
     gb: &mut QpInner,
@@ -254,8 +255,8 @@ pub(crate) fn respond<M: Mover>(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn respond_checked<M: Mover>(
-    p: &Provider,
+fn respond_checked<M: Mover, P: Tables>(
+    p: &P,
     a: Requester,
     b: &QpCore,
     gb: &mut QpInner,
@@ -357,7 +358,7 @@ fn respond_checked<M: Mover>(
             }
             let mut wc = b.wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, byte_len);
             wc.src_qp = a_qpn;
-            wc.slid = p.devices[a_dev].lid;
+            wc.slid = p.devices()[a_dev].lid;
             if w.opcode == IBV_WR_SEND_WITH_IMM {
                 wc.wc_flags = IBV_WC_WITH_IMM;
                 wc.imm = ibv_wc_imm { imm_data: w.imm };
@@ -377,7 +378,7 @@ fn respond_checked<M: Mover>(
                     );
                     return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
                 }
-                crate::shared::revoke_mr(w.imm);
+                p.engine().transport().revoke_mr(w.imm);
                 wc.wc_flags = IBV_WC_WITH_INV;
                 wc.imm = ibv_wc_imm {
                     invalidated_rkey: w.imm,
@@ -406,7 +407,7 @@ fn respond_checked<M: Mover>(
             if let Some(r) = taken {
                 let mut wc = b.wc(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, byte_len);
                 wc.src_qp = a_qpn;
-                wc.slid = p.devices[a_dev].lid;
+                wc.slid = p.devices()[a_dev].lid;
                 wc.wc_flags = IBV_WC_WITH_IMM;
                 wc.imm = ibv_wc_imm { imm_data: w.imm };
                 if !recv_cq.push(wc, w.solicited, None) {
@@ -465,7 +466,7 @@ fn answers(req: u32, resp: u32) -> bool {
 
 /// The XRC SRQ request `w` at XRC receive QP `b` names: `Ok(None)` for a QP of
 /// another type, `Err` for a number that is no XRC SRQ of `b`'s domain and device.
-fn xrc_target(p: &Provider, b: &QpCore, w: &SendWqe) -> Result<Option<Arc<SrqCore>>, ()> {
+fn xrc_target<P: Tables>(p: &P, b: &QpCore, w: &SendWqe) -> Result<Option<Arc<SrqCore>>, ()> {
     if b.qp_type != IBV_QPT_XRC_RECV {
         return Ok(None);
     }
@@ -486,8 +487,8 @@ fn xrc_target(p: &Provider, b: &QpCore, w: &SendWqe) -> Result<Option<Arc<SrqCor
 /// sender. A receive that cannot hold GRH area and payload, or names memory it cannot
 /// use, completes in error and moves the QP to the error state.
 #[allow(clippy::too_many_arguments)]
-fn respond_datagram<M: Mover>(
-    p: &Provider,
+fn respond_datagram<M: Mover, P: Tables>(
+    p: &P,
     a: Requester,
     b: &QpCore,
     gb: &mut QpInner,
@@ -559,7 +560,7 @@ fn respond_datagram<M: Mover>(
         (GRH_BYTES + len) as u32,
     );
     wc.src_qp = a.qpn;
-    wc.slid = p.devices[a.dev].lid;
+    wc.slid = p.devices()[a.dev].lid;
     wc.pkey_index = 0;
     if global {
         wc.wc_flags |= IBV_WC_GRH;
@@ -577,14 +578,14 @@ fn respond_datagram<M: Mover>(
 /// The GIDs of a datagram's GRH: the sender's at the address handle's source index, and
 /// the receiving port's GID of the same kind (IPv4-mapped or not; its first otherwise),
 /// which is the one a RoCE sender addressed.
-fn grh_gids(p: &Provider, a: Requester, b_dev: usize, sgid_index: u8) -> ([u8; 16], [u8; 16]) {
-    let sender = &p.devices[a.dev];
+fn grh_gids<P: Tables>(p: &P, a: Requester, b_dev: usize, sgid_index: u8) -> ([u8; 16], [u8; 16]) {
+    let sender = &p.devices()[a.dev];
     let sgid = a
         .sgid
         .or_else(|| sender.gids().get(usize::from(sgid_index)).copied())
         .unwrap_or(sender.gid);
     let v4 = |g: &[u8; 16]| g[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
-    let receiver = &p.devices[b_dev];
+    let receiver = &p.devices()[b_dev];
     let dgid = receiver
         .gids()
         .iter()

@@ -4,8 +4,6 @@
 use core::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::table::MrTable;
-
 /// Whether every page of `[addr, addr + len)` is mapped in this process now
 /// (`mincore(2)` fails with `ENOMEM` on a range that is not). Whether a mapping is
 /// resident does not matter (an access faults it in), nor whether it grants the
@@ -64,7 +62,8 @@ pub(crate) struct Span<'t> {
     addr: u64,
     len: u64,
     odp: bool,
-    _table: PhantomData<&'t MrTable>,
+    /// Borrowed from the key table that checked it (`MrTable::span`).
+    _table: PhantomData<&'t ()>,
 }
 
 impl Span<'static> {
@@ -392,6 +391,7 @@ mod tests {
     use super::*;
     use crate::mem::test_region as info;
     use crate::mem::MrInfo;
+    use crate::mem::MrTable;
 
     #[test]
     fn scatter_gather_copies_across_uneven_spans() {

@@ -16,53 +16,21 @@
 //! the application, as it is with a NIC; the copies use raw pointers only, never
 //! references, so no Rust aliasing rule is broken on our side.
 //!
-//! Files: this one holds what a region is ([`MrInfo`]) and why a key check fails
-//! ([`KeyError`]); `table` the key table and its checks; `window` memory windows (their
-//! slots in the table, binding and invalidation); `copy` the checked [`Span`]s and
-//! everything that moves bytes through them (copies, atomics, on-demand guards).
+//! Files: this one holds why a key check fails ([`KeyError`]) (what a region is,
+//! [`MrInfo`], is `crate::region`, below the shared namespace that exports it);
+//! `table` the key table and its checks, with its child `table::window`, memory
+//! windows (their slots in the table, binding and invalidation); `copy` the checked
+//! [`Span`]s and everything that moves bytes through them (copies, atomics, on-demand
+//! guards).
 
 mod copy;
 mod table;
-mod window;
 
 pub(crate) use copy::*;
+pub(crate) use table::BindRequest;
 pub(crate) use table::MrTable;
-pub(crate) use window::BindRequest;
 
-/// A registered memory region as the table keeps it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct MrInfo {
-    /// Start address.
-    pub addr: u64,
-    /// Length in bytes.
-    pub len: u64,
-    /// `IBV_ACCESS_*` bits.
-    pub access: u32,
-    /// Device index the region was registered on.
-    pub dev: usize,
-    /// Protection domain id.
-    pub pd: u32,
-    /// A type 2 memory window's QP number: only requests arriving at that QP may use
-    /// its rkey (IBA Vol. 1 §10.6.7.2, type 2B windows). 0 for a region or a type 1
-    /// window, which any QP of the PD may use.
-    pub qpn: u32,
-}
-
-impl MrInfo {
-    /// Whether the range `[addr, addr + len)` lies inside the region.
-    fn contains(&self, addr: u64, len: u64) -> bool {
-        match addr.checked_add(len) {
-            Some(end) => addr >= self.addr && end <= self.addr.saturating_add(self.len),
-            None => false,
-        }
-    }
-
-    /// Whether the region is on-demand paging (`IBV_ACCESS_ON_DEMAND`): its pages
-    /// need not be mapped while it is registered.
-    pub(crate) fn on_demand(&self) -> bool {
-        self.access & vqp_sys::IBV_ACCESS_ON_DEMAND != 0
-    }
-}
+pub(crate) use crate::region::MrInfo;
 
 /// Why a key check failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

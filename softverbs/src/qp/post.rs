@@ -1,9 +1,15 @@
 //! Posting: the checks of a send or receive request (opcode, SGE count, inline size,
 //! queue room) and its queueing, as `ibv_post_send` / `ibv_post_recv` do them.
 
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
+
 use vqp_sys::*;
 
 use super::*;
+use crate::engine::qp::wc_opcode;
+use crate::engine::QpInner;
 
 /// Whether the opcode is one this provider executes on a QP of type `qp_type`: RC has
 /// them all; UC has SEND and RDMA WRITE (with immediate or not), no READ, no atomics
@@ -31,7 +37,7 @@ fn supported(qp_type: u32, opcode: u32) -> bool {
     }
 }
 
-impl QpCore {
+impl Qp {
     /// Checks the shape of a send request before its SGEs are read: opcode, SGE count
     /// (`n`, see [`sge_count`]), inline opcode, atomic operand. An errno value on
     /// failure, as rdma-core's mlx5 provider (`providers/mlx5/qp.c`,
@@ -103,7 +109,7 @@ impl QpCore {
     }
 
     /// Posts a batch of send WQEs all or nothing (`ibv_wr_complete`): with the errors of
-    /// [`QpCore::post_send`] — `EINVAL` outside RTS (and ERR), `ENOMEM` when the send
+    /// [`Qp::post_send`] — `EINVAL` outside RTS (and ERR), `ENOMEM` when the send
     /// queue has no room for all of them — checked for the whole batch before any is
     /// posted. Returns how many were queued for execution.
     pub fn post_send_all(&self, wqes: Vec<SendWqe>) -> Result<u32, i32> {
@@ -122,7 +128,7 @@ impl QpCore {
         result.map(|()| queued)
     }
 
-    /// The loop of [`QpCore::post_send`], under the QP's lock.
+    /// The loop of [`Qp::post_send`], under the QP's lock.
     fn push_sends(
         &self,
         g: &mut MutexGuard<'_, QpInner>,
@@ -162,7 +168,7 @@ impl QpCore {
         (posted, queued, Ok(()))
     }
 
-    /// Posts receive WQEs in order until one fails (see [`QpCore::post_send`]).
+    /// Posts receive WQEs in order until one fails (see [`Qp::post_send`]).
     /// Receives are taken once the QP reached INIT since it was created or last RESET
     /// (mlx5: `mlx5_post_recv` compares `num_sge` with `rq.qp_state_max_gs`, -1 until
     /// INIT, and answers `EINVAL`); before that — RESET, or ERR entered from RESET —

@@ -7,7 +7,7 @@ use vqp_sys::*;
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 
-use super::{QpCore, MAX_RD_ATOMIC};
+use super::{Qp, MAX_RD_ATOMIC};
 
 /// `IBV_QP_*` masks of each RC transition: (required, optional), `IBV_QP_STATE` aside.
 #[cfg(test)]
@@ -206,11 +206,11 @@ fn check_values(a: &ibv_qp_attr, mask: u32, gids: usize) -> Result<(), i32> {
     Ok(())
 }
 
-impl QpCore {
+impl Qp {
     /// `ibv_modify_qp`: validates the transition and the mask, then applies it.
     /// `gids` is the length of the port's GID table (a source GID index must be in
     /// it); `resolve` says which device an address vector points at (the provider's
-    /// device table, which lies above the QP).
+    /// device table, which lies above the QP object).
     pub fn modify(
         &self,
         attr: &ibv_qp_attr,

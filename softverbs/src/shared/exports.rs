@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use super::sys::Mapping;
 use super::Owner;
-use crate::mem::MrInfo;
+use crate::region::MrInfo;
 
 /// Where the exports start in a process's file (after the inbox, page-aligned).
 pub(crate) const OFFSET: usize = super::inbox::FILE_SIZE.div_ceil(4096) * 4096;

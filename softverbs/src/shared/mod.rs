@@ -107,7 +107,6 @@ mod service;
 
 pub(crate) use error::SharedError;
 pub(crate) use outbox::Ack;
-pub(crate) use service::{nudge, poll};
 use service::{on_exit, Consumer};
 
 use std::collections::HashMap;
@@ -117,6 +116,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::region::MrInfo;
 pub use dir::ENV_DIR;
 use dir::{Create, FileError, NsDir};
 use exports::{Exports, QpView};
@@ -189,7 +189,7 @@ pub(crate) trait Endpoint: Sync {
     /// One bit per device (the first 64) whose link is down.
     fn links_down(&self) -> u64;
     /// Calls `f` with the key and description of every registered region.
-    fn each_region(&self, f: &mut dyn FnMut(u32, &crate::mem::MrInfo));
+    fn each_region(&self, f: &mut dyn FnMut(u32, &MrInfo));
     /// Handles one record of our inbox (`payload`: its payload bytes); an answer may be
     /// left in `ack` ([`Shared::flush_ack`] sends it).
     fn deliver(
@@ -245,9 +245,9 @@ pub(crate) fn init(p: &'static dyn Endpoint) -> Result<&'static Shared, &'static
     Ok(s)
 }
 
-/// The namespace if this process has joined it.
-#[inline]
-pub(crate) fn current() -> Option<&'static Shared> {
+/// The namespace if this process has joined it (for the exit handler, which is handed
+/// nothing; everything else holds the namespace it joined, see `crate::transport`).
+fn current() -> Option<&'static Shared> {
     SHARED.get().and_then(|r| r.as_ref().ok())
 }
 
@@ -466,110 +466,45 @@ impl Peer {
 /// How long a peer's liveness, once confirmed, is trusted by the direct path.
 const ALIVE_RECHECK: Duration = Duration::from_millis(100);
 
-/// Joins the namespace and reserves a QP number. The error is the errno for
-/// `ibv_create_qp`: the namespace's ([`SharedError::errno`]), or `ENOMEM` when every
-/// number belongs to a live process — what mlx5 reports for a QP the device has no
-/// resources for (the firmware's `MLX5_CMD_STAT_LIM_ERR` becomes `-ENOMEM` in the
-/// kernel's `mlx5_cmd_check`, which `ibv_create_qp` returns as `errno`).
-pub(crate) fn alloc_qpn(p: &'static dyn Endpoint) -> Result<u32, i32> {
-    let s = init(p).map_err(SharedError::errno)?;
-    s.alloc_qpn().ok_or(libc::ENOMEM)
-}
-
-/// Makes QP `qpn` of device `dev` findable by other processes, and starts serving them.
-pub(crate) fn publish(qpn: u32, dev: usize) {
-    if let Some(s) = current() {
-        export_links();
-        s.registry.publish(qpn, s.me, dev);
-        s.start_service();
+impl Shared {
+    /// The device index of the RoCE GID `gid` in another live process of the namespace
+    /// (its exports), if one has it. Reads every process's file: for a miss of the
+    /// caller's cache only.
+    pub(crate) fn find_gid(&self, gid: &[u8; 16]) -> Option<usize> {
+        self.dir
+            .names()
+            .iter()
+            .filter(|n| n.starts_with("proc-"))
+            .filter_map(|n| reclaim::owner_of_name(n))
+            .filter(|o| *o != self.me)
+            .find_map(|o| {
+                let peer = self.peer(o)?;
+                let dev = peer.exports.gid_device(gid)?;
+                peer.alive(self).then_some(dev)
+            })
     }
-}
 
-/// Joins the namespace (if it can be) and starts the service thread, which watches
-/// what [`Endpoint::watch`] names even before a QP exists.
-pub(crate) fn start(p: &'static dyn Endpoint) {
-    if let Ok(s) = init(p) {
-        s.start_service();
+    /// Publishes whether our QP `qpn` accepts one-sided requests now, and from whom
+    /// (see [`exports`]).
+    pub(crate) fn export_qp(&self, qpn: u32, view: Option<QpView>) {
+        self.exports.set_qp(qpn, view);
     }
-}
 
-/// The device index of the RoCE GID `gid` in another live process of the namespace
-/// (its exports), if one has it. Reads every process's file: for a miss of the caller's
-/// cache only.
-pub(crate) fn find_gid(gid: &[u8; 16]) -> Option<usize> {
-    let s = current()?;
-    s.dir
-        .names()
-        .iter()
-        .filter(|n| n.starts_with("proc-"))
-        .filter_map(|n| reclaim::owner_of_name(n))
-        .filter(|o| *o != s.me)
-        .find_map(|o| {
-            let peer = s.peer(o)?;
-            let dev = peer.exports.gid_device(gid)?;
-            peer.alive(s).then_some(dev)
-        })
-}
-
-/// Publishes whether our QP `qpn` accepts one-sided requests now, and from whom
-/// (see [`exports`]).
-pub(crate) fn export_qp(qpn: u32, view: Option<QpView>) {
-    if let Some(s) = current() {
-        s.exports.set_qp(qpn, view);
+    /// Publishes which of our devices' links are down.
+    pub(crate) fn export_links(&self) {
+        self.exports.set_down(self.endpoint.links_down());
     }
-}
 
-/// Publishes which of our devices' links are down.
-pub(crate) fn export_links() {
-    if let Some(s) = current() {
-        s.exports.set_down(s.endpoint.links_down());
+    /// Publishes a region just registered under `key`.
+    pub(crate) fn export_mr(&self, key: u32, info: &MrInfo) {
+        self.exports.export_mr(key, info);
     }
-}
 
-/// Publishes a region just registered under `key`.
-pub(crate) fn export_mr(key: u32, info: &crate::mem::MrInfo) {
-    if let Some(s) = current() {
-        s.exports.export_mr(key, info);
+    /// Withdraws the region of `key`, returning once no other process copies to or from
+    /// it; false when it gave up waiting for a stopped process ([`exports::REVOKE_LIMIT`]).
+    pub(crate) fn revoke_mr(&self, key: u32) -> bool {
+        self.exports.revoke_mr(key, &|o| self.is_alive(o))
     }
-}
-
-/// Withdraws the region of `key`, returning once no other process copies to or from it
-/// (the caller then deregisters it).
-pub(crate) fn revoke_mr(key: u32) {
-    static REPORTED: AtomicBool = AtomicBool::new(false);
-    if let Some(s) = current() {
-        if !s.exports.revoke_mr(key, &|o| s.is_alive(o)) && !REPORTED.swap(true, Ordering::Relaxed)
-        {
-            eprintln!(
-                "vqp-softverbs: a deregistration waited {:?} for another process's copy to \
-                 the region and went on (that process is stopped)",
-                exports::REVOKE_LIMIT
-            );
-        }
-    }
-}
-
-/// The process id that owns QP `qpn` of device `device` in the shared namespace, if a
-/// live process does (a dead owner's number is reclaimed on the way). For diagnostics
-/// and tests: which process a peer QP number resolves to.
-pub(crate) fn qp_owner_pid(p: &'static dyn Endpoint, device: usize, qpn: u32) -> Option<u32> {
-    let s = init(p).ok()?;
-    let (owner, word) = s.registry.lookup(qpn, device)?;
-    if s.is_alive(owner) {
-        Some(owner.pid)
-    } else {
-        s.registry.reclaim(qpn, word);
-        s.forget_peer(owner);
-        None
-    }
-}
-
-/// The live process other than this one that owns QP `qpn` of device `device`.
-pub(crate) fn qp_owner(p: &'static dyn Endpoint, device: usize, qpn: u32) -> Option<Owner> {
-    let s = init(p).ok()?;
-    qp_owner_pid(p, device, qpn)?;
-    let (owner, _) = s.registry.lookup(qpn, device)?;
-    (owner != s.me).then_some(owner)
 }
 
 /// How an XRC domain was opened (see [`xrcd_hold`]).
@@ -668,26 +603,4 @@ pub(crate) fn xrcd_hold(
             return Ok((hold, how));
         }
     }
-}
-
-/// Frees QP number `qpn`.
-pub(crate) fn release(qpn: u32) {
-    if let Some(s) = current() {
-        s.registry.release(qpn, s.me);
-    }
-}
-
-/// Reserves QP numbers for this process until at most `leave_free` of the machine-wide
-/// table are free, and returns how many it took (freed when the process exits). For
-/// tests of a full table; `None` when the namespace cannot be used.
-pub(crate) fn hold_qp_numbers(p: &'static dyn Endpoint, leave_free: usize) -> Option<usize> {
-    let s = init(p).ok()?;
-    let mut n = 0;
-    while s.registry.in_use() + (leave_free as u64) < registry::SLOTS as u64 {
-        if s.registry.alloc(s.me).is_none() {
-            break;
-        }
-        n += 1;
-    }
-    Some(n)
 }

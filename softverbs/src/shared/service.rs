@@ -87,6 +87,16 @@ impl Shared {
         self.running.store(false, Ordering::Release);
     }
 
+    /// Ends the service thread's nap (a thread of ours started to wait for an event: no
+    /// poll will drain the inbox meanwhile).
+    pub(crate) fn nudge(&self) {
+        if let Some(m) = self.service.get() {
+            if let Some(h) = m.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                h.thread().unpark();
+            }
+        }
+    }
+
     /// Handles up to `budget` records of our inbox unless another thread is; returns
     /// how many.
     pub(crate) fn drain(&'static self, budget: usize) -> usize {
@@ -116,29 +126,6 @@ impl Shared {
 pub(super) struct Consumer {
     pub(super) payload: Box<[u8; inbox::PAYLOAD]>,
     pub(super) ack: Option<super::Ack>,
-}
-
-/// Ends the service thread's nap (a thread of ours started to wait for an event: no
-/// poll will drain the inbox meanwhile).
-pub(crate) fn nudge() {
-    if let Some(s) = current() {
-        if let Some(m) = s.service.get() {
-            if let Some(h) = m.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                h.thread().unpark();
-            }
-        }
-    }
-}
-
-/// The polling path's hook: serves waiting records of our inbox. One relaxed load when
-/// there is nothing, and nothing at all in a process that never joined.
-#[inline]
-pub(crate) fn poll(budget: usize) {
-    if let Some(s) = current() {
-        if s.inbox.maybe_ready() {
-            s.drain(budget);
-        }
-    }
 }
 
 /// At exit: stops the service thread (waiting briefly), frees our QP numbers and

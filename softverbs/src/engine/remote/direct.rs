@@ -18,10 +18,11 @@
 use vqp_sys::*;
 
 use super::Link;
+use crate::engine::qp::{QpCore, QpInner};
 use crate::mem::Span;
-use crate::qp::{QpCore, QpInner, SendWqe, MAX_SGE};
 use crate::shared::sys::{process_copy, Range};
 use crate::shared::Shared;
+use crate::wqe::{SendWqe, MAX_SGE};
 
 /// Whether `w` of `qp` may be executed directly now (see the module docs).
 pub(super) fn eligible(g: &QpInner, w: &SendWqe) -> bool {

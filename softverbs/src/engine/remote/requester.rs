@@ -7,15 +7,16 @@ use std::time::{Duration, Instant};
 use vqp_sys::*;
 
 use super::{direct, lock, InFlight, Link, MAX_IN_FLIGHT, RESP_DROP, RESP_OK, RESP_RNR};
-use crate::engine::{complete, fail, unanswered, Step};
+use crate::engine::complete::{complete, fail, unanswered};
+use crate::engine::qp::{ack_timeout, rnr_delay, transport_timeout, wc_opcode, QpCore, QpInner};
+use crate::engine::{Step, Tables};
 use crate::mem::{self, Span};
-use crate::provider::Provider;
-use crate::qp::{ack_timeout, rnr_delay, transport_timeout, wc_opcode, QpCore, QpInner, SendWqe};
 use crate::shared::inbox::{
     Kind, PushError, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, GRH_SGID_SHIFT,
     PAYLOAD, XRC_SRQN_SHIFT,
 };
 use crate::shared::Shared;
+use crate::wqe::SendWqe;
 
 /// How long a QP waits before trying again when the peer's inbox is full or its
 /// pipeline is.
@@ -28,8 +29,8 @@ static NEXT_CONN: AtomicU32 = AtomicU32::new(1);
 /// Executes WQE `w` of `qp` whose peer is not in this process: sends it to the owning
 /// process and leaves it in flight, or completes it with `IBV_WC_RETRY_EXC_ERR` when
 /// nothing owns the peer QP (or a link is down).
-pub(crate) fn send(
-    p: &'static Provider,
+pub(crate) fn send<P: Tables>(
+    p: &'static P,
     qp: &Arc<QpCore>,
     g: &mut QpInner,
     w: SendWqe,
@@ -51,10 +52,10 @@ pub(crate) fn send(
         None => (p.resolve_av(&g.attr.ah_attr), g.attr.dest_qp_num),
     };
     let dev = match dest_dev {
-        Some(d) if p.devices[qp.dev].is_up() && p.devices[d].is_up() => d,
+        Some(d) if p.devices()[qp.dev].is_up() && p.devices()[d].is_up() => d,
         _ => return retry_exc(g, &w),
     };
-    let Some(sh) = crate::shared::current() else {
+    let Some(sh) = p.engine().transport().namespace() else {
         return retry_exc(g, &w);
     };
     let same_link = matches!(&g.remote.link, Some(l) if l.dev == dev && l.qpn == dest);
@@ -208,15 +209,15 @@ pub(crate) fn send(
     });
     if !g.remote.watched {
         g.remote.watched = true;
-        lock(&p.engine.watch).push(Arc::downgrade(qp));
+        lock(&p.engine().watch).push(Arc::downgrade(qp));
     }
     Step::Done
 }
 
 /// Fails the oldest request of every watched QP whose answer is later than its
 /// transport timeout while the owner is dead. Returns whether any QP is still watched.
-pub(crate) fn check_deadlines(p: &Provider, sh: &Shared) -> bool {
-    let mut watch = lock(&p.engine.watch);
+pub(crate) fn check_deadlines<P: Tables>(p: &P, sh: &Shared) -> bool {
+    let mut watch = lock(&p.engine().watch);
     watch.retain(|weak| {
         let Some(qp) = weak.upgrade() else {
             return false;
@@ -263,7 +264,7 @@ pub(crate) fn check_deadlines(p: &Provider, sh: &Shared) -> bool {
     !watch.is_empty()
 }
 
-pub(super) fn on_response(p: &'static Provider, rec: &Record) {
+pub(super) fn on_response<P: Tables>(p: &'static P, rec: &Record) {
     let Some(qp) = p.find_qp(rec.src_dev as usize, rec.src_qpn) else {
         return;
     };
@@ -308,7 +309,7 @@ pub(super) fn on_response(p: &'static Provider, rec: &Record) {
             g.not_before = None;
             let n = g.sq.len() as u32;
             drop(g);
-            p.engine.enqueue(p, &qp, n);
+            p.engine().enqueue(p, &qp, n);
         }
         return;
     }
@@ -343,8 +344,8 @@ pub(super) fn on_response(p: &'static Provider, rec: &Record) {
 /// Puts `f` and every request sent after it back into the send queue, in order, to be
 /// sent again from `f` after `delay` (the responder drops what follows a request it did
 /// not execute, so order within the QP holds).
-fn resend_from(
-    p: &'static Provider,
+fn resend_from<P: Tables>(
+    p: &'static P,
     qp: &Arc<QpCore>,
     mut g: std::sync::MutexGuard<'_, QpInner>,
     f: InFlight,
@@ -360,5 +361,5 @@ fn resend_from(
     g.remote.next_psn = f.psn;
     g.not_before = Some(Instant::now() + delay);
     drop(g);
-    p.engine.enqueue(p, qp, n);
+    p.engine().enqueue(p, qp, n);
 }

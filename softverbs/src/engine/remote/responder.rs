@@ -7,16 +7,16 @@ use std::sync::Arc;
 use vqp_sys::*;
 
 use super::{RespSeq, RESP_DROP, RESP_ERR, RESP_OK, RESP_RNR};
-use crate::engine::{respond, MoveError, Mover, Requester, Response};
+use crate::engine::qp::QP_REQ_ERR;
+use crate::engine::{respond, MoveError, Mover, Requester, Response, Tables};
 use crate::mem::{self, Span};
-use crate::provider::Provider;
-use crate::qp::{Datagram, SendWqe, Sges, QP_REQ_ERR};
 use crate::shared::inbox::{
     iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, GRH_SGID_SHIFT,
     XRC_SRQN_SHIFT,
 };
 use crate::shared::sys::{process_copy, CopyError, Range};
 use crate::shared::{Ack, Owner, Shared};
+use crate::wqe::{Datagram, SendWqe, Sges};
 
 /// Acknowledgements coalesced into one response carry at most this many bytes of
 /// WRITE/SEND data (so a large transfer's completions are not held back).
@@ -121,8 +121,8 @@ fn well_formed(rec: &Record, payload: &[u8]) -> bool {
     total == Some(rec.len)
 }
 
-pub(super) fn on_request(
-    p: &'static Provider,
+pub(super) fn on_request<P: Tables>(
+    p: &'static P,
     sh: &'static Shared,
     rec: &Record,
     payload: &[u8],
@@ -179,18 +179,18 @@ pub(super) fn on_request(
             }
         }
     };
-    if dst_dev >= p.devices.len() || src_dev >= p.devices.len() {
+    if dst_dev >= p.devices().len() || src_dev >= p.devices().len() {
         return answer(None, RESP_DROP, 0);
     }
     let Some(b) = p
         .find_qp(dst_dev, rec.dst_qpn)
-        .filter(|_| p.devices[dst_dev].is_up())
+        .filter(|_| p.devices()[dst_dev].is_up())
     else {
         return answer(None, RESP_DROP, 0);
     };
     // The key table before the QP: the engine takes them in that order too (its
     // requester lock aside), so a waiting deregistration cannot wedge us.
-    let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
+    let mrs = p.mrs().read().unwrap_or_else(|e| e.into_inner());
     let mut gb = b.lock();
     // A datagram has no sequence (nothing is re-sent on UD); a connection's requests
     // execute in sequence.

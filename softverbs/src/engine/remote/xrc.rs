@@ -41,11 +41,12 @@ use vqp_sys::*;
 
 use super::responder::RemoteMover;
 use super::{RESP_DROP, RESP_ERR, RESP_OK, RESP_RNR};
+use crate::engine::qp::{QpCore, QpInner, QP_REQ_ERR};
+use crate::engine::Tables;
 use crate::engine::{respond, Requester, Response};
-use crate::provider::Provider;
-use crate::qp::{QpCore, QpInner, SendWqe, Sges, QP_REQ_ERR};
 use crate::shared::inbox::{Kind, PushError, Record, F_SOLICITED, F_XRC, XRC_SRQN_SHIFT};
 use crate::shared::{Ack, Owner, Shared};
+use crate::wqe::{SendWqe, Sges};
 use crate::xrc::XrcdCore;
 
 /// Result code: the requester is gone; nothing was consumed and nobody is answered.
@@ -73,8 +74,8 @@ pub(super) fn forwarded(sh: &Shared, tgt_owner: Owner, dev: usize, srqn: u32) ->
 
 /// At XRC receive QP `b` (locked as `gb`, the request in sequence): forwards `rec` when
 /// the SRQ it names belongs to another live process.
-pub(super) fn route(
-    p: &'static Provider,
+pub(super) fn route<P: Tables>(
+    p: &'static P,
     sh: &'static Shared,
     rec: &Record,
     payload: &[u8],
@@ -130,7 +131,7 @@ pub(super) fn route(
     // The service thread looks after it should the SRQ's owner die ([`watch`]).
     if !gb.remote.watched {
         gb.remote.watched = true;
-        super::lock(&p.engine.watch).push(Arc::downgrade(b));
+        super::lock(&p.engine().watch).push(Arc::downgrade(b));
     }
     Route::Held
 }
@@ -142,7 +143,7 @@ const LATE: Duration = Duration::from_millis(100);
 /// `gb`): whether a forwarded request is still outstanding. One whose SRQ owner died
 /// is answered as a request naming an SRQ that no longer exists: an invalid request,
 /// the receive QP going to error (IBA Vol. 1 §9.9.3).
-pub(super) fn watch(p: &Provider, sh: &Shared, b: &QpCore, gb: &mut QpInner) -> bool {
+pub(super) fn watch<P: Tables>(p: &P, sh: &Shared, b: &QpCore, gb: &mut QpInner) -> bool {
     let Some(s) = gb.remote.resp.as_mut() else {
         return false;
     };
@@ -180,9 +181,14 @@ pub(super) fn watch(p: &Provider, sh: &Shared, b: &QpCore, gb: &mut QpInner) -> 
 /// At the SRQ's owner: runs forwarded request `rec` against XRC SRQ `srqn` with the
 /// receive QP's attributes it carries, and sends the outcome to the receive QP's
 /// process.
-pub(super) fn on_forward(p: &'static Provider, sh: &'static Shared, rec: &Record, payload: &[u8]) {
+pub(super) fn on_forward<P: Tables>(
+    p: &'static P,
+    sh: &'static Shared,
+    rec: &Record,
+    payload: &[u8],
+) {
     let (dev, src_dev) = (rec.dst_dev as usize, rec.src_dev as usize);
-    if dev >= p.devices.len() || src_dev >= p.devices.len() {
+    if dev >= p.devices().len() || src_dev >= p.devices().len() {
         return;
     }
     // The receive QP's process, which the outcome goes to.
@@ -223,14 +229,14 @@ pub(super) fn on_forward(p: &'static Provider, sh: &'static Shared, rec: &Record
 /// Runs forwarded request `rec` at a stand-in for the receive QP that holds what the
 /// SRQ's side of the responder reads: its number, device, domain, access flags and RNR
 /// timer, connected to the requester (the receive QP's process checked that).
-fn serve(
-    p: &'static Provider,
+fn serve<P: Tables>(
+    p: &'static P,
     rec: &Record,
     payload: &[u8],
     srq: &Arc<crate::srq::SrqCore>,
 ) -> Response {
     let (dev, src_dev) = (rec.dst_dev as usize, rec.src_dev as usize);
-    let lid = p.devices[src_dev].lid;
+    let lid = p.devices()[src_dev].lid;
     if lid == 0 {
         // A RoCE requester is addressed by GID: not served across three processes.
         return Response::responder(IBV_WC_REM_INV_REQ_ERR, QP_REQ_ERR);
@@ -243,6 +249,7 @@ fn serve(
         0,
     ));
     let stand_in = QpCore::new(
+        p.engine().transport(),
         rec.dst_qpn,
         IBV_QPT_XRC_RECV,
         0,
@@ -251,12 +258,10 @@ fn serve(
         Arc::clone(&srq.ctx),
         Arc::clone(&none),
         none,
-        false,
-        ibv_qp_cap::default(),
         None,
     )
     .in_xrcd(Arc::new(XrcdCore::remote(dev, rec.aux)));
-    let mrs = p.mrs.read().unwrap_or_else(|e| e.into_inner());
+    let mrs = p.mrs().read().unwrap_or_else(|e| e.into_inner());
     let mut g = stand_in.lock();
     g.state = IBV_QPS_RTS;
     g.attr.qp_state = IBV_QPS_RTS;
@@ -303,8 +308,8 @@ fn serve(
 /// At the receive QP's process: the SRQ owner's outcome of a forwarded request. The
 /// QP's sequence advances on success; a responder-class error moves it to error with
 /// its event; the requester is answered.
-pub(super) fn on_result(
-    p: &'static Provider,
+pub(super) fn on_result<P: Tables>(
+    p: &'static P,
     sh: &'static Shared,
     rec: &Record,
     ack: &mut Option<Ack>,

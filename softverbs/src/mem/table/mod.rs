@@ -2,8 +2,12 @@
 //! and the checks that make a [`Span`] from a key.
 
 use super::copy::{mapped, Span};
-use super::window::Window;
 use super::{KeyError, MrInfo};
+use window::Window;
+
+mod window;
+
+pub(crate) use window::BindRequest;
 
 /// The key table of every registered region in the process. A key is
 /// `(slot + 1) << 8 | generation`: lookups are an index, and a stale key (deregistered,
@@ -15,20 +19,20 @@ use super::{KeyError, MrInfo};
 /// key never passes as an lkey); its binding carries the key and range it grants.
 #[derive(Default)]
 pub(crate) struct MrTable {
-    pub(super) slots: Vec<Slot>,
-    pub(super) free: Vec<u32>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
     /// Slots holding windows (to unbind those of a region being deregistered).
-    pub(super) windows: Vec<u32>,
+    windows: Vec<u32>,
 }
 
-pub(super) struct Slot {
-    pub(super) gen: u8,
-    pub(super) info: Option<MrInfo>,
+struct Slot {
+    gen: u8,
+    info: Option<MrInfo>,
     /// Added (wrapping) to an address of the region's `[addr, addr + len)` to find
     /// its byte in the process: 0 for an ordinary region; for a zero-based one
     /// (`IBV_ACCESS_ZERO_BASED`: device memory) the host address of its first byte.
-    pub(super) shift: u64,
-    pub(super) window: Option<Box<Window>>,
+    shift: u64,
+    window: Option<Box<Window>>,
 }
 
 /// The largest slot index a key can carry (24 bits).

@@ -2,8 +2,8 @@
 //! `ibv_bind_mw`, type 2 by work request) and invalidation, and the windows a
 //! deregistered region or a destroyed QP takes with it.
 
-use super::table::MrTable;
-use super::{KeyError, MrInfo};
+use super::MrTable;
+use crate::mem::{KeyError, MrInfo};
 
 /// Why a memory window could not be bound (the work request completes with
 /// `IBV_WC_MW_BIND_ERR`). The rules are the specification's (IBA Vol. 1 §10.6.7.2,

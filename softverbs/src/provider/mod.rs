@@ -1,103 +1,28 @@
 //! The process-wide provider: devices, the memory key table, the QP registry, the
 //! progress engine and the fault configuration. Created on first use.
+//!
+//! Files: this one holds the provider and what it answers the engine
+//! (`engine::Tables`) and the shared namespace (`shared::Endpoint`); `xrc_open` the
+//! calls on an XRC receive QP that another process opened, which run the QP object's
+//! verbs for it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::config::{self, DelayRule, FailRule, Progress, QpSelector, Reorder};
 use crate::cq::CtxCore;
-use crate::engine::Engine;
+use crate::device::Device;
+use crate::engine::{Engine, Tables};
 use crate::mem::MrTable;
-use crate::netdev::{Netdev, NetdevError};
+use crate::netdev::Netdev;
 use crate::os::lock;
-use crate::qp::QpCore;
+use crate::qp::{Qp, QpCore};
+use crate::srq::SrqCore;
+use crate::transport::Transport;
 
-/// One software device: `soft<index>`, one port.
-#[derive(Debug)]
-pub(crate) struct Device {
-    /// Position in the device list.
-    pub index: usize,
-    /// `soft<index>`.
-    pub name: String,
-    /// Node GUID (host order).
-    pub guid: u64,
-    /// The port's LID (`index + 1`).
-    pub lid: u16,
-    /// The port's only GID (index 0): the link-local prefix and the GUID.
-    pub gid: [u8; 16],
-    /// Port state: active or down.
-    pub link_up: AtomicBool,
-    /// The port's rate (see `link`).
-    pub link: crate::link::Link,
-    /// The network interface of a RoCE port (`VQP_SOFT_NETDEV`): `None` for an
-    /// InfiniBand port, `Some(Err)` for a binding that could not be made (the device
-    /// then cannot be opened).
-    pub netdev: Option<Result<Netdev, NetdevError>>,
-}
-
-impl Device {
-    pub(crate) fn new(index: usize) -> Device {
-        let guid = 0x0200_5eff_fe00_0000u64 | index as u64;
-        let mut gid = [0u8; 16];
-        gid[0] = 0xfe;
-        gid[1] = 0x80;
-        gid[8..].copy_from_slice(&guid.to_be_bytes());
-        Device {
-            index,
-            name: format!("soft{index}"),
-            guid,
-            lid: (index + 1) as u16,
-            gid,
-            link_up: AtomicBool::new(true),
-            link: crate::link::Link::default(),
-            netdev: None,
-        }
-    }
-
-    /// Whether the port is active: its link is up (see [`crate::set_link`]) and, on a
-    /// RoCE port, its interface too.
-    pub fn is_up(&self) -> bool {
-        self.link_up.load(Ordering::Acquire) && self.roce().map_or(true, Netdev::is_up)
-    }
-
-    /// The interface of a RoCE port.
-    pub fn roce(&self) -> Option<&Netdev> {
-        self.netdev.as_ref().and_then(|r| r.as_ref().ok())
-    }
-
-    /// Whether the port is a RoCE port (bound, even if the binding failed): addresses
-    /// need a GRH.
-    pub fn is_roce(&self) -> bool {
-        self.netdev.is_some()
-    }
-
-    /// The port's GID table: an InfiniBand port's one GID, a RoCE port's RoCE v2 GIDs
-    /// (none when its binding failed).
-    pub fn gids(&self) -> &[[u8; 16]] {
-        match &self.netdev {
-            None => std::slice::from_ref(&self.gid),
-            Some(Ok(n)) => &n.gids,
-            Some(Err(_)) => &[],
-        }
-    }
-
-    /// The port's LID: 0 on a RoCE port, as on Ethernet.
-    pub fn port_lid(&self) -> u16 {
-        if self.is_roce() {
-            0
-        } else {
-            self.lid
-        }
-    }
-
-    /// The port's active MTU (`enum ibv_mtu`): 4096 on InfiniBand, from the interface's
-    /// MTU on RoCE.
-    pub fn active_mtu(&self) -> u32 {
-        self.roce().map_or(vqp_sys::IBV_MTU_4096, Netdev::mtu)
-    }
-}
+pub(crate) mod xrc_open;
 
 /// Fault-injection rules in force.
 #[derive(Debug, Default)]
@@ -133,7 +58,7 @@ pub(crate) struct Provider {
     /// Live QPs by number. A `BTreeMap` rather than a `HashMap`: its nodes are
     /// referenced by their start, so memcheck sees them as reachable at exit, whereas
     /// hashbrown's pointer into the middle of its table is reported as "possibly lost".
-    qps: RwLock<BTreeMap<u32, Weak<QpCore>>>,
+    qps: RwLock<BTreeMap<u32, QpEntry>>,
     /// Live XRC SRQs by number.
     srqs: RwLock<BTreeMap<u32, Weak<crate::srq::SrqCore>>>,
     pub engine: Engine,
@@ -160,6 +85,13 @@ pub(crate) const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// Other processes' RoCE GIDs as looked up: the device (`None`: no process had the GID)
 /// and when.
 type GidCache = BTreeMap<[u8; 16], (Option<usize>, Instant)>;
+
+/// A QP of the table: the part the engine runs (what its lookups answer, with no
+/// reference count more than before on the per-WQE path) and the object around it.
+struct QpEntry {
+    core: Weak<QpCore>,
+    object: Weak<Qp>,
+}
 
 static PROVIDER: OnceLock<Provider> = OnceLock::new();
 /// Device count requested by [`crate::set_device_count`] before initialisation.
@@ -248,7 +180,7 @@ impl Provider {
             mrs: RwLock::new(MrTable::default()),
             qps: RwLock::new(BTreeMap::new()),
             srqs: RwLock::new(BTreeMap::new()),
-            engine: Engine::new(reorder, progress),
+            engine: Engine::new(reorder, progress, Transport::default()),
             faults: Mutex::new(faults),
             contexts: Mutex::new(Vec::new()),
             remote_gids: RwLock::new(BTreeMap::new()),
@@ -256,6 +188,12 @@ impl Provider {
             qps_created: AtomicU64::new(0),
             next_id: AtomicU32::new(1),
         }
+    }
+
+    /// The way to other processes (the engine's transport).
+    #[inline]
+    pub fn transport(&self) -> &Transport {
+        self.engine.transport()
     }
 
     /// Remembers an opened context (for port events).
@@ -285,18 +223,22 @@ impl Provider {
     /// (the table is full, or the namespace cannot be used) the error is the errno for
     /// `ibv_create_qp`.
     pub fn alloc_qpn(&'static self) -> Result<(u32, u64), i32> {
-        let qpn = crate::shared::alloc_qpn(self)?;
+        let qpn = self.transport().alloc_qpn(self)?;
         let nth = self.qps_created.fetch_add(1, Ordering::Relaxed) + 1;
         Ok((qpn, nth))
     }
 
     /// Makes a QP findable by its number, in this process and by other processes.
-    pub fn register_qp(&self, qp: &Arc<QpCore>) {
+    pub fn register_qp(&self, qp: &Arc<Qp>) {
+        let entry = QpEntry {
+            core: Arc::downgrade(qp.core()),
+            object: Arc::downgrade(qp),
+        };
         self.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(qp.qpn, Arc::downgrade(qp));
-        crate::shared::publish(qp.qpn, qp.dev);
+            .insert(qp.qpn, entry);
+        self.transport().publish(qp.qpn, qp.dev);
     }
 
     /// Forgets a QP number (and frees it machine-wide).
@@ -305,16 +247,29 @@ impl Provider {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&qpn);
-        crate::shared::release(qpn);
+        self.transport().release(qpn);
     }
 
-    /// The live QP `qpn` of device `dev`.
+    /// The live QP `qpn` of device `dev`: the part the engine runs.
     pub fn find_qp(&self, dev: usize, qpn: u32) -> Option<Arc<QpCore>> {
         let qp = self
             .qps
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&qpn)?
+            .core
+            .upgrade()?;
+        (qp.dev == dev).then_some(qp)
+    }
+
+    /// The live QP `qpn` of device `dev`: the object (for `ibv_open_qp`).
+    pub fn find_qp_object(&self, dev: usize, qpn: u32) -> Option<Arc<Qp>> {
+        let qp = self
+            .qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&qpn)?
+            .object
             .upgrade()?;
         (qp.dev == dev).then_some(qp)
     }
@@ -322,7 +277,7 @@ impl Provider {
     /// Allocates an XRC SRQ number, from the QP numbers' machine-wide table (so that
     /// it names nothing else on the node; it does not count as a QP created).
     pub fn alloc_srqn(&'static self) -> Result<u32, i32> {
-        crate::shared::alloc_qpn(self)
+        self.transport().alloc_qpn(self)
     }
 
     /// Makes XRC SRQ `srqn` findable by its number (taken with [`Provider::alloc_qpn`]).
@@ -333,7 +288,7 @@ impl Provider {
             .insert(srqn, Arc::downgrade(srq));
         // Published machine-wide: an XRC receive QP of another process forwards the
         // requests that name it here (`engine::remote::xrc`).
-        crate::shared::publish(srqn, srq.dev);
+        self.transport().publish(srqn, srq.dev);
     }
 
     /// Forgets XRC SRQ number `srqn` (and frees it machine-wide).
@@ -342,7 +297,7 @@ impl Provider {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&srqn);
-        crate::shared::release(srqn);
+        self.transport().release(srqn);
     }
 
     /// The live XRC SRQ `srqn` of this process.
@@ -360,7 +315,7 @@ impl Provider {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .filter_map(Weak::upgrade)
+            .filter_map(|e| e.core.upgrade())
             .collect()
     }
 
@@ -403,7 +358,7 @@ impl Provider {
                 return dev;
             }
         }
-        let found = crate::shared::find_gid(g);
+        let found = self.transport().find_gid(g);
         let mut cache = self.remote_gids.write().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= GID_CACHE_MAX {
             cache.clear();
@@ -440,7 +395,7 @@ impl Provider {
             }
         }
         if changed {
-            crate::shared::export_links();
+            self.transport().export_links();
         }
     }
 
@@ -453,7 +408,7 @@ impl Provider {
     /// thread does it), if there are any.
     pub fn start_watching(&'static self) {
         if self.has_netdevs() {
-            crate::shared::start(self);
+            self.transport().start(self);
         }
     }
 
@@ -469,6 +424,54 @@ impl Provider {
             .into_iter()
             .filter(|q| sel.matches(q.qpn, q.nth))
             .collect()
+    }
+}
+
+/// The engine asks the provider for its devices, keys and objects through this.
+impl Tables for Provider {
+    #[inline]
+    fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    #[inline]
+    fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    #[inline]
+    fn mrs(&self) -> &RwLock<MrTable> {
+        &self.mrs
+    }
+
+    #[inline]
+    fn find_qp(&self, dev: usize, qpn: u32) -> Option<Arc<QpCore>> {
+        Provider::find_qp(self, dev, qpn)
+    }
+
+    #[inline]
+    fn find_srq(&self, srqn: u32) -> Option<Arc<SrqCore>> {
+        Provider::find_srq(self, srqn)
+    }
+
+    #[inline]
+    fn resolve_av(&self, ah: &vqp_sys::ibv_ah_attr) -> Option<usize> {
+        Provider::resolve_av(self, ah)
+    }
+
+    fn on_object_record(
+        &'static self,
+        sh: &'static crate::shared::Shared,
+        rec: &crate::shared::inbox::Record,
+        payload: &[u8],
+    ) {
+        use crate::shared::inbox::Kind;
+        match rec.kind {
+            Kind::XrcCall => xrc_open::on_call(self, sh, rec, payload),
+            Kind::XrcReply => xrc_open::on_reply(rec, payload),
+            Kind::XrcEvent => xrc_open::on_event(rec),
+            _ => {}
+        }
     }
 }
 
@@ -488,7 +491,7 @@ impl crate::shared::Endpoint for Provider {
             .fold(0u64, |m, (i, _)| m | 1 << i)
     }
 
-    fn each_region(&self, f: &mut dyn FnMut(u32, &crate::mem::MrInfo)) {
+    fn each_region(&self, f: &mut dyn FnMut(u32, &crate::region::MrInfo)) {
         let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
         for (key, info) in mrs.live() {
             f(key, &info);

@@ -9,7 +9,9 @@
 //! A call is one [`Kind::XrcCall`] record to the owner (the operation in `code`, the
 //! call's number in `psn`, the opener's handle in `remote_addr`, the attributes in the
 //! payload) answered by one [`Kind::XrcReply`] (an errno in `code`, attributes in the
-//! payload); the caller waits for the answer a bounded time.
+//! payload); the caller waits for the answer a bounded time. The engine hands these
+//! records here (`engine::Tables::on_object_record`): the verbs they run are the QP
+//! object's, above the engine.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use vqp_sys::*;
 
-use super::lock;
-use crate::provider::Provider;
+use super::Provider;
+use crate::os::lock;
 use crate::shared::inbox::{Kind, PushError, Record};
 use crate::shared::{Owner, Shared};
 
@@ -74,8 +76,8 @@ pub(crate) fn call(
     value: u32,
     payload: &[u8],
 ) -> Result<Vec<u8>, i32> {
-    crate::shared::start(p);
-    let sh = crate::shared::current().ok_or(libc::ENODEV)?;
+    p.transport().start(p);
+    let sh = p.transport().namespace().ok_or(libc::ENODEV)?;
     let inbox = sh.peer_inbox(owner).ok_or(libc::ENODEV)?;
     let c = calls();
     let id = c.next.fetch_add(1, Ordering::Relaxed);
@@ -125,7 +127,7 @@ pub(super) fn on_call(p: &'static Provider, sh: &'static Shared, rec: &Record, p
     };
     let (dev, qpn) = (rec.dst_dev as usize, rec.dst_qpn);
     let q = p
-        .find_qp(dev, qpn)
+        .find_qp_object(dev, qpn)
         .filter(|q| q.qp_type == IBV_QPT_XRC_RECV && q.tgt_handles.owner().is_none());
     let mut out = Vec::new();
     let errno = match (q, rec.code) {
@@ -181,7 +183,7 @@ pub(super) fn on_call(p: &'static Provider, sh: &'static Shared, rec: &Record, p
 }
 
 /// QPs by device and number.
-type QpMap = HashMap<(usize, u32), Arc<crate::qp::QpCore>>;
+type QpMap = HashMap<(usize, u32), Arc<crate::qp::Qp>>;
 
 /// At a QP's owner: the QPs other processes hold (no handle of ours may be left).
 fn held() -> &'static Mutex<QpMap> {

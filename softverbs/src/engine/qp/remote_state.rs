@@ -1,0 +1,73 @@
+//! A QP's state across processes, kept under its lock: the requests it has in flight
+//! to another process and the sequence it runs of another process's requests. The
+//! engine's `remote` runs it; the QP holds it, as the part of it that only a QP
+//! talking to another process fills.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::shared::inbox::{Inbox, PAYLOAD};
+use crate::shared::{Owner, Peer};
+use crate::wqe::SendWqe;
+
+/// A WQE sent to another process, waiting for its answer.
+pub(crate) struct InFlight {
+    pub(crate) w: SendWqe,
+    pub(crate) psn: u32,
+    pub(crate) sent: Instant,
+    /// An XRC request the responder forwards to another process's SRQ: nothing is
+    /// sent after it until it is answered (`engine::remote::xrc`).
+    pub(crate) solo: bool,
+}
+
+/// The resolved peer of a requester QP.
+pub(crate) struct Link {
+    pub(crate) dev: usize,
+    pub(crate) qpn: u32,
+    /// The owning process: its inbox and exports.
+    pub(crate) peer: Arc<Peer>,
+    /// Where a request's payload is put together.
+    pub(crate) scratch: Box<[u8; PAYLOAD]>,
+}
+
+/// A responder QP's view of the requester feeding it: who, and the next sequence
+/// number it executes.
+pub(crate) struct RespSeq {
+    pub(crate) from: Owner,
+    pub(crate) qpn: u32,
+    pub(crate) conn: u32,
+    pub(crate) expect: u32,
+    pub(crate) inbox: Option<Arc<Inbox>>,
+    /// The request at `expect` went to another process's XRC SRQ (`engine::remote::xrc`): that
+    /// process, and when. Nothing else of the connection executes until its outcome
+    /// comes back.
+    pub(crate) forwarded: Option<(Owner, Instant)>,
+}
+
+/// A QP's cross-process state, kept under the QP's lock. Empty (and allocation-free)
+/// for a QP that only talks within its process.
+#[derive(Default)]
+pub(crate) struct RemoteState {
+    pub(crate) in_flight: VecDeque<InFlight>,
+    pub(crate) conn: u32,
+    pub(crate) next_psn: u32,
+    pub(crate) link: Option<Link>,
+    pub(crate) resp: Option<RespSeq>,
+    /// The QP is on the service thread's deadline list.
+    pub(crate) watched: bool,
+    /// The QP waits for room in its pipeline (an answer makes it runnable again).
+    pub(crate) full: bool,
+}
+
+impl RemoteState {
+    /// Takes the oldest WQE in flight (to flush it).
+    pub(crate) fn take_in_flight(&mut self) -> Option<SendWqe> {
+        self.in_flight.pop_front().map(|f| f.w)
+    }
+
+    /// How many WQEs in flight are signaled (each owes its CQ a completion).
+    pub(crate) fn signaled_in_flight(&self) -> usize {
+        self.in_flight.iter().filter(|f| f.w.signaled).count()
+    }
+}
