@@ -436,6 +436,35 @@ fn one_sided_operations_complete_while_the_responder_process_is_stopped() {
         theirs[..],
         "the READ brought their bytes"
     );
+    peer.signal_stop(true);
+    // A stream of large WRITEs (64 KiB each, posted as one chain) is served the
+    // same way, each WQE with work still queued behind it.
+    let mut sges: Vec<_> = (0..3).map(|_| a.mr.sge(0, 1 << 16).unwrap()).collect();
+    let mut wrs: Vec<_> = sges
+        .iter_mut()
+        .enumerate()
+        .map(|(i, sge)| {
+            wr_rdma(
+                10 + i as u64,
+                IBV_WR_RDMA_WRITE,
+                std::slice::from_mut(sge),
+                raddr,
+                rkey,
+            )
+        })
+        .collect();
+    for i in 0..2 {
+        let next: *mut ibv_send_wr = &mut wrs[i + 1];
+        wrs[i].next = next;
+    }
+    post(&a, &mut wrs[0]);
+    let wcs = poll_n(&a.cq, 3);
+    assert!(wcs.iter().all(|w| w.is_ok()), "{wcs:?}");
+    peer.signal_stop(false);
+    for off in [0, 61440] {
+        let theirs = unhex(&peer.cmd(&format!("read {off} 4096"))[0]);
+        assert_eq!(theirs, bytes(&a)[off..off + 4096], "the stream landed");
+    }
 }
 
 /// Once `ibv_dereg_mr` returned in the owner, a WRITE to the region fails with a remote

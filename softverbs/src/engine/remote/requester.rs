@@ -90,7 +90,7 @@ pub(crate) fn send<P: Tables>(
             scratch: Box::new([0; PAYLOAD]),
         });
     }
-    if direct::eligible(g, &w) {
+    if direct::eligible(g, &w, len) {
         let done = match &g.remote.link {
             Some(l) => direct::execute(sh, qp, l, &w, local, len),
             None => None,
