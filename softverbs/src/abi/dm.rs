@@ -20,8 +20,7 @@ use std::sync::Arc;
 
 use vqp_sys::*;
 
-use super::device::ctx;
-use super::object::{live, publish, retire, DmObj, MrObj, PdObj};
+use super::object::{ctx, live, publish, retire, DmObj, MrObj, PdObj};
 use super::set_errno;
 use crate::mem::MrInfo;
 use crate::provider;

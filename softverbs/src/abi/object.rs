@@ -318,6 +318,15 @@ pub(super) unsafe fn live<'a, T: Object>(p: *mut T::Abi) -> Option<&'a T> {
     unsafe { wrapper_of::<T>(p).as_ref() }
 }
 
+/// The open context behind `context`; `None` for null or one that is not open.
+///
+/// # Safety
+/// No other thread closes the context while the reference is used.
+pub(super) unsafe fn ctx<'a>(context: *mut ibv_context) -> Option<&'a CtxObj> {
+    // SAFETY: forwarded.
+    unsafe { live::<CtxObj>(context) }
+}
+
 /// As [`live`], also accepting an object whose destroy verb is under way.
 ///
 /// # Safety

@@ -149,7 +149,7 @@ pub(super) unsafe extern "C" fn create_qp_ex(
         sq_sig_all: a.sq_sig_all,
     };
     // SAFETY: `init` is a local; the objects it names are the caller's (contract).
-    let qp = unsafe { super::qp::create(a.pd, &mut init, send_ops) };
+    let qp = unsafe { super::qp::create(a.pd, &mut init, send_ops, fill) };
     if !qp.is_null() {
         a.cap = init.cap;
     }
