@@ -50,6 +50,7 @@ mod qp_ex;
 mod query;
 mod resize;
 mod srq;
+mod state;
 mod strings;
 mod sysfs;
 mod text;
