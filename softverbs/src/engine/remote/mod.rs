@@ -13,6 +13,7 @@ use crate::shared::inbox::{Kind, Record};
 use crate::shared::{Ack, Shared};
 
 mod direct;
+mod mover;
 mod requester;
 mod responder;
 mod xrc;
