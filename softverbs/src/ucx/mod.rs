@@ -230,9 +230,11 @@ pub mod sys;
 #[allow(unsafe_code)]
 mod worker;
 
+use std::fmt;
+
 pub use am::{AmMessage, Data, Deferred, Rndv};
 pub use endpoint::{ConnRequest, EpId, ListenerId};
-pub use error::{Error, LoadError, Status};
+pub use error::{Error, Status};
 pub use sys::{Ucp, LIBRARY};
 pub use worker::{Event, Worker};
 
@@ -246,3 +248,39 @@ pub const MAX_HEADER: usize = 1024;
 /// `libibverbs` (inside a softverbs process that is softverbs itself) or librdmacm; TCP
 /// for the connection set-up.
 pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[("TLS", "tcp"), ("SOCKADDR_TLS_PRIORITY", "tcp")];
+
+/// UCP could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// `dlopen` failed: the library is not installed (Debian's `libucx0`), or broken.
+    Open {
+        /// The name given to `dlopen`.
+        library: String,
+        /// `dlerror()`'s text.
+        reason: String,
+    },
+    /// The library lacks a function softverbs needs (a UCP older than 1.13).
+    Symbol {
+        /// The library opened.
+        library: String,
+        /// The missing function.
+        symbol: &'static str,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Open { library, reason } => write!(
+                f,
+                "cannot load UCX's {library} (Debian package libucx0): {reason}"
+            ),
+            LoadError::Symbol { library, symbol } => {
+                write!(f, "{library} has no {symbol}: UCX 1.13 or later is needed")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
