@@ -2,7 +2,10 @@
 //! "Layers"): every `crate::<module>` path in a module's code (comments left out)
 //! names a module of its own layer or of one under it, the modules form no import
 //! circle (a folder's files — a parent and its children — count as their top module),
-//! and only the ABI layer looks the provider up (`provider::get`).
+//! and only the ABI layer looks the provider up (`provider::get`). Inside each folder
+//! the files form no import circle either (paths through `crate::`, `super::` and
+//! `self::` resolved to files; a parent and its own children may import each other),
+//! here and in core's `vqp/`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -567,4 +570,27 @@ fn the_folder_reader_resolves_paths_to_modules() {
     assert_eq!(module_path(src, Path::new("/s/abi/mod.rs")), m("abi"));
     assert_eq!(module_path(src, Path::new("/s/abi/cq.rs")), m("abi::cq"));
     assert_eq!(module_path(src, Path::new("/s/lib.rs")), m(""));
+}
+
+/// Core's `vqp/` (issue 26 asks the same of it): `VirtualQp`'s parts import the struct
+/// from `vqp/mod.rs`, their parent, and no part imports a sibling that imports it back.
+/// Read here because this reader lives here; core itself is `no_std` and has no
+/// file-reading tests.
+#[test]
+fn no_import_circle_between_the_files_of_cores_vqp_folder() {
+    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/src");
+    assert!(
+        core.join("vqp/mod.rs").is_file(),
+        "core's sources at {}",
+        core.display()
+    );
+    let circles: Vec<String> = folder_circles(&core, &[])
+        .into_iter()
+        .filter(|c| c.starts_with("in vqp/"))
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "import circles between sibling modules of core's vqp/:\n{}",
+        circles.join("\n")
+    );
 }
