@@ -2,7 +2,10 @@
 //! "Layers"): every `crate::<module>` path in a module's code (comments left out)
 //! names a module of its own layer or of one under it, the modules form no import
 //! circle (a folder's files — a parent and its children — count as their top module),
-//! and only the ABI layer looks the provider up (`provider::get`).
+//! and only the ABI layer looks the provider up (`provider::get`). Inside each folder
+//! the files form no import circle either (paths through `crate::`, `super::` and
+//! `self::` resolved to files; a parent and its own children may import each other),
+//! here and in core's `vqp/`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -290,4 +293,304 @@ fn the_reader_sees_imports_and_not_comments_or_strings() {
     assert_eq!(found, ["engine", "mem", "shared", "wqe"]);
     assert!(calls_get("let p = get();"));
     assert!(!calls_get("pub fn get() -> P { X.get().unwrap() }"));
+}
+
+/// A path tree after `crate::`, `super::` or `self::` (the keyword included): every
+/// full path it names, `a::{b, c::{d, e}}` → `a::b`, `a::c::d`, `a::c::e`.
+fn path_trees(s: &str) -> Vec<Vec<String>> {
+    fn tree(s: &str, at: &mut usize, prefix: &[String], out: &mut Vec<Vec<String>>) {
+        let b = s.as_bytes();
+        let skip_ws = |at: &mut usize| {
+            while *at < b.len() && (b[*at] as char).is_ascii_whitespace() {
+                *at += 1;
+            }
+        };
+        let mut path = prefix.to_vec();
+        loop {
+            skip_ws(at);
+            if b.get(*at) == Some(&b'{') {
+                *at += 1;
+                loop {
+                    skip_ws(at);
+                    match b.get(*at) {
+                        Some(b'}') => {
+                            *at += 1;
+                            return;
+                        }
+                        Some(b',') => *at += 1,
+                        None => return,
+                        _ => {
+                            let before = *at;
+                            tree(s, at, &path, out);
+                            if *at == before {
+                                *at += 1; // `*` or `self` alone: nothing more to name
+                            }
+                        }
+                    }
+                }
+            }
+            let start = *at;
+            while *at < b.len() && (b[*at].is_ascii_alphanumeric() || b[*at] == b'_') {
+                *at += 1;
+            }
+            if *at == start {
+                break;
+            }
+            path.push(s[start..*at].to_string());
+            skip_ws(at);
+            if s[*at..].starts_with("::") {
+                *at += 2;
+            } else {
+                break;
+            }
+        }
+        if path.len() > prefix.len() {
+            out.push(path);
+        }
+    }
+    let mut out = Vec::new();
+    tree(s, &mut 0, &[], &mut out);
+    out
+}
+
+/// The module path of a file (`abi/cq.rs` → `abi::cq`, `abi/mod.rs` → `abi`, `lib.rs`
+/// → the root), relative to the crate's `src`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).expect("under src");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().expect("a file name");
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" && !(parts.is_empty() && (stem == "lib" || stem == "main")) {
+        parts.push(stem.to_string());
+    }
+    parts
+}
+
+/// Every module path a file's code names (`crate::`, `super::`, `self::`, groups
+/// included), resolved against the file's module and the inline `mod x { … }` blocks
+/// around each path.
+fn resolved_imports(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let b = code.as_bytes();
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let prev = if i == 0 { b' ' } else { b[i - 1] };
+        let fresh = !is_ident(prev) && prev != b':' && prev != b'$';
+        match b[i] {
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                while inline.last().is_some_and(|(_, d)| *d > depth) {
+                    inline.pop();
+                }
+            }
+            _ if fresh && code[i..].starts_with("mod ") => {
+                let rest = &code[i + 4..];
+                let name: String = rest.chars().take_while(|c| is_ident(*c as u8)).collect();
+                if rest[name.len()..].trim_start().starts_with('{') {
+                    inline.push((name, depth + 1));
+                }
+            }
+            _ if fresh
+                && ["crate::", "super::", "self::"]
+                    .iter()
+                    .any(|k| code[i..].starts_with(k)) =>
+            {
+                let mut here: Vec<String> = module.to_vec();
+                here.extend(inline.iter().map(|(n, _)| n.clone()));
+                for path in path_trees(&code[i..]) {
+                    let mut at = match path[0].as_str() {
+                        "crate" => Vec::new(),
+                        _ => here.clone(),
+                    };
+                    let mut segs = path.iter().peekable();
+                    if path[0] != "crate" {
+                        // `self` stays, each `super` climbs one.
+                        while let Some(s) = segs.peek() {
+                            match s.as_str() {
+                                "self" => {}
+                                "super" => {
+                                    at.pop();
+                                }
+                                _ => break,
+                            }
+                            segs.next();
+                        }
+                    } else {
+                        segs.next();
+                    }
+                    at.extend(segs.cloned());
+                    out.push(at);
+                }
+                // Skip the keyword so that its `::` tail is not read again.
+                i += 5;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The import circles between sibling files inside each folder of `src`: for a folder
+/// `p/` the child modules are its files and subfolders; an import from inside child `a`
+/// of a path inside child `b` is an arrow `a → b`. The parent (`p/mod.rs` or `p.rs`)
+/// and its own children may import each other: only arrows between children count.
+/// Each circle found is given with one file per arrow. `skip` names top-level files or
+/// folders of `src` that are not modules of the crate (a `bin/` folder).
+fn folder_circles(src: &Path, skip: &[&str]) -> Vec<String> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    files.retain(|f| {
+        let first = f.strip_prefix(src).unwrap().components().next().unwrap();
+        !skip.contains(&first.as_os_str().to_string_lossy().as_ref())
+    });
+    files.sort();
+    // Folder module path → child → child → a file that imports.
+    type Arrows = BTreeMap<Vec<String>, BTreeMap<String, BTreeMap<String, PathBuf>>>;
+    let mut arrows: Arrows = BTreeMap::new();
+    for f in &files {
+        let m = module_path(src, f);
+        let code = code_of(&fs::read_to_string(f).expect("read a source"));
+        for target in resolved_imports(&code, &m) {
+            // The deepest folder holding both, where they are different children.
+            let common = m.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common < m.len() && common < target.len() {
+                let folder = m[..common].to_vec();
+                let (from, to) = (m[common].clone(), target[common].clone());
+                let dir = src.join(folder.join("/"));
+                let child = |n: &str| dir.join(format!("{n}.rs")).is_file() || dir.join(n).is_dir();
+                if child(&from) && child(&to) {
+                    arrows
+                        .entry(folder)
+                        .or_default()
+                        .entry(from)
+                        .or_default()
+                        .entry(to)
+                        .or_insert_with(|| f.clone());
+                }
+            }
+        }
+    }
+    let mut circles = Vec::new();
+    for (folder, edges) in &arrows {
+        // Depth-first search for a back edge; one circle per folder is enough to say.
+        fn visit(
+            m: &str,
+            edges: &BTreeMap<String, BTreeMap<String, PathBuf>>,
+            state: &mut BTreeMap<String, u8>,
+            path: &mut Vec<String>,
+        ) -> Option<Vec<String>> {
+            match state.get(m) {
+                Some(1) => {
+                    let at = path.iter().position(|p| p == m).unwrap_or(0);
+                    let mut circle = path[at..].to_vec();
+                    circle.push(m.to_string());
+                    return Some(circle);
+                }
+                Some(_) => return None,
+                None => {}
+            }
+            state.insert(m.to_string(), 1);
+            path.push(m.to_string());
+            for next in edges.get(m).into_iter().flat_map(|t| t.keys()) {
+                if let Some(circle) = visit(next, edges, state, path) {
+                    return Some(circle);
+                }
+            }
+            path.pop();
+            state.insert(m.to_string(), 2);
+            None
+        }
+        let mut state = BTreeMap::new();
+        for m in edges.keys() {
+            if let Some(circle) = visit(m, edges, &mut state, &mut Vec::new()) {
+                let arrows: Vec<String> = circle
+                    .windows(2)
+                    .map(|w| format!("  {} → {} ({})", w[0], w[1], edges[&w[0]][&w[1]].display()))
+                    .collect();
+                circles.push(format!(
+                    "in {}/: {}\n{}",
+                    folder.join("/"),
+                    circle.join(" → "),
+                    arrows.join("\n")
+                ));
+                break;
+            }
+        }
+    }
+    circles
+}
+
+#[test]
+fn no_import_circle_between_the_files_of_a_folder() {
+    let circles = folder_circles(&src(), &["bin"]);
+    assert!(
+        circles.is_empty(),
+        "import circles between sibling modules:\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn the_folder_reader_resolves_paths_to_modules() {
+    let m = |s: &str| -> Vec<String> {
+        if s.is_empty() {
+            Vec::new()
+        } else {
+            s.split("::").map(String::from).collect()
+        }
+    };
+    let code = code_of(
+        "use super::{cq::Cq, object::{self, Handle}};\nuse crate::engine::Tables;\n\
+         fn f() { self::x::y(); super::super::z(); }\n\
+         mod tests { use super::w; }",
+    );
+    let found = resolved_imports(&code, &m("abi::qp"));
+    assert_eq!(
+        found,
+        [
+            m("abi::cq::Cq"),
+            m("abi::object::self"),
+            m("abi::object::Handle"),
+            m("engine::Tables"),
+            m("abi::qp::x::y"),
+            m("z"),
+            m("abi::qp::w"),
+        ]
+    );
+    let src = Path::new("/s");
+    assert_eq!(module_path(src, Path::new("/s/abi/mod.rs")), m("abi"));
+    assert_eq!(module_path(src, Path::new("/s/abi/cq.rs")), m("abi::cq"));
+    assert_eq!(module_path(src, Path::new("/s/lib.rs")), m(""));
+}
+
+/// Core's `vqp/` (issue 26 asks the same of it): `VirtualQp`'s parts import the struct
+/// from `vqp/mod.rs`, their parent, and no part imports a sibling that imports it back.
+/// Read here because this reader lives here; core itself is `no_std` and has no
+/// file-reading tests.
+#[test]
+fn no_import_circle_between_the_files_of_cores_vqp_folder() {
+    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/src");
+    assert!(
+        core.join("vqp/mod.rs").is_file(),
+        "core's sources at {}",
+        core.display()
+    );
+    let circles: Vec<String> = folder_circles(&core, &[])
+        .into_iter()
+        .filter(|c| c.starts_with("in vqp/"))
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "import circles between sibling modules of core's vqp/:\n{}",
+        circles.join("\n")
+    );
 }

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use vqp_sys::*;
 
-use super::device::ctx;
-use super::object::{live, live_or_closing, publish, retire, ChannelObj, CqObj};
+use super::object::{ctx, live, live_or_closing, publish, retire, ChannelObj, CqObj};
 use super::set_errno;
 use crate::cq::{ChannelCore, CqCore};
 use crate::provider;

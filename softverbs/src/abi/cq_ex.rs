@@ -22,13 +22,6 @@ use super::set_errno;
 use crate::cq::Stamp;
 use crate::provider;
 
-/// The completion an extended CQ's `read_*` functions read.
-#[derive(Default)]
-pub(crate) struct Current {
-    wc: Option<ibv_wc>,
-    at: Stamp,
-}
-
 /// `wc_flags` this provider fills: the standard ones and both timestamps. The CVLAN,
 /// flow tag and tag-matching fields belong to features it does not have.
 pub const CQ_EX_WC_FLAGS: u64 = IBV_WC_STANDARD_FLAGS

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use vqp_sys::*;
 
 use super::cq::MAX_CQE;
-use super::object::{live, publish, retire, CtxObj};
+use super::object::{ctx, publish, retire, CtxObj};
 use super::{context_ops, set_errno, verbs_ops};
 use crate::cq::CtxCore;
 use crate::provider;
@@ -202,15 +202,6 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         }
         Err(e) => e,
     }
-}
-
-/// The open context behind `context`; `None` for null or one that is not open.
-///
-/// # Safety
-/// No other thread closes the context while the reference is used.
-pub(super) unsafe fn ctx<'a>(context: *mut ibv_context) -> Option<&'a CtxObj> {
-    // SAFETY: forwarded.
-    unsafe { live::<CtxObj>(context) }
 }
 
 /// `ibv_query_device`.

@@ -15,14 +15,14 @@
 //! so the peer's requests to it travel through the inbox to this process's responder.
 
 use core::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use vqp_sys::*;
 
-use super::device::ctx;
-use super::object::{live, publish, retire, DmObj, MrObj, PdObj};
+use super::object::{ctx, live, publish, retire, DmObj, MrObj, PdObj};
 use super::set_errno;
+use super::state::{DmMem, IN_USE};
 use crate::mem::MrInfo;
 use crate::provider;
 
@@ -33,10 +33,6 @@ pub const MAX_DM_SIZE: usize = 256 << 10;
 /// Largest alignment an allocation may ask for (`log_align_req`): a page.
 const MAX_LOG_ALIGN: u32 = 12;
 
-/// Bytes of device memory allocated per device (index), against [`MAX_DM_SIZE`].
-static IN_USE: [AtomicUsize; crate::MAX_DEVICES] =
-    [const { AtomicUsize::new(0) }; crate::MAX_DEVICES];
-
 /// Access bits a region over device memory may have (mlx5's `MLX5_DM_ALLOWED_ACCESS`,
 /// but the optional ones, which this provider has none of).
 const DM_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
@@ -44,59 +40,6 @@ const DM_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_READ
     | IBV_ACCESS_REMOTE_ATOMIC
     | IBV_ACCESS_ZERO_BASED;
-
-/// The host memory behind a `DmObj`: `len` zeroed bytes, freed on drop.
-pub(crate) struct DmMem {
-    ptr: *mut u8,
-    len: usize,
-    dev: usize,
-}
-
-impl DmMem {
-    fn alloc(dev: usize, len: usize, align: usize) -> Result<DmMem, c_int> {
-        let mut p: *mut c_void = core::ptr::null_mut();
-        // SAFETY: `p` is writable; `align` a power of two and a multiple of the pointer
-        // size; `len` non-zero.
-        if unsafe { libc::posix_memalign(&mut p, align, len) } != 0 {
-            return Err(libc::ENOMEM);
-        }
-        // SAFETY: a fresh allocation of `len` bytes.
-        unsafe { core::ptr::write_bytes(p.cast::<u8>(), 0, len) };
-        Ok(DmMem {
-            ptr: p.cast(),
-            len,
-            dev,
-        })
-    }
-
-    /// The range `[offset, offset + len)` of the allocation as mlx5's
-    /// `mlx5_access_dm` checks it: `EFAULT` outside it, `EINVAL` unaligned.
-    fn range(&self, offset: u64, len: usize) -> Result<*mut u8, c_int> {
-        let end = offset.checked_add(len as u64).ok_or(libc::EFAULT)?;
-        if end > self.len as u64 {
-            return Err(libc::EFAULT);
-        }
-        if len & 3 != 0 || offset & 3 != 0 {
-            return Err(libc::EINVAL);
-        }
-        // `offset < len` of the allocation, checked above.
-        Ok(self.ptr.wrapping_add(offset as usize))
-    }
-}
-
-impl Drop for DmMem {
-    fn drop(&mut self) {
-        // SAFETY: the allocation `posix_memalign` made, freed once.
-        unsafe { libc::free(self.ptr.cast()) };
-        IN_USE[self.dev].fetch_sub(self.len, Ordering::AcqRel);
-    }
-}
-
-// SAFETY: the pointer is owned (freed on drop) and its bytes are only reached through
-// the copies, which the application orders as it orders access to device memory.
-unsafe impl Send for DmMem {}
-// SAFETY: as above.
-unsafe impl Sync for DmMem {}
 
 /// `verbs_context.alloc_dm` (`ibv_alloc_dm`): `attr.length` bytes of device memory,
 /// zeroed. `EINVAL` for a length of 0 or over [`MAX_DM_SIZE`], an alignment over a page,

@@ -7,7 +7,7 @@ use vqp_sys::*;
 
 pub use vqp_sys::{ibv_async_event, ibv_async_event_element};
 
-use super::device::ctx;
+use super::object::ctx;
 use super::set_errno;
 
 /// `ibv_get_async_event`: waits for the next asynchronous event of the context

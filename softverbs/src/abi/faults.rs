@@ -8,6 +8,8 @@
 //! programs) the same controls on the loaded copy; resolve them with `dlsym` on the
 //! library's handle.
 //!
+//! [`register`] applies the fault rules to a new QP, for the modules that create one.
+//!
 //! Only plain C integers cross the boundary: nothing here takes a pointer, so every
 //! function is safe to call with any arguments. Functions returning `int` return 0 on
 //! success or an errno value (`EINVAL`) for an argument they refuse, as libibverbs does.
@@ -21,9 +23,12 @@
 //! ```
 
 use core::ffi::c_int;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{QpSelector, Reorder};
+use crate::qp::Qp;
 
 /// `policy` of [`vqp_soft_set_reorder`]: [`Reorder::Fifo`].
 pub const VQP_SOFT_REORDER_FIFO: c_int = 0;
@@ -116,6 +121,22 @@ pub extern "C" fn vqp_soft_set_rate(device: u32, bytes_per_sec: u64) -> c_int {
         Ok(()) => 0,
         Err(_) => libc::EINVAL,
     }
+}
+
+/// Applies the fault rules that name a new QP and makes it findable by its number.
+pub(super) fn register(prov: &crate::provider::Provider, core: &Arc<Qp>) {
+    let faults = crate::os::lock(&prov.faults);
+    if let Some(n) = faults.fail_after(core.qpn, core.nth) {
+        core.fail_after.store(n, Ordering::Relaxed);
+    }
+    if let Some(d) = faults.delay(core.qpn, core.nth) {
+        core.delay_ns.store(
+            d.as_nanos().min(u128::from(u64::MAX)) as u64,
+            Ordering::Relaxed,
+        );
+    }
+    drop(faults);
+    prov.register_qp(core);
 }
 
 #[cfg(test)]

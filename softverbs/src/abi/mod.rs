@@ -2,7 +2,7 @@
 //! `ibv_context_ops` data path, and [`verbs_table`].
 //!
 //! One module per kind of object or concern: `object` (the wrappers around the C
-//! structs), `device` (device list, contexts, queries), `pd_mr`, `mw` (memory
+//! structs, with `state`, the provider state some of them carry), `device` (device list, contexts, queries), `pd_mr`, `mw` (memory
 //! windows, through `ibv_context_ops`), `odp` (on-demand paging: `advise_mr`, the
 //! capabilities), `cq`, `qp`, `event`
 //! (asynchronous events), `data` (the `ibv_context_ops` data path), `strings`, and
@@ -50,6 +50,7 @@ mod qp_ex;
 mod query;
 mod resize;
 mod srq;
+mod state;
 mod strings;
 mod sysfs;
 mod text;

@@ -100,7 +100,7 @@ pub(crate) struct MrObj {
 #[repr(C)]
 pub(crate) struct DmObj {
     pub(super) ibv: ibv_dm,
-    pub(super) mem: super::dm::DmMem,
+    pub(super) mem: super::state::DmMem,
     /// Regions registered over it (`ibv_free_dm` is `EBUSY` while non-zero).
     pub(super) users: Arc<std::sync::atomic::AtomicU32>,
 }
@@ -119,7 +119,7 @@ pub(crate) struct CqObj {
     pub(super) ibv: UnsafeCell<ibv_cq_ex>,
     pub(super) core: Arc<CqCore>,
     /// The completion between `ibv_start_poll` and `ibv_end_poll` (extended CQs).
-    pub(super) current: Mutex<super::cq_ex::Current>,
+    pub(super) current: Mutex<super::state::Current>,
 }
 
 /// `ibv_srq` and the SRQ's state.
@@ -162,7 +162,7 @@ pub(crate) struct QpObj {
     /// it an extended QP (`ibv_qp_to_qp_ex`).
     pub(super) send_ops: u64,
     /// The work requests between `ibv_wr_start` and `ibv_wr_complete`.
-    pub(super) batch: Mutex<super::qp_ex::Batch>,
+    pub(super) batch: Mutex<super::state::Batch>,
     /// A handle `ibv_open_qp` made on an XRC receive QP created elsewhere: destroying
     /// it closes the handle only.
     pub(super) opened: bool,
@@ -316,6 +316,15 @@ pub(super) unsafe fn live<'a, T: Object>(p: *mut T::Abi) -> Option<&'a T> {
     // allocation `publish` leaked, at `T::OFFSET`, and it is not freed before its destroy
     // verb, which the contract keeps away while the reference is used.
     unsafe { wrapper_of::<T>(p).as_ref() }
+}
+
+/// The open context behind `context`; `None` for null or one that is not open.
+///
+/// # Safety
+/// No other thread closes the context while the reference is used.
+pub(super) unsafe fn ctx<'a>(context: *mut ibv_context) -> Option<&'a CtxObj> {
+    // SAFETY: forwarded.
+    unsafe { live::<CtxObj>(context) }
 }
 
 /// As [`live`], also accepting an object whose destroy verb is under way.

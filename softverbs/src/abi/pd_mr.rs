@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use vqp_sys::*;
 
-use super::device::ctx;
-use super::object::{live, publish, retire, MrObj, PdCore, PdObj};
+use super::object::{ctx, live, publish, retire, MrObj, PdCore, PdObj};
 use super::set_errno;
 use crate::mem::MrInfo;
 use crate::provider;

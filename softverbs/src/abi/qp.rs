@@ -29,12 +29,13 @@ pub unsafe extern "C" fn ibv_create_qp(
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     // SAFETY: forwarded.
-    unsafe { create(pd, qp_init_attr, 0) }
+    unsafe { create(pd, qp_init_attr, 0, |_| {}) }
 }
 
 /// `ibv_create_qp`, and `ibv_create_qp_ex` with `send_ops` (`IBV_QP_EX_WITH_*`, checked
 /// by the caller): non-zero makes an extended QP whose `ibv_qp_ex` has the `ibv_wr_*`
-/// functions. Null with `errno` on failure.
+/// functions, which `fill` (given by `qp_ex`, which builds on this module) puts in.
+/// Null with `errno` on failure.
 ///
 /// # Safety
 /// As [`ibv_create_qp`].
@@ -42,6 +43,7 @@ pub(super) unsafe fn create(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
     send_ops: u64,
+    fill: fn(&mut ibv_qp_ex),
 ) -> *mut ibv_qp {
     // SAFETY: per the contract.
     let (Some(p), Some(init)) = (unsafe { live::<PdObj>(pd) }, unsafe {
@@ -115,7 +117,7 @@ pub(super) unsafe fn create(
         srq,
     );
     let core = Arc::new(Qp::new(running, init.sq_sig_all != 0, cap));
-    register(prov, &core);
+    super::faults::register(prov, &core);
     p.core.users.fetch_add(1, Ordering::AcqRel);
     let base = ibv_qp {
         // SAFETY: a live PD (contract).
@@ -136,7 +138,7 @@ pub(super) unsafe fn create(
         ..Default::default()
     };
     if send_ops != 0 {
-        super::qp_ex::fill(&mut ibv);
+        fill(&mut ibv);
     }
     let ptr = publish(QpObj {
         ibv: UnsafeCell::new(ibv),
@@ -148,22 +150,6 @@ pub(super) unsafe fn create(
     });
     core.handle.store(ptr as usize, Ordering::Relaxed);
     ptr
-}
-
-/// Applies the fault rules that name a new QP and makes it findable by its number.
-pub(super) fn register(prov: &crate::provider::Provider, core: &Arc<Qp>) {
-    let faults = crate::os::lock(&prov.faults);
-    if let Some(n) = faults.fail_after(core.qpn, core.nth) {
-        core.fail_after.store(n, Ordering::Relaxed);
-    }
-    if let Some(d) = faults.delay(core.qpn, core.nth) {
-        core.delay_ns.store(
-            d.as_nanos().min(u128::from(u64::MAX)) as u64,
-            Ordering::Relaxed,
-        );
-    }
-    drop(faults);
-    prov.register_qp(core);
 }
 
 /// The QP behind `qp`; `None` for null or a QP that does not exist.

@@ -18,39 +18,10 @@ use vqp_sys::*;
 
 use super::object::{live, unchecked, AhObj, MrObj, MwObj, PdObj, QpObj};
 use super::set_errno;
+use super::state::{Batch, Building};
 use crate::mem::BindRequest;
 use crate::provider;
 use crate::qp::{Datagram, SendWqe, Sges};
-
-/// The work requests of a batch, and the first error one of them met.
-#[derive(Default)]
-pub(crate) struct Batch {
-    /// Finished requests, in order.
-    wqes: Vec<SendWqe>,
-    /// The request the setters are filling.
-    cur: Option<Building>,
-    /// The first error: `ibv_wr_complete` returns it and posts nothing.
-    err: Option<c_int>,
-}
-
-/// A request being built: the WQE, and what its checks need.
-struct Building {
-    wqe: SendWqe,
-    /// SGEs named (for the `max_send_sge` check).
-    sge_n: u32,
-}
-
-impl Batch {
-    fn fail(&mut self, e: c_int) {
-        self.err.get_or_insert(e);
-    }
-
-    fn clear(&mut self) {
-        self.wqes.clear();
-        self.cur = None;
-        self.err = None;
-    }
-}
 
 /// Send operations `ibv_create_qp_ex` accepts per QP type: those of mlx5
 /// (`MLX5_SUPPORTED_SEND_OPS_FLAGS_RC` / `_XRC` / `_UC` / `_UD`, `providers/mlx5/qp.c`;
@@ -149,7 +120,7 @@ pub(super) unsafe extern "C" fn create_qp_ex(
         sq_sig_all: a.sq_sig_all,
     };
     // SAFETY: `init` is a local; the objects it names are the caller's (contract).
-    let qp = unsafe { super::qp::create(a.pd, &mut init, send_ops) };
+    let qp = unsafe { super::qp::create(a.pd, &mut init, send_ops, fill) };
     if !qp.is_null() {
         a.cap = init.cap;
     }

@@ -34,7 +34,7 @@ pub unsafe extern "C" fn ibv_create_srq(
         return core::ptr::null_mut();
     };
     // SAFETY: a live PD's context is a live context of ours.
-    let Some(ctx) = (unsafe { super::device::ctx((*pd).context) }) else {
+    let Some(ctx) = (unsafe { super::object::ctx((*pd).context) }) else {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use vqp_sys::*;
 
-use super::device::{ctx, ibv_query_device, ibv_query_port};
-use super::object::{live, publish, retire, Parent, PdCore, PdObj, TdObj};
+use super::device::{ibv_query_device, ibv_query_port};
+use super::object::{ctx, live, publish, retire, Parent, PdCore, PdObj, TdObj};
 use super::set_errno;
 
 /// Frequency of the completion timestamp clock, in kHz, as `hca_core_clock` reports it:

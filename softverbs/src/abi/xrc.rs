@@ -11,8 +11,7 @@ use std::sync::Arc;
 
 use vqp_sys::*;
 
-use super::device::ctx;
-use super::object::{live, publish, retire, CqObj, PdCore, PdObj, QpObj, SrqObj, XrcdObj};
+use super::object::{ctx, live, publish, retire, CqObj, PdCore, PdObj, QpObj, SrqObj, XrcdObj};
 use super::set_errno;
 use crate::provider;
 use crate::qp::{Qp, QpCore};
@@ -256,7 +255,7 @@ pub(super) unsafe fn create_recv_qp(
     )
     .in_xrcd(Arc::clone(&x.core));
     let core = Arc::new(Qp::new(running, false, cap));
-    super::qp::register(prov, &core);
+    super::faults::register(prov, &core);
     a.cap = cap;
     publish_qp(context, &c.core, &core, a.qp_context, false)
 }

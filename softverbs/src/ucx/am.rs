@@ -6,11 +6,10 @@ use core::ffi::c_void;
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use super::endpoint::EpId;
 use super::error::{check, Error, Status};
 use super::sys;
 use super::worker::{guarded, Event, State, Worker};
-use super::{MAX_AM_ID, MAX_HEADER};
+use super::{EpId, Handler, HandlerSlot, MAX_AM_ID, MAX_HEADER};
 
 /// The data of an active message, as its handler sees it.
 pub enum Data<'a> {
@@ -234,14 +233,6 @@ impl<'a> AmMessage<'a> {
     pub fn into_data(self) -> Data<'a> {
         self.data
     }
-}
-
-/// A receive handler: called for each active message of its id.
-pub(super) type Handler = Box<dyn FnMut(AmMessage<'_>) + Send>;
-
-pub(super) struct HandlerSlot {
-    pub(super) state: *const State,
-    pub(super) handler: RefCell<Option<Handler>>,
 }
 
 pub(super) struct SendReq {

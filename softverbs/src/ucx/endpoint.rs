@@ -11,42 +11,7 @@ use super::error::{check, Error, Status};
 use super::sockaddr::{from_storage, to_storage};
 use super::sys;
 use super::worker::{guarded, Event, State, Worker};
-
-/// An endpoint of a [`Worker`]: an index and a generation, so that a closed endpoint's
-/// id never names a later one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EpId {
-    pub(super) index: u32,
-    pub(super) generation: u32,
-}
-
-/// A listener of a [`Worker`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ListenerId(u32);
-
-/// A peer asking to connect through a listener: accept it ([`Worker::accept`]) or refuse
-/// it ([`Worker::reject`]). One left unanswered holds UCP's resources for the
-/// connection until the worker is destroyed.
-#[derive(Debug)]
-pub struct ConnRequest {
-    pub(super) raw: sys::ucp_conn_request_h,
-    pub(super) listener: ListenerId,
-    /// The peer's address, when UCP says.
-    pub peer: Option<SocketAddr>,
-}
-
-pub(super) struct EpSlot {
-    pub(super) state: *const State,
-    pub(super) id: EpId,
-    pub(super) handle: Cell<sys::ucp_ep_h>,
-    pub(super) failed: Cell<Option<Status>>,
-}
-
-pub(super) struct ListenerSlot {
-    pub(super) state: *const State,
-    pub(super) id: ListenerId,
-    pub(super) handle: Cell<sys::ucp_listener_h>,
-}
+use super::{ConnRequest, EpId, EpSlot, ListenerId, ListenerSlot};
 
 impl Worker {
     /// Listens on `addr` (port 0: one the kernel picks); [`Worker::listener_addr`] says

@@ -1,44 +1,10 @@
-//! The errors of the UCX layer: loading the library, and UCP's status codes.
+//! The errors of the UCX layer: UCP's status codes, and [`Error`], which also carries
+//! the failure to load the library ([`LoadError`], in the parent, which `sys` uses too).
 
 use std::fmt;
 
 use super::sys;
-
-/// UCP could not be loaded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LoadError {
-    /// `dlopen` failed: the library is not installed (Debian's `libucx0`), or broken.
-    Open {
-        /// The name given to `dlopen`.
-        library: String,
-        /// `dlerror()`'s text.
-        reason: String,
-    },
-    /// The library lacks a function softverbs needs (a UCP older than 1.13).
-    Symbol {
-        /// The library opened.
-        library: String,
-        /// The missing function.
-        symbol: &'static str,
-    },
-}
-
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LoadError::Open { library, reason } => write!(
-                f,
-                "cannot load UCX's {library} (Debian package libucx0): {reason}"
-            ),
-            LoadError::Symbol { library, symbol } => {
-                write!(f, "{library} has no {symbol}: UCX 1.13 or later is needed")
-            }
-        }
-    }
-}
-
-impl std::error::Error for LoadError {}
+use super::LoadError;
 
 /// A UCP status code other than `UCS_OK`, named as `ucs_status_string` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -230,9 +230,14 @@ pub mod sys;
 #[allow(unsafe_code)]
 mod worker;
 
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::net::SocketAddr;
+
+use worker::State;
+
 pub use am::{AmMessage, Data, Deferred, Rndv};
-pub use endpoint::{ConnRequest, EpId, ListenerId};
-pub use error::{Error, LoadError, Status};
+pub use error::{Error, Status};
 pub use sys::{Ucp, LIBRARY};
 pub use worker::{Event, Worker};
 
@@ -246,3 +251,86 @@ pub const MAX_HEADER: usize = 1024;
 /// `libibverbs` (inside a softverbs process that is softverbs itself) or librdmacm; TCP
 /// for the connection set-up.
 pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[("TLS", "tcp"), ("SOCKADDR_TLS_PRIORITY", "tcp")];
+
+// The ids and slots of the worker's tables, which the worker, its endpoints and its
+// active messages all name.
+
+/// An endpoint of a [`Worker`]: an index and a generation, so that a closed endpoint's
+/// id never names a later one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EpId {
+    index: u32,
+    generation: u32,
+}
+
+/// A listener of a [`Worker`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListenerId(u32);
+
+/// A peer asking to connect through a listener: accept it ([`Worker::accept`]) or refuse
+/// it ([`Worker::reject`]). One left unanswered holds UCP's resources for the
+/// connection until the worker is destroyed.
+#[derive(Debug)]
+pub struct ConnRequest {
+    raw: sys::ucp_conn_request_h,
+    listener: ListenerId,
+    /// The peer's address, when UCP says.
+    pub peer: Option<SocketAddr>,
+}
+
+struct EpSlot {
+    state: *const State,
+    id: EpId,
+    handle: Cell<sys::ucp_ep_h>,
+    failed: Cell<Option<Status>>,
+}
+
+struct ListenerSlot {
+    state: *const State,
+    id: ListenerId,
+    handle: Cell<sys::ucp_listener_h>,
+}
+
+/// A receive handler: called for each active message of its id.
+type Handler = Box<dyn FnMut(AmMessage<'_>) + Send>;
+
+struct HandlerSlot {
+    state: *const State,
+    handler: RefCell<Option<Handler>>,
+}
+
+/// UCP could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// `dlopen` failed: the library is not installed (Debian's `libucx0`), or broken.
+    Open {
+        /// The name given to `dlopen`.
+        library: String,
+        /// `dlerror()`'s text.
+        reason: String,
+    },
+    /// The library lacks a function softverbs needs (a UCP older than 1.13).
+    Symbol {
+        /// The library opened.
+        library: String,
+        /// The missing function.
+        symbol: &'static str,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Open { library, reason } => write!(
+                f,
+                "cannot load UCX's {library} (Debian package libucx0): {reason}"
+            ),
+            LoadError::Symbol { library, symbol } => {
+                write!(f, "{library} has no {symbol}: UCX 1.13 or later is needed")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}

@@ -12,7 +12,7 @@ use core::ffi::{c_char, c_int, c_uint, c_void};
 use std::ffi::CStr;
 use std::sync::OnceLock;
 
-use super::error::LoadError;
+use super::LoadError;
 
 /// `ucs_status_t`: a packed enum, one signed byte.
 pub type ucs_status_t = i8;

@@ -18,10 +18,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::time::{Duration, Instant};
 
-use super::am::HandlerSlot;
-use super::endpoint::{ConnRequest, EpId, EpSlot, ListenerSlot};
 use super::error::{check, Error, Status};
 use super::sys::{self, Ucp};
+use super::{ConnRequest, EpId, EpSlot, HandlerSlot, ListenerSlot};
 
 /// What happened, in the order the callbacks ran.
 #[derive(Debug)]

@@ -2,8 +2,8 @@
 //! (`crate::shared`: inbox, exports, process-to-process copies). The requester's side
 //! ([`requester`]) sends a request, keeps the WQE in flight, completes it when the
 //! answer comes and gives up when the owner died; the responder's ([`responder`]) runs
-//! a request through the engine's `respond` with a process-to-process data mover and
-//! answers.
+//! a request through the engine's `respond` with a process-to-process data mover
+//! (`mover`, which XRC forwarding uses too) and answers.
 
 use std::sync::Mutex;
 
@@ -13,6 +13,7 @@ use crate::shared::inbox::{Kind, Record};
 use crate::shared::{Ack, Shared};
 
 mod direct;
+mod mover;
 mod requester;
 mod responder;
 mod xrc;

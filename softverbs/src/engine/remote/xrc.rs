@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use vqp_sys::*;
 
-use super::responder::RemoteMover;
+use super::mover::RemoteMover;
 use super::{RESP_DROP, RESP_ERR, RESP_OK, RESP_RNR};
 use crate::engine::qp::{QpCore, QpInner, QP_REQ_ERR};
 use crate::engine::Tables;
