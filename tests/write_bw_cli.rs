@@ -13,8 +13,8 @@ mod cli;
 use std::process::Command;
 
 use cli::{
-    count_of, every_message_accounted_for, example, failed_after, json_array, number_after,
-    profile_dir, refused, text, write_bw,
+    alone, count_of, every_message_accounted_for, example, failed_after, json_array, number_after,
+    output, profile_dir, refused, text, write_bw,
 };
 
 #[test]
@@ -300,20 +300,17 @@ fn no_rdma_device_says_so_and_points_to_softverbs() {
 
 #[test]
 fn lat_takes_the_same_byte_counts() {
-    let out = Command::new(example("lat"))
-        .args(["--size", "4K", "--iters", "20", "--warmup", "2", "--json"])
-        .output()
-        .expect("lat runs");
+    let out = output(
+        Command::new(example("lat"))
+            .args(["--size", "4K", "--iters", "20", "--warmup", "2", "--json"]),
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).contains("\"bytes\":4096,"),
         "{}",
         text(&out.stdout)
     );
-    let out = Command::new(example("lat"))
-        .args(["--size", "4X"])
-        .output()
-        .expect("lat runs");
+    let out = output(Command::new(example("lat")).args(["--size", "4X"]));
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stderr), "lat: --size: '4X' is not a byte count\n");
 }
@@ -327,14 +324,32 @@ fn lat_takes_the_same_byte_counts() {
 fn striping_policies_over_unequal_links() {
     const MESSAGES: u64 = 120;
     const SIZE: u64 = 256 << 10;
+    // The shares of the load-aware policies follow the links only while the links,
+    // not the CPU, are the limit: no other test's programs run meanwhile.
+    alone(|| policies_over_unequal_links(MESSAGES, SIZE));
+    for (args, says) in [
+        ("--policy fast", "--policy: 'fast' is not rr, weighted"),
+        (
+            "--devices 2 --weights 1",
+            "--weights gives 1 weights for 2 devices",
+        ),
+        ("--weights 0", "--weights: '0' is not a positive integer"),
+    ] {
+        refused(args, says);
+    }
+}
+
+/// The four policies over the rated links, each run's shares checked (see
+/// [`striping_policies_over_unequal_links`]).
+fn policies_over_unequal_links(base: u64, size: u64) {
     for policy in ["rr", "weighted", "outstanding", "adaptive"] {
         // The load-aware policies start from equal shares, and the slow QPs' first
         // backlog (64 WQEs of 64 KiB each) takes a third of a second to drain at
         // these rates: they run longer, so that what they learn shows.
         let messages = if policy == "rr" || policy == "weighted" {
-            MESSAGES
+            base
         } else {
-            4 * MESSAGES
+            4 * base
         };
         let out = write_bw(
             &format!("--devices 2 --size 256K --iters {messages} --policy {policy} --json"),
@@ -352,10 +367,10 @@ fn striping_policies_over_unequal_links() {
         let [slow, fast] = per_device[..] else {
             panic!("{policy}: two devices: {json}")
         };
-        assert_eq!(slow + fast, messages * SIZE, "{policy}: {json}");
+        assert_eq!(slow + fast, messages * size, "{policy}: {json}");
         match policy {
             // Equal turns; a QP that is full is passed over, so not quite to the byte.
-            "rr" => assert!(slow.abs_diff(fast) <= MESSAGES * SIZE / 20, "{json}"),
+            "rr" => assert!(slow.abs_diff(fast) <= base * size / 20, "{json}"),
             "weighted" => {
                 // 200 and 600 Mb/s, the links' effective bandwidths.
                 assert_eq!(json_array(&json, "weights_per_qp"), [200, 600, 200, 600]);
@@ -364,16 +379,6 @@ fn striping_policies_over_unequal_links() {
             }
             _ => assert!(fast > slow * 3 / 2, "{policy}: {json}"),
         }
-    }
-    for (args, says) in [
-        ("--policy fast", "--policy: 'fast' is not rr, weighted"),
-        (
-            "--devices 2 --weights 1",
-            "--weights gives 1 weights for 2 devices",
-        ),
-        ("--weights 0", "--weights: '0' is not a positive integer"),
-    ] {
-        refused(args, says);
     }
 }
 
@@ -481,12 +486,7 @@ fn a_spray_virtual_qp_rides_out_its_notify_qp_failing_on_either_side() {
 /// spinning threads on one core, or an application core with `--direct`.
 #[test]
 fn lat_gives_application_threads_cores_of_their_own_and_refuses_two_spinners_on_one() {
-    let lat = |args: &str| {
-        Command::new(example("lat"))
-            .args(args.split_whitespace())
-            .output()
-            .expect("lat runs")
-    };
+    let lat = |args: &str| output(Command::new(example("lat")).args(args.split_whitespace()));
     // Two cores: each application thread on the other side's poll thread's core.
     let out = lat("--iters 50 --warmup 5 --client-app-core 1 --server-app-core 0");
     assert!(out.status.success(), "{}", text(&out.stderr));

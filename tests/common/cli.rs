@@ -2,9 +2,37 @@
 //! the test (built once per test process), their output, and the numbers and counts
 //! the tests read from it.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::sync::{OnceLock, PoisonError, RwLock};
+
+/// The machine, as the tests of one binary share it: they run in parallel, each
+/// holding it shared while its programs run, except a test whose assertion is about
+/// how fast links are used ([`alone`]), which holds it alone — on two cores, another
+/// test's processes would make the CPU, not the rated links, the limit.
+static MACHINE: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    /// Whether this thread holds [`MACHINE`] alone (its runs take no shared hold).
+    static ALONE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `cmd` to its end and returns its output, holding the machine shared (unless
+/// this thread holds it alone).
+pub fn output(cmd: &mut Command) -> Output {
+    let _shared = (!ALONE.get()).then(|| MACHINE.read().unwrap_or_else(PoisonError::into_inner));
+    cmd.output().expect("the program runs")
+}
+
+/// Runs `f` with the machine to itself: no other test's programs run meanwhile.
+pub fn alone<T>(f: impl FnOnce() -> T) -> T {
+    let _alone = MACHINE.write().unwrap_or_else(PoisonError::into_inner);
+    ALONE.set(true);
+    let r = f();
+    ALONE.set(false);
+    r
+}
 
 /// `target/<profile>`, where this test runs from (`deps/`).
 pub fn profile_dir() -> PathBuf {
@@ -69,7 +97,7 @@ pub fn write_bw(args: &str, env: &[(&str, &str)]) -> Output {
         cmd.env_remove(var);
     }
     cmd.envs(env.iter().copied());
-    cmd.output().expect("write_bw runs")
+    output(&mut cmd)
 }
 
 /// `write_bw` with `args` exits 2 with a message containing `says`.
