@@ -1137,9 +1137,13 @@ fn copy_ud(ev: &mut Event, c: &wire::Conn, private: &Private, id: &rdma_cm_id) {
 
 /// `rdma_get_cm_event`: the next event of the channel, made into an `rdma_cm_event`.
 pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
+    // The wait holds the queue, not the channel: a program may destroy the channel
+    // while a thread of its own still waits here (rping's CM thread does as it exits),
+    // and the waiter then stays blocked on a live descriptor, as a reader of the
+    // kernel's channel stays in its `read`, rather than reading freed memory.
+    let queue = Arc::clone(&ch.queue);
     loop {
-        let p = ch
-            .queue
+        let p = queue
             .take()
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         if p.conn.destroyed.load(Ordering::Acquire) {
