@@ -291,6 +291,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             done: 0,
             idled: false,
             failed: false,
+            out: 0,
         }; N];
         for (i, (s, l)) in served.iter_mut().zip(self.lanes.data.iter()).enumerate() {
             *s = Served {
@@ -302,6 +303,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 // work waited for it.
                 idled: l.idled && !self.lanes.striping.waited_for(i),
                 failed: l.failed,
+                out: l.bytes_out,
             };
         }
         let n = self.lanes.data.len();

@@ -6,11 +6,14 @@
 //! one table read whatever the number of QPs; a QP without room is passed over for
 //! the next entry that has some, so a QP that falls behind does not stall the rest.
 //! The adaptive policy rebuilds the schedule from each QP's measured service rate
-//! (see [`Striping::sample`]): completed bytes per interval, smoothed by an
-//! exponential moving average over about four intervals for a QP that was busy.
-//! Whether a QP was busy is told by whether work waited for it (a fragment the
-//! schedule gave it found it full) or it never ran dry, so that it does not
-//! depend on how many WQEs one completion acknowledges.
+//! (see [`Striping::sample`]): the bytes a busy QP completed over the time it was
+//! busy to complete them, smoothed by an exponential moving average over about
+//! four measurements. Whether a QP was busy is told by whether work waited for it
+//! (a fragment the schedule gave it found it full) or it never ran dry, so that it
+//! does not depend on how many WQEs one completion acknowledges. The time is the
+//! busy time since the QP's last completion, not one sampling interval: a slow
+//! link's fragment may take many intervals, and a rate per interval would read
+//! zero for most of them and a burst for one.
 
 /// How a virtual QP spreads fragments over its data QPs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +78,9 @@ pub(crate) struct Striping<const N: usize> {
     sampled_at: Option<u64>,
     /// Each data QP's completed bytes at the last sample.
     done_at: [u64; N],
+    /// Each data QP's busy time (nanoseconds) since its last completion: the
+    /// intervals it stayed busy without completing anything.
+    busy_ns: [u64; N],
     /// The data QPs (a bit each) that work waited for since the last sample: a
     /// fragment the schedule gave one of them found it full (see
     /// [`Self::note_wait`]).
@@ -95,6 +101,9 @@ pub(crate) struct Served {
     pub idled: bool,
     /// The QP failed: it gets the smallest share.
     pub failed: bool,
+    /// Bytes handed to the QP and not completed yet: while none completes, its rate
+    /// is below this over its busy time.
+    pub out: u64,
 }
 
 impl<const N: usize> Striping<N> {
@@ -106,6 +115,7 @@ impl<const N: usize> Striping<N> {
             weights: [1; N],
             sampled_at: None,
             done_at: [0; N],
+            busy_ns: [0; N],
             waited: 0,
         };
         for (w, given) in s.weights.iter_mut().zip(weights) {
@@ -215,15 +225,19 @@ impl<const N: usize> Striping<N> {
     /// the weights changed.
     ///
     /// A *busy* QP — one that work waited for, or that never ran dry, in the
-    /// interval (see [`Served::idled`]) — served at its capacity: its weight moves a
-    /// quarter of the way to the measured rate (an exponential moving average with
-    /// weight 1/4, about four intervals). Any other QP might have served more: its
-    /// weight becomes the larger of the two, plus a quarter — at most twice the best
-    /// rate a busy QP served, and not at all when no QP was busy (then the shares
-    /// limited nothing) — so that a QP whose share is below its capacity earns more
-    /// until work waits for it, without running away while another QP is the
-    /// bottleneck. Together a path that slows loses its excess share within a few
-    /// intervals, and one that speeds up gains within a few more.
+    /// interval (see [`Served::idled`]) — served at its capacity: when it completed
+    /// bytes, its weight moves a quarter of the way to their rate over the time it
+    /// was busy since its last completion (an exponential moving average with weight
+    /// 1/4, about four measurements); while it completes nothing, its weight only
+    /// falls to what its outstanding bytes over that busy time allow (a QP that
+    /// stopped loses its share; a slow one is not judged by a quiet interval). Any
+    /// other QP might have served more: its weight becomes the larger of it and the
+    /// interval's rate, plus a quarter — at most twice the largest weight of a busy
+    /// QP, and not at all when no QP was busy (then the shares limited nothing) —
+    /// so that a QP whose share is below its capacity earns more until work waits
+    /// for it, without running away while another QP is the bottleneck. Together a
+    /// path that slows loses its excess share within a few measurements, and one
+    /// that speeds up gains within a few intervals.
     pub fn sample(&mut self, now: u64, interval: u64, served: &[Served]) -> bool {
         let Some(at) = self.sampled_at else {
             self.sampled_at = Some(now);
@@ -239,37 +253,50 @@ impl<const N: usize> Striping<N> {
         }
         self.sampled_at = Some(now);
         self.waited = 0;
+        let per_s = |bytes: u64, ns: u64| {
+            (u128::from(bytes) * 1_000_000_000 / u128::from(ns.max(1))).min(MAX_RATE.into()) as u64
+        };
         let mut rates = [0u64; N];
-        // The largest rate a QP that stayed busy served: what a probe may reach twice.
-        let mut busy_top = 0;
+        let mut any_busy = false;
         for (i, s) in served.iter().enumerate() {
             let bytes = s.done.wrapping_sub(self.done_at[i]);
             self.done_at[i] = s.done;
-            rates[i] =
-                (u128::from(bytes) * 1_000_000_000 / u128::from(dt)).min(MAX_RATE.into()) as u64;
-            if !s.idled && !s.failed {
-                busy_top = busy_top.max(rates[i]);
+            let w = &mut self.weights[i];
+            if s.failed {
+                *w = 1;
+                self.busy_ns[i] = 0;
+            } else if s.idled {
+                rates[i] = per_s(bytes, dt);
+                self.busy_ns[i] = 0;
+            } else {
+                any_busy = true;
+                let busy = self.busy_ns[i].saturating_add(dt);
+                if bytes > 0 {
+                    let rate = per_s(bytes, busy);
+                    *w = (*w - *w / 4 + rate / 4).max(1);
+                    self.busy_ns[i] = 0;
+                } else {
+                    *w = (*w).min(per_s(s.out, busy)).max(1);
+                    self.busy_ns[i] = busy;
+                }
             }
         }
+        // What a probe may reach: twice the best estimate of a QP that was busy.
+        let busy_top = served
+            .iter()
+            .zip(&self.weights)
+            .filter(|(s, _)| !s.idled && !s.failed)
+            .map(|(_, &w)| w)
+            .max()
+            .unwrap_or(0);
         let mut top = 0;
         for (i, s) in served.iter().enumerate() {
-            let rate = rates[i];
             let w = &mut self.weights[i];
-            *w = if s.failed {
-                1
-            } else if s.idled {
-                // Nothing was saturated: the shares did not limit anything.
-                if busy_top == 0 {
-                    *w
-                } else {
-                    let base = (*w).max(rate);
-                    base.saturating_add(base / 4)
-                        .min(busy_top.saturating_mul(2).max(base))
-                }
-            } else {
-                *w - *w / 4 + rate / 4
+            if s.idled && !s.failed && any_busy {
+                // `+ 1`: a weight of 1 to 3 grows too, its quarter being 0.
+                let base = (*w).max(rates[i]);
+                *w = (base + base / 4 + 1).min(busy_top.saturating_mul(2).max(base));
             }
-            .max(1);
             top = top.max(*w);
         }
         if top > MAX_RATE {
@@ -386,11 +413,13 @@ mod tests {
                     done: done[0],
                     idled: false,
                     failed: false,
+                    out: 1 << 20,
                 },
                 Served {
                     done: done[1],
                     idled: false,
                     failed: false,
+                    out: 1 << 20,
                 },
             ]
         };
@@ -424,11 +453,13 @@ mod tests {
                     done: a,
                     idled: false,
                     failed: false,
+                    out: 1 << 20,
                 },
                 Served {
                     done: a,
                     idled,
                     failed,
+                    out: 1 << 20,
                 },
             ]
         };
@@ -449,11 +480,13 @@ mod tests {
                     done: done[0],
                     idled: idled[0],
                     failed: false,
+                    out: 1 << 20,
                 },
                 Served {
                     done: done[1],
                     idled: idled[1],
                     failed: false,
+                    out: 1 << 20,
                 },
             ]
         };
@@ -473,6 +506,81 @@ mod tests {
         let before = (s.weight(0), s.weight(1));
         s.sample(201_000, 1, &at(done, [true, true]));
         assert_eq!((s.weight(0), s.weight(1)), before);
+    }
+
+    /// Two busy QPs and one idle one, as [`Striping::sample`] takes them.
+    fn three(done: [u64; 3], idled: [bool; 3]) -> [Served; 3] {
+        core::array::from_fn(|i| Served {
+            done: done[i],
+            idled: idled[i],
+            failed: false,
+            out: 64 << 10,
+        })
+    }
+
+    #[test]
+    fn a_slow_qp_is_measured_over_its_busy_time_not_per_interval() {
+        // QP 0 completes a 64 KiB fragment every 13th interval of 2 ms (2.52 MB/s),
+        // QP 1 one every interval (32.8 MB/s); both stay busy.
+        let mut s = Striping::<8>::new([1, 1].into_iter(), 2);
+        let ms = 1_000_000;
+        let mut done = [0u64; 3];
+        s.sample(0, 2 * ms, &three(done, [false; 3])[..2]);
+        let slow = 65_536 * 1_000_000_000 / (26 * ms);
+        for k in 1..=400u64 {
+            if k % 13 == 0 {
+                done[0] += 65_536;
+            }
+            done[1] += 65_536;
+            s.sample(k * 2 * ms, 2 * ms, &three(done, [false; 3])[..2]);
+            if k > 200 {
+                // Every interval, not on average: a quiet interval is not a zero rate.
+                let w = s.weight(0);
+                assert!(w.abs_diff(slow) < slow / 20, "{k}: {w} for {slow}");
+                assert!(s.weight(1) > 12 * slow, "{k}: {}", s.weight(1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_qp_left_with_the_smallest_weight_grows_back() {
+        // QP 2 holds weight 1 and completes nothing (its one entry of 64 rarely comes
+        // up); the busy QPs complete now and then, never in the same interval.
+        let mut s = Striping::<8>::new([1, 1, 1].into_iter(), 3);
+        let mut done = [0u64; 3];
+        s.sample(0, 1000, &three(done, [false, false, true]));
+        for k in 1..=100u64 {
+            done[(k % 2) as usize] += if k % 5 == 0 { 65_536 } else { 0 };
+            s.sample(k * 1000, 1000, &three(done, [false, false, true]));
+        }
+        let busy = s.weight(0).max(s.weight(1));
+        assert!(busy > 1_000_000, "{busy}");
+        let w = s.weight(2);
+        assert!(
+            w > busy && w <= 2 * busy,
+            "{w}: it grew past the best busy QP, to twice it at most"
+        );
+    }
+
+    /// A busy QP that stops completing loses its share: its rate is bounded by what
+    /// it holds over the time it held it.
+    #[test]
+    fn a_stalled_busy_qp_loses_its_weight() {
+        let mut s = Striping::<8>::new([1, 1].into_iter(), 2);
+        let mut done = [0u64; 3];
+        s.sample(0, 1000, &three(done, [false; 3])[..2]);
+        for k in 1..=20u64 {
+            done[0] += 1000;
+            done[1] += 1000;
+            s.sample(k * 1000, 1000, &three(done, [false; 3])[..2]);
+        }
+        let before = s.weight(1);
+        for k in 21..=2000u64 {
+            done[0] += 1000;
+            s.sample(k * 1000, 1000, &three(done, [false; 3])[..2]);
+        }
+        // 64 KiB held for about 2 ms: at most 33 MB/s, where it stood at 1 GB/s.
+        assert!(s.weight(1) < before / 25, "{} from {before}", s.weight(1));
     }
 
     #[test]
