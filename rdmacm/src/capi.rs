@@ -251,8 +251,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         if out.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: the program's channel.
-        let ev = id::get_event(unsafe { id::channel(ch) }?)?;
+        let ev = id::get_event(id::queue_of(ch)?)?;
         // SAFETY: `out` is the program's writable pointer.
         unsafe { *out = ev.cast() };
         Ok(())

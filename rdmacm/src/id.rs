@@ -65,34 +65,53 @@ pub struct Event {
     conn: Arc<Conn>,
 }
 
+/// Every channel handed out and not yet destroyed, by address, with its queue: a
+/// channel is used through this table, never by reading the program's pointer, so a
+/// channel destroyed already is `EINVAL` rather than a read of freed memory. Programs
+/// do use them after destroying them: rping's CM thread calls `rdma_get_cm_event`
+/// again once its main thread has destroyed the channel, and perftest 4.5's retry
+/// path destroys its channel twice (with librdmacm the first reads a stale
+/// descriptor from freed memory and fails, the second is glibc's double free).
+static LIVE_CHANNELS: std::sync::Mutex<std::collections::BTreeMap<usize, Arc<Queue>>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn live_channels() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<usize, Arc<Queue>>>
+{
+    LIVE_CHANNELS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// `rdma_create_event_channel`.
 pub fn create_channel() -> Result<*mut Channel, i32> {
     agent()?;
     let queue = Queue::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
-    Ok(Box::into_raw(Box::new(Channel {
+    let ch = Box::into_raw(Box::new(Channel {
         c: rdma_event_channel { fd: queue.fd() },
-        queue,
-    })))
+        queue: Arc::clone(&queue),
+    }));
+    live_channels().insert(ch as usize, queue);
+    Ok(ch)
 }
 
-/// `rdma_destroy_event_channel`.
+/// `rdma_destroy_event_channel`: a pointer that is not a live channel of this library
+/// (null, destroyed already) is left alone.
 ///
 /// # Safety
-/// `ch` came from [`create_channel`] and is not used again.
+/// `ch` is not a live channel that another thread is destroying too.
 pub unsafe fn destroy_channel(ch: *mut Channel) {
-    if !ch.is_null() {
-        // SAFETY: the caller's contract.
+    if live_channels().remove(&(ch as usize)).is_some() {
+        // SAFETY: registered by `create_channel` until now: a live `Box<Channel>`,
+        // ours to free (taken out of the table, nobody else frees it).
         drop(unsafe { Box::from_raw(ch) });
     }
 }
 
-/// The channel behind a C pointer.
-///
-/// # Safety
-/// `ch` is null or came from [`create_channel`] and is alive.
-pub unsafe fn channel<'a>(ch: *mut rdma_event_channel) -> Result<&'a Channel, i32> {
-    // SAFETY: a live `Channel` starts with its `rdma_event_channel`.
-    unsafe { ch.cast::<Channel>().as_ref() }.ok_or(libc::EINVAL)
+/// The queue of the channel behind a C pointer: `EINVAL` unless it is a live channel
+/// of this library.
+pub fn queue_of(ch: *mut rdma_event_channel) -> Result<Arc<Queue>, i32> {
+    live_channels()
+        .get(&(ch as usize))
+        .cloned()
+        .ok_or(libc::EINVAL)
 }
 
 /// Every id handed out and not yet destroyed, by address: a pointer that is not one
@@ -205,8 +224,7 @@ pub unsafe fn create_id_of(
     } else {
         (ch.cast::<Channel>(), ptr::null_mut())
     };
-    // SAFETY: `chan` is live: the caller's, or just made.
-    let queue = unsafe { &*chan }.queue.clone();
+    let queue = queue_of(chan.cast())?;
     let conn = Conn::new(a.next_num(), ps, qp_type, queue);
     a.register(&conn);
     let id = new_id(conn, chan, context, qp_type);
@@ -573,8 +591,7 @@ fn complete(id: &mut Id) -> Result<(), i32> {
         unsafe { ack(id.c.event.cast()) };
         id.c.event = ptr::null_mut();
     }
-    // SAFETY: the id's own channel is alive as long as the id.
-    let ev = get_event(unsafe { &*id.own_channel })?;
+    let ev = get_event(queue_of(id.own_channel.cast())?)?;
     id.c.event = ev.cast();
     // SAFETY: just returned by get_event.
     let e = unsafe { &(*ev).c };
@@ -1135,13 +1152,13 @@ fn copy_ud(ev: &mut Event, c: &wire::Conn, private: &Private, id: &rdma_cm_id) {
     };
 }
 
-/// `rdma_get_cm_event`: the next event of the channel, made into an `rdma_cm_event`.
-pub fn get_event(ch: &Channel) -> Result<*mut Event, i32> {
+/// `rdma_get_cm_event`: the next event of the channel whose queue is `queue` (see
+/// [`queue_of`]), made into an `rdma_cm_event`.
+pub fn get_event(queue: Arc<Queue>) -> Result<*mut Event, i32> {
     // The wait holds the queue, not the channel: a program may destroy the channel
     // while a thread of its own still waits here (rping's CM thread does as it exits),
     // and the waiter then stays blocked on a live descriptor, as a reader of the
     // kernel's channel stays in its `read`, rather than reading freed memory.
-    let queue = Arc::clone(&ch.queue);
     loop {
         let p = queue
             .take()
@@ -1330,8 +1347,7 @@ pub unsafe fn migrate(id: &mut Id, ch: *mut rdma_event_channel) -> Result<(), i3
     } else {
         (ch.cast::<Channel>(), ptr::null_mut())
     };
-    // SAFETY: live: the caller's or just made.
-    let queue = unsafe { &*chan }.queue.clone();
+    let queue = queue_of(chan.cast())?;
     id.conn.lock().queue = queue;
     id.c.channel = chan.cast();
     if !id.own_channel.is_null() {

@@ -483,6 +483,31 @@ fn bad_calls_fail_with_einval_and_touch_nothing() {
         }
     }
     close(ch);
+    // A channel destroyed already, and one that never was: waiting on it, making an
+    // id on it and destroying it again fail cleanly (rping's CM thread waits on its
+    // channel again after its main thread destroyed it; perftest 4.5's retry path
+    // destroys its channel twice).
+    let gone = channel();
+    close(gone);
+    let mut bogus = [0u64; 64];
+    for ch in [gone, bogus.as_mut_ptr().cast::<abi::rdma_event_channel>()] {
+        let mut id = ptr::null_mut();
+        // SAFETY: the library must refuse both without touching them.
+        unsafe {
+            assert_eq!(rdma_get_cm_event(ch, &mut out), -1);
+            assert_eq!(errno(), libc::EINVAL);
+            assert_eq!(
+                rdma_create_id(ch, &mut id, ptr::null_mut(), abi::RDMA_PS_TCP),
+                -1
+            );
+            assert_eq!(errno(), libc::EINVAL);
+            rdma_destroy_event_channel(ch);
+        }
+    }
+    assert_eq!(
+        bogus, [0; 64],
+        "nothing written to what was never a channel"
+    );
     let ch = channel();
     let mut id = ptr::null_mut();
     // SAFETY: a live channel; an unknown port space.
