@@ -153,7 +153,18 @@ fn pair_one(
             let _ = std::fs::remove_dir_all(&dir);
             continue;
         }
-        let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
+        let s = {
+            let child = srv.0.as_mut().expect("the server runs");
+            let late = procs::exit_by(child, deadline + Duration::from_secs(5)).is_none();
+            let s = srv.0.take().unwrap().wait_with_output().unwrap();
+            assert!(
+                !late,
+                "{test} ({way:?}): the server ran past its time limit and was killed\n{}\nthe client: {}",
+                describe(&s),
+                describe(&c)
+            );
+            s
+        };
         let _ = std::fs::remove_dir_all(&dir);
         let (s, c) = procs::succeeded((s, c));
         return Some((

@@ -72,13 +72,53 @@ pub fn exit_by(child: &mut Child, deadline: Instant) -> Option<ExitStatus> {
         match child.try_wait() {
             Ok(Some(status)) => return Some(status),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
+            late => {
+                if matches!(late, Ok(None)) {
+                    eprintln!("{}", stacks(child.id()));
+                }
                 let _ = child.kill();
                 let _ = child.wait();
                 return None;
             }
         }
     }
+}
+
+/// Where each thread of process `pid` and of every process below it stands, from
+/// gdb when it is installed: what a program that ran past its limit was waiting for,
+/// taken before it is killed (its own output may still sit in its buffers).
+pub fn stacks(pid: u32) -> String {
+    let mut pids = vec![pid];
+    let mut i = 0;
+    while i < pids.len() {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", pids[i]));
+        for task in tasks.into_iter().flatten().flatten() {
+            let children = std::fs::read_to_string(task.path().join("children"));
+            pids.extend(
+                children
+                    .iter()
+                    .flat_map(|c| c.split_whitespace())
+                    .flat_map(str::parse::<u32>),
+            );
+        }
+        i += 1;
+    }
+    let mut report = String::new();
+    for p in pids {
+        let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let bt = Command::new("timeout")
+            .args(["20", "gdb", "-p", &p.to_string(), "-batch", "-nx"])
+            .args(["-ex", "set pagination off", "-ex", "thread apply all bt"])
+            .stdin(Stdio::null())
+            .output();
+        let bt = match bt {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+            _ => "(no stacks: gdb is not installed or could not attach)".into(),
+        };
+        report += &format!("=== process {p}: {cmdline}\n{bt}\n");
+    }
+    report
 }
 
 /// Waits for `child` at most until `deadline`; panics (after killing it) past that.
