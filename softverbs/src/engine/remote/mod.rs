@@ -9,8 +9,9 @@ use std::sync::Mutex;
 
 use super::qp::remote_state::{InFlight, Link, RespSeq};
 use super::Tables;
-use crate::shared::inbox::{Kind, Record};
+use crate::shared::inbox::{Kind, Record, F_SOLICITED, F_XRC, XRC_SRQN_SHIFT};
 use crate::shared::{Ack, Shared};
+use crate::wqe::{Datagram, SendWqe, Sges};
 
 mod direct;
 mod mover;
@@ -30,6 +31,34 @@ const RESP_RNR: u32 = 1;
 const RESP_ERR: u32 = 2;
 /// Nobody took the request (no such QP, or not connected): the requester retransmits.
 const RESP_DROP: u32 = 3;
+
+/// The request `rec` carries, as the engine's `respond` checks and executes it (at
+/// the responder, and at an XRC SRQ's owner for a forwarded request); `ud` for a
+/// datagram. No local buffers: the data comes through the mover.
+fn request_of(rec: &Record, ud: Option<Datagram>) -> SendWqe {
+    SendWqe {
+        wr_id: 0,
+        opcode: rec.code,
+        signaled: false,
+        solicited: rec.flags & F_SOLICITED != 0,
+        imm: rec.imm,
+        sges: Sges::default(),
+        inline: None,
+        remote_addr: rec.remote_addr,
+        rkey: rec.rkey,
+        compare_add: rec.compare_add,
+        swap: rec.swap,
+        ready_at: None,
+        shaped: false,
+        bind: None,
+        xrc_srqn: if rec.flags & F_XRC != 0 {
+            rec.flags >> XRC_SRQN_SHIFT
+        } else {
+            0
+        },
+        ud,
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

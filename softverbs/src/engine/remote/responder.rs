@@ -10,11 +10,10 @@ use super::{RespSeq, RESP_DROP, RESP_ERR, RESP_OK, RESP_RNR};
 use crate::engine::qp::QP_REQ_ERR;
 use crate::engine::{respond, Requester, Response, Tables};
 use crate::shared::inbox::{
-    iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_SOLICITED, F_UC, F_UD, F_XRC, GRH_SGID_SHIFT,
-    XRC_SRQN_SHIFT,
+    iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_UC, F_UD, F_XRC, GRH_SGID_SHIFT,
 };
 use crate::shared::{Ack, Owner, Shared};
-use crate::wqe::{Datagram, SendWqe, Sges};
+use crate::wqe::Datagram;
 
 /// Acknowledgements coalesced into one response carry at most this many bytes of
 /// WRITE/SEND data (so a large transfer's completions are not held back).
@@ -149,34 +148,16 @@ pub(super) fn on_request<P: Tables>(
         }
     }
     let response = if well_formed(rec, payload) {
-        let w = SendWqe {
-            wr_id: 0,
-            opcode: rec.code,
-            signaled: false,
-            solicited: rec.flags & F_SOLICITED != 0,
-            imm: rec.imm,
-            sges: Sges::default(),
-            inline: None,
-            remote_addr: rec.remote_addr,
-            rkey: rec.rkey,
-            compare_add: rec.compare_add,
-            swap: rec.swap,
-            ready_at: None,
-            shaped: false,
-            bind: None,
-            xrc_srqn: if rec.flags & F_XRC != 0 {
-                rec.flags >> XRC_SRQN_SHIFT
-            } else {
-                0
-            },
-            ud: datagram.then_some(Datagram {
+        let w = super::request_of(
+            rec,
+            datagram.then_some(Datagram {
                 dev: Some(dst_dev),
                 qpn: rec.dst_qpn,
                 qkey: rec.rkey,
                 global: rec.flags & F_GRH != 0,
                 sgid_index: (rec.flags >> GRH_SGID_SHIFT) as u8,
             }),
-        };
+        );
         // A datagram's GRH names the sender's GID: a RoCE GID is the sender's own (its
         // exports), not that of our device of the same index.
         let sgid = (datagram && rec.flags & F_GRH != 0)

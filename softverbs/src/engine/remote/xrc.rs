@@ -44,9 +44,8 @@ use super::{RESP_DROP, RESP_ERR, RESP_OK, RESP_RNR};
 use crate::engine::qp::{QpCore, QpInner, QP_REQ_ERR};
 use crate::engine::Tables;
 use crate::engine::{respond, Requester, Response};
-use crate::shared::inbox::{Kind, PushError, Record, F_SOLICITED, F_XRC, XRC_SRQN_SHIFT};
+use crate::shared::inbox::{Kind, PushError, Record, F_XRC, XRC_SRQN_SHIFT};
 use crate::shared::{Ack, Owner, Shared};
-use crate::wqe::{SendWqe, Sges};
 use crate::xrc::XrcdCore;
 
 /// Result code: the requester is gone; nothing was consumed and nobody is answered.
@@ -270,24 +269,7 @@ fn serve<P: Tables>(
     g.attr.ah_attr.port_num = 1;
     g.attr.qp_access_flags = rec.value & 0xff;
     g.attr.min_rnr_timer = (rec.value >> 8) as u8;
-    let w = SendWqe {
-        wr_id: 0,
-        opcode: rec.code,
-        signaled: false,
-        solicited: rec.flags & F_SOLICITED != 0,
-        imm: rec.imm,
-        sges: Sges::default(),
-        inline: None,
-        remote_addr: rec.remote_addr,
-        rkey: rec.rkey,
-        compare_add: rec.compare_add,
-        swap: rec.swap,
-        ready_at: None,
-        shaped: false,
-        bind: None,
-        xrc_srqn: rec.flags >> XRC_SRQN_SHIFT,
-        ud: None,
-    };
+    let w = super::request_of(rec, None);
     let a = Requester {
         qpn: rec.src_qpn,
         dev: src_dev,
