@@ -30,8 +30,8 @@ pub enum Policy {
     LeastOutstanding,
     /// Weights that follow each QP's measured service rate: started from the
     /// configured weights and updated by [`VirtualQp::sample`](super::VirtualQp::sample)
-    /// (a moving average of each saturated QP's completed bytes per interval, weight
-    /// 1/4; under every signaling mode alike).
+    /// (a moving average, weight 1/4, of the rate at which each saturated QP completed
+    /// bytes over the time it was busy; under every signaling mode alike).
     Adaptive,
 }
 
