@@ -1,12 +1,17 @@
 //! librdmacm's programs (Debian's `rdmacm-utils`, and perftest's), unmodified, as two
 //! processes through `softverbs run`, which preloads vqp-rdmacm's `librdmacm.so.1`
-//! beside softverbs: `rping` (RDMA READ and WRITE, 10 pings checked, and with `-q`, QPs
+//! beside softverbs: `rping` (RDMA READ and WRITE, 100 pings checked, and with `-q`, QPs
 //! the program makes and moves with `rdma_init_qp_attr`), `ucmatose` (RC, 50
 //! connections at once: connect/accept/disconnect and data), `udaddy` (UD, 50 at once:
 //! SIDR, Q_Key, address handles), `rdma_server`/`rdma_client` (the synchronous
 //! `rdma_create_ep` API), `rdma_xserver`/`rdma_xclient` (XRC: an XRC SRQ named by the
 //! number in the accept's private data, and RC), `rstream` (rsockets, data verified, blocking, non-blocking
 //! and with `rpoll`), `riostream` (`riomap`/`riowrite`, data verified), and `ib_write_bw -R`, `ib_read_bw -R` and `ib_send_lat -R`.
+//! A client pointed at a port nobody listens on (`rping`, `ucmatose`: REJECTED with
+//! reason 8), at an address no interface has (`rping`: ADDR_ERROR, -ETIMEDOUT after
+//! its 2 s) and at a listener that refuses it (`rdma_xclient -c r` at an XRC
+//! `rdma_xserver`: reason 9, "Connection refused") ends with its program's error in
+//! time, the refusing server still listening.
 //! Each runs twice: with vqp-rdmacm preloaded by the launcher, and as the
 //! `librdmacm.so.1` the programs load (`LD_LIBRARY_PATH`, nothing preloaded).
 //! Each test has its own namespace directory; the client starts once the server's
@@ -58,6 +63,28 @@ enum Way {
     AsLibrdmacm,
 }
 
+impl Way {
+    /// The environment that gives the programs vqp-rdmacm this way (`lib`: its
+    /// library; `dir`: where it is `librdmacm.so.1`).
+    fn env<'a>(self, lib: &'a Path, dir: &'a RdmacmDir) -> Vec<(&'static str, &'a OsStr)> {
+        match self {
+            Way::Preloaded => vec![("VQP_RDMACM_LIB", lib.as_os_str())],
+            Way::AsLibrdmacm => vec![
+                ("VQP_RDMACM_LIB", OsStr::new("")),
+                ("LD_LIBRARY_PATH", dir.0.as_os_str()),
+            ],
+        }
+    }
+}
+
+/// The launcher's arguments that run `args` in namespace directory `dir`.
+fn through_launcher(dir: &Path, args: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = vec!["run".into(), "--dir".into(), dir.display().to_string()];
+    v.push("--".into());
+    v.extend(args.iter().map(|s| s.to_string()));
+    v
+}
+
 /// A directory holding `librdmacm.so.1` → vqp-rdmacm's library, removed when dropped.
 struct RdmacmDir(PathBuf);
 
@@ -106,19 +133,8 @@ fn pair_one(
     let dir = procs::namespace(test);
     let lib = rdmacm_lib();
     let lib_dir = RdmacmDir::new(test);
-    let env: Vec<(&str, &OsStr)> = match way {
-        Way::Preloaded => vec![("VQP_RDMACM_LIB", lib.as_os_str())],
-        Way::AsLibrdmacm => vec![
-            ("VQP_RDMACM_LIB", OsStr::new("")),
-            ("LD_LIBRARY_PATH", lib_dir.0.as_os_str()),
-        ],
-    };
-    let side = |args: &[&str]| {
-        let mut v: Vec<String> = vec!["run".into(), "--dir".into(), dir.display().to_string()];
-        v.push("--".into());
-        v.extend(args.iter().map(|s| s.to_string()));
-        v
-    };
+    let env = way.env(&lib, &lib_dir);
+    let side = |args: &[&str]| through_launcher(&dir, args);
     let launcher = launcher();
     for attempt in 1.. {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -139,7 +155,21 @@ fn pair_one(
             std::thread::sleep(Duration::from_millis(20));
         }
         let mut cli = procs::start(&launcher, &side(client), &env);
-        let c = procs::wait(&mut cli, deadline, "client");
+        let c = {
+            let child = cli.0.as_mut().expect("the client runs");
+            let late = procs::exit_by(child, deadline).is_none();
+            let c = cli.0.take().unwrap().wait_with_output().unwrap();
+            if late {
+                // What the server was doing while its client waited.
+                let server = srv.0.as_ref().map_or(0, |s| s.id());
+                panic!(
+                    "{test} ({way:?}): the client ran past its time limit and was killed\n{}\nthe server's stacks:\n{}",
+                    describe(&c),
+                    procs::stacks(server)
+                );
+            }
+            c
+        };
         // perftest's `-R` makes two connections, and its server listens for the second
         // only after the first: on a busy machine its client can get there first, be
         // refused (nobody listens yet, as a kernel CM refuses it), and then crash in
@@ -189,11 +219,11 @@ fn count(out: &str, prefix: &str) -> usize {
 }
 
 #[test]
-fn rping_pings_ten_times_with_every_byte_checked() {
+fn rping_pings_a_hundred_times_with_every_byte_checked() {
     let port = procs::free_port();
     let p = port.to_string();
     let Some(runs) = pair(
-        "rping_pings_ten_times_with_every_byte_checked",
+        "rping_pings_a_hundred_times_with_every_byte_checked",
         &[
             "rping",
             "-s",
@@ -204,7 +234,7 @@ fn rping_pings_ten_times_with_every_byte_checked() {
             "-v",
             "-V",
             "-C",
-            "10",
+            "100",
         ],
         &[
             "rping",
@@ -216,17 +246,17 @@ fn rping_pings_ten_times_with_every_byte_checked() {
             "-v",
             "-V",
             "-C",
-            "10",
+            "100",
         ],
         port,
     ) else {
         return;
     };
     for (s, c) in runs {
-        assert_eq!(count(&c, "ping data: rdma-ping-"), 10, "client:\n{c}");
+        assert_eq!(count(&c, "ping data: rdma-ping-"), 100, "client:\n{c}");
         assert_eq!(
             count(&s, "server ping data: rdma-ping-"),
-            10,
+            100,
             "server:\n{s}"
         );
     }
@@ -466,4 +496,87 @@ fn riostream_writes_verified_data_into_mapped_memory() {
             );
         }
     }
+}
+
+/// Clients whose connection cannot be made end with their programs' errors, in time
+/// (see the module docs), both ways; the server that refused still listens.
+#[test]
+fn refused_and_unserved_connections_end_in_time_with_their_errors() {
+    const TEST: &str = "refused_and_unserved_connections";
+    if system::program(TEST, "rping", PACKAGE).is_none() {
+        return;
+    }
+    let lib = rdmacm_lib();
+    let lib_dir = RdmacmDir::new(TEST);
+    let dir = procs::namespace(TEST);
+    for way in [Way::Preloaded, Way::AsLibrdmacm] {
+        let env = way.env(&lib, &lib_dir);
+        let run = |args: &[&str], within: u64| {
+            let mut c = procs::start(&launcher(), &through_launcher(&dir, args), &env);
+            let out = procs::wait(
+                &mut c,
+                Instant::now() + Duration::from_secs(within),
+                args[0],
+            );
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status, text)
+        };
+        let nobody = procs::free_port().to_string();
+        let (st, out) = run(&["rping", "-c", "-a", "127.0.0.1", "-p", &nobody], 10);
+        assert!(!st.success(), "{way:?}: {out}");
+        assert!(
+            out.contains("RDMA_CM_EVENT_REJECTED, error 8"),
+            "{way:?}: {out}"
+        );
+        let (st, out) = run(&["ucmatose", "-s", "127.0.0.1", "-p", &nobody], 10);
+        assert_eq!(st.code(), Some(8), "{way:?}: {out}");
+        assert!(
+            out.contains("RDMA_CM_EVENT_REJECTED, error: 8"),
+            "{way:?}: {out}"
+        );
+        let (st, out) = run(&["rping", "-c", "-a", "192.0.2.1", "-p", &nobody], 10);
+        assert!(!st.success(), "{way:?}: {out}");
+        assert!(
+            out.contains("RDMA_CM_EVENT_ADDR_ERROR, error -110"),
+            "{way:?}: {out}"
+        );
+        // An XRC listener refuses an RC request.
+        let port = procs::free_port();
+        let p = port.to_string();
+        let server = ["rdma_xserver", "-p", &p, "-c", "x"];
+        let mut srv = procs::start(&launcher(), &through_launcher(&dir, &server), &env);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !listening(&dir, port) {
+            let alive = srv
+                .0
+                .as_mut()
+                .unwrap()
+                .try_wait()
+                .is_ok_and(|s| s.is_none());
+            assert!(
+                alive && Instant::now() < deadline,
+                "{way:?}: rdma_xserver never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (st, out) = run(
+            &["rdma_xclient", "-s", "127.0.0.1", "-p", &p, "-c", "r"],
+            10,
+        );
+        assert!(!st.success(), "{way:?}: {out}");
+        assert!(
+            out.contains("rdma_connect: Connection refused"),
+            "{way:?}: {out}"
+        );
+        let still = srv.0.as_mut().unwrap().try_wait();
+        assert!(
+            matches!(still, Ok(None)),
+            "{way:?}: the server ended: {still:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
