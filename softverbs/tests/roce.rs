@@ -113,6 +113,19 @@ fn grh_gids(s: &Side) -> ([u8; 16], [u8; 16]) {
     (b[8..24].try_into().unwrap(), b[24..40].try_into().unwrap())
 }
 
+/// Checks that the next asynchronous event of `s`'s context, within 3 s, is `kind` on
+/// port 1.
+fn port_event(s: &Side, kind: AsyncEventKind) {
+    let ev = s
+        .ctx
+        .next_async_event(Some(Duration::from_secs(3)))
+        .unwrap();
+    assert_eq!(
+        ev.map(|e| (e.kind, e.subject)),
+        Some((kind, EventSubject::Port(1)))
+    );
+}
+
 /// Whether this process is the child meant to run `name`.
 fn is_child(name: &str) -> bool {
     std::env::var(CHILD).is_ok_and(|v| v == name)
@@ -456,14 +469,7 @@ fn child_roce_port() {
     // The interface going down is PORT_ERR on the port's contexts, up again PORT_ACTIVE.
     let ns_ip = |args: &[&str]| netns::ip(args);
     ns_ip(&["link", "set", "vr1", "down"]);
-    let ev = b
-        .ctx
-        .next_async_event(Some(Duration::from_secs(3)))
-        .unwrap();
-    assert_eq!(
-        ev.map(|e| (e.kind, e.subject)),
-        Some((AsyncEventKind::PortErr, EventSubject::Port(1)))
-    );
+    port_event(&b, AsyncEventKind::PortErr);
     assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_DOWN);
     assert_eq!(sysfs("soft1", "ports/1/state"), "1: DOWN");
     // The link control cannot bring the port up while its interface is down: no event.
@@ -472,14 +478,7 @@ fn child_roce_port() {
     assert_eq!(b.ctx.pending_async_events().unwrap(), []);
     assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_DOWN);
     ns_ip(&["link", "set", "vr1", "up"]);
-    let ev = b
-        .ctx
-        .next_async_event(Some(Duration::from_secs(3)))
-        .unwrap();
-    assert_eq!(
-        ev.map(|e| (e.kind, e.subject)),
-        Some((AsyncEventKind::PortActive, EventSubject::Port(1)))
-    );
+    port_event(&b, AsyncEventKind::PortActive);
     assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_ACTIVE);
     // The MTU follows the interface too.
     ns_ip(&["link", "set", "vr1", "mtu", "2200"]);
