@@ -173,13 +173,8 @@ fn headers_included_twice_compile_as_c99_and_cpp17_without_warnings() {
     }
 }
 
-/// Builds `tests/c/misuse.c` (with `extra` compiler flags) and runs it through
-/// `wrapper` (e.g. valgrind) over softverbs; it must report its checks passed.
-fn misuse(test: &str, extra: &[&str], wrapper: &[&OsString]) {
-    c_program(test, "misuse", extra, wrapper);
-}
-
-/// Builds `tests/c/<program>.c` for `test` and runs it as [`misuse`] does.
+/// Builds `tests/c/<program>.c` for `test` (with `extra` compiler flags) and runs it
+/// through `wrapper` (e.g. valgrind) over softverbs; it must report its checks passed.
 fn c_program(test: &str, program: &str, extra: &[&str], wrapper: &[&OsString]) {
     let Some(gcc) = system::program(test, "gcc", "gcc") else {
         return;
@@ -210,22 +205,33 @@ fn c_program(test: &str, program: &str, extra: &[&str], wrapper: &[&OsString]) {
     assert!(out.contains("checks passed"), "{out}");
 }
 
+/// The flags of a program built for AddressSanitizer and UBSan, any finding fatal.
+const SANITIZERS: [&str; 3] = [
+    "-fsanitize=address,undefined",
+    "-fno-omit-frame-pointer",
+    "-fno-sanitize-recover=all",
+];
+
+/// Builds `tests/c/<program>.c` with `extra` and [`SANITIZERS`]' flags and runs it as
+/// [`c_program`] does.
+fn under_sanitizers(test: &str, program: &str, extra: &[&str]) {
+    let flags: Vec<&str> = extra.iter().copied().chain(SANITIZERS).collect();
+    c_program(test, program, &flags, &[]);
+}
+
 #[test]
 fn misuse_returns_error_codes_never_crashes() {
-    misuse("misuse_returns_error_codes_never_crashes", &[], &[]);
+    c_program(
+        "misuse_returns_error_codes_never_crashes",
+        "misuse",
+        &[],
+        &[],
+    );
 }
 
 #[test]
 fn misuse_under_address_sanitizer_is_clean() {
-    misuse(
-        "misuse_under_address_sanitizer_is_clean",
-        &[
-            "-fsanitize=address,undefined",
-            "-fno-omit-frame-pointer",
-            "-fno-sanitize-recover=all",
-        ],
-        &[],
-    );
+    under_sanitizers("misuse_under_address_sanitizer_is_clean", "misuse", &[]);
 }
 
 #[test]
@@ -240,14 +246,9 @@ fn events_failover_and_failback_through_the_c_api() {
 
 #[test]
 fn events_failover_and_failback_under_address_sanitizer() {
-    c_program(
+    under_sanitizers(
         "events_failover_and_failback_under_address_sanitizer",
         "recovery",
-        &[
-            "-fsanitize=address,undefined",
-            "-fno-omit-frame-pointer",
-            "-fno-sanitize-recover=all",
-        ],
         &[],
     );
 }
@@ -259,16 +260,7 @@ fn poll_thread_mode_through_the_c_api() {
 
 #[test]
 fn poll_thread_mode_under_address_sanitizer() {
-    c_program(
-        "poll_thread_mode_under_address_sanitizer",
-        "poller",
-        &[
-            "-fsanitize=address,undefined",
-            "-fno-omit-frame-pointer",
-            "-fno-sanitize-recover=all",
-        ],
-        &[],
-    );
+    under_sanitizers("poll_thread_mode_under_address_sanitizer", "poller", &[]);
 }
 
 #[test]
@@ -283,17 +275,7 @@ fn rdma_cm_connects_and_refuses_through_the_c_api() {
 
 #[test]
 fn rdma_cm_under_address_sanitizer() {
-    c_program(
-        "rdma_cm_under_address_sanitizer",
-        "cm",
-        &[
-            "-pthread",
-            "-fsanitize=address,undefined",
-            "-fno-omit-frame-pointer",
-            "-fno-sanitize-recover=all",
-        ],
-        &[],
-    );
+    under_sanitizers("rdma_cm_under_address_sanitizer", "cm", &["-pthread"]);
 }
 
 #[test]
@@ -510,9 +492,9 @@ fn install(dir: &Path) -> PathBuf {
     prefix
 }
 
-#[test]
-fn examples_built_from_the_installed_prefix_run_as_two_processes() {
-    let test = "examples_built_from_the_installed_prefix_run_as_two_processes";
+/// For `test`: installs the library into scratch directory `tag`, builds the C and the
+/// C++ example from there and runs each as two processes connected `via`.
+fn examples_from_the_prefix(test: &str, tag: &str, via: Via) {
     let Some(gcc) = system::program(test, "gcc", "gcc") else {
         return;
     };
@@ -522,32 +504,30 @@ fn examples_built_from_the_installed_prefix_run_as_two_processes() {
     let Some(_) = system::program(test, "pkg-config", "pkg-config") else {
         return;
     };
-    let dir = Scratch::new("install");
+    let dir = Scratch::new(tag);
     let prefix = install(&dir.0);
     let c = build_example(&gcc, "-std=c99", "xfer.c", &prefix, &dir.0);
-    two_processes(&c, Via::Tcp, &dir.0);
+    two_processes(&c, via, &dir.0);
     let cpp = build_example(&gxx, "-std=c++17", "xfer.cpp", &prefix, &dir.0);
-    two_processes(&cpp, Via::Tcp, &dir.0);
+    two_processes(&cpp, via, &dir.0);
+}
+
+#[test]
+fn examples_built_from_the_installed_prefix_run_as_two_processes() {
+    examples_from_the_prefix(
+        "examples_built_from_the_installed_prefix_run_as_two_processes",
+        "install",
+        Via::Tcp,
+    );
 }
 
 #[test]
 fn examples_connect_through_rdma_cm_as_two_processes() {
-    let test = "examples_connect_through_rdma_cm_as_two_processes";
-    let Some(gcc) = system::program(test, "gcc", "gcc") else {
-        return;
-    };
-    let Some(gxx) = system::program(test, "g++", "g++") else {
-        return;
-    };
-    let Some(_) = system::program(test, "pkg-config", "pkg-config") else {
-        return;
-    };
-    let dir = Scratch::new("install-cm");
-    let prefix = install(&dir.0);
-    let c = build_example(&gcc, "-std=c99", "xfer.c", &prefix, &dir.0);
-    two_processes(&c, Via::RdmaCm, &dir.0);
-    let cpp = build_example(&gxx, "-std=c++17", "xfer.cpp", &prefix, &dir.0);
-    two_processes(&cpp, Via::RdmaCm, &dir.0);
+    examples_from_the_prefix(
+        "examples_connect_through_rdma_cm_as_two_processes",
+        "install-cm",
+        Via::RdmaCm,
+    );
 }
 
 #[test]

@@ -233,10 +233,21 @@ fn every_module_has_a_layer() {
 #[test]
 fn no_module_is_in_an_import_circle() {
     let c = read_crate();
-    // Depth-first search for a back edge.
-    fn visit(
+    let circle = first_circle(&c.edges);
+    assert!(
+        circle.is_none(),
+        "import circle: {}",
+        circle.unwrap().join(" → ")
+    );
+}
+
+/// The first circle of arrows in `edges` (node → the nodes it points at, each with a
+/// value), found by a depth-first search for a back edge from each node in turn: its
+/// nodes in order, the first repeated at the end.
+fn first_circle<V>(edges: &BTreeMap<String, BTreeMap<String, V>>) -> Option<Vec<String>> {
+    fn visit<V>(
         m: &str,
-        c: &Crate,
+        edges: &BTreeMap<String, BTreeMap<String, V>>,
         state: &mut BTreeMap<String, u8>,
         path: &mut Vec<String>,
     ) -> Option<Vec<String>> {
@@ -252,8 +263,8 @@ fn no_module_is_in_an_import_circle() {
         }
         state.insert(m.to_string(), 1);
         path.push(m.to_string());
-        for next in c.edges.get(m).into_iter().flat_map(|t| t.keys()) {
-            if let Some(circle) = visit(next, c, state, path) {
+        for next in edges.get(m).into_iter().flat_map(|t| t.keys()) {
+            if let Some(circle) = visit(next, edges, state, path) {
                 return Some(circle);
             }
         }
@@ -262,14 +273,29 @@ fn no_module_is_in_an_import_circle() {
         None
     }
     let mut state = BTreeMap::new();
-    for m in c.edges.keys() {
-        let circle = visit(m, &c, &mut state, &mut Vec::new());
-        assert!(
-            circle.is_none(),
-            "import circle: {}",
-            circle.unwrap().join(" → ")
-        );
-    }
+    edges
+        .keys()
+        .find_map(|m| visit(m, edges, &mut state, &mut Vec::new()))
+}
+
+#[test]
+fn the_circle_search_finds_a_circle_and_passes_a_tree() {
+    let graph = |arrows: &[(&str, &str)]| {
+        let mut g: BTreeMap<String, BTreeMap<String, ()>> = BTreeMap::new();
+        for (a, b) in arrows {
+            g.entry(a.to_string())
+                .or_default()
+                .insert(b.to_string(), ());
+        }
+        g
+    };
+    let tree = graph(&[("a", "b"), ("a", "c"), ("b", "c"), ("c", "d")]);
+    assert_eq!(first_circle(&tree), None);
+    let circle = graph(&[("a", "b"), ("b", "c"), ("c", "d"), ("d", "b")]);
+    assert_eq!(
+        first_circle(&circle),
+        Some(vec!["b".into(), "c".into(), "d".into(), "b".into()])
+    );
 }
 
 #[test]
@@ -481,49 +507,18 @@ fn folder_circles(src: &Path, skip: &[&str]) -> Vec<String> {
     }
     let mut circles = Vec::new();
     for (folder, edges) in &arrows {
-        // Depth-first search for a back edge; one circle per folder is enough to say.
-        fn visit(
-            m: &str,
-            edges: &BTreeMap<String, BTreeMap<String, PathBuf>>,
-            state: &mut BTreeMap<String, u8>,
-            path: &mut Vec<String>,
-        ) -> Option<Vec<String>> {
-            match state.get(m) {
-                Some(1) => {
-                    let at = path.iter().position(|p| p == m).unwrap_or(0);
-                    let mut circle = path[at..].to_vec();
-                    circle.push(m.to_string());
-                    return Some(circle);
-                }
-                Some(_) => return None,
-                None => {}
-            }
-            state.insert(m.to_string(), 1);
-            path.push(m.to_string());
-            for next in edges.get(m).into_iter().flat_map(|t| t.keys()) {
-                if let Some(circle) = visit(next, edges, state, path) {
-                    return Some(circle);
-                }
-            }
-            path.pop();
-            state.insert(m.to_string(), 2);
-            None
-        }
-        let mut state = BTreeMap::new();
-        for m in edges.keys() {
-            if let Some(circle) = visit(m, edges, &mut state, &mut Vec::new()) {
-                let arrows: Vec<String> = circle
-                    .windows(2)
-                    .map(|w| format!("  {} → {} ({})", w[0], w[1], edges[&w[0]][&w[1]].display()))
-                    .collect();
-                circles.push(format!(
-                    "in {}/: {}\n{}",
-                    folder.join("/"),
-                    circle.join(" → "),
-                    arrows.join("\n")
-                ));
-                break;
-            }
+        // One circle per folder is enough to say.
+        if let Some(circle) = first_circle(edges) {
+            let arrows: Vec<String> = circle
+                .windows(2)
+                .map(|w| format!("  {} → {} ({})", w[0], w[1], edges[&w[0]][&w[1]].display()))
+                .collect();
+            circles.push(format!(
+                "in {}/: {}\n{}",
+                folder.join("/"),
+                circle.join(" → "),
+                arrows.join("\n")
+            ));
         }
     }
     circles

@@ -113,9 +113,122 @@ fn grh_gids(s: &Side) -> ([u8; 16], [u8; 16]) {
     (b[8..24].try_into().unwrap(), b[24..40].try_into().unwrap())
 }
 
+/// Checks that the next asynchronous event of `s`'s context, within 3 s, is `kind` on
+/// port 1.
+fn port_event(s: &Side, kind: AsyncEventKind) {
+    let ev = s
+        .ctx
+        .next_async_event(Some(Duration::from_secs(3)))
+        .unwrap();
+    assert_eq!(
+        ev.map(|e| (e.kind, e.subject)),
+        Some((kind, EventSubject::Port(1)))
+    );
+}
+
 /// Whether this process is the child meant to run `name`.
 fn is_child(name: &str) -> bool {
     std::env::var(CHILD).is_ok_and(|v| v == name)
+}
+
+/// A test's network: `count` namespaces named after `tag`, joined by a veth pair (MTU
+/// 1500) whose end `vr0` (192.0.2.1/24) is in the first and `vr1` (`addr1`) in the
+/// last, and a softverbs namespace directory for it. All are removed when dropped (the
+/// directory first).
+struct Lab {
+    _dir: netns::TempDir,
+    ns: Netns,
+    /// The softverbs namespace directory.
+    dir: PathBuf,
+}
+
+impl Lab {
+    fn new(tag: &str, count: usize, addr1: &str) -> Lab {
+        let ns = Netns::new(tag, count);
+        ns.veth((0, "vr0", "192.0.2.1/24"), (count - 1, "vr1", addr1), 1500);
+        let dir = netns::TempDir(procs::namespace(tag));
+        Lab {
+            dir: dir.0.clone(),
+            _dir: dir,
+            ns,
+        }
+    }
+
+    /// `softverbs run OPTIONS --dir DIR --` in the first namespace, with none of this
+    /// process's `VQP_SOFT_*` settings: the program and its arguments follow.
+    fn launcher(&self, options: &[&str]) -> Command {
+        let mut c = self
+            .ns
+            .exec(0, std::path::Path::new(env!("CARGO_BIN_EXE_softverbs")));
+        c.arg("run")
+            .args(options)
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--");
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("VQP_SOFT_") {
+                c.env_remove(k);
+            }
+        }
+        c
+    }
+}
+
+/// The RDMA-CM library (vqp-rdmacm's cdylib).
+fn rdmacm_lib() -> PathBuf {
+    vqp_softverbs::cdylib_candidates_of("vqp_rdmacm")
+        .into_iter()
+        .find(|p| p.is_file())
+        .expect("libvqp_rdmacm.so is built for vqp-softverbs' tests (a dev-dependency)")
+}
+
+/// A program's stdout and stderr, one after the other.
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A server and its client: `server` runs until `listening` (given its pid) says it
+/// listens, within 60 s and without exiting; then `client` runs; both must exit with
+/// success in that time (the server 5 s more). Their outputs, and both as one text for
+/// messages.
+fn server_and_client(
+    mut server: Command,
+    listening: impl Fn(u32) -> bool,
+    mut client: Command,
+) -> (std::process::Output, std::process::Output, String) {
+    let mut srv = procs::Killed(Some(start_cmd(&mut server)));
+    let pid = srv.0.as_ref().unwrap().id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !listening(pid) {
+        let exited = srv.0.as_mut().unwrap().try_wait().ok().flatten().is_some();
+        assert!(
+            !exited && std::time::Instant::now() < deadline,
+            "the server never listened: {:?}",
+            srv.0.take().map(|mut c| {
+                let _ = c.kill();
+                c.wait_with_output()
+            })
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cli = procs::Killed(Some(start_cmd(&mut client)));
+    let c = procs::wait(&mut cli, deadline, "client");
+    let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
+    let ctx = format!("--- server\n{}--- client\n{}", text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "{ctx}");
+    (s, c, ctx)
+}
+
+/// The lines of `o`'s stdout that start with `prefix` (rping's pings).
+fn pings(o: &std::process::Output, prefix: &str) -> usize {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .count()
 }
 
 #[test]
@@ -123,11 +236,8 @@ fn a_bound_device_is_a_roce_port_and_connects_by_gid() {
     if !netns::available("a_bound_device_is_a_roce_port_and_connects_by_gid") {
         return;
     }
-    let ns = Netns::new("roce1", 1);
-    ns.veth((0, "vr0", "192.0.2.1/24"), (0, "vr1", "192.0.2.2/24"), 1500);
+    let Lab { ns, dir, _dir } = Lab::new("roce1", 1, "192.0.2.2/24");
     netns::ip(&["-n", ns.name(0), "link", "set", "vr1", "mtu", "9000"]);
-    let dir = netns::TempDir(procs::namespace("roce1"));
-    let dir = dir.0.clone();
     run_child(
         &ns,
         0,
@@ -359,14 +469,7 @@ fn child_roce_port() {
     // The interface going down is PORT_ERR on the port's contexts, up again PORT_ACTIVE.
     let ns_ip = |args: &[&str]| netns::ip(args);
     ns_ip(&["link", "set", "vr1", "down"]);
-    let ev = b
-        .ctx
-        .next_async_event(Some(Duration::from_secs(3)))
-        .unwrap();
-    assert_eq!(
-        ev.map(|e| (e.kind, e.subject)),
-        Some((AsyncEventKind::PortErr, EventSubject::Port(1)))
-    );
+    port_event(&b, AsyncEventKind::PortErr);
     assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_DOWN);
     assert_eq!(sysfs("soft1", "ports/1/state"), "1: DOWN");
     // The link control cannot bring the port up while its interface is down: no event.
@@ -375,14 +478,7 @@ fn child_roce_port() {
     assert_eq!(b.ctx.pending_async_events().unwrap(), []);
     assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_DOWN);
     ns_ip(&["link", "set", "vr1", "up"]);
-    let ev = b
-        .ctx
-        .next_async_event(Some(Duration::from_secs(3)))
-        .unwrap();
-    assert_eq!(
-        ev.map(|e| (e.kind, e.subject)),
-        Some((AsyncEventKind::PortActive, EventSubject::Port(1)))
-    );
+    port_event(&b, AsyncEventKind::PortActive);
     assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_ACTIVE);
     // The MTU follows the interface too.
     ns_ip(&["link", "set", "vr1", "mtu", "2200"]);
@@ -437,10 +533,7 @@ fn processes_in_two_namespaces_connect_by_gid() {
     if !netns::available("processes_in_two_namespaces_connect_by_gid") {
         return;
     }
-    let ns = Netns::new("roce2", 2);
-    ns.veth((0, "vr0", "192.0.2.1/24"), (1, "vr1", "192.0.2.2/24"), 1500);
-    let dir = netns::TempDir(procs::namespace("roce2"));
-    let dir = dir.0.clone();
+    let Lab { ns, dir, _dir } = Lab::new("roce2", 2, "192.0.2.2/24");
     let d = dir.to_str().unwrap().to_string();
     // The responder (soft0 in namespace 1, GID ::ffff:192.0.2.2) waits for the
     // requester's data; the requester (soft0 in namespace 0) writes it by GID.
@@ -577,30 +670,15 @@ fn the_launcher_presents_a_bound_port_in_sysfs() {
     if !netns::available("the_launcher_presents_a_bound_port_in_sysfs") {
         return;
     }
-    let ns = Netns::new("roce3", 1);
-    ns.veth(
-        (0, "vr0", "192.0.2.1/24"),
-        (0, "vr1", "198.51.100.1/24"),
-        1500,
-    );
-    let dir = netns::TempDir(procs::namespace("roce3"));
-    let dir = dir.0.clone();
-    let mut c = ns.exec(0, std::path::Path::new(env!("CARGO_BIN_EXE_softverbs")));
+    let lab = Lab::new("roce3", 1, "198.51.100.1/24");
+    let mut c = lab.launcher(&["--netdev", "soft1=vr1"]);
     let sys = "/sys/class/infiniband";
-    c.args(["run", "--netdev", "soft1=vr1", "--dir"])
-        .arg(&dir)
-        .args(["--", "sh", "-c"])
-        .arg(format!(
-            "cat {sys}/soft1/ports/1/link_layer {sys}/soft1/ports/1/lid \
+    c.args(["sh", "-c"]).arg(format!(
+        "cat {sys}/soft1/ports/1/link_layer {sys}/soft1/ports/1/lid \
              {sys}/soft1/ports/1/gids/1 {sys}/soft1/ports/1/gid_attrs/types/1 \
              {sys}/soft1/ports/1/gid_attrs/ndevs/1 {sys}/soft0/ports/1/link_layer \
              {sys}/soft0/ports/1/gid_attrs/types/0; echo netdev=$VQP_SOFT_NETDEV"
-        ));
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("VQP_SOFT_") {
-            c.env_remove(k);
-        }
-    }
+    ));
     let out = c.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -636,10 +714,7 @@ fn ibv_rc_pingpong_by_gid_between_two_namespaces() {
     if !netns::available(test) {
         return;
     }
-    let ns = Netns::new("roce4", 2);
-    ns.veth((0, "vr0", "192.0.2.1/24"), (1, "vr1", "192.0.2.2/24"), 1500);
-    let dir = netns::TempDir(procs::namespace("roce4"));
-    let dir = dir.0.clone();
+    let Lab { ns, dir, _dir } = Lab::new("roce4", 2, "192.0.2.2/24");
     let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
     let port = procs::free_port().to_string();
     let side = |i: usize, extra: &[&str]| {
@@ -651,29 +726,11 @@ fn ibv_rc_pingpong_by_gid_between_two_namespaces() {
             .env("VQP_SOFT_NETDEV", format!("soft0=vr{i}"));
         c
     };
-    let mut srv = procs::Killed(Some(start_cmd(&mut side(0, &[]))));
-    let pid = srv.0.as_ref().unwrap().id();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !netns::listening_in(pid, port.parse().unwrap()) {
-        let exited = srv.0.as_mut().unwrap().try_wait().ok().flatten().is_some();
-        assert!(
-            !exited && std::time::Instant::now() < deadline,
-            "the server never listened"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut cli = procs::Killed(Some(start_cmd(&mut side(1, &["192.0.2.1"]))));
-    let c = procs::wait(&mut cli, deadline, "client");
-    let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
-    let text = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    let ctx = format!("--- server\n{}--- client\n{}", text(&s), text(&c));
-    assert!(s.status.success() && c.status.success(), "{ctx}");
+    let (s, c, ctx) = server_and_client(
+        side(0, &[]),
+        |pid| netns::listening_in(pid, port.parse().unwrap()),
+        side(1, &["192.0.2.1"]),
+    );
     // Each side names its own RoCE GID and the peer's, and completes its iterations.
     for (o, local, remote) in [
         (&s, "192.0.2.1", "192.0.2.2"),
@@ -713,63 +770,18 @@ fn rping_through_rdma_cm_on_a_bound_device() {
     if !netns::available(test) {
         return;
     }
-    let ns = Netns::new("roce5", 1);
-    ns.veth(
-        (0, "vr0", "192.0.2.1/24"),
-        (0, "vr1", "198.51.100.1/24"),
-        1500,
-    );
-    let dir = netns::TempDir(procs::namespace("roce5"));
-    let dir = dir.0.clone();
-    let lib = vqp_softverbs::cdylib_candidates_of("vqp_rdmacm")
-        .into_iter()
-        .find(|p| p.is_file())
-        .expect("libvqp_rdmacm.so is built for vqp-softverbs' tests (a dev-dependency)");
+    let lab = Lab::new("roce5", 1, "198.51.100.1/24");
+    let lib = rdmacm_lib();
     let port = procs::free_port();
     let p = port.to_string();
     let side = |role: &str| {
-        let mut c = ns.exec(0, std::path::Path::new(env!("CARGO_BIN_EXE_softverbs")));
-        c.args(["run", "--netdev", "soft0=vr0", "--dir"])
-            .arg(&dir)
-            .args(["--", "rping", role, "-a", "192.0.2.1", "-p", &p])
+        let mut c = lab.launcher(&["--netdev", "soft0=vr0"]);
+        c.args(["rping", role, "-a", "192.0.2.1", "-p", &p])
             .args(["-v", "-V", "-C", "3"])
             .env("VQP_RDMACM_LIB", &lib);
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("VQP_SOFT_") {
-                c.env_remove(k);
-            }
-        }
         c
     };
-    let mut srv = procs::Killed(Some(start_cmd(&mut side("-s"))));
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !cm_listening(&dir, port) {
-        let exited = srv.0.as_mut().unwrap().try_wait().ok().flatten().is_some();
-        assert!(
-            !exited && std::time::Instant::now() < deadline,
-            "the rping server never listened: {:?}",
-            srv.0.take().map(|c| c.wait_with_output())
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut cli = procs::Killed(Some(start_cmd(&mut side("-c"))));
-    let c = procs::wait(&mut cli, deadline, "client");
-    let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
-    let text = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    let ctx = format!("--- server\n{}--- client\n{}", text(&s), text(&c));
-    assert!(s.status.success() && c.status.success(), "{ctx}");
-    let pings = |o: &std::process::Output, prefix: &str| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|l| l.starts_with(prefix))
-            .count()
-    };
+    let (s, c, ctx) = server_and_client(side("-s"), |_| cm_listening(&lab.dir, port), side("-c"));
     assert_eq!(pings(&c, "ping data: rdma-ping-"), 3, "{ctx}");
     assert_eq!(pings(&s, "server ping data: rdma-ping-"), 3, "{ctx}");
 }
@@ -789,73 +801,34 @@ fn rping_runs_over_the_devices_bound_to_its_addresses() {
     if !netns::available(test) {
         return;
     }
-    let ns = Netns::new("roce6", 1);
-    ns.veth((0, "vr0", "192.0.2.1/24"), (0, "vr1", "192.0.2.2/24"), 1500);
+    let lab = Lab::new("roce6", 1, "192.0.2.2/24");
     // An interface that stays down, with an address of its own.
-    let n = ns.name(0);
+    let n = lab.ns.name(0);
     netns::ip(&[
         "-n", n, "link", "add", "vd0", "type", "veth", "peer", "name", "vd1",
     ]);
     netns::ip(&["-n", n, "addr", "add", "198.51.100.1/24", "dev", "vd0"]);
-    let dir = netns::TempDir(procs::namespace("roce6"));
-    let dir = dir.0.clone();
-    let lib = vqp_softverbs::cdylib_candidates_of("vqp_rdmacm")
-        .into_iter()
-        .find(|p| p.is_file())
-        .expect("libvqp_rdmacm.so is built for vqp-softverbs' tests (a dev-dependency)");
+    let lib = rdmacm_lib();
     let port = procs::free_port();
     let p = port.to_string();
     let side = |args: &[&str]| {
-        let mut c = ns.exec(0, std::path::Path::new(env!("CARGO_BIN_EXE_softverbs")));
-        c.args([
-            "run",
+        let mut c = lab.launcher(&[
             "--devices",
             "3",
             "--netdev",
             "soft0=vd0,soft1=vr0,soft2=vr1",
-        ])
-        .arg("--dir")
-        .arg(&dir)
-        .args(["--", "rping"])
-        .args(args)
-        .args(["-a", "192.0.2.2", "-p", &p, "-v", "-V", "-C", "3"])
-        .env("VQP_RDMACM_LIB", &lib);
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("VQP_SOFT_") {
-                c.env_remove(k);
-            }
-        }
+        ]);
+        c.arg("rping")
+            .args(args)
+            .args(["-a", "192.0.2.2", "-p", &p, "-v", "-V", "-C", "3"])
+            .env("VQP_RDMACM_LIB", &lib);
         c
     };
-    let mut srv = procs::Killed(Some(start_cmd(&mut side(&["-s"]))));
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !cm_listening(&dir, port) {
-        let exited = srv.0.as_mut().unwrap().try_wait().ok().flatten().is_some();
-        assert!(
-            !exited && std::time::Instant::now() < deadline,
-            "the rping server never listened: {:?}",
-            srv.0.take().map(|c| c.wait_with_output())
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut cli = procs::Killed(Some(start_cmd(&mut side(&["-c", "-I", "192.0.2.1"]))));
-    let c = procs::wait(&mut cli, deadline, "client");
-    let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
-    let text = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    let ctx = format!("--- server\n{}--- client\n{}", text(&s), text(&c));
-    assert!(s.status.success() && c.status.success(), "{ctx}");
-    let pings = |o: &std::process::Output, prefix: &str| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|l| l.starts_with(prefix))
-            .count()
-    };
+    let (s, c, ctx) = server_and_client(
+        side(&["-s"]),
+        |_| cm_listening(&lab.dir, port),
+        side(&["-c", "-I", "192.0.2.1"]),
+    );
     assert_eq!(pings(&c, "ping data: rdma-ping-"), 3, "{ctx}");
     assert_eq!(pings(&s, "server ping data: rdma-ping-"), 3, "{ctx}");
 }

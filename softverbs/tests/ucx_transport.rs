@@ -466,25 +466,24 @@ fn two_network_namespaces_exchange_over_a_veth_pair() {
     drop(client);
 }
 
-#[test]
-fn an_endpoint_to_an_address_nobody_serves_fails_in_bounded_time() {
-    if !ucp_or_skip("an_endpoint_to_an_address_nobody_serves_fails_in_bounded_time") {
-        return;
-    }
-    let mut w = worker();
-    let port = procs::free_port();
-    let start = Instant::now();
-    let ep = w.connect(SocketAddr::from(([127, 0, 0, 1], port))).unwrap();
-    w.am_send(ep, CHECK, &header(&[1, 2]), payload(2, 100), 7)
-        .unwrap();
+/// Waits for endpoint `ep` of `w` to fail and for send `token` on it to complete, and
+/// checks that the failure is the peer's, within 10 s of `start`, and that the endpoint
+/// refuses a further send with the same error: the failure, the send's result, and how
+/// long it took.
+fn failure_of(
+    w: &mut Worker,
+    ep: EpId,
+    token: u64,
+    start: Instant,
+) -> (Error, Result<(), Error>, Duration) {
     let (mut failed, mut sent) = (None, None);
-    until(&mut w, "the endpoint's failure", |w| {
+    until(w, "the endpoint's failure", |w| {
         while let Some(e) = w.next_event() {
             match e {
                 Event::EndpointFailed { ep: e, error } if e == ep => failed = Some(error),
                 Event::Sent {
-                    token: 7, result, ..
-                } => sent = Some(result),
+                    token: t, result, ..
+                } if t == token => sent = Some(result),
                 _ => {}
             }
         }
@@ -496,13 +495,28 @@ fn an_endpoint_to_an_address_nobody_serves_fails_in_bounded_time() {
         matches!(failed, Error::EndpointFailed(s) if s.is_peer_failure()),
         "{failed:?}"
     );
-    assert!(sent.unwrap().is_err(), "a send to nobody completed");
     assert!(took < Duration::from_secs(10), "took {took:?}");
-    // The endpoint refuses further sends with the same error, and closes.
     assert!(matches!(
-        w.am_send(ep, CHECK, &[], Vec::new(), 8),
+        w.am_send(ep, CHECK, &[], Vec::new(), token + 1),
         Err(Error::EndpointFailed(_))
     ));
+    (failed, sent.unwrap(), took)
+}
+
+#[test]
+fn an_endpoint_to_an_address_nobody_serves_fails_in_bounded_time() {
+    if !ucp_or_skip("an_endpoint_to_an_address_nobody_serves_fails_in_bounded_time") {
+        return;
+    }
+    let mut w = worker();
+    let port = procs::free_port();
+    let start = Instant::now();
+    let ep = w.connect(SocketAddr::from(([127, 0, 0, 1], port))).unwrap();
+    w.am_send(ep, CHECK, &header(&[1, 2]), payload(2, 100), 7)
+        .unwrap();
+    let (failed, sent, took) = failure_of(&mut w, ep, 7, start);
+    assert!(sent.is_err(), "a send to nobody completed");
+    // The endpoint keeps its error, and closes.
     assert_eq!(w.endpoint_error(ep).unwrap(), Some(failed));
     w.close(ep).unwrap();
     assert_eq!(w.close(ep), Err(Error::NoSuchObject));
@@ -533,34 +547,9 @@ fn a_peer_killed_mid_exchange_fails_the_endpoint_in_bounded_time() {
     let _ = w.progress();
     let pid = server.pid();
     server.kill();
-    let start = Instant::now();
-    let (mut failed, mut sent) = (None, None);
-    until(&mut w, "the endpoint's failure", |w| {
-        while let Some(e) = w.next_event() {
-            match e {
-                Event::EndpointFailed { ep: e, error } if e == ep => failed = Some(error),
-                Event::Sent {
-                    token: 2, result, ..
-                } => sent = Some(result),
-                _ => {}
-            }
-        }
-        failed.is_some() && sent.is_some()
-    });
-    let took = start.elapsed();
-    let failed = failed.unwrap();
-    assert!(
-        matches!(failed, Error::EndpointFailed(s) if s.is_peer_failure()),
-        "{failed:?}"
-    );
-    assert!(took < Duration::from_secs(10), "took {took:?}");
-    assert!(matches!(
-        w.am_send(ep, CHECK, &[], Vec::new(), 3),
-        Err(Error::EndpointFailed(_))
-    ));
+    let (failed, sent, took) = failure_of(&mut w, ep, 2, Instant::now());
     eprintln!(
-        "killed peer {pid}: endpoint failed after {took:?} ({failed}); the send in flight: {:?}",
-        sent.unwrap()
+        "killed peer {pid}: endpoint failed after {took:?} ({failed}); the send in flight: {sent:?}"
     );
 }
 
@@ -586,6 +575,83 @@ fn pair() -> (Worker, Worker, EpId, EpId) {
     (a, b, ea, eb)
 }
 
+/// A rendezvous fetch that finished: token, buffer, result.
+type Fetched = (u64, Option<Vec<u8>>, Result<usize, Error>);
+
+/// Two workers of this process driven together until a test's condition holds: each
+/// turn progresses both and keeps `a`'s send completions and `b`'s finished fetches, by
+/// token, in the order they came.
+struct Turns {
+    /// A turn after this panics.
+    deadline: Instant,
+    /// `a`'s `Event::Sent`: token and result.
+    sent: Vec<(u64, Result<(), Error>)>,
+    /// `b`'s `Event::Received`.
+    received: Vec<Fetched>,
+}
+
+impl Turns {
+    /// No turn yet; the deadline [`STEP`] from now.
+    fn new() -> Turns {
+        Turns {
+            deadline: Instant::now() + STEP,
+            sent: Vec::new(),
+            received: Vec::new(),
+        }
+    }
+
+    /// One turn, after checking the deadline (a panic naming `what` and the sends
+    /// completed so far): [`Turns::pump`].
+    fn turn(&mut self, what: &str, a: &mut Worker, b: Option<&mut Worker>) -> Result<usize, Error> {
+        assert!(
+            Instant::now() < self.deadline,
+            "timed out waiting for {what} (sent {:?}, received {:?})",
+            self.sent,
+            self.received
+                .iter()
+                .map(|r| (r.0, &r.2))
+                .collect::<Vec<_>>()
+        );
+        self.pump(a, b)
+    }
+
+    /// Progresses `a` and `b` (when there is one) and takes their events: `b`'s
+    /// progress result (0 without `b`).
+    fn pump(&mut self, a: &mut Worker, b: Option<&mut Worker>) -> Result<usize, Error> {
+        let _ = a.progress();
+        let got = b.map_or(Ok(0), |b| {
+            let got = b.progress();
+            while let Some(e) = b.next_event() {
+                if let Event::Received {
+                    token,
+                    buffer,
+                    result,
+                } = e
+                {
+                    self.received.push((token, buffer, result));
+                }
+            }
+            got
+        });
+        while let Some(e) = a.next_event() {
+            if let Event::Sent { token, result, .. } = e {
+                self.sent.push((token, result));
+            }
+        }
+        got
+    }
+
+    /// The result of `a`'s send `token`, once it completed.
+    fn sent(&self, token: u64) -> Option<&Result<(), Error>> {
+        self.sent.iter().find(|s| s.0 == token).map(|s| &s.1)
+    }
+
+    /// `b`'s fetch `token`, once it finished.
+    fn received(&self, token: u64) -> Option<&Fetched> {
+        self.received.iter().find(|r| r.0 == token)
+    }
+}
+
 #[test]
 fn a_panicking_handler_is_reported_and_the_worker_goes_on() {
     if !ucp_or_skip("a_panicking_handler_is_reported_and_the_worker_goes_on") {
@@ -603,15 +669,10 @@ fn a_panicking_handler_is_reported_and_the_worker_goes_on() {
     .unwrap();
     a.am_send(ea, CHECK, b"boom", Vec::new(), 1).unwrap();
     a.am_send(ea, CHECK, b"fine", vec![1, 2, 3], 2).unwrap();
-    let deadline = Instant::now() + STEP;
+    let mut t = Turns::new();
     let mut panicked = false;
     while got.lock().unwrap().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the second message never arrived"
-        );
-        let _ = a.progress();
-        match b.progress() {
+        match t.turn("the second message", &mut a, Some(&mut b)) {
             Err(Error::HandlerPanicked) => panicked = true,
             r => {
                 r.unwrap();
@@ -650,30 +711,16 @@ fn bad_arguments_are_refused_with_typed_errors() {
     })
     .unwrap();
     a.am_send(ea, CHECK, &[], payload(1, 8 << 20), 3).unwrap();
-    let deadline = Instant::now() + STEP;
-    let mut sent = None;
-    while refused.lock().unwrap().is_none() || sent.is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "no rendezvous message, or no Sent"
-        );
-        let _ = b.progress();
-        let _ = a.progress();
-        while let Some(e) = a.next_event() {
-            if let Event::Sent {
-                token: 3, result, ..
-            } = e
-            {
-                sent = Some(result);
-            }
-        }
+    let mut t = Turns::new();
+    while refused.lock().unwrap().is_none() || t.sent(3).is_none() {
+        let _ = t.turn("the rendezvous message and its Sent", &mut a, Some(&mut b));
     }
     assert!(matches!(
         refused.lock().unwrap().take(),
         Some(Err(Error::Invalid(_)))
     ));
     // The payload not fetched is dropped; the sender's send completes.
-    assert_eq!(sent, Some(Ok(())));
+    assert_eq!(t.sent(3), Some(&Ok(())));
     // Closed ids name nothing; the other side's endpoint fails or closes cleanly.
     a.close(ea).unwrap();
     assert_eq!(a.close(ea), Err(Error::NoSuchObject));
@@ -705,35 +752,24 @@ fn a_deferred_rendezvous_payload_is_fetched_after_its_handler_in_any_order() {
         a.am_send(ea, CHECK, &header(&[seed]), payload(seed, len), seed)
             .unwrap();
     }
-    let mut sent = Vec::new();
-    let pump = |a: &mut Worker, b: &mut Worker, sent: &mut Vec<(u64, Result<(), Error>)>| {
-        let _ = a.progress();
-        let _ = b.progress();
-        while let Some(e) = a.next_event() {
-            if let Event::Sent { token, result, .. } = e {
-                sent.push((token, result));
-            }
-        }
-    };
-    let deadline = Instant::now() + STEP;
+    let mut t = Turns::new();
     while held.lock().unwrap().len() < sizes.len() {
-        assert!(Instant::now() < deadline, "the messages never arrived");
-        pump(&mut a, &mut b, &mut sent);
+        let _ = t.turn("the messages", &mut a, Some(&mut b));
     }
     // Held at the sender: no send completes while its payload waits.
     let settle_until = Instant::now() + Duration::from_millis(300);
     while Instant::now() < settle_until {
-        pump(&mut a, &mut b, &mut sent);
+        let _ = t.pump(&mut a, Some(&mut b));
     }
     assert!(
-        sent.is_empty(),
-        "sends completed before their payloads were taken: {sent:?}"
+        t.sent.is_empty(),
+        "sends completed before their payloads were taken: {:?}",
+        t.sent
     );
     // Fetch the last first, release the middle one, and let the worker's drop release
     // none (all are handed back here).
     let mut held: Vec<(u64, ucx::Deferred)> = held.lock().unwrap().drain(..).collect();
     held.sort_by_key(|(seed, _)| std::cmp::Reverse(*seed));
-    let mut fetched = HashMap::new();
     for (seed, d) in held {
         let len = d.len();
         if seed == 12 {
@@ -742,31 +778,23 @@ fn a_deferred_rendezvous_payload_is_fetched_after_its_handler_in_any_order() {
             b.receive_deferred(d, vec![0u8; len], seed).unwrap();
         }
     }
-    let deadline = Instant::now() + STEP;
-    while fetched.len() < 2 || sent.len() < 3 {
+    t.deadline = Instant::now() + STEP;
+    while t.received.len() < 2 || t.sent.len() < 3 {
+        let _ = t.turn("two fetches and three sends", &mut a, Some(&mut b));
+    }
+    for (token, buffer, result) in &t.received {
         assert!(
-            Instant::now() < deadline,
-            "fetched {fetched:?}, sent {sent:?}"
+            result.is_ok() && buffer.is_some(),
+            "fetch {token}: {result:?}"
         );
-        pump(&mut a, &mut b, &mut sent);
-        while let Some(e) = b.next_event() {
-            if let Event::Received {
-                token,
-                buffer,
-                result,
-            } = e
-            {
-                let n = result.unwrap();
-                fetched.insert(token, (n, buffer.unwrap()));
-            }
-        }
     }
     for (seed, len) in [sizes[0], sizes[2]] {
-        let (n, data) = &fetched[&seed];
-        assert_eq!(*n, len);
+        let (_, data, n) = t.received(seed).expect("its fetch");
+        assert_eq!(*n, Ok(len));
+        let data = data.as_ref().unwrap();
         assert_eq!(first_bad(seed, &data[..len]), None, "payload {seed}");
     }
-    assert!(sent.iter().all(|(_, r)| r.is_ok()), "{sent:?}");
+    assert!(t.sent.iter().all(|(_, r)| r.is_ok()), "{:?}", t.sent);
 }
 
 #[test]
@@ -784,11 +812,9 @@ fn a_deferred_payload_left_held_is_released_with_its_worker() {
     })
     .unwrap();
     a.am_send(ea, CHECK, &[], payload(1, 4 << 20), 1).unwrap();
-    let deadline = Instant::now() + STEP;
+    let mut t = Turns::new();
     while held.lock().unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "the message never arrived");
-        let _ = a.progress();
-        let _ = b.progress();
+        let _ = t.turn("the message", &mut a, Some(&mut b));
     }
     // Handed to a worker that did not make it: refused.
     let d = held.lock().unwrap().pop().unwrap();
@@ -798,21 +824,14 @@ fn a_deferred_payload_left_held_is_released_with_its_worker() {
     );
     // `b` still holds the descriptor and releases it when dropped.
     drop(b);
-    let deadline = Instant::now() + STEP;
-    let mut done = None;
-    while done.is_none() {
-        assert!(Instant::now() < deadline, "the send never completed");
-        let _ = a.progress();
-        while let Some(e) = a.next_event() {
-            if let Event::Sent {
-                token: 1, result, ..
-            } = e
-            {
-                done = Some(result);
-            }
-        }
+    t.deadline = Instant::now() + STEP;
+    while t.sent(1).is_none() {
+        let _ = t.turn("the send", &mut a, None);
     }
-    eprintln!("the send whose payload was held by a dropped worker: {done:?}");
+    eprintln!(
+        "the send whose payload was held by a dropped worker: {:?}",
+        t.sent(1)
+    );
 }
 
 #[test]
@@ -904,23 +923,9 @@ fn a_payload_gathered_from_segments_is_scattered_into_segments() {
     let gather: Vec<(*const u8, usize)> = parts.iter().map(|p| (p.as_ptr(), p.len())).collect();
     // SAFETY: `whole` outlives the send and is not written until its Sent is taken.
     unsafe { a.am_send_raw(ea, CHECK, &[], &gather, 1) }.unwrap();
-    let mut sent = None;
-    let deadline = Instant::now() + STEP;
-    while sent.is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the refused payload's send never completed"
-        );
-        let _ = b.progress();
-        let _ = a.progress();
-        while let Some(e) = a.next_event() {
-            if let Event::Sent {
-                token: 1, result, ..
-            } = e
-            {
-                sent = Some(result);
-            }
-        }
+    let mut t = Turns::new();
+    while t.sent(1).is_none() {
+        let _ = t.turn("the refused payload's send", &mut a, Some(&mut b));
     }
     // Now with the full list.
     b.set_handler(CHECK, move |m| {
@@ -935,34 +940,12 @@ fn a_payload_gathered_from_segments_is_scattered_into_segments() {
     .unwrap();
     // SAFETY: as above.
     unsafe { a.am_send_raw(ea, CHECK, &[], &gather, 2) }.unwrap();
-    let (mut sent, mut received) = (None, None);
-    let deadline = Instant::now() + STEP;
-    while sent.is_none() || received.is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "sent {sent:?}, received {received:?}"
-        );
-        let _ = b.progress();
-        let _ = a.progress();
-        while let Some(e) = a.next_event() {
-            if let Event::Sent {
-                token: 2, result, ..
-            } = e
-            {
-                sent = Some(result);
-            }
-        }
-        while let Some(e) = b.next_event() {
-            if let Event::Received {
-                token: 2, result, ..
-            } = e
-            {
-                received = Some(result);
-            }
-        }
+    t.deadline = Instant::now() + STEP;
+    while t.sent(2).is_none() || t.received(2).is_none() {
+        let _ = t.turn("the scattered payload", &mut a, Some(&mut b));
     }
-    assert_eq!(sent, Some(Ok(())));
-    assert_eq!(received, Some(Ok(len)));
+    assert_eq!(t.sent(2), Some(&Ok(())));
+    assert_eq!(t.received(2).map(|r| &r.2), Some(&Ok(len)));
     let joined: Vec<u8> = bufs.concat();
     assert_eq!(first_bad(21, &joined[..len]), None, "the scattered payload");
     assert!(
@@ -986,18 +969,12 @@ fn a_message_for_an_id_without_a_handler_is_dropped_and_the_worker_goes_on() {
     a.am_send(ea, 9, b"x", vec![1; 10], 1).unwrap();
     a.am_send(ea, 10, b"y", payload(3, 2 << 20), 2).unwrap();
     a.am_send(ea, CHECK, b"z", vec![2; 20], 3).unwrap();
-    let mut sent = Vec::new();
-    let deadline = Instant::now() + STEP;
-    while got.lock().unwrap().is_empty() || sent.len() < 3 {
-        assert!(Instant::now() < deadline, "sent {sent:?}");
-        b.progress().unwrap();
-        let _ = a.progress();
-        while let Some(e) = a.next_event() {
-            if let Event::Sent { token, result, .. } = e {
-                sent.push((token, result.is_ok()));
-            }
-        }
+    let mut t = Turns::new();
+    while got.lock().unwrap().is_empty() || t.sent.len() < 3 {
+        t.turn("the handled message and three sends", &mut a, Some(&mut b))
+            .unwrap();
     }
     assert_eq!(*got.lock().unwrap(), vec![20]);
+    let sent: Vec<(u64, bool)> = t.sent.iter().map(|(k, r)| (*k, r.is_ok())).collect();
     eprintln!("sends to ids without a handler: {sent:?}");
 }

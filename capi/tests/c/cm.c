@@ -14,47 +14,14 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-#include "vqp.h"
-
-static int checks;
-
-#define EXPECT(call, want)                                                                \
-    do {                                                                                  \
-        vqp_status got_ = (call);                                                         \
-        checks++;                                                                         \
-        if (got_ != (want)) {                                                             \
-            char msg_[512];                                                               \
-            vqp_last_error_message(msg_, sizeof msg_);                                    \
-            fprintf(stderr, "cm:%d: %s returned %s, expected %s (%s)\n", __LINE__, #call, \
-                    vqp_status_str(got_), vqp_status_str(want), msg_);                    \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
-#define TRUE(cond)                                                                        \
-    do {                                                                                  \
-        checks++;                                                                         \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "cm:%d: %s is false\n", __LINE__, #cond);                     \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#define TEST_NAME "cm"
+#include "common.h"
 
 #define LEN (1u << 18)
 
 static vqp_device d0, d1;
 static unsigned char src[LEN], dst[LEN], back[LEN];
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 /* One vqp_endpoint_cm_serve on a thread: its status, message and duration. */
 struct serving {
@@ -88,33 +55,6 @@ static void serve(struct serving *s, vqp_endpoint ep, const char *addr, uint32_t
 
 static void served(struct serving *s) { TRUE(pthread_join(s->thread, NULL) == 0); }
 
-/* Polls `ep` (and `other`, to keep its side moving) until wr_id completes; returns its
- * status. */
-static uint32_t complete(vqp_endpoint ep, vqp_endpoint other, uint64_t wr_id) {
-    struct vqp_wc wc[8];
-    uint32_t n;
-    double until = now() + 20.0;
-    while (now() < until) {
-        EXPECT(vqp_poll(ep, wc, 8, &n), VQP_OK);
-        for (uint32_t k = 0; k < n; k++)
-            if (wc[k].wr_id == wr_id)
-                return wc[k].status;
-        EXPECT(vqp_poll(other, wc, 8, &n), VQP_OK);
-    }
-    fprintf(stderr, "cm: no completion for %llu within 20 s\n", (unsigned long long)wr_id);
-    exit(1);
-}
-
-static struct vqp_send_wr write_wr(uint64_t id, const struct vqp_mr_info *from,
-                                   const struct vqp_mr_info *to) {
-    struct vqp_send_wr w = {.wr_id = id, .opcode = VQP_WR_RDMA_WRITE, .flags = VQP_SEND_SIGNALED,
-                            .local_addr = from->addr, .len = LEN, .remote_addr = to->addr,
-                            .key_mask = 1};
-    w.keys[0].lkey = from->lkey;
-    w.keys[0].rkey = to->rkey;
-    return w;
-}
-
 /* Whether `ep` is still in its created state (its card is made only then). */
 static int created(vqp_endpoint ep) {
     uint8_t card[VQP_CARD_MAX];
@@ -129,8 +69,7 @@ static void connect_and_move(uint32_t mode, const char *addr) {
     s.mode = mode;
     s.data_qps = 4;
     vqp_endpoint a, b;
-    EXPECT(vqp_endpoint_create(&d0, 1, &s, &a), VQP_OK);
-    EXPECT(vqp_endpoint_create(&d1, 1, &s, &b), VQP_OK);
+    create_pair(&d0, &d1, &s, &a, &b);
     struct serving srv;
     serve(&srv, b, addr, 20000);
     /* At once: the server may not listen yet, and the client asks again until it does. */
@@ -156,11 +95,11 @@ static void connect_and_move(uint32_t mode, const char *addr) {
     memset(back, 0, LEN);
 
     /* Client to server, then the server writes what it got back to the client. */
-    struct vqp_send_wr w = write_wr(1, &is, &id);
+    struct vqp_send_wr w = write_wr(1, &is, &id, LEN);
     EXPECT(vqp_post_send(a, &w), VQP_OK);
     TRUE(complete(a, b, 1) == VQP_WC_SUCCESS);
     TRUE(memcmp(src, dst, LEN) == 0);
-    struct vqp_send_wr r = write_wr(2, &id, &ib);
+    struct vqp_send_wr r = write_wr(2, &id, &ib, LEN);
     EXPECT(vqp_post_send(b, &r), VQP_OK);
     TRUE(complete(b, a, 2) == VQP_WC_SUCCESS);
     TRUE(memcmp(src, back, LEN) == 0);
@@ -186,8 +125,7 @@ static void poll_threads(const char *addr) {
     struct vqp_settings s;
     EXPECT(vqp_settings_init(&s, sizeof s), VQP_OK);
     vqp_endpoint a, b;
-    EXPECT(vqp_endpoint_create(&d0, 1, &s, &a), VQP_OK);
-    EXPECT(vqp_endpoint_create(&d1, 1, &s, &b), VQP_OK);
+    create_pair(&d0, &d1, &s, &a, &b);
     struct serving srv;
     serve(&srv, b, addr, 20000);
     EXPECT(vqp_endpoint_cm_dial(a, addr, 20000), VQP_OK);
@@ -201,17 +139,12 @@ static void poll_threads(const char *addr) {
     EXPECT(vqp_endpoint_start_poller(a, &pc, &app_a), VQP_OK);
     EXPECT(vqp_endpoint_start_poller(b, &pc, &app_b), VQP_OK);
 
-    vqp_mr ms, md;
-    struct vqp_mr_info is, id;
-    EXPECT(vqp_mr_register(d0, src, LEN, VQP_ACCESS_LOCAL_WRITE, &ms), VQP_OK);
-    EXPECT(vqp_mr_register(d1, dst, LEN, VQP_ACCESS_LOCAL_WRITE | VQP_ACCESS_REMOTE_WRITE, &md),
-           VQP_OK);
-    EXPECT(vqp_mr_query(ms, &is), VQP_OK);
-    EXPECT(vqp_mr_query(md, &id), VQP_OK);
+    struct regions m;
+    regions_register(&m, d0, src, d1, dst, LEN);
     for (size_t i = 0; i < LEN; i++)
         src[i] = (unsigned char)(i * 3 + 1);
     memset(dst, 0, LEN);
-    struct vqp_send_wr w = write_wr(7, &is, &id);
+    struct vqp_send_wr w = write_wr(7, &m.si, &m.di, LEN);
     EXPECT(vqp_app_send(app_a, &w), VQP_OK);
     struct vqp_event ev[8];
     uint32_t n;
@@ -232,8 +165,7 @@ static void poll_threads(const char *addr) {
     EXPECT(vqp_app_stop(app_b, 5000, 0, NULL), VQP_OK);
     EXPECT(vqp_endpoint_destroy(a), VQP_OK);
     EXPECT(vqp_endpoint_destroy(b), VQP_OK);
-    EXPECT(vqp_mr_deregister(ms), VQP_OK);
-    EXPECT(vqp_mr_deregister(md), VQP_OK);
+    regions_deregister(&m);
 }
 
 /* Settings that differ (2 and 3 data QPs): refused on both sides with one reason. */
@@ -275,8 +207,7 @@ static void deadlines(const char *addr, const char *unreachable) {
     struct vqp_settings s;
     EXPECT(vqp_settings_init(&s, sizeof s), VQP_OK);
     vqp_endpoint a, b;
-    EXPECT(vqp_endpoint_create(&d0, 1, &s, &a), VQP_OK);
-    EXPECT(vqp_endpoint_create(&d1, 1, &s, &b), VQP_OK);
+    create_pair(&d0, &d1, &s, &a, &b);
 
     /* A server nobody dials. */
     struct serving srv;

@@ -5,26 +5,9 @@
  * Prints "misuse: N checks passed" and exits 0, or names the first check that failed.
  */
 #define _POSIX_C_SOURCE 200112L /* setenv */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "vqp.h"
-
-static int checks;
-
-#define EXPECT(call, want)                                                                \
-    do {                                                                                  \
-        vqp_status got_ = (call);                                                         \
-        checks++;                                                                         \
-        if (got_ != (want)) {                                                             \
-            char msg_[256];                                                               \
-            vqp_last_error_message(msg_, sizeof msg_);                                    \
-            fprintf(stderr, "misuse:%d: %s returned %s, expected %s (%s)\n", __LINE__,    \
-                    #call, vqp_status_str(got_), vqp_status_str(want), msg_);             \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#define TEST_NAME "misuse"
+#include "common.h"
 
 int main(void) {
     vqp_device none_dev = {0}, dev, dev1, garbage = {0x1234567890abcdefull};

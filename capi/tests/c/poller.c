@@ -11,35 +11,9 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "vqp.h"
-
-static int checks;
-
-#define EXPECT(call, want)                                                                \
-    do {                                                                                  \
-        vqp_status got_ = (call);                                                         \
-        checks++;                                                                         \
-        if (got_ != (want)) {                                                             \
-            char msg_[256];                                                               \
-            vqp_last_error_message(msg_, sizeof msg_);                                    \
-            fprintf(stderr, "poller:%d: %s returned %s, expected %s (%s)\n", __LINE__,    \
-                    #call, vqp_status_str(got_), vqp_status_str(want), msg_);             \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
-#define TRUE(cond)                                                                        \
-    do {                                                                                  \
-        checks++;                                                                         \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "poller:%d: %s is false\n", __LINE__, #cond);                 \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#define TEST_NAME "poller"
+#include "common.h"
 
 #define MSG (64u << 10)
 #define COUNT 200u
@@ -49,25 +23,15 @@ int main(void) {
     vqp_device d0, d1;
     EXPECT(vqp_device_open(NULL, "soft0", &d0), VQP_OK);
     EXPECT(vqp_device_open(NULL, "soft1", &d1), VQP_OK);
-    vqp_mr sm, dm;
-    struct vqp_mr_info si, di;
-    EXPECT(vqp_mr_register(d0, src, sizeof src, VQP_ACCESS_LOCAL_WRITE, &sm), VQP_OK);
-    EXPECT(vqp_mr_register(d1, dst, sizeof dst, VQP_ACCESS_LOCAL_WRITE | VQP_ACCESS_REMOTE_WRITE,
-                           &dm),
-           VQP_OK);
-    EXPECT(vqp_mr_query(sm, &si), VQP_OK);
-    EXPECT(vqp_mr_query(dm, &di), VQP_OK);
+    struct regions regs;
+    regions_register(&regs, d0, src, d1, dst, sizeof src);
+    const struct vqp_mr_info si = regs.si, di = regs.di;
 
     struct vqp_settings s;
     EXPECT(vqp_settings_init(&s, sizeof s), VQP_OK);
     s.max_frag = 16384;
     vqp_endpoint a, b;
-    uint8_t ca[VQP_CARD_MAX], cb[VQP_CARD_MAX];
-    size_t la, lb;
-    EXPECT(vqp_endpoint_create(&d0, 1, &s, &a), VQP_OK);
-    EXPECT(vqp_endpoint_create(&d1, 1, &s, &b), VQP_OK);
-    EXPECT(vqp_endpoint_card(a, ca, sizeof ca, &la), VQP_OK);
-    EXPECT(vqp_endpoint_card(b, cb, sizeof cb, &lb), VQP_OK);
+    create_pair(&d0, &d1, &s, &a, &b);
 
     struct vqp_poller_config pc;
     EXPECT(vqp_poller_config_init(&pc, sizeof pc - 4), VQP_ERR_STRUCT_SIZE);
@@ -77,8 +41,7 @@ int main(void) {
     vqp_app app_a, app_b;
     /* Out of order: a poll thread takes a connected endpoint only. */
     EXPECT(vqp_endpoint_start_poller(a, &pc, &app_a), VQP_ERR_STATE);
-    EXPECT(vqp_endpoint_connect(a, cb, lb), VQP_OK);
-    EXPECT(vqp_endpoint_connect(b, ca, la), VQP_OK);
+    connect_pair(a, b);
     struct vqp_poller_config bad = pc;
     bad.idle = 9;
     EXPECT(vqp_endpoint_start_poller(a, &bad, &app_a), VQP_ERR_INVALID_ARGUMENT);
@@ -175,8 +138,7 @@ int main(void) {
 
     EXPECT(vqp_endpoint_destroy(a), VQP_OK);
     EXPECT(vqp_endpoint_destroy(b), VQP_OK);
-    EXPECT(vqp_mr_deregister(sm), VQP_OK);
-    EXPECT(vqp_mr_deregister(dm), VQP_OK);
+    regions_deregister(&regs);
     EXPECT(vqp_device_close(d0), VQP_OK);
     EXPECT(vqp_device_close(d1), VQP_OK);
     printf("poller: %d checks passed\n", checks);

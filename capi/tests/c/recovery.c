@@ -10,87 +10,25 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "vqp.h"
-
-static int checks;
-
-#define EXPECT(call, want)                                                                \
-    do {                                                                                  \
-        vqp_status got_ = (call);                                                         \
-        checks++;                                                                         \
-        if (got_ != (want)) {                                                             \
-            char msg_[256];                                                               \
-            vqp_last_error_message(msg_, sizeof msg_);                                    \
-            fprintf(stderr, "recovery:%d: %s returned %s, expected %s (%s)\n", __LINE__,  \
-                    #call, vqp_status_str(got_), vqp_status_str(want), msg_);             \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
-#define TRUE(cond)                                                                        \
-    do {                                                                                  \
-        checks++;                                                                         \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "recovery:%d: %s is false\n", __LINE__, #cond);               \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#define TEST_NAME "recovery"
+#include "common.h"
 
 static vqp_device d0, d1;
 static unsigned char src[1 << 18], dst[1 << 18];
 
 /* Two endpoints connected to each other, 4 data QPs each. */
 static void pair(struct vqp_settings *s, vqp_endpoint *a, vqp_endpoint *b) {
-    uint8_t ca[VQP_CARD_MAX], cb[VQP_CARD_MAX];
-    size_t la, lb;
-    EXPECT(vqp_endpoint_create(&d0, 1, s, a), VQP_OK);
-    EXPECT(vqp_endpoint_create(&d1, 1, s, b), VQP_OK);
-    EXPECT(vqp_endpoint_card(*a, ca, sizeof ca, &la), VQP_OK);
-    EXPECT(vqp_endpoint_card(*b, cb, sizeof cb, &lb), VQP_OK);
-    EXPECT(vqp_endpoint_connect(*a, cb, lb), VQP_OK);
-    EXPECT(vqp_endpoint_connect(*b, ca, la), VQP_OK);
-}
-
-/* Polls `ep` (and `other`, to keep its side moving) until wr_id completes; returns its
- * status. */
-static uint32_t complete(vqp_endpoint ep, vqp_endpoint other, uint64_t wr_id) {
-    struct vqp_wc wc[8];
-    uint32_t n;
-    for (long i = 0; i < 50000000; i++) {
-        EXPECT(vqp_poll(ep, wc, 8, &n), VQP_OK);
-        for (uint32_t k = 0; k < n; k++)
-            if (wc[k].wr_id == wr_id)
-                return wc[k].status;
-        EXPECT(vqp_poll(other, wc, 8, &n), VQP_OK);
-    }
-    fprintf(stderr, "recovery: no completion for %llu\n", (unsigned long long)wr_id);
-    exit(1);
-}
-
-static struct vqp_send_wr write_wr(uint64_t id, struct vqp_mr_info *s, struct vqp_mr_info *d) {
-    struct vqp_send_wr w = {.wr_id = id, .opcode = VQP_WR_RDMA_WRITE, .flags = VQP_SEND_SIGNALED,
-                            .local_addr = s->addr, .len = sizeof src, .remote_addr = d->addr,
-                            .key_mask = 1};
-    w.keys[0].lkey = s->lkey;
-    w.keys[0].rkey = d->rkey;
-    return w;
+    create_pair(&d0, &d1, s, a, b);
+    connect_pair(*a, *b);
 }
 
 int main(void) {
     EXPECT(vqp_device_open(NULL, "soft0", &d0), VQP_OK);
     EXPECT(vqp_device_open(NULL, "soft1", &d1), VQP_OK);
-    vqp_mr sm, dm;
-    struct vqp_mr_info si, di;
-    EXPECT(vqp_mr_register(d0, src, sizeof src, VQP_ACCESS_LOCAL_WRITE, &sm), VQP_OK);
-    EXPECT(vqp_mr_register(d1, dst, sizeof dst, VQP_ACCESS_LOCAL_WRITE | VQP_ACCESS_REMOTE_WRITE,
-                           &dm),
-           VQP_OK);
-    EXPECT(vqp_mr_query(sm, &si), VQP_OK);
-    EXPECT(vqp_mr_query(dm, &di), VQP_OK);
+    struct regions regs;
+    regions_register(&regs, d0, src, d1, dst, sizeof src);
+    const struct vqp_mr_info si = regs.si, di = regs.di;
 
     /* No event waits on a quiet device. */
     struct vqp_async_event ev;
@@ -131,7 +69,7 @@ int main(void) {
 
     for (size_t i = 0; i < sizeof src; i++)
         src[i] = (unsigned char)(i * 31 + 1);
-    struct vqp_send_wr w = write_wr(10, &si, &di);
+    struct vqp_send_wr w = write_wr(10, &si, &di, sizeof src);
     EXPECT(vqp_post_send(a, &w), VQP_OK);
     TRUE(complete(a, b, 10) == VQP_WC_SUCCESS);
     TRUE(memcmp(src, dst, sizeof src) == 0);
@@ -210,8 +148,7 @@ int main(void) {
     dlclose(h);
     EXPECT(vqp_endpoint_destroy(a), VQP_OK);
     EXPECT(vqp_endpoint_destroy(b), VQP_OK);
-    EXPECT(vqp_mr_deregister(sm), VQP_OK);
-    EXPECT(vqp_mr_deregister(dm), VQP_OK);
+    regions_deregister(&regs);
     EXPECT(vqp_device_close(d0), VQP_OK);
     EXPECT(vqp_device_close(d1), VQP_OK);
     printf("recovery: %d checks passed\n", checks);

@@ -201,7 +201,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     let p = provider::get();
     if q.get().core.qp_type == IBV_QPT_XRC_RECV {
         // No other process holds it any more (those that did have died).
-        crate::provider::xrc_open::release(q.get().core.dev, q.get().core.qpn);
+        p.xrc_open.release(q.get().core.dev, q.get().core.qpn);
     }
     p.unregister_qp(q.get().core.qpn);
     q.get().core.destroy();

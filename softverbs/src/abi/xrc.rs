@@ -393,8 +393,8 @@ fn open_remote(
     if ptr.is_null() {
         return ptr;
     }
-    use crate::provider::xrc_open::{call, track, OP_OPEN};
-    track(ptr as u64, Some(Arc::clone(&c.core)));
+    use crate::provider::xrc_open::{call, OP_OPEN};
+    prov.xrc_open.track(ptr as u64, Some(Arc::clone(&c.core)));
     match call(
         prov,
         owner,
@@ -408,7 +408,7 @@ fn open_remote(
     ) {
         Ok(_) => ptr,
         Err(e) => {
-            track(ptr as u64, None);
+            prov.xrc_open.track(ptr as u64, None);
             let q = match super::object::retire::<QpObj>(ptr, |_| Ok(())) {
                 Ok(q) => q,
                 Err(_) => return fail(e),
@@ -423,19 +423,10 @@ fn open_remote(
 /// `ibv_destroy_qp` of our handle `handle` on another process's QP (stand-in `core`):
 /// that process drops our hold.
 pub(super) fn close_remote(owner: crate::shared::Owner, core: &QpCore, handle: u64) {
-    use crate::provider::xrc_open::{call, track, OP_CLOSE};
-    let _ = call(
-        provider::get(),
-        owner,
-        core.dev,
-        core.qpn,
-        OP_CLOSE,
-        handle,
-        0,
-        0,
-        &[],
-    );
-    track(handle, None);
+    use crate::provider::xrc_open::{call, OP_CLOSE};
+    let p = provider::get();
+    let _ = call(p, owner, core.dev, core.qpn, OP_CLOSE, handle, 0, 0, &[]);
+    p.xrc_open.track(handle, None);
     core.destroy();
 }
 
@@ -460,5 +451,5 @@ pub(super) fn query_remote(
 ) -> Result<ibv_qp_attr, c_int> {
     use crate::provider::xrc_open::{call, decode_attr, OP_QUERY};
     let got = call(p, owner, core.dev, core.qpn, OP_QUERY, 0, 0, 0, &[])?;
-    decode_attr(&got).ok_or(libc::EPROTO)
+    decode_attr(got.bytes()).ok_or(libc::EPROTO)
 }

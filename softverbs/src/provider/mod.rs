@@ -71,6 +71,9 @@ pub(crate) struct Provider {
     watched: Mutex<Option<Instant>>,
     qps_created: AtomicU64,
     next_id: AtomicU32,
+    /// XRC receive QPs opened across processes: calls waiting for answers, QPs other
+    /// processes hold, our handles on theirs.
+    pub xrc_open: xrc_open::XrcOpen,
 }
 
 /// How long a GID found in another process's exports is used without looking again.
@@ -187,6 +190,7 @@ impl Provider {
             watched: Mutex::new(None),
             qps_created: AtomicU64::new(0),
             next_id: AtomicU32::new(1),
+            xrc_open: xrc_open::XrcOpen::default(),
         }
     }
 
@@ -468,8 +472,8 @@ impl Tables for Provider {
         use crate::shared::inbox::Kind;
         match rec.kind {
             Kind::XrcCall => xrc_open::on_call(self, sh, rec, payload),
-            Kind::XrcReply => xrc_open::on_reply(rec, payload),
-            Kind::XrcEvent => xrc_open::on_event(rec),
+            Kind::XrcReply => self.xrc_open.on_reply(rec, payload),
+            Kind::XrcEvent => self.xrc_open.on_event(rec),
             _ => {}
         }
     }
