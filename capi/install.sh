@@ -33,8 +33,9 @@ fi
 dir="$target/$profile"
 [ "$profile" = dev ] && dir="$target/debug"
 # `cargo build` copies the libraries up to the profile directory; a test build leaves
-# them in its deps directory only.
-if [ "$build" = 0 ] && [ ! -f "$dir/libvqp_capi.so" ] && [ -f "$dir/deps/libvqp_capi.so" ]; then
+# them in its deps directory only: the newer of the two is what was built last.
+if [ "$build" = 0 ] && [ -f "$dir/deps/libvqp_capi.so" ] &&
+   { [ ! -f "$dir/libvqp_capi.so" ] || [ "$dir/deps/libvqp_capi.so" -nt "$dir/libvqp_capi.so" ]; }; then
   dir="$dir/deps"
 fi
 for f in libvqp_capi.so libvqp_capi.a; do
