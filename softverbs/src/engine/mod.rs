@@ -194,7 +194,7 @@ pub(crate) struct Engine {
     /// it moves.
     activity: AtomicU64,
     /// QPs with requests in flight to another process (the shared namespace's service
-    /// thread watches their deadlines, `remote::check_deadlines`).
+    /// thread watches their deadlines, `route::check_deadlines`).
     pub(crate) watch: Mutex<Vec<std::sync::Weak<QpCore>>>,
     /// Threads blocked in `ibv_get_cq_event`: while one is, a poll that ran a moment ago
     /// does not mean another is coming, so nobody naps on its account.
