@@ -5,7 +5,9 @@
 //! and only the ABI layer looks the provider up (`provider::get`). Inside each folder
 //! the files form no import circle either (paths through `crate::`, `super::` and
 //! `self::` resolved to files; a parent and its own children may import each other),
-//! here and in core's `vqp/`.
+//! here and in core's `vqp/`. The engine reaches its routes (`engine/route/`: in
+//! process, the shared namespace, and the ones to come) only through the route
+//! interface, `engine/route/mod.rs`: nothing else names a route, and no route another.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

@@ -37,8 +37,8 @@ pub(crate) enum Route {
     /// namespace (another process's, or nobody's).
     Namespace { dev: usize, qpn: u32 },
     /// Nowhere: the address names no device, or a link on the way is down. The
-    /// request is lost: an RC requester's retries run out, an unreliable one's
-    /// message went into the void.
+    /// request is lost, and ends at once: `IBV_WC_RETRY_EXC_ERR` for an RC requester
+    /// (nothing could answer its retries), completed for an unreliable one.
     Nowhere,
 }
 
