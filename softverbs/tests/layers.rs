@@ -48,7 +48,7 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to (`engine/remote/mod.rs` → `engine`,
+/// The top-level module a file belongs to (`engine/route/mod.rs` → `engine`,
 /// `lib.rs` → `lib`).
 fn module_of(file: &Path) -> String {
     let rel = file.strip_prefix(src()).expect("under src");
