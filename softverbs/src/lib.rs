@@ -21,8 +21,10 @@
 //!  3 objects      qp/ (the QP object: state machine, posting, its granted sizes)
 //!  4 engine       engine/: the part of a QP the engine runs (qp: queues, state,
 //!                 completions, error and flush), run queue, reorder policy, executing
-//!                 WQEs, the responder, remote/ (a WQE to or a request from another
-//!                 process); `Tables`, what it asks of the provider
+//!                 WQEs, the responder, route/ (where a WQE that leaves its
+//!                 requester goes: the route interface, the in-process route, the
+//!                 namespace route to or from another process); `Tables`, what it
+//!                 asks of the provider
 //!  5 queues       cq (completion queues, asynchronous events), srq (shared receive
 //!                 queues), xrc (XRC domains), mem (keys, checked copies), wqe (work
 //!                 requests as queued, the queue limits)
@@ -45,13 +47,16 @@
 //!   generic (no dynamic dispatch on the per-WQE path); the records of the inbox
 //!   that run object verbs rather than move data (calls on an XRC receive QP that
 //!   another process opened) go back up through it too (`Tables::on_object_record`);
-//! - the engine owns its `transport::Transport`, made with it: in-process delivery is
-//!   the requester's thread running the responder itself, and everything for another
-//!   process (requests, the inbox while polling, the keys and QP states published for
-//!   one-sided requesters) goes through the namespace the transport joined;
+//! - every WQE that leaves its requester goes through one route interface
+//!   (`engine::route`, its contract in `transport`'s docs): in this process the
+//!   requester's thread runs the responder itself; for another process the namespace
+//!   route carries it. The engine owns its `transport::Transport`, made with it, and
+//!   everything for another process (requests, the inbox while polling, the keys and
+//!   QP states published for one-sided requesters) goes through the namespace the
+//!   transport joined;
 //! - the shared namespace reaches what is above it only through the interface it is
 //!   handed when the process joins (`shared::Endpoint`, which the provider
-//!   implements): the records of its inbox go there, to the engine's `remote`. It
+//!   implements): the records of its inbox go there, to the engine's namespace route (`engine::route`). It
 //!   keeps the namespace in a process-wide cell for one reader only, its exit handler
 //!   (an `atexit` function is handed nothing).
 //!

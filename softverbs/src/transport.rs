@@ -1,15 +1,86 @@
 //! The engine's one way out of its process: the shared namespace ([`crate::shared`]),
 //! as this process joined it. The engine owns a [`Transport`] (made with it, handed to
-//! nothing else by a global) and reaches other processes only through it: it sends a
-//! WQE whose peer QP is not in the process ([`Transport::namespace`]), serves the
-//! inbox while it polls ([`Transport::poll`]), and publishes or withdraws what one-sided
-//! requesters of other processes may touch (QPs, regions, links).
+//! nothing else by a global) and reaches other processes only through it: the
+//! namespace route sends a WQE whose peer QP is not in the process
+//! ([`Transport::namespace`]), the inbox is served while the engine polls
+//! ([`Transport::poll`]), and what one-sided requesters of other processes may touch
+//! (QPs, regions, links) is published or withdrawn here.
 //!
-//! In-process delivery needs no transport state: the requester's thread runs the
-//! responder itself, over the engine's in-process data mover, with no lock, record or
-//! syscall added. A process that never joins the namespace (it created no QP) pays one
-//! relaxed load per poll here.
-
+//! # Routes
+//! Every WQE that leaves its requester goes through one interface, the engine's
+//! `engine::route` (`route::send`). It resolves where the responder QP lives and hands
+//! the WQE to that place's route; the engine's requester side names no route itself
+//! (`tests/layers.rs` checks that nothing outside `engine::route` names a route, and
+//! that no route names another). The routes are the variants of `route::Route`:
+//!
+//! | route | the responder QP | how the WQE travels | how its answer comes back |
+//! |---|---|---|---|
+//! | `Process` (`engine/route/process.rs`) | in this process | the requester's thread runs the responder (`engine::respond`) over plain copies | as the call's value, at once |
+//! | `Namespace` (`engine/route/namespace/`) | another process of the shared namespace | a record in that process's inbox, or executed directly with `process_vm_writev`/`readv` (one-sided) | a response record in our inbox, drained by [`Transport::poll`] into `route::on_record`; a dead owner by `route::check_deadlines` |
+//! | `Nowhere` | no device answers to the address, or a link is down | nothing travels | at once: RC `IBV_WC_RETRY_EXC_ERR`, UC and UD complete |
+//!
+//! The contract each route keeps, whatever carries it:
+//! - **In:** a WQE whose local buffers the requester has checked (lkey, PD, bounds,
+//!   access; their spans, or its inline data), with its length checked against
+//!   `MAX_MSG` and, for a datagram, the port's MTU and its Q_Key resolved. The route
+//!   is called with the requester QP locked, and must not take a lock the engine's
+//!   order puts before the requester QP (see `engine`'s docs: token → run queue →
+//!   requester QP → responder QP → key table → SRQ → CQ → channel).
+//! - **Out:** an `engine::Step`. `Done`: the WQE completed (its completion written if
+//!   it was signaled), or it is in flight on a route that answers later, which then
+//!   owns it until the answer. `Rnr(delay)`: the WQE is back at the head of the send
+//!   queue and the QP waits (RNR NAK, a retransmission after the ACK timeout, or the
+//!   way is full). `Failed`: it completed in error and the QP is in the error state.
+//! - **The responder's checks are the engine's**: every route runs the request
+//!   through `engine::respond` at the responder (or, for a one-sided operation it
+//!   executes itself, makes exactly the checks `respond` would, against what the
+//!   responder published, and hands anything else to the responder), so the QP state,
+//!   connection, PD, rkey, bounds, access flags, RNR and the responder's error
+//!   transition are the same on every route.
+//! - **Completions** go to the requester's send CQ with the QP's own accounting of
+//!   unsignaled WQEs (`engine::complete`'s `complete`, `fail`, `unanswered` where one
+//!   WQE ends), at the point where the responder has taken the WQE: an answer that
+//!   comes later completes the QP's oldest WQEs in posting order.
+//! - **Order** within a QP is posting order on every route: a route that answers later
+//!   keeps a sequence per connection and re-sends from the first unanswered WQE.
+//! - **Lost requests** end as on the wire: a request nobody takes is retransmitted
+//!   after the QP's ACK timeout, `retry_cnt` times, then fails with
+//!   `IBV_WC_RETRY_EXC_ERR` (the QP's `timeout` and `retry_cnt` as `ibv_modify_qp(3)`
+//!   describes them; `complete::unanswered`); an RNR NAK waits the responder's
+//!   `min_rnr_timer` and counts against the requester's `rnr_retry`. Never a hang:
+//!   a route that answers later is watched (`Engine::watch`) until its answer or its
+//!   responder's death.
+//! - **Cost**: the in-process route adds nothing to a WQE — no lock beyond the
+//!   responder QP's, no record, allocation or system call, and no copy of the WQE (it
+//!   goes from the send queue to its route by move; the routes are an enum matched
+//!   inline, not trait objects). An in-process RDMA WRITE loop
+//!   (`softverbs/examples/write_loop.rs` under callgrind) costs within 1% of what it
+//!   cost when the engine called the responder itself.
+//!
+//! In-process delivery needs no transport state. A process that never joins the
+//! namespace (it created no QP) pays one relaxed load per poll here.
+//!
+//! # Where the UCX route plugs in
+//! The route to another machine (issue 29; `crate::ucx`, its design in that module's
+//! docs) is a third variant beside the two above, and the engine outside
+//! `engine::route` does not change:
+//! - `engine/route/mod.rs`, `resolve`: where a connected QP's address (its GRH's
+//!   `dgid`, through `Tables::resolve_av`) or a datagram's names no device of this
+//!   process and no device another process of the namespace published
+//!   ([`Transport::find_gid`]), the WQE takes `Route::Machine { gid, qpn }` instead of
+//!   `Nowhere`; `route::send` matches it to the new route's `send`;
+//! - `engine/route/ucx/` (the new route, beside `process.rs` and `namespace/`): its
+//!   requester side (look-up, endpoint cache, a request per WQE as an active message,
+//!   the WQE kept in flight in the QP's state as the namespace route keeps it, under
+//!   `engine::qp::remote_state`) and its responder side, which runs each arriving
+//!   request through `engine::respond` with a mover over UCX's rendezvous receives and
+//!   sends, and answers;
+//! - the way in: `route::on_record`'s counterpart for UCX messages, called from the
+//!   worker's handlers; and `route::check_deadlines` gains the UCX route's QPs (its
+//!   timer is the only judge across machines);
+//! - this file: the transport owns the UCX worker beside the namespace (`Transport`
+//!   gains it, made when a context opens on a RoCE-bound device), progresses it in
+//!   [`Transport::poll`] and hands its event fd to the service thread's sleep.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 

@@ -53,7 +53,7 @@ impl XrcdCore {
     }
 
     /// Domain `id` of device `dev` as another process holds it: what a request
-    /// forwarded from that process's XRC receive QP names (`engine::remote::xrc`),
+    /// forwarded from that process's XRC receive QP names (`engine::route::namespace::xrc`),
     /// with no hold of its own.
     pub fn remote(dev: usize, id: u64) -> XrcdCore {
         XrcdCore {

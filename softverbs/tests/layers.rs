@@ -5,7 +5,9 @@
 //! and only the ABI layer looks the provider up (`provider::get`). Inside each folder
 //! the files form no import circle either (paths through `crate::`, `super::` and
 //! `self::` resolved to files; a parent and its own children may import each other),
-//! here and in core's `vqp/`.
+//! here and in core's `vqp/`. The engine reaches its routes (`engine/route/`: in
+//! process, the shared namespace, and the ones to come) only through the route
+//! interface, `engine/route/mod.rs`: nothing else names a route, and no route another.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -46,7 +48,7 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to (`engine/remote/mod.rs` → `engine`,
+/// The top-level module a file belongs to (`engine/route/mod.rs` → `engine`,
 /// `lib.rs` → `lib`).
 fn module_of(file: &Path) -> String {
     let rel = file.strip_prefix(src()).expect("under src");
@@ -588,4 +590,100 @@ fn no_import_circle_between_the_files_of_cores_vqp_folder() {
         "import circles between sibling modules of core's vqp/:\n{}",
         circles.join("\n")
     );
+}
+
+/// The route implementations of `src/engine/route/` (its files and folders other than
+/// `mod.rs`): `process`, `namespace`, and the ones to come.
+fn routes(src: &Path) -> BTreeSet<String> {
+    let dir = src.join("engine/route");
+    fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("the route interface's folder {}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.is_dir() || p.extension().is_some_and(|x| x == "rs"))
+        .map(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .filter(|n| n != "mod")
+        .collect()
+}
+
+/// The paths of `code` (a file of module `module`) that break the route rule: from
+/// outside `engine::route`, a path into one of its `routes`; from inside route `r`, a
+/// path into another route. The interface (`engine::route` itself) names them all.
+fn route_breaches(code: &str, module: &[String], routes: &BTreeSet<String>) -> Vec<String> {
+    if module == ["engine", "route"] {
+        return Vec::new();
+    }
+    let inside = module.len() >= 3 && module[..2] == ["engine", "route"];
+    resolved_imports(code, module)
+        .into_iter()
+        .filter(|t| t.len() >= 3 && t[..2] == ["engine", "route"] && routes.contains(&t[2]))
+        .filter(|t| !inside || t[2] != module[2])
+        .map(|t| t.join("::"))
+        .collect()
+}
+
+/// The engine hands every WQE that leaves its requester to the route interface
+/// (`engine/route/mod.rs`, its contract in `transport.rs`): nothing outside
+/// `engine::route` names a route itself, and no route names another, so a route (UCX's,
+/// next) is added beside the others and reached through the interface alone.
+#[test]
+fn the_routes_are_reached_only_through_the_route_interface() {
+    let src = src();
+    assert!(
+        src.join("engine/route/mod.rs").is_file(),
+        "the route interface, src/engine/route/mod.rs"
+    );
+    let routes = routes(&src);
+    assert!(
+        routes.contains("process") && routes.contains("namespace"),
+        "the in-process and namespace routes under src/engine/route: {routes:?}"
+    );
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    let mut wrong = Vec::new();
+    for f in files.iter().filter(|f| module_of(f) != "bin") {
+        let code = code_of(&fs::read_to_string(f).expect("read a source"));
+        for path in route_breaches(&code, &module_path(&src, f), &routes) {
+            wrong.push(format!("{} names {path}", f.display()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a route named past the route interface:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_route_rule_reader_finds_a_route_named_past_the_interface() {
+    let m = |s: &str| -> Vec<String> { s.split("::").map(String::from).collect() };
+    let routes: BTreeSet<String> = ["process", "namespace"].map(String::from).into();
+    let code = code_of(
+        "use super::route::{send, namespace::send as ns};\nuse crate::engine::route::Route;\n\
+         fn f() { super::route::process::deliver(); }",
+    );
+    assert_eq!(
+        route_breaches(&code, &m("engine::execute"), &routes),
+        [
+            "engine::route::namespace::send",
+            "engine::route::process::deliver"
+        ]
+    );
+    let code =
+        code_of("use super::process::LocalMover;\nuse super::Route;\nuse self::requester::x;");
+    assert_eq!(
+        route_breaches(&code, &m("engine::route::namespace"), &routes),
+        ["engine::route::process::LocalMover"]
+    );
+    let code = code_of("use super::super::route::namespace::x;\nuse super::send;");
+    assert!(route_breaches(&code, &m("engine::route::namespace::requester"), &routes).is_empty());
+    // The interface itself names its routes.
+    let code = code_of("mod process;\nfn f() { process::deliver(); self::namespace::send(); }");
+    assert!(route_breaches(&code, &m("engine::route"), &routes).is_empty());
 }

@@ -1,7 +1,6 @@
 //! How a requester's WQE ends: completed successfully, completed in error (the QP
 //! going to error), or left unanswered (retransmitted after the ACK timeout, then
-//! failed). Shared by the in-process path (`execute`) and the cross-process one
-//! (`remote`), beneath both.
+//! failed). Shared by every route (`route`), beneath them.
 
 use vqp_sys::*;
 

@@ -7,13 +7,12 @@ use std::time::Instant;
 
 use vqp_sys::*;
 
-use super::complete::{complete, fail, unanswered};
-use super::respond::{respond, LocalMover, Requester, Response};
+use super::complete::{complete, fail};
 use super::{Step, Tables};
-use crate::engine::qp::{rnr_delay, QpCore, QpInner, QP_FATAL};
+use crate::engine::qp::{QpCore, QpInner, QP_FATAL};
 use crate::mem::{self, MrTable, Span};
 use crate::transport::Transport;
-use crate::wqe::{Datagram, SendWqe, MAX_MSG, MAX_SGE, UD_MTU};
+use crate::wqe::{SendWqe, MAX_MSG, MAX_SGE, UD_MTU};
 
 /// Executes up to `n` WQEs from the head of `qp`'s send queue. Returns how many ran
 /// and, when the QP stalled (RNR back-off, delay), the instant it may continue.
@@ -60,7 +59,7 @@ pub(super) fn run<P: Tables>(
                 }
             }
         }
-        let Some(w) = g.sq.pop_front() else {
+        let Some(mut w) = g.sq.pop_front() else {
             break;
         };
         if g.executed >= qp.fail_after.load(Ordering::Relaxed) {
@@ -69,7 +68,17 @@ pub(super) fn run<P: Tables>(
             done += 1;
             break;
         }
-        match execute(p, qp, &mut g, &mrs, w) {
+        // The local buffers' checked spans, filled by `prepare`. The WQE goes from the
+        // queue to its route with no copy in between (a move through one more frame
+        // costs a copy of the WQE: about 30 instructions).
+        let mut local_buf: [Span<'_>; MAX_SGE as usize] = [Span::empty(); MAX_SGE as usize];
+        let step = match prepare(p, qp, &mut g, &mrs, &mut w, &mut local_buf) {
+            Prepared::Send { n_local, len } => {
+                super::route::send(p, qp, &mut g, &mrs, w, &local_buf[..n_local], len)
+            }
+            Prepared::Ended(step) => step,
+        };
+        match step {
             Step::Done => {
                 g.executed += 1;
                 done += 1;
@@ -89,30 +98,31 @@ pub(super) fn run<P: Tables>(
     (done, None)
 }
 
-/// Resolves (and caches) the QP this one is connected to.
-fn peer<P: Tables>(p: &P, g: &mut QpInner) -> Option<Arc<QpCore>> {
-    if let Some(b) = g.peer.upgrade() {
-        if b.qpn == g.attr.dest_qp_num {
-            return Some(b);
-        }
-    }
-    let dev = p.resolve_av(&g.attr.ah_attr)?;
-    let b = p.find_qp(dev, g.attr.dest_qp_num)?;
-    g.peer = Arc::downgrade(&b);
-    Some(b)
+/// What [`prepare`] made of a WQE.
+enum Prepared {
+    /// Ready for its route: the first `n_local` spans hold its checked local buffers;
+    /// `len` bytes.
+    Send { n_local: usize, len: u64 },
+    /// Executed here (a local operation) or failed its local checks.
+    Ended(Step),
 }
 
-/// Executes one WQE popped from `qp`'s send queue.
-fn execute<P: Tables>(
+/// Executes what of WQE `w`, popped from `qp`'s send queue, stays at the requester: a
+/// local operation (bind, local invalidation) entirely; for the others the checks of
+/// its local buffers (into `local_buf`) and length, and a datagram's MTU and Q_Key.
+fn prepare<'t, P: Tables>(
     p: &'static P,
     qp: &Arc<QpCore>,
     g: &mut QpInner,
-    mrs: &MrTable,
-    w: SendWqe,
-) -> Step {
+    mrs: &'t MrTable,
+    w: &mut SendWqe,
+    local_buf: &mut [Span<'t>; MAX_SGE as usize],
+) -> Prepared {
     match w.opcode {
-        IBV_WR_BIND_MW => return bind(p.engine().transport(), qp, g, mrs, &w),
-        IBV_WR_LOCAL_INV => return local_invalidate(p.engine().transport(), qp, g, mrs, &w),
+        IBV_WR_BIND_MW => return Prepared::Ended(bind(p.engine().transport(), qp, g, mrs, w)),
+        IBV_WR_LOCAL_INV => {
+            return Prepared::Ended(local_invalidate(p.engine().transport(), qp, g, mrs, w))
+        }
         _ => {}
     }
     // Local buffers first: a bad lkey never leaves the requester.
@@ -122,7 +132,6 @@ fn execute<P: Tables>(
         }
         _ => 0,
     };
-    let mut local_buf: [Span<'_>; MAX_SGE as usize] = [Span::empty(); MAX_SGE as usize];
     let mut n_local = 0;
     if w.inline.is_none() {
         for s in w.sges.as_slice() {
@@ -139,84 +148,38 @@ fn execute<P: Tables>(
                     n_local += 1;
                 }
                 _ => {
-                    fail(qp, g, &w, IBV_WC_LOC_PROT_ERR, None);
-                    return Step::Failed;
+                    fail(qp, g, w, IBV_WC_LOC_PROT_ERR, None);
+                    return Prepared::Ended(Step::Failed);
                 }
             }
         }
     }
-    let local = &local_buf[..n_local];
     let len = match &w.inline {
         Some(d) => d.len() as u64,
-        None => mem::total(local),
+        None => mem::total(&local_buf[..n_local]),
     };
     if len > MAX_MSG {
-        fail(qp, g, &w, IBV_WC_LOC_LEN_ERR, None);
-        return Step::Failed;
+        fail(qp, g, w, IBV_WC_LOC_LEN_ERR, None);
+        return Prepared::Ended(Step::Failed);
     }
     if let Some(d) = w.ud {
-        return datagram(p, qp, g, mrs, w, local, len, d);
+        // A datagram is one packet: at most the port's active MTU (a RoCE port's
+        // follows its interface).
+        if len > UD_MTU.min(128 << p.devices()[qp.dev].active_mtu()) {
+            fail(qp, g, w, IBV_WC_LOC_LEN_ERR, None);
+            return Prepared::Ended(Step::Failed);
+        }
+        // A Q_Key with the high bit set means the sending QP's own (IBA Vol. 1
+        // §10.2.5). The datagram then goes to its route, which delivers it to a QP of
+        // this process or of another, or loses it; unacknowledged, the send completes
+        // successfully whatever the receiver made of it.
+        w.rkey = if d.qkey & 0x8000_0000 != 0 {
+            g.attr.qkey
+        } else {
+            d.qkey
+        };
     }
-    let local_up = p.devices()[qp.dev].is_up();
-    let Some(b) = peer(p, g).filter(|b| local_up && p.devices()[b.dev].is_up()) else {
-        // Not in this process: another process's QP, or nothing answers (the
-        // transport retries run out).
-        return super::remote::send(p, qp, g, w, local, len);
-    };
-    let mut mover = LocalMover {
-        local,
-        inline: w.inline.as_deref(),
-    };
-    let own_responder = Arc::ptr_eq(&b, qp);
-    let requester = Requester {
-        qpn: qp.qpn,
-        dev: qp.dev,
-        sgid: None,
-        qp_type: qp.qp_type,
-    };
-    let response = if own_responder {
-        respond(p, requester, &b, g, mrs, &w, len, &mut mover)
-    } else {
-        let mut gb = b.lock();
-        let r = respond(p, requester, &b, &mut gb, mrs, &w, len, &mut mover);
-        if let Response::Error {
-            responder: Some(event),
-            ..
-        } = r
-        {
-            b.to_error(&mut gb, Some(event));
-        }
-        r
-    };
-    let response = if qp.unreliable() {
-        response.unacknowledged()
-    } else {
-        response
-    };
-    match response {
-        Response::Ok(byte_len) => complete(qp, g, &w, byte_len),
-        Response::Rnr(timer) => {
-            let retry = g.attr.rnr_retry;
-            if retry != 7 && g.rnr_tries >= retry {
-                fail(qp, g, &w, IBV_WC_RNR_RETRY_EXC_ERR, None);
-                return Step::Failed;
-            }
-            g.rnr_tries = g.rnr_tries.saturating_add(1);
-            g.sq.push_front(w);
-            Step::Rnr(rnr_delay(timer))
-        }
-        Response::Error { status, responder } => {
-            // A QP connected to itself is its own responder: its failed request
-            // completes first, then its queues are flushed and the event raised.
-            fail(qp, g, &w, status, responder.filter(|_| own_responder));
-            Step::Failed
-        }
-        Response::Dropped => {
-            fail(qp, g, &w, IBV_WC_RETRY_EXC_ERR, None);
-            Step::Failed
-        }
-        Response::Unanswered => unanswered(qp, g, w),
-    }
+    Prepared::Send { n_local, len }
 }
 
 /// Executes bind request `w`: binds its window (see `MrTable::bind_window`), withdraws
@@ -266,64 +229,5 @@ fn local_invalidate(
             fail(qp, g, w, IBV_WC_LOC_QP_OP_ERR, None);
             Step::Failed
         }
-    }
-}
-
-/// Executes UD send `w` (to `d`): larger than the MTU is a local length error; to a QP
-/// of this process, the responder's side runs here; to another process's, through the
-/// shared namespace; to nobody, the datagram is lost. Unacknowledged: the send
-/// completes successfully whatever the receiver made of it.
-#[allow(clippy::too_many_arguments)]
-fn datagram<P: Tables>(
-    p: &'static P,
-    qp: &Arc<QpCore>,
-    g: &mut QpInner,
-    mrs: &MrTable,
-    mut w: SendWqe,
-    local: &[Span<'_>],
-    len: u64,
-    d: Datagram,
-) -> Step {
-    // A datagram is one packet: at most the port's active MTU (a RoCE port's follows its
-    // interface).
-    if len > UD_MTU.min(128 << p.devices()[qp.dev].active_mtu()) {
-        fail(qp, g, &w, IBV_WC_LOC_LEN_ERR, None);
-        return Step::Failed;
-    }
-    // A Q_Key with the high bit set means the sending QP's own (IBA Vol. 1 §10.2.5).
-    w.rkey = if d.qkey & 0x8000_0000 != 0 {
-        g.attr.qkey
-    } else {
-        d.qkey
-    };
-    let up = p.devices()[qp.dev].is_up();
-    let Some(dev) = d.dev.filter(|&dv| up && p.devices()[dv].is_up()) else {
-        return complete(qp, g, &w, 0);
-    };
-    let Some(b) = p.find_qp(dev, d.qpn) else {
-        return super::remote::send(p, qp, g, w, local, len);
-    };
-    let requester = Requester {
-        qpn: qp.qpn,
-        dev: qp.dev,
-        sgid: None,
-        qp_type: qp.qp_type,
-    };
-    let mut mover = LocalMover {
-        local,
-        inline: w.inline.as_deref(),
-    };
-    let r = if Arc::ptr_eq(&b, qp) {
-        respond(p, requester, &b, g, mrs, &w, len, &mut mover)
-    } else {
-        let mut gb = b.lock();
-        respond(p, requester, &b, &mut gb, mrs, &w, len, &mut mover)
-    };
-    match r.unacknowledged() {
-        Response::Error { status, .. } => {
-            fail(qp, g, &w, status, None);
-            Step::Failed
-        }
-        _ => complete(qp, g, &w, 0),
     }
 }

@@ -25,8 +25,11 @@
 //! process); `execute` runs a QP's WQEs as the requester;
 //! `complete` how a requester's WQE ends (success, error, unanswered); `respond` is the
 //! responder's side, over a [`Mover`] that moves the payload in one process or between
-//! two; [`remote`] carries a WQE to a QP of another process and runs the requests other
-//! processes send, over the shared namespace's inbox and copies (`shared`).
+//! two; [`route`] is where every WQE that leaves its requester goes — the route
+//! interface, which resolves where the responder QP lives and hands the WQE to the
+//! in-process route or to the namespace route (which carries a WQE to a QP of another
+//! process and runs the requests other processes send, over the shared namespace's
+//! inbox and copies, `shared`). The routes' contract is in `crate::transport`.
 //!
 //! Locks, always taken in this order: execution token → run queue → requester QP →
 //! responder QP → memory key table (read) → the responder's SRQ → CQ → completion
@@ -49,8 +52,8 @@ use crate::transport::Transport;
 mod complete;
 mod execute;
 pub(crate) mod qp;
-pub(crate) mod remote;
 mod respond;
+pub(crate) mod route;
 
 use execute::run;
 pub(crate) use qp::{QpCore, QpInner};
@@ -191,7 +194,7 @@ pub(crate) struct Engine {
     /// it moves.
     activity: AtomicU64,
     /// QPs with requests in flight to another process (the shared namespace's service
-    /// thread watches their deadlines, `remote::check_deadlines`).
+    /// thread watches their deadlines, `route::check_deadlines`).
     pub(crate) watch: Mutex<Vec<std::sync::Weak<QpCore>>>,
     /// Threads blocked in `ibv_get_cq_event`: while one is, a poll that ran a moment ago
     /// does not mean another is coming, so nobody naps on its account.

@@ -83,8 +83,9 @@ fn is_local(status: u32) -> bool {
 }
 
 /// Moves a WQE's payload between the requester's buffers and the responder's checked
-/// spans: [`LocalMover`] in one process, `remote`'s process-to-process copy
-/// across processes. The responder logic in [`respond`] is the same for both.
+/// spans: one per route (`route::process`'s plain copies in one process, the namespace
+/// route's process-to-process copies across processes). The responder logic in
+/// [`respond`] is the same for all.
 pub(crate) trait Mover {
     /// Copies the requester's payload into `dst` (SEND, WRITE).
     fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError>;
@@ -105,48 +106,6 @@ pub(crate) enum MoveError {
     /// be: a remote access error for a WRITE, READ or atomic, a protection error of
     /// the receive for a SEND.
     Target,
-}
-
-/// The error of a copy by [`LocalMover`]: `requester` names which side of the copy is
-/// the requester's memory.
-fn local_fault(f: mem::Fault, requester: mem::Fault) -> MoveError {
-    if f == requester {
-        MoveError::Status(IBV_WC_LOC_PROT_ERR)
-    } else {
-        MoveError::Target
-    }
-}
-
-/// The in-process mover: plain copies between spans of this process.
-pub(super) struct LocalMover<'a, 't> {
-    pub(super) local: &'a [Span<'t>],
-    pub(super) inline: Option<&'a [u8]>,
-}
-
-impl Mover for LocalMover<'_, '_> {
-    #[inline]
-    fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError> {
-        match self.inline {
-            Some(d) => mem::copy_from_bytes(dst, d),
-            None => mem::copy_spans(dst, self.local),
-        }
-        .map(drop)
-        .map_err(|f| local_fault(f, mem::Fault::Src))
-    }
-
-    #[inline]
-    fn push(&mut self, src: &[Span<'_>]) -> Result<(), MoveError> {
-        mem::copy_spans(self.local, src)
-            .map(drop)
-            .map_err(|f| local_fault(f, mem::Fault::Dst))
-    }
-
-    #[inline]
-    fn push_bytes(&mut self, bytes: &[u8]) -> Result<(), MoveError> {
-        mem::copy_from_bytes(self.local, bytes)
-            .map(drop)
-            .map_err(|f| local_fault(f, mem::Fault::Dst))
-    }
 }
 
 /// Where a responder QP takes its receives: its own queue (checked against its PD), or

@@ -291,7 +291,7 @@ impl Provider {
             .unwrap_or_else(|e| e.into_inner())
             .insert(srqn, Arc::downgrade(srq));
         // Published machine-wide: an XRC receive QP of another process forwards the
-        // requests that name it here (`engine::remote::xrc`).
+        // requests that name it here (`engine::route::namespace::xrc`).
         self.transport().publish(srqn, srq.dev);
     }
 
@@ -509,11 +509,11 @@ impl crate::shared::Endpoint for Provider {
         payload: &[u8],
         ack: &mut Option<crate::shared::Ack>,
     ) {
-        crate::engine::remote::handle(self, sh, rec, payload, ack);
+        crate::engine::route::on_record(self, sh, rec, payload, ack);
     }
 
     fn check_deadlines(&self, sh: &crate::shared::Shared) -> bool {
-        crate::engine::remote::check_deadlines(self, sh)
+        crate::engine::route::check_deadlines(self, sh)
     }
 
     fn activity(&self) -> u64 {

@@ -31,7 +31,7 @@
 //!
 //! # The data path: requester-executed WQEs, responder-executed in the peer
 //! In one process the engine's requester executes a WQE completely, responder side
-//! included. For a responder QP owned by another process (the engine's `remote`):
+//! included. For a responder QP owned by another process (the engine's namespace route):
 //! 1. the requester checks its local buffers (lkey, PD, bounds, access) as always and
 //!    appends a request record to the owner's inbox ([`inbox`]): the operation, rkey,
 //!    remote address, immediate, and either the inline bytes or the requester's own
@@ -50,7 +50,7 @@
 //!
 //! An RDMA WRITE or READ that ends a QP's outstanding work (nothing of the QP in flight,
 //! nothing queued behind it) skips steps 1–3 when it would succeed: the requester checks
-//! it against the owner's [`exports`] and copies itself (`engine::remote::direct`), as a
+//! it against the owner's [`exports`] and copies itself (`engine::route::namespace::direct`), as a
 //! NIC serves a one-sided operation without the responder's CPU — a responder that
 //! spins on its buffer, or is descheduled, or stopped, does not delay it.
 //!
@@ -182,7 +182,7 @@ pub(crate) struct Shared {
 
 /// What the namespace serves and asks about, handed over when the process joins: the
 /// provider, whose engine runs the requests and answers our inbox brings
-/// (`engine::remote`). The namespace calls it and imports nothing of what is above it.
+/// (`engine::route`). The namespace calls it and imports nothing of what is above it.
 pub(crate) trait Endpoint: Sync {
     /// This process's device count.
     fn devices(&self) -> usize;

@@ -1,6 +1,6 @@
 //! A QP's state across processes, kept under its lock: the requests it has in flight
 //! to another process and the sequence it runs of another process's requests. The
-//! engine's `remote` runs it; the QP holds it, as the part of it that only a QP
+//! engine's namespace route (`engine::route`) runs it; the QP holds it, as the part of it that only a QP
 //! talking to another process fills.
 
 use std::collections::VecDeque;
@@ -17,7 +17,7 @@ pub(crate) struct InFlight {
     pub(crate) psn: u32,
     pub(crate) sent: Instant,
     /// An XRC request the responder forwards to another process's SRQ: nothing is
-    /// sent after it until it is answered (`engine::remote::xrc`).
+    /// sent after it until it is answered (`engine::route::namespace::xrc`).
     pub(crate) solo: bool,
 }
 
@@ -39,7 +39,7 @@ pub(crate) struct RespSeq {
     pub(crate) conn: u32,
     pub(crate) expect: u32,
     pub(crate) inbox: Option<Arc<Inbox>>,
-    /// The request at `expect` went to another process's XRC SRQ (`engine::remote::xrc`): that
+    /// The request at `expect` went to another process's XRC SRQ (`engine::route::namespace::xrc`): that
     /// process, and when. Nothing else of the connection executes until its outcome
     /// comes back.
     pub(crate) forwarded: Option<(Owner, Instant)>,

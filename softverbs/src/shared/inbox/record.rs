@@ -10,7 +10,7 @@ pub(crate) enum Kind {
     /// The responder's answer to one request.
     Response = 2,
     /// A request that arrived at an XRC receive QP whose named SRQ another process
-    /// owns, passed on to that process (`engine::remote::xrc`); `aux` is the receive
+    /// owns, passed on to that process (`engine::route::namespace::xrc`); `aux` is the receive
     /// QP's domain.
     XrcForward = 3,
     /// The SRQ owner's outcome of an [`Kind::XrcForward`], back to the receive QP's
@@ -32,7 +32,7 @@ pub(crate) enum Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Record {
     pub kind: Kind,
-    /// Request: `IBV_WR_*`. Response: a response code (see `remote`).
+    /// Request: `IBV_WR_*`. Response: a response code (see `engine::route::namespace`).
     pub code: u32,
     /// Bit 0: solicited; bit 1: the payload is inline data; the other `F_*`; an XRC
     /// request's SRQ number from [`XRC_SRQN_SHIFT`] up.

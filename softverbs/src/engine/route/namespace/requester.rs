@@ -26,9 +26,11 @@ const BACKOFF: Duration = Duration::from_micros(20);
 /// a reset or a reconnection, so the responder restarts its sequence.
 static NEXT_CONN: AtomicU32 = AtomicU32::new(1);
 
-/// Executes WQE `w` of `qp` whose peer is not in this process: sends it to the owning
-/// process and leaves it in flight, or completes it with `IBV_WC_RETRY_EXC_ERR` when
-/// nothing owns the peer QP (or a link is down).
+/// Executes WQE `w` of `qp` whose peer, QP `dest` of device `dev` (resolved by the
+/// route, both links up), is not in this process: sends it to the owning process and
+/// leaves it in flight, or completes it with `IBV_WC_RETRY_EXC_ERR` when nothing owns
+/// the peer QP.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn send<P: Tables>(
     p: &'static P,
     qp: &Arc<QpCore>,
@@ -36,6 +38,8 @@ pub(crate) fn send<P: Tables>(
     w: SendWqe,
     local: &[Span<'_>],
     len: u64,
+    dev: usize,
+    dest: u32,
 ) -> Step {
     // Nothing answers: an RC requester's retries run out; a UC requester, which waits
     // for no answer, has sent its message into the void and completes.
@@ -45,15 +49,6 @@ pub(crate) fn send<P: Tables>(
         }
         fail(qp, g, w, IBV_WC_RETRY_EXC_ERR, None);
         Step::Failed
-    };
-    // A UD send names its destination; a connected QP has one.
-    let (dest_dev, dest) = match &w.ud {
-        Some(d) => (d.dev, d.qpn),
-        None => (p.resolve_av(&g.attr.ah_attr), g.attr.dest_qp_num),
-    };
-    let dev = match dest_dev {
-        Some(d) if p.devices()[qp.dev].is_up() && p.devices()[d].is_up() => d,
-        _ => return retry_exc(g, &w),
     };
     let Some(sh) = p.engine().transport().namespace() else {
         return retry_exc(g, &w);

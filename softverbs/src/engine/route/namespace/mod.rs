@@ -1,14 +1,16 @@
-//! The data path between processes, the engine's side of it over the shared namespace
-//! (`crate::shared`: inbox, exports, process-to-process copies). The requester's side
-//! ([`requester`]) sends a request, keeps the WQE in flight, completes it when the
-//! answer comes and gives up when the owner died; the responder's ([`responder`]) runs
-//! a request through the engine's `respond` with a process-to-process data mover
-//! (`mover`, which XRC forwarding uses too) and answers.
+//! The namespace route: a WQE to a QP of another process of the shared namespace, the
+//! engine's side of it (`crate::shared`: inbox, exports, process-to-process copies;
+//! reached through `crate::transport`). The requester's side ([`requester`]) sends a
+//! request, keeps the WQE in flight, completes it when the answer comes and gives up
+//! when the owner died; the responder's ([`responder`]) runs a request through the
+//! engine's `respond` with a process-to-process data mover (`mover`, which XRC
+//! forwarding uses too) and answers. The engine reaches it only through the route
+//! interface (`engine::route`, whose contract is in `crate::transport`).
 
 use std::sync::Mutex;
 
-use super::qp::remote_state::{InFlight, Link, RespSeq};
-use super::Tables;
+use crate::engine::qp::remote_state::{InFlight, Link, RespSeq};
+use crate::engine::Tables;
 use crate::shared::inbox::{Kind, Record, F_SOLICITED, F_XRC, XRC_SRQN_SHIFT};
 use crate::shared::{Ack, Shared};
 use crate::wqe::{Datagram, SendWqe, Sges};
