@@ -5,9 +5,9 @@
 //! (`/tmp/xrc_domain`), and the server sends to client i's SRQ through the send QPs in
 //! turn (`(i + count) % N`), so most requests reach a client's SRQ through another
 //! client's receive QP: an SRQ of one process served by a receive QP of another
-//! (`engine::remote::xrc`). Each process exits 0 and prints "success". Gated on the
-//! package: skipped with a line naming it when the program is missing, failed then
-//! under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
+//! (`engine::route::namespace::xrc`). Each process exits 0 and prints "success".
+//! Gated on the package: skipped with a line naming it when the program is missing,
+//! failed then under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
 
 mod procs;
 mod system;
