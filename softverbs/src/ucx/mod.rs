@@ -45,8 +45,8 @@
 //! destination QP, whose engine executes it exactly as it executes a request from
 //! another local process (`engine::route`'s namespace route today): QP state, PD,
 //! rkey, bounds, access flags (MR, window and the QP's own remote-access flags), RNR
-//! with `min_rnr_timer`, the receive queue or SRQ, completions on the responder's CQs, and the QP going to
-//! error on a remote access error. One-sided `ucp_put_nbx`/`ucp_get_nbx` with packed
+//! with `min_rnr_timer`, the receive queue or SRQ, completions on the responder's
+//! CQs, and the QP going to error on a remote access error. One-sided `ucp_put_nbx`/`ucp_get_nbx` with packed
 //! UCP rkeys would bypass all of it: the requester would write a QP's memory after the
 //! responder moved the QP to ERR or reset, after `ibv_dereg_mr` (a cached rkey writing
 //! into memory the process has freed — a memory-safety hazard for the responder, not
