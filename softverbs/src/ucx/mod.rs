@@ -43,24 +43,25 @@
 //! ## The responder executes (active messages, not one-sided put/get)
 //! Every verbs request travels as an active message to the process that owns the
 //! destination QP, whose engine executes it exactly as it executes a request from
-//! another local process (`engine::route`'s namespace route today): QP state, PD,
-//! rkey, bounds, access flags (MR, window and the QP's own remote-access flags), RNR
-//! with `min_rnr_timer`, the receive queue or SRQ, completions on the responder's
-//! CQs, and the QP going to error on a remote access error. One-sided `ucp_put_nbx`/`ucp_get_nbx` with packed
-//! UCP rkeys would bypass all of it: the requester would write a QP's memory after the
-//! responder moved the QP to ERR or reset, after `ibv_dereg_mr` (a cached rkey writing
-//! into memory the process has freed — a memory-safety hazard for the responder, not
-//! just a semantic gap), or through a QP whose `qp_access_flags` forbid it; every MR
-//! would need `ucp_mem_map` and an rkey exchanged and invalidated across machines; and
-//! WRITE_WITH_IMM, SEND and atomics need a message to the responder anyway. The cost:
-//! the responder's CPU must progress (softverbs already runs a progress thread when
-//! nobody polls), a request is a message rather than NIC-offloaded RDMA on machines
-//! where UCX has an RDMA transport, and READ is a request and a response instead of a
-//! `get` (also one round trip). Over TCP — the transport between machines without RDMA
-//! NICs, the case softverbs serves — the difference vanishes: UCX's `tcp` transport
-//! has no get and no atomics (`ucx_info -d`: `put_zcopy` and `am_*` only), so UCP
-//! emulates them with messages, and its put is data on a socket that the target's
-//! own UCX progress copies into place: the responder's CPU does the work either way.
+//! another local process (`engine::route`'s namespace route today): QP state, PD, rkey,
+//! bounds, access flags (MR, window and the QP's own remote-access flags), RNR with
+//! `min_rnr_timer`, the receive queue or SRQ, completions on the responder's CQs, and
+//! the QP going to error on a remote access error. One-sided
+//! `ucp_put_nbx`/`ucp_get_nbx` with packed UCP rkeys would bypass all of it: the
+//! requester would write a QP's memory after the responder moved the QP to ERR or
+//! reset, after `ibv_dereg_mr` (a cached rkey writing into memory the process has freed
+//! — a memory-safety hazard for the responder, not just a semantic gap), or through a
+//! QP whose `qp_access_flags` forbid it; every MR would need `ucp_mem_map` and an rkey
+//! exchanged and invalidated across machines; and WRITE_WITH_IMM, SEND and atomics need
+//! a message to the responder anyway. The cost: the responder's CPU must progress
+//! (softverbs already runs a progress thread when nobody polls), a request is a message
+//! rather than NIC-offloaded RDMA on machines where UCX has an RDMA transport, and READ
+//! is a request and a response instead of a `get` (also one round trip). Over TCP — the
+//! transport between machines without RDMA NICs, the case softverbs serves — the
+//! difference vanishes: UCX's `tcp` transport has no get and no atomics (`ucx_info -d`:
+//! `put_zcopy` and `am_*` only), so UCP emulates them with messages, and its put is
+//! data on a socket that the target's own UCX progress copies into place: the
+//! responder's CPU does the work either way.
 //!
 //! | verbs | request (active message) | response |
 //! |---|---|---|
