@@ -236,9 +236,14 @@ fn the_srq_s_process_dying_with_a_request_outstanding() {
     let mut r = rig("dies", 4);
     r.srq.signal_stop(true);
     assert_eq!(post_xrc(r.s, r.srqn, IBV_WR_SEND, r.a.sge(0, 4), 5), 0);
+    let early = poll(r.a.cq, 1, 300);
     assert!(
-        poll(r.a.cq, 1, 300).is_empty(),
-        "outstanding while it is stopped"
+        early.is_empty(),
+        "outstanding while it is stopped: {:?}",
+        early
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect::<Vec<_>>()
     );
     r.srq.kill();
     let wc = poll(r.a.cq, 1, 10_000);

@@ -95,6 +95,29 @@ impl Peer {
         let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
         // SAFETY: a plain kill(2) on our own child.
         assert_eq!(unsafe { libc::kill(self.pid() as libc::pid_t, sig) }, 0);
+        if stop {
+            // kill(2) returns before the threads stop: on a busy machine one of them
+            // could still serve a request posted next. Return once every one has.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !self.stopped() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the child never stopped"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// Whether every thread of the child is stopped (state `T` in `/proc`).
+    fn stopped(&self) -> bool {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid()));
+        tasks.into_iter().flatten().flatten().all(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            // The state follows the command name's closing parenthesis.
+            let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+            matches!(state, Some(Some('T' | 't')))
+        })
     }
 }
 
