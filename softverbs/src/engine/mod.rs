@@ -7,7 +7,8 @@
 //! Work runs when someone holds the engine's *execution token*:
 //! - every `poll_cq` tries to take it (never waits for it) and executes up to
 //!   [`POLL_BUDGET`] WQEs before it reads its CQ — progress is inline, on the polling
-//!   thread, with no hand-off between threads;
+//!   thread, with no hand-off between threads; a poll that finds nothing queued or
+//!   parked (an atomic flag) takes neither the token nor a lock;
 //! - in [`Progress::Thread`] mode (the default) a background thread also takes it when
 //!   work is pending and no poll has run the engine for about [`IDLE_GRACE`], and to
 //!   serve RNR back-offs and delays when they expire. Blocking on a completion channel
@@ -34,7 +35,8 @@
 //! Locks, always taken in this order: execution token → run queue → requester QP →
 //! responder QP → memory key table (read) → the responder's SRQ → CQ → completion
 //! channel. Posting takes a QP
-//! lock, then the run queue; polling takes only a CQ lock (and the token, by `try_lock`).
+//! lock, then the run queue; polling takes only a CQ lock (and the token, by `try_lock`),
+//! and neither when the engine and the CQ have nothing.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
