@@ -177,6 +177,10 @@ pub(crate) struct CqCore {
     /// Whether completions are stamped when they enter ([`Stamp`]).
     pub stamped: bool,
     inner: Mutex<CqInner>,
+    /// The queue's length, plus one once it overflowed: written under `inner`'s lock
+    /// whenever either changes, read without it so that polling an empty CQ (what a
+    /// polling loop does most) takes no lock.
+    waiting: AtomicUsize,
     acked: Condvar,
 }
 
@@ -214,6 +218,7 @@ impl CqCore {
                 delivered: 0,
                 acks: 0,
             }),
+            waiting: AtomicUsize::new(0),
             acked: Condvar::new(),
         }
     }
@@ -229,6 +234,7 @@ impl CqCore {
         }
         if g.queue.len() >= self.cap.load(Ordering::Relaxed) {
             g.overflowed = true;
+            self.publish(&g);
             drop(g);
             self.ctx
                 .raise(event::CQ_ERR, self.handle.load(Ordering::Relaxed));
@@ -240,6 +246,7 @@ impl CqCore {
             Stamp::default()
         };
         g.queue.push_back((wc, release, at));
+        self.publish(&g);
         let fire = match g.armed {
             Armed::No => false,
             Armed::Any => true,
@@ -279,6 +286,10 @@ impl CqCore {
         max: usize,
         mut sink: impl FnMut(usize, ibv_wc, Stamp),
     ) -> Result<usize, CqOverrun> {
+        // Pairs with `publish`'s Release: an entry seen counted is seen in the queue.
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return Ok(0);
+        }
         let mut g = lock(&self.inner);
         let n = max.min(g.queue.len());
         if n == 0 && g.overflowed {
@@ -292,7 +303,14 @@ impl CqCore {
             }
             sink(i, wc, at);
         }
+        self.publish(&g);
         Ok(n)
+    }
+
+    /// Stores what `waiting` mirrors; called with `inner`'s lock held after a change.
+    fn publish(&self, g: &CqInner) {
+        self.waiting
+            .store(g.queue.len() + usize::from(g.overflowed), Ordering::Release);
     }
 
     /// Changes the capacity to `cap` entries (`ibv_resize_cq`); the entries queued stay.
@@ -321,9 +339,9 @@ impl CqCore {
     /// Removes every completion of QP `qpn` not yet polled (the QP was reset or
     /// destroyed: see `QpCore::clean_cqs`); the others keep their order.
     pub fn clean(&self, qpn: u32) {
-        lock(&self.inner)
-            .queue
-            .retain(|(wc, _, _)| wc.qp_num != qpn);
+        let mut g = lock(&self.inner);
+        g.queue.retain(|(wc, _, _)| wc.qp_num != qpn);
+        self.publish(&g);
     }
 
     /// Arms the CQ for one event; `EINVAL` without a channel.
@@ -370,5 +388,53 @@ impl CqCore {
         if let Some(ch) = &self.channel {
             ch.users.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    fn cq(cap: usize) -> CqCore {
+        CqCore::new(cap, 0, Arc::new(CtxCore::new(0).unwrap()), None, 0)
+    }
+
+    fn wc(qpn: u32) -> ibv_wc {
+        ibv_wc {
+            qp_num: qpn,
+            ..Default::default()
+        }
+    }
+
+    /// Polls `q` on another thread while this one holds the CQ's lock; whether that
+    /// poll returned within a second, and what it returned.
+    fn poll_while_locked(q: &Arc<CqCore>) -> Option<Result<usize, CqOverrun>> {
+        let g = lock(&q.inner);
+        let (tx, rx) = mpsc::channel();
+        let q2 = Arc::clone(q);
+        let t = std::thread::spawn(move || {
+            let _ = tx.send(q2.poll(4, |_, _| {}));
+        });
+        let got = rx.recv_timeout(Duration::from_secs(1)).ok();
+        drop(g);
+        t.join().unwrap();
+        got
+    }
+
+    #[test]
+    fn polling_an_empty_cq_takes_no_lock() {
+        // A poller of an empty CQ never waits for the thread writing a completion into
+        // it (or any other holder of its lock).
+        let q = Arc::new(cq(4));
+        assert_eq!(poll_while_locked(&q), Some(Ok(0)));
+        // Emptied by a poll, and by removing a QP's completions: the same.
+        assert!(q.push(wc(1), false, None));
+        assert_eq!(q.poll(4, |_, _| {}), Ok(1));
+        assert_eq!(poll_while_locked(&q), Some(Ok(0)));
+        assert!(q.push(wc(2), false, None));
+        q.clean(2);
+        assert_eq!(poll_while_locked(&q), Some(Ok(0)));
     }
 }

@@ -7,7 +7,8 @@
 //! Work runs when someone holds the engine's *execution token*:
 //! - every `poll_cq` tries to take it (never waits for it) and executes up to
 //!   [`POLL_BUDGET`] WQEs before it reads its CQ — progress is inline, on the polling
-//!   thread, with no hand-off between threads;
+//!   thread, with no hand-off between threads; a poll that finds nothing queued or
+//!   parked (an atomic flag) takes neither the token nor a lock;
 //! - in [`Progress::Thread`] mode (the default) a background thread also takes it when
 //!   work is pending and no poll has run the engine for about [`IDLE_GRACE`], and to
 //!   serve RNR back-offs and delays when they expire. Blocking on a completion channel
@@ -34,7 +35,8 @@
 //! Locks, always taken in this order: execution token → run queue → requester QP →
 //! responder QP → memory key table (read) → the responder's SRQ → CQ → completion
 //! channel. Posting takes a QP
-//! lock, then the run queue; polling takes only a CQ lock (and the token, by `try_lock`).
+//! lock, then the run queue; polling takes only a CQ lock (and the token, by `try_lock`),
+//! and neither when the engine and the CQ have nothing.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -193,6 +195,11 @@ pub(crate) struct Engine {
     /// Bumped by every inline progress attempt; the background thread stays away while
     /// it moves.
     activity: AtomicU64,
+    /// Whether the run queue or the parked list may hold WQEs: set under the `sched`
+    /// lock by whatever queues or parks one, cleared under it by a progress attempt
+    /// that found both empty; read without it, so that a poll with nothing to run
+    /// (what a polling loop does most) takes neither the token nor the lock.
+    work: AtomicBool,
     /// QPs with requests in flight to another process (the shared namespace's service
     /// thread watches their deadlines, `route::check_deadlines`).
     pub(crate) watch: Mutex<Vec<std::sync::Weak<QpCore>>>,
@@ -238,6 +245,7 @@ impl Engine {
             }),
             wake: Condvar::new(),
             activity: AtomicU64::new(0),
+            work: AtomicBool::new(false),
             watch: Mutex::new(Vec::new()),
             waiters: AtomicU32::new(0),
             thread_mode: AtomicBool::new(progress == Progress::Thread),
@@ -291,6 +299,7 @@ impl Engine {
                 enq: picks,
             }),
         }
+        self.work.store(true, Ordering::Release);
         let sleeping = s.bg_sleeping;
         drop(s);
         if self.thread_mode.load(Ordering::Relaxed) {
@@ -330,7 +339,10 @@ impl Engine {
     /// Runs the engine from a polling thread (see the module docs).
     #[inline]
     pub fn poll_progress<P: Tables>(&'static self, p: &'static P) {
-        self.activity.fetch_add(1, Ordering::Relaxed);
+        // Only its moving matters, to readers on other threads: a load and a store (no
+        // locked instruction) suffice, and two pollers racing still move it.
+        let a = self.activity.load(Ordering::Relaxed);
+        self.activity.store(a.wrapping_add(1), Ordering::Relaxed);
         self.progress(p, POLL_BUDGET);
         self.transport.poll(POLL_BUDGET);
     }
@@ -338,13 +350,24 @@ impl Engine {
     /// Executes up to `budget` WQEs if no other thread is executing; returns how many
     /// ran. `p` is the provider whose objects (QPs, regions, devices) the WQEs name.
     pub fn progress<P: Tables>(&'static self, p: &'static P, budget: usize) -> usize {
+        // Pairs with the Release of whoever queued: a WQE queued before is seen.
+        if !self.work.load(Ordering::Acquire) {
+            return 0;
+        }
         let Ok(_token) = self.token.try_lock() else {
             return 0;
         };
         let mut now = None;
         let mut done = 0usize;
         while done < budget {
-            let picked = lock(&self.sched).pick(&mut now);
+            let picked = {
+                let mut s = lock(&self.sched);
+                let picked = s.pick(&mut now);
+                if picked.is_none() && s.parked.is_empty() {
+                    self.work.store(false, Ordering::Relaxed);
+                }
+                picked
+            };
             let Some((qp, n)) = picked else {
                 break;
             };
@@ -353,11 +376,13 @@ impl Engine {
             if let Some(at) = stalled {
                 let rest = n - ran;
                 if rest > 0 {
-                    lock(&self.sched).parked.push(Parked {
+                    let mut s = lock(&self.sched);
+                    s.parked.push(Parked {
                         at,
                         qp,
                         count: rest,
                     });
+                    self.work.store(true, Ordering::Release);
                 }
             }
         }
@@ -537,6 +562,25 @@ mod tests {
             _: &[u8],
         ) {
         }
+    }
+
+    #[test]
+    fn a_poll_with_nothing_queued_takes_no_lock() {
+        // A poller with nothing to run never waits for the thread that holds the run
+        // queue's lock (posting, or the background thread deciding to nap).
+        let p: &'static Alone = Box::leak(Box::new(Alone {
+            engine: Engine::new(Reorder::Fifo, Progress::Inline, Transport::default()),
+            mrs: RwLock::new(MrTable::default()),
+        }));
+        let held = lock(&p.engine.sched);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            let _ = tx.send(p.engine.progress(p, POLL_BUDGET));
+        });
+        let got = rx.recv_timeout(Duration::from_secs(1)).ok();
+        drop(held);
+        t.join().unwrap();
+        assert_eq!(got, Some(0));
     }
 
     #[test]
