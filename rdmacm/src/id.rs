@@ -96,7 +96,8 @@ pub fn create_channel() -> Result<*mut Channel, i32> {
 /// (null, destroyed already) is left alone.
 ///
 /// # Safety
-/// `ch` is not a live channel that another thread is destroying too.
+/// None beyond a pointer's: the table decides whether `ch` is ours to free (an
+/// `unsafe fn` because it frees what a raw pointer names).
 pub unsafe fn destroy_channel(ch: *mut Channel) {
     if live_channels().remove(&(ch as usize)).is_some() {
         // SAFETY: registered by `create_channel` until now: a live `Box<Channel>`,
