@@ -62,6 +62,24 @@ fn request_of(rec: &Record, ud: Option<Datagram>) -> SendWqe {
     }
 }
 
+/// The response to request `rec` from this process, with `code` and `value`: the
+/// request's QPs, connection and sequence number echoed back.
+fn response_to(sh: &Shared, rec: &Record, code: u32, value: u32) -> Record {
+    let mut r = Record::new(Kind::Response);
+    r.code = code;
+    r.value = value;
+    r.from_pid = sh.me.pid;
+    r.from_token = sh.me.token;
+    r.src_qpn = rec.src_qpn;
+    r.src_dev = rec.src_dev;
+    r.dst_qpn = rec.dst_qpn;
+    r.dst_dev = rec.dst_dev;
+    r.conn = rec.conn;
+    r.psn = rec.psn;
+    r.len = 1;
+    r
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

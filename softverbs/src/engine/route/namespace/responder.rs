@@ -10,7 +10,7 @@ use super::{RespSeq, RESP_DROP, RESP_ERR, RESP_OK, RESP_RNR};
 use crate::engine::qp::QP_REQ_ERR;
 use crate::engine::{respond, Requester, Response, Tables};
 use crate::shared::inbox::{
-    iov, Inbox, Kind, Record, F_GRH, F_INLINE, F_UC, F_UD, F_XRC, GRH_SGID_SHIFT,
+    iov, Inbox, Record, F_GRH, F_INLINE, F_UC, F_UD, F_XRC, GRH_SGID_SHIFT,
 };
 use crate::shared::{Ack, Owner, Shared};
 use crate::wqe::Datagram;
@@ -69,18 +69,7 @@ pub(super) fn on_request<P: Tables>(
             }
         }
         sh.flush_ack(ack);
-        let mut r = Record::new(Kind::Response);
-        r.code = code;
-        r.value = value;
-        r.from_pid = sh.me.pid;
-        r.from_token = sh.me.token;
-        r.src_qpn = rec.src_qpn;
-        r.src_dev = rec.src_dev;
-        r.dst_qpn = rec.dst_qpn;
-        r.dst_dev = rec.dst_dev;
-        r.conn = rec.conn;
-        r.psn = rec.psn;
-        r.len = 1;
+        let r = super::response_to(sh, rec, code, value);
         if let Some(ib) = inbox.or_else(|| sh.peer_inbox(from)) {
             if code == RESP_OK {
                 *ack = Some(Ack {

@@ -327,18 +327,7 @@ pub(super) fn on_result<P: Tables>(
         b.to_error(&mut gb, Some(rec.imm));
     }
     drop(gb);
-    let mut r = Record::new(Kind::Response);
-    r.code = rec.code;
-    r.value = rec.value;
-    r.from_pid = sh.me.pid;
-    r.from_token = sh.me.token;
-    r.src_qpn = rec.src_qpn;
-    r.src_dev = rec.src_dev;
-    r.dst_qpn = rec.dst_qpn;
-    r.dst_dev = rec.dst_dev;
-    r.conn = rec.conn;
-    r.psn = rec.psn;
-    r.len = 1;
+    let r = super::response_to(sh, rec, rec.code, rec.value);
     if let Some(ib) = inbox.or_else(|| sh.peer_inbox(from)) {
         sh.flush_ack(ack);
         sh.send_response(from, ib, r);
