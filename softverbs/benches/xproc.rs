@@ -13,6 +13,10 @@
 //! (`support/ucx.rs`): `ucx_put_bw`, UCP puts of 1 MiB, and `ucx_tag_lat`, UCP tagged
 //! 8-byte messages' half round trip.
 //!
+//! With `VQP_XPROC_LAT_MEDIANS=RUNS` the 8-byte half round trip is also timed by its
+//! median, softverbs' ping-pong and UCX's alternating for that many runs, in a table
+//! printed at the end.
+//!
 //! Threads are left to the scheduler; with `VQP_XPROC_BENCH_PIN=1` each process pins
 //! its main thread (and the provider threads it starts) to a core of its own.
 //!
@@ -47,6 +51,9 @@ const ENV_PIN: &str = "VQP_XPROC_BENCH_PIN";
 const PEER_LIFETIME: Duration = Duration::from_secs(900);
 /// How long the parent waits for a peer's line.
 const STEP: Duration = Duration::from_secs(30);
+/// Set to a number of runs to time the 8-byte half round trip by its median as well,
+/// softverbs' and UCX's alternating ([`latency_medians`]).
+const ENV_MEDIANS: &str = "VQP_XPROC_LAT_MEDIANS";
 /// Buffer of each side.
 const BUF: usize = 1 << 20;
 
@@ -373,6 +380,23 @@ fn message_rate(c: &mut Criterion, v: &Verbs) {
     g.finish();
 }
 
+/// One round trip of the ping-pong: an 8-byte SEND to the echo peer and its answer.
+fn round_trip(s: &Side, wcs: &mut [Wc]) {
+    s.send8();
+    // Our SEND's completion and the peer's answer, in either order.
+    let mut got_recv = false;
+    while !got_recv {
+        let polled = s.cq.poll(wcs).unwrap();
+        for wc in polled.iter() {
+            assert!(wc.is_ok(), "completion failed: {:?}", wc.status());
+            if wc.opcode() == vqp_host::WcOpcode::Recv {
+                s.post_recvs(1, 8);
+                got_recv = true;
+            }
+        }
+    }
+}
+
 fn latency(c: &mut Criterion, v: &Verbs, ucx: Option<&Ucx>) {
     let s = side(v, "soft0");
     let (peer, _, _) = Peer::start("echo", &s);
@@ -383,19 +407,7 @@ fn latency(c: &mut Criterion, v: &Verbs, ucx: Option<&Ucx>) {
         b.iter_custom(|iters| {
             let t = Instant::now();
             for _ in 0..iters {
-                s.send8();
-                // Our SEND's completion and the peer's answer, in either order.
-                let mut got_recv = false;
-                while !got_recv {
-                    let polled = s.cq.poll(&mut wcs).unwrap();
-                    for wc in polled.iter() {
-                        assert!(wc.is_ok(), "completion failed: {:?}", wc.status());
-                        if wc.opcode() == vqp_host::WcOpcode::Recv {
-                            s.post_recvs(1, 8);
-                            got_recv = true;
-                        }
-                    }
-                }
+                round_trip(&s, &mut wcs);
             }
             t.elapsed() / 2
         })
@@ -409,6 +421,72 @@ fn latency(c: &mut Criterion, v: &Verbs, ucx: Option<&Ucx>) {
         });
     }
     g.finish();
+}
+
+/// Round trips per run of [`latency_medians`], after [`MEDIAN_WARMUP`] untimed ones.
+const MEDIAN_ITERS: usize = 20_000;
+const MEDIAN_WARMUP: usize = 1_000;
+
+/// The 8-byte half round trip by its median, softverbs' ping-pong and UCX's `tag_lat`
+/// alternating for `runs` runs of [`MEDIAN_ITERS`] each, with a table of both and their
+/// ratio. A median leaves out the round trips during which the scheduler ran something
+/// else on a poller's core, which on a small machine make most of an average; it is
+/// what `ucx_perftest` reports as typical. Each run times every round trip of
+/// softverbs' pair (its median over all of them) and takes `ucx_perftest`'s 50th
+/// percentile (over its last 2,048), the echo peer gone before UCX's pair starts.
+fn latency_medians(v: &Verbs, ucx: &Ucx, runs: usize) {
+    let mut wcs = [Wc::default(); 16];
+    let mut times = Vec::with_capacity(MEDIAN_ITERS);
+    let mut rows = Vec::with_capacity(runs);
+    println!("8 B half round trip, medians: softverbs ping-pong, UCX tag_lat, ratio");
+    for run in 0..runs {
+        let s = side(v, "soft0");
+        let (peer, _, _) = Peer::start("echo", &s);
+        s.post_recvs(512, 8);
+        for _ in 0..MEDIAN_WARMUP {
+            round_trip(&s, &mut wcs);
+        }
+        times.clear();
+        for _ in 0..MEDIAN_ITERS {
+            let t = Instant::now();
+            round_trip(&s, &mut wcs);
+            times.push(t.elapsed());
+        }
+        drop(peer);
+        drop(s);
+        times.sort_unstable();
+        let ours = times[times.len() / 2] / 2;
+        let theirs = ucx.median("tag_lat", 8, MEDIAN_ITERS as u64, MEDIAN_WARMUP as u64);
+        let ratio = theirs.as_secs_f64() / ours.as_secs_f64();
+        println!(
+            "run {:>2}: {:>7.3} µs {:>7.3} µs {:>6.2}",
+            run + 1,
+            ours.as_secs_f64() * 1e6,
+            theirs.as_secs_f64() * 1e6,
+            ratio
+        );
+        rows.push((ours, theirs, ratio));
+    }
+    let mid = |mut x: Vec<f64>| {
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    println!(
+        "median of {runs}: {:>7.3} µs {:>7.3} µs {:>6.2} (UCX within 1.5x in {} of {runs})",
+        mid(rows.iter().map(|r| r.0.as_secs_f64() * 1e6).collect()),
+        mid(rows.iter().map(|r| r.1.as_secs_f64() * 1e6).collect()),
+        mid(rows.iter().map(|r| r.2).collect()),
+        rows.iter().filter(|r| r.2 <= 1.5).count()
+    );
+}
+
+/// The runs [`ENV_MEDIANS`] asks for, if any.
+fn medians_runs() -> Option<usize> {
+    std::env::var(ENV_MEDIANS)
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|&n| n > 0)
 }
 
 fn main() {
@@ -428,5 +506,8 @@ fn main() {
     message_rate(&mut c, &v);
     latency(&mut c, &v, ucx.as_ref());
     c.final_summary();
+    if let (Some(u), Some(runs)) = (ucx.as_ref(), medians_runs()) {
+        latency_medians(&v, u, runs);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
