@@ -529,6 +529,85 @@ fn child_missing_interface() {
 }
 
 #[test]
+fn an_interface_without_address_or_down_at_start() {
+    if !netns::available("an_interface_without_address_or_down_at_start") {
+        return;
+    }
+    let Lab { ns, dir, _dir } = Lab::new("roce-start", 1, "192.0.2.2/24");
+    // vn0 and vn1: a veth pair that is up but has no address (not even IPv6's
+    // link-local one: `addrgenmode none`); vr1 down before start.
+    let n = ns.name(0);
+    netns::ip(&[
+        "-n", n, "link", "add", "vn0", "type", "veth", "peer", "name", "vn1",
+    ]);
+    netns::ip(&["-n", n, "link", "set", "vn0", "addrgenmode", "none"]);
+    netns::ip(&["-n", n, "link", "set", "vn0", "up"]);
+    netns::ip(&["-n", n, "link", "set", "vn1", "up"]);
+    netns::ip(&["-n", n, "link", "set", "vr1", "down"]);
+    let exe = std::env::current_exe().unwrap();
+    let mut c = ns.exec(0, &exe);
+    c.args([
+        "child_interface_at_start",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+    ])
+    .env(CHILD, "child_interface_at_start")
+    .env("VQP_SOFT_NETDEV", "soft0=vn0,soft1=vr1")
+    .env("VQP_SOFT_DIR", &dir);
+    let run = start_cmd(&mut c);
+    let out = procs::wait(
+        &mut procs::Killed(Some(run)),
+        std::time::Instant::now() + Duration::from_secs(60),
+        "child_interface_at_start",
+    );
+    let all = text(&out);
+    assert!(
+        out.status.success() && all.contains("1 passed"),
+        "child_interface_at_start: {}\n{all}",
+        out.status
+    );
+    // The reason is said once, in one line, when the provider starts.
+    let said = r#"vqp-softverbs: soft0 cannot be opened: interface "vn0" has no IP address"#;
+    assert_eq!(all.matches(said).count(), 1, "{all}");
+}
+
+#[test]
+#[ignore = "run in a network namespace by an_interface_without_address_or_down_at_start"]
+fn child_interface_at_start() {
+    if !is_child("child_interface_at_start") {
+        return;
+    }
+    let v = verbs();
+    // No address: no GID to give the port, so the device does not open (ENODEV, as for
+    // an interface that does not exist), at once.
+    let t = std::time::Instant::now();
+    assert!(
+        vqp_host::Context::open(&v, Some("soft0")).is_err(),
+        "soft0 opened on an interface without an address"
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENODEV)
+    );
+    assert!(t.elapsed() < Duration::from_secs(1));
+    // Down at start: the device opens, a RoCE port whose state is DOWN, with its GIDs;
+    // the interface coming up is PORT_ACTIVE.
+    let b = side(&v, "soft1", &Opts::default());
+    let port = b.ctx.query_port(1).unwrap();
+    assert_eq!(port.raw().state, IBV_PORT_DOWN);
+    assert_eq!(port.raw().link_layer, IBV_LINK_LAYER_ETHERNET);
+    assert_eq!(
+        *b.ctx.query_gid(1, 1).unwrap().as_bytes(),
+        v4([192, 0, 2, 2]),
+        "the GID table is read from a down interface too"
+    );
+    netns::ip(&["link", "set", "vr1", "up"]);
+    port_event(&b, AsyncEventKind::PortActive);
+    assert_eq!(b.ctx.query_port(1).unwrap().raw().state, IBV_PORT_ACTIVE);
+}
+
+#[test]
 fn processes_in_two_namespaces_connect_by_gid() {
     if !netns::available("processes_in_two_namespaces_connect_by_gid") {
         return;
