@@ -17,6 +17,7 @@
 //! |---|---|---|---|
 //! | `Process` (`engine/route/process.rs`) | in this process | the requester's thread runs the responder (`engine::respond`) over plain copies | as the call's value, at once |
 //! | `Namespace` (`engine/route/namespace/`) | another process of the shared namespace | a record in that process's inbox, or executed directly with `process_vm_writev`/`readv` (one-sided) | a response record in our inbox, drained by [`Transport::poll`] into `route::on_record`; a dead owner by `route::check_deadlines` |
+//! | `Machine` (`engine/route/ucx/`) | on another machine: a RoCE port's destination GID that no device of the namespace has | not yet carried: lost (discovery and UCP requests are to come) | none: RC retransmits after the ACK timeout, `retry_cnt` times, then `IBV_WC_RETRY_EXC_ERR`; UC completes |
 //! | `Nowhere` | no device answers to the address, or a link is down | nothing travels | at once: RC `IBV_WC_RETRY_EXC_ERR`, UC and UD complete |
 //!
 //! The contract each route keeps, whatever carries it:

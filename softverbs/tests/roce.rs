@@ -832,3 +832,67 @@ fn rping_runs_over_the_devices_bound_to_its_addresses() {
     assert_eq!(pings(&c, "ping data: rdma-ping-"), 3, "{ctx}");
     assert_eq!(pings(&s, "server ping data: rdma-ping-"), 3, "{ctx}");
 }
+
+#[test]
+fn a_request_to_a_gid_on_no_machine_is_retried_until_retry_exc() {
+    if !netns::available("a_request_to_a_gid_on_no_machine_is_retried_until_retry_exc") {
+        return;
+    }
+    // 192.0.2.2 is vr1's, in the other namespace, where no softverbs process runs.
+    let Lab { ns, dir, _dir } = Lab::new("roce7", 2, "192.0.2.2/24");
+    run_child(
+        &ns,
+        0,
+        "child_gid_on_no_machine",
+        &[
+            ("VQP_SOFT_NETDEV", "soft0=vr0"),
+            ("VQP_SOFT_DIR", dir.to_str().unwrap()),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_request_to_a_gid_on_no_machine_is_retried_until_retry_exc"]
+fn child_gid_on_no_machine() {
+    if !is_child("child_gid_on_no_machine") {
+        return;
+    }
+    let v = verbs();
+    let o = Opts::default();
+    let a = side(&v, "soft0", &o);
+    // A GID no device of the namespace has: the QP's requests go to another machine,
+    // where nobody serves QP 0x123. Each attempt waits 4.096 µs · 2^14 ≈ 67 ms; the
+    // first transmission and 3 retransmissions are lost, then RETRY_EXC.
+    let gb = vqp_host::sys::Gid::from_bytes(v4([192, 0, 2, 2]));
+    let mut to_b = Path::new(1, Address::gid(gb, 1), 0x123, 0x10, 0x20);
+    to_b.access = o.qp_access;
+    to_b.timeout = 14;
+    to_b.retry_cnt = 3;
+    connect::connect(&a.qp, &to_b).unwrap();
+    let start = std::time::Instant::now();
+    for id in [1, 2] {
+        let mut sge = a.mr.sge(0, 64).unwrap();
+        let mut wr = send_wr(id, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: 0x1000,
+            rkey: 7,
+        };
+        post(&a, &mut wr);
+    }
+    // The failed WQE, then the one behind it flushed (they come together).
+    let wcs = poll_n(&a.cq, 2);
+    let took = start.elapsed();
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id(), w.status())).collect();
+    assert_eq!(
+        got,
+        [
+            (1, vqp_host::WcStatus::RetryExcErr),
+            (2, vqp_host::WcStatus::WrFlushErr)
+        ]
+    );
+    // Three ACK timeouts of about 67 ms, and never much longer.
+    assert!(
+        took >= Duration::from_millis(190) && took < Duration::from_secs(3),
+        "RETRY_EXC after {took:?}"
+    );
+}

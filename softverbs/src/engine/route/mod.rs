@@ -10,7 +10,9 @@
 //!   responder;
 //! - `namespace`: the responder QP belongs to another process of the shared namespace
 //!   (or to nobody there); requests go through that process's inbox, or are executed
-//!   directly for one-sided operations.
+//!   directly for one-sided operations;
+//! - `ucx`: the responder QP is on another machine (a RoCE port's destination GID that
+//!   no device of the namespace has); see its docs for what it carries today.
 //!
 //! A route is a variant of an enum, not a trait object: the per-WQE dispatch is one
 //! match that the compiler sees through (no dynamic call on the data path).
@@ -28,6 +30,7 @@ use vqp_sys::IBV_WC_RETRY_EXC_ERR;
 
 mod namespace;
 mod process;
+mod ucx;
 
 /// Where the responder QP of a WQE lives.
 pub(crate) enum Route {
@@ -36,6 +39,9 @@ pub(crate) enum Route {
     /// Not in this process: QP `qpn` of device `dev`, looked up in the shared
     /// namespace (another process's, or nobody's).
     Namespace { dev: usize, qpn: u32 },
+    /// On another machine: QP `qpn` at RoCE GID `gid`, which names no device of this
+    /// process or of the shared namespace, addressed from a RoCE port.
+    Machine { gid: [u8; 16], qpn: u32 },
     /// Nowhere: the address names no device, or a link on the way is down. The
     /// request is lost, and ends at once: `IBV_WC_RETRY_EXC_ERR` for an RC requester
     /// (nothing could answer its retries), completed for an unreliable one.
@@ -64,11 +70,27 @@ pub(crate) fn resolve<P: Tables>(p: &P, qp: &QpCore, g: &mut QpInner, w: &SendWq
             }
             match p.resolve_av(&g.attr.ah_attr) {
                 Some(dev) if local_up && devices[dev].is_up() => (dev, g.attr.dest_qp_num),
+                None if local_up => return machine(&devices[qp.dev], &g.attr),
                 _ => return Route::Nowhere,
             }
         }
     };
     Route::Namespace { dev, qpn }
+}
+
+/// Where a connected QP of device `dev` goes when its address names no device of the
+/// namespace: to another machine when the address is a GID and the port a RoCE port
+/// (whose GIDs are its interface's addresses, reachable beyond this machine); nowhere
+/// for an InfiniBand port, whose fabric is this machine's.
+#[cold]
+fn machine(dev: &crate::device::Device, attr: &vqp_sys::ibv_qp_attr) -> Route {
+    if dev.roce().is_none() || attr.ah_attr.is_global == 0 {
+        return Route::Nowhere;
+    }
+    Route::Machine {
+        gid: *vqp_sys::Gid::from_sys(&attr.ah_attr.grh.dgid).as_bytes(),
+        qpn: attr.dest_qp_num,
+    }
 }
 
 /// Resolves (and caches) the QP of this process that `g`'s QP is connected to.
@@ -110,6 +132,7 @@ pub(crate) fn send<P: Tables>(
             Err(process::Again::Unanswered) => unanswered(qp, g, w),
         },
         Route::Namespace { dev, qpn } => namespace::send(p, qp, g, w, local, len, dev, qpn),
+        Route::Machine { gid, qpn } => ucx::send(qp, g, w, gid, qpn),
         Route::Nowhere => lost(qp, g, &w),
     }
 }
