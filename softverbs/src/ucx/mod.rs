@@ -24,6 +24,11 @@
 //!   list on either side); and progress: [`Worker::progress`], or [`Worker::wait`]
 //!   sleeping on the worker's event fd ([`Worker::event_fd`], [`Worker::arm`]).
 //!
+//! - [`lookup`]: discovery's question and answer over the well-known lookup port
+//!   (below, "Finding the process…"): the client ([`lookup::lookup`]) and the
+//!   listener shared with `SO_REUSEPORT` ([`lookup::Listener`]), each step bounded in
+//!   time. Not yet started by the transport: the UCX route does not use it yet.
+//!
 //! The worker's parts are three modules: `worker` (context, worker, state, events,
 //! progress), `endpoint` (listeners and endpoints) and `am` (handlers, messages, sends
 //! and rendezvous receives), each with the UCP callbacks of its part.
@@ -224,6 +229,8 @@ mod am;
 #[allow(unsafe_code)]
 mod endpoint;
 mod error;
+#[allow(unsafe_code)]
+pub mod lookup;
 #[allow(unsafe_code)]
 mod sockaddr;
 #[allow(unsafe_code)]
