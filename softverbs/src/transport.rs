@@ -82,18 +82,58 @@
 //! - this file: the transport owns the UCX worker beside the namespace (`Transport`
 //!   gains it, made when a context opens on a RoCE-bound device), progresses it in
 //!   [`Transport::poll`] and hands its event fd to the service thread's sleep.
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::region::MrInfo;
 use crate::shared::exports::QpView;
 use crate::shared::{self, registry, Endpoint, Owner, Shared, SharedError};
+use crate::ucx::{self, lookup, Event, Worker};
 
 /// This process's transport to other processes: the shared namespace once joined.
 #[derive(Default)]
 pub(crate) struct Transport {
     /// The namespace, set when this transport joined it ([`Transport::join`]).
     ns: OnceLock<&'static Shared>,
+    /// The bound interfaces' addresses other machines reach this process at, set when
+    /// a context opens on a RoCE-bound device ([`Transport::start_machine`]).
+    machine_addrs: OnceLock<Vec<Ipv4Addr>>,
+    /// What serves other machines, made by the service thread once the addresses are
+    /// known ([`Transport::serve_machine`]); `None` inside when UCX cannot be used.
+    machine: OnceLock<Option<Mutex<Machine>>>,
+}
+
+/// This process on the network (issue 29; `crate::ucx`'s design, "Finding the process
+/// that serves QP *n* at GID *g*"): its UCX worker listening on its bound interfaces'
+/// IPv4 addresses at one port, published in its exports, and its sockets at the
+/// lookup port of the same addresses, shared with the namespace's other processes.
+/// Connections to the UCX listener are refused for now: requests between machines are
+/// not carried yet.
+struct Machine {
+    worker: Worker,
+    lookups: Vec<lookup::Listener>,
+    /// When the service thread looks again ([`SERVE_EVERY`]).
+    next: Instant,
+}
+
+/// How often the service thread progresses the worker and answers lookups: a lookup
+/// waits this long at most while the thread runs, and the thread's nap (at most the
+/// interface watch period) when it sleeps.
+const SERVE_EVERY: Duration = Duration::from_millis(2);
+
+/// How long a lookup connection may take to ask (a peer that stalls holds the
+/// service thread that long at most).
+const LOOKUP_LIMIT: Duration = Duration::from_millis(200);
+
+/// The lookup port: `VQP_SOFT_UCX_PORT`, else [`lookup::DEFAULT_PORT`].
+fn lookup_port() -> u16 {
+    std::env::var("VQP_SOFT_UCX_PORT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&p| p != 0)
+        .unwrap_or(lookup::DEFAULT_PORT)
 }
 
 impl Transport {
@@ -148,6 +188,102 @@ impl Transport {
     pub(crate) fn start(&self, endpoint: &'static dyn Endpoint) {
         if let Ok(s) = self.join(endpoint) {
             s.start_service();
+        }
+    }
+
+    /// Starts serving other machines on the IPv4 addresses `addrs` of this process's
+    /// bound interfaces (the first call; later ones do nothing): the service thread
+    /// then makes a UCX worker listening at one port on each, published in our exports,
+    /// and a lookup socket at the lookup port of each ([`Transport::serve_machine`]).
+    /// Not here: this runs inside `ibv_open_device`, and making a UCP context opens the
+    /// verbs devices again (UCX's verbs component lists them even when its transports
+    /// are off), which in a process whose libibverbs is softverbs re-enters it.
+    pub(crate) fn start_machine(&self, endpoint: &'static dyn Endpoint, addrs: &[Ipv4Addr]) {
+        if addrs.is_empty() || self.machine_addrs.get().is_some() {
+            return;
+        }
+        let _ = self.machine_addrs.set(addrs.to_vec());
+        if let Ok(s) = self.join(endpoint) {
+            s.start_service();
+        }
+    }
+
+    /// Makes what serves other machines (see [`Transport::start_machine`]); what cannot
+    /// be had is said once on stderr, and the rest goes on: without UCX (Debian's
+    /// `libucx0`) no other machine reaches this process's QPs.
+    fn make_machine(s: &Shared, addrs: &[Ipv4Addr]) -> Option<Mutex<Machine>> {
+        let mut worker = match Worker::new(ucx::DEFAULT_SETTINGS) {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("vqp-softverbs: other machines cannot reach this process's QPs: {e}");
+                return None;
+            }
+        };
+        let mut port = 0u16;
+        for &a in addrs {
+            let at = SocketAddr::new(IpAddr::V4(a), port);
+            match worker.listen(at).and_then(|l| worker.listener_addr(l)) {
+                Ok(bound) => port = bound.port(),
+                Err(e) => eprintln!("vqp-softverbs: cannot listen for UCX at {at}: {e}"),
+            }
+        }
+        let lp = lookup_port();
+        let lookups = addrs
+            .iter()
+            .filter_map(|&a| {
+                let at = SocketAddr::new(IpAddr::V4(a), lp);
+                lookup::Listener::bind(at)
+                    .map_err(|e| {
+                        eprintln!(
+                            "vqp-softverbs: cannot answer lookups at {at} (another program \
+                             or user holds the port?): {e}"
+                        )
+                    })
+                    .ok()
+            })
+            .collect();
+        s.export_ucx_port(port);
+        Some(Mutex::new(Machine {
+            worker,
+            lookups,
+            next: Instant::now(),
+        }))
+    }
+
+    /// The service thread's turn for other machines: progresses the UCX worker (and
+    /// refuses connections to it, which nothing serves yet) and answers the lookups
+    /// waiting, `device_of` naming the device of a RoCE GID. Nothing when this process
+    /// does not serve other machines, or another thread is at it.
+    pub(crate) fn serve_machine(&self, device_of: impl Fn(&[u8; 16]) -> Option<usize>) {
+        let (Some(addrs), Some(s)) = (self.machine_addrs.get(), self.namespace()) else {
+            return;
+        };
+        let Some(m) = self
+            .machine
+            .get_or_init(|| Self::make_machine(s, addrs))
+            .as_ref()
+        else {
+            return;
+        };
+        let Ok(mut m) = m.try_lock() else {
+            return;
+        };
+        let m = &mut *m;
+        let now = Instant::now();
+        if now < m.next {
+            return;
+        }
+        m.next = now + SERVE_EVERY;
+        let _ = m.worker.progress();
+        while let Some(ev) = m.worker.next_event() {
+            if let Event::ConnRequest(req) = ev {
+                let _ = m.worker.reject(req);
+            }
+        }
+        for l in &m.lookups {
+            l.serve_ready(LOOKUP_LIMIT, |gid, qpn| {
+                s.serving_port(device_of(gid)?, qpn)
+            });
         }
     }
 

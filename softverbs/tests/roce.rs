@@ -896,3 +896,124 @@ fn child_gid_on_no_machine() {
         "RETRY_EXC after {took:?}"
     );
 }
+
+#[test]
+fn discovery_finds_the_process_serving_a_qp_on_another_machine() {
+    if !netns::available("discovery_finds_the_process_serving_a_qp_on_another_machine") {
+        return;
+    }
+    if !ucx_available("discovery_finds_the_process_serving_a_qp_on_another_machine") {
+        return;
+    }
+    let Lab { ns, dir, _dir } = Lab::new("roce8", 2, "192.0.2.2/24");
+    // Each namespace its own softverbs namespace: nothing is shared but the veth.
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |i: usize, name: &str| {
+        let own = dir.join(format!("ns{i}"));
+        std::fs::create_dir_all(&own).unwrap();
+        let mut c = ns.exec(i, &exe);
+        c.args([name, "--exact", "--ignored", "--nocapture"])
+            .env(CHILD, name)
+            .env("VQP_SOFT_DIR", &own)
+            .env("VQP_SOFT_NETDEV", format!("soft0=vr{i}"))
+            .env("VQP_ROCE_RENDEZVOUS", dir.join("rendezvous"));
+        c
+    };
+    let mut server = procs::Killed(Some(start_cmd(&mut spawn(1, "child_served"))));
+    let asker = procs::Killed(Some(start_cmd(&mut spawn(0, "child_asker"))));
+    let out = procs::wait(
+        &mut server,
+        std::time::Instant::now() + Duration::from_secs(30),
+        "child_served",
+    );
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "child_served: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The serving process is gone: the asker's next lookup is refused.
+    write_file(&dir.join("rendezvous").with_extension("b-gone"), "gone\n");
+    let mut asker = asker;
+    let out = procs::wait(
+        &mut asker,
+        std::time::Instant::now() + Duration::from_secs(30),
+        "child_asker",
+    );
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "child_asker: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether UCX (Debian's `libucx0`) can be loaded; prints a line naming the package
+/// when it cannot, and fails instead under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
+fn ucx_available(test: &str) -> bool {
+    match vqp_softverbs::ucx::Ucp::get() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var_os("VQP_REQUIRE_SYSTEM_PACKAGES").is_none(),
+                "{test}: {e}"
+            );
+            println!("skipped {test}: needs libucx0 ({e})");
+            false
+        }
+    }
+}
+
+#[test]
+#[ignore = "run in a network namespace by discovery_finds_the_process_serving_a_qp_on_another_machine"]
+fn child_served() {
+    if !is_child("child_served") {
+        return;
+    }
+    let v = verbs();
+    let b = side(&v, "soft0", &Opts::default());
+    let base = rendezvous();
+    write_file(&base.with_extension("b"), &format!("{}\n", b.qp.qp_num()));
+    wait_file(&base.with_extension("a-done"));
+}
+
+#[test]
+#[ignore = "run in a network namespace by discovery_finds_the_process_serving_a_qp_on_another_machine"]
+fn child_asker() {
+    if !is_child("child_asker") {
+        return;
+    }
+    use vqp_softverbs::ucx::lookup::{lookup, LookupError, DEFAULT_PORT};
+    let base = rendezvous();
+    let qpn: u32 = wait_file(&base.with_extension("b")).trim().parse().unwrap();
+    let at: std::net::SocketAddr = format!("192.0.2.2:{DEFAULT_PORT}").parse().unwrap();
+    let gid = v4([192, 0, 2, 2]);
+    let limit = Duration::from_secs(2);
+    // The serving process has just opened its device: its lookup socket may not be
+    // there yet.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let port = loop {
+        match lookup(at, &gid, qpn, limit) {
+            Ok(p) => break p,
+            Err(LookupError::Connect(e)) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("lookup of QP {qpn}: {e}"),
+        }
+    };
+    let port = port.expect("the QP's process is found");
+    assert!(port != 0 && port != DEFAULT_PORT, "UCX port {port}");
+    // A QP nobody there has, and a GID no device there has: nobody.
+    assert_eq!(lookup(at, &gid, qpn + 1, limit).unwrap(), None);
+    assert_eq!(lookup(at, &v4([192, 0, 2, 9]), qpn, limit).unwrap(), None);
+    write_file(&base.with_extension("a-done"), "done\n");
+    // Once the process is gone, nobody listens there: refused at once.
+    wait_file(&base.with_extension("b-gone"));
+    let t = std::time::Instant::now();
+    assert!(matches!(
+        lookup(at, &gid, qpn, limit),
+        Err(LookupError::Connect(_))
+    ));
+    assert!(t.elapsed() < limit, "took {:?}", t.elapsed());
+}

@@ -413,6 +413,20 @@ impl Provider {
     pub fn start_watching(&'static self) {
         if self.has_netdevs() {
             self.transport().start(self);
+            // The bound interfaces' IPv4 addresses (their IPv4-mapped GIDs), where other
+            // machines look this process up.
+            let mut addrs = Vec::new();
+            for d in self.devices.iter().filter(|d| d.is_roce()) {
+                for g in d.gids() {
+                    if g[..10] == [0; 10] && g[10..12] == [0xff, 0xff] {
+                        let a = std::net::Ipv4Addr::new(g[12], g[13], g[14], g[15]);
+                        if !addrs.contains(&a) {
+                            addrs.push(a);
+                        }
+                    }
+                }
+            }
+            self.transport().start_machine(self, &addrs);
         }
     }
 
@@ -539,6 +553,8 @@ impl crate::shared::Endpoint for Provider {
     fn watch(&self) -> Option<Duration> {
         self.has_netdevs().then(|| {
             self.watch_netdevs();
+            self.transport()
+                .serve_machine(|g| self.resolve(0, Some(g)).map(|d| d.index));
             WATCH_EVERY
         })
     }

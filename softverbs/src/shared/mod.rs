@@ -490,6 +490,24 @@ impl Shared {
         self.exports.set_qp(qpn, view);
     }
 
+    /// Publishes the port of our UCX listener (0: none).
+    pub(crate) fn export_ucx_port(&self, port: u16) {
+        self.exports.set_ucx_port(port);
+    }
+
+    /// The UCX listener port of the live process of the namespace that owns QP `qpn` of
+    /// device `dev`, if one does and it listens: the answer to another machine's
+    /// lookup (`crate::ucx::lookup`).
+    pub(crate) fn serving_port(&self, dev: usize, qpn: u32) -> Option<u16> {
+        let (owner, _) = self.registry.lookup(qpn, dev)?;
+        if owner == self.me {
+            return self.exports.ucx_port();
+        }
+        let peer = self.peer(owner)?;
+        let port = peer.exports.ucx_port()?;
+        peer.alive(self).then_some(port)
+    }
+
     /// Publishes which of our devices' links are down.
     pub(crate) fn export_links(&self) {
         self.exports.set_down(self.endpoint.links_down());

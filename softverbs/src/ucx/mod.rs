@@ -27,7 +27,10 @@
 //! - [`lookup`]: discovery's question and answer over the well-known lookup port
 //!   (below, "Finding the process…"): the client ([`lookup::lookup`]) and the
 //!   listener shared with `SO_REUSEPORT` ([`lookup::Listener`]), each step bounded in
-//!   time. Not yet started by the transport: the UCX route does not use it yet.
+//!   time. `crate::transport` serves it (its service thread, every 2 ms while
+//!   awake) in every process with a RoCE-bound device, answering from the namespace's
+//!   registry and the owner's exported UCX listener port; the UCX route does not ask it
+//!   yet.
 //!
 //! The worker's parts are three modules: `worker` (context, worker, state, events,
 //! progress), `endpoint` (listeners and endpoints) and `am` (handlers, messages, sends
