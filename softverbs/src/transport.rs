@@ -79,9 +79,14 @@
 //! - the way in: `route::on_record`'s counterpart for UCX messages, called from the
 //!   worker's handlers; and `route::check_deadlines` gains the UCX route's QPs (its
 //!   timer is the only judge across machines);
-//! - this file: the transport owns the UCX worker beside the namespace (`Transport`
-//!   gains it, made when a context opens on a RoCE-bound device), progresses it in
-//!   [`Transport::poll`] and hands its event fd to the service thread's sleep.
+//! - this file: the transport owns the UCX worker beside the namespace (built: made
+//!   by the service thread once a context opened on a RoCE-bound device, which also
+//!   answers lookups, [`Transport::serve_machine`]); still to come: progressing it in
+//!   [`Transport::poll`] and handing its event fd to the service thread's sleep.
+//!
+//! Built so far: `Route::Machine` and its requester's lost-request path, and
+//! discovery's serving side; not yet the lookup by the requester nor any request
+//! over UCP.
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};

@@ -109,6 +109,17 @@
 //!   The lookup runs when the QP moves to RTR (so the first post does not wait on it)
 //!   and again after a failure.
 //!
+//! What is built (the rest of this section is still the plan): the lookup
+//! ([`lookup`]) and its serving — the service thread of every process with a
+//! RoCE-bound device makes the worker (outside every provider lock, see below),
+//! listens for UCX at one port on the bound interfaces' IPv4 addresses (IPv6 GIDs are
+//! not served yet), publishes that port in its exports and answers lookups every
+//! 2 ms while awake (within its nap, at most the 100 ms interface watch period,
+//! otherwise): the GID's device, the registry's live owner of the QP, that owner's
+//! port. Connections to the UCX listener are refused until requests are carried, and
+//! the requester does not look up yet (its requests to another machine are lost and
+//! retransmitted, `engine::route`'s `ucx`).
+//!
 //! Failure cases, and what the requester sees: no process of the namespace alive on
 //! that machine (refused), no such QP ("nobody"), its owner dead between lookup and
 //! connect (endpoint error), the machine unreachable (connect timeout): each is what a
