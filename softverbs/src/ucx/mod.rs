@@ -31,6 +31,8 @@
 //!   awake) in every process with a RoCE-bound device, answering from the namespace's
 //!   registry and the owner's exported UCX listener port; the UCX route does not ask it
 //!   yet.
+//! - [`wire`]: the request and response headers of verbs over UCP, each field checked
+//!   when read (not used by the engine yet).
 //!
 //! The worker's parts are three modules: `worker` (context, worker, state, events,
 //! progress), `endpoint` (listeners and endpoints) and `am` (handlers, messages, sends
@@ -249,6 +251,7 @@ pub mod lookup;
 mod sockaddr;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod wire;
 #[allow(unsafe_code)]
 mod worker;
 
