@@ -128,8 +128,8 @@ struct Machine {
 /// interface watch period) when it sleeps.
 const SERVE_EVERY: Duration = Duration::from_millis(2);
 
-/// How long a lookup connection may take to ask (a peer that stalls holds the
-/// service thread that long at most).
+/// How long a lookup connection may take to ask and be answered before it is closed
+/// (it holds one of a listener's few slots meanwhile, never the service thread).
 const LOOKUP_LIMIT: Duration = Duration::from_millis(200);
 
 /// The lookup port: `VQP_SOFT_UCX_PORT`, else [`lookup::DEFAULT_PORT`].
@@ -285,7 +285,7 @@ impl Transport {
                 let _ = m.worker.reject(req);
             }
         }
-        for l in &m.lookups {
+        for l in &mut m.lookups {
             l.serve_ready(LOOKUP_LIMIT, |gid, qpn| {
                 s.serving_port(device_of(gid)?, qpn)
             });

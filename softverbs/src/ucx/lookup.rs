@@ -7,9 +7,13 @@
 //! effective user and hands each connection to one of them), and any of them can
 //! answer, because the answer comes from the namespace's registry.
 //!
-//! Both sides bound every step in time and read exactly the message's size, so a peer
-//! that sends too little, too much, garbage or nothing costs the listener one bounded
-//! wait and a closed connection, never a panic or an allocation by the peer's say.
+//! Both sides bound every step in time and read exactly the message's size. The
+//! listener never waits on a peer: it holds at most [`MAX_PENDING`] accepted
+//! connections, non-blocking, advances each by the bytes ready on each turn, and closes
+//! it after the answer, after a malformed question, or at its deadline; so a peer that
+//! sends too little, too much, garbage or nothing costs a slot of that fixed table for
+//! a bounded time, never a wait of the thread that serves it, a panic, or an
+//! allocation by the peer's say.
 //!
 //! | message | bytes |
 //! |---|---|
@@ -20,7 +24,7 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::sockaddr::to_storage;
 
@@ -138,12 +142,95 @@ pub fn lookup(
     parse_answer(&a)
 }
 
+/// How many accepted lookup connections a [`Listener`] holds at once; a connection
+/// past it closes the oldest, so peers that connect and stall cost a fixed number of
+/// descriptors and bytes, never more.
+pub const MAX_PENDING: usize = 16;
+
+/// How many connections one [`Listener::serve_ready`] takes from the kernel's queue at
+/// most, so a flood of connections cannot keep one turn going.
+const ACCEPTS_PER_TURN: usize = 64;
+
 /// A socket listening at the lookup port of one address, shared with the other
-/// processes of the same user (`SO_REUSEPORT`). Non-blocking: [`Listener::serve_ready`]
-/// answers the connections waiting now and returns.
+/// processes of the same user (`SO_REUSEPORT`), and the connections it accepted that
+/// are not answered yet. Nothing of it blocks: [`Listener::serve_ready`] takes the
+/// connections waiting now, advances each by the bytes ready now, and returns.
 #[derive(Debug)]
 pub struct Listener {
     sock: TcpListener,
+    /// Accepted, unanswered connections, oldest first; never more than [`MAX_PENDING`]
+    /// (allocated once).
+    pending: Vec<Pending>,
+}
+
+/// One accepted connection on its way from question to answer.
+#[derive(Debug)]
+struct Pending {
+    /// Non-blocking.
+    s: TcpStream,
+    /// The question's bytes so far (`got` of them).
+    question: [u8; QUESTION_LEN],
+    got: usize,
+    /// The answer and how much of it is sent, once the question is whole.
+    answer: Option<([u8; ANSWER_LEN], usize)>,
+    /// When it is closed whatever it has sent.
+    deadline: Instant,
+}
+
+/// What became of a connection on one turn.
+enum Step {
+    /// Still waiting for its peer.
+    Wait,
+    /// Done (answered, malformed, gone or late): close it. Whether it was answered.
+    Close(bool),
+}
+
+impl Pending {
+    /// Reads and writes what can be without waiting; `serves` answers a whole question.
+    fn advance(
+        &mut self,
+        now: Instant,
+        serves: &mut impl FnMut(&[u8; 16], u32) -> Option<u16>,
+    ) -> Step {
+        while self.answer.is_none() {
+            match self.s.read(&mut self.question[self.got..]) {
+                // The peer closed before a whole question.
+                Ok(0) => return Step::Close(false),
+                Ok(n) => {
+                    self.got += n;
+                    if self.got == QUESTION_LEN {
+                        let Some((gid, qpn)) = parse_question(&self.question) else {
+                            return Step::Close(false);
+                        };
+                        let _ = self.s.set_nodelay(true);
+                        self.answer = Some((answer(serves(&gid, qpn)), 0));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return Step::Close(false),
+            }
+        }
+        if let Some((a, sent)) = &mut self.answer {
+            while *sent < ANSWER_LEN {
+                match self.s.write(&a[*sent..]) {
+                    Ok(0) => return Step::Close(false),
+                    Ok(n) => *sent += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => return Step::Close(false),
+                }
+            }
+            if *sent == ANSWER_LEN {
+                return Step::Close(true);
+            }
+        }
+        if now >= self.deadline {
+            Step::Close(false)
+        } else {
+            Step::Wait
+        }
+    }
 }
 
 impl Listener {
@@ -195,6 +282,7 @@ impl Listener {
         }
         Ok(Listener {
             sock: TcpListener::from(owned),
+            pending: Vec::with_capacity(MAX_PENDING),
         })
     }
 
@@ -208,52 +296,52 @@ impl Listener {
         self.sock.as_raw_fd()
     }
 
-    /// Answers every connection waiting now, one at a time, each reading its question
-    /// and writing its answer within `limit`: `serves` says which UCX port serves QP
-    /// `qpn` at `gid` (`None`: nobody). A connection that sends no well-formed question
-    /// in time is closed unanswered. Returns how many questions were answered.
+    /// One turn, without waiting on anything: takes the connections waiting now (each
+    /// given `limit` from now to ask and be answered; past [`MAX_PENDING`] held, the
+    /// oldest is closed), then advances every held one by the bytes ready now —
+    /// answering a whole, well-formed question with what `serves` says serves QP `qpn`
+    /// at `gid` (`None`: nobody) — and closes those answered, malformed, closed by
+    /// their peer, or past their deadline. Returns how many were answered.
     pub fn serve_ready(
-        &self,
+        &mut self,
         limit: Duration,
         mut serves: impl FnMut(&[u8; 16], u32) -> Option<u16>,
     ) -> usize {
-        let mut answered = 0;
-        loop {
+        let now = Instant::now();
+        for _ in 0..ACCEPTS_PER_TURN {
             let s = match self.sock.accept() {
                 Ok((s, _)) => s,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // WouldBlock: nothing waits; anything else (a connection reset before it
-                // was taken, out of descriptors): try again at the next readiness.
-                Err(_) => return answered,
+                // was taken, out of descriptors): try again at the next turn.
+                Err(_) => break,
             };
-            if serve_one(s, limit, &mut serves) {
-                answered += 1;
+            // An accepted socket does not inherit the listener's O_NONBLOCK.
+            if s.set_nonblocking(true).is_err() {
+                continue;
             }
+            if self.pending.len() == MAX_PENDING {
+                self.pending.remove(0);
+            }
+            self.pending.push(Pending {
+                s,
+                question: [0; QUESTION_LEN],
+                got: 0,
+                answer: None,
+                deadline: now + limit,
+            });
         }
+        let mut answered = 0;
+        self.pending
+            .retain_mut(|p| match p.advance(now, &mut serves) {
+                Step::Wait => true,
+                Step::Close(done) => {
+                    answered += usize::from(done);
+                    false
+                }
+            });
+        answered
     }
-}
-
-/// Reads one question from `s` and answers it; whether it did.
-fn serve_one(
-    mut s: TcpStream,
-    limit: Duration,
-    serves: &mut impl FnMut(&[u8; 16], u32) -> Option<u16>,
-) -> bool {
-    let ready = s.set_nonblocking(false).is_ok()
-        && s.set_read_timeout(Some(limit)).is_ok()
-        && s.set_write_timeout(Some(limit)).is_ok();
-    if !ready {
-        return false;
-    }
-    let mut q = [0u8; QUESTION_LEN];
-    if s.read_exact(&mut q).is_err() {
-        return false;
-    }
-    let Some((gid, qpn)) = parse_question(&q) else {
-        return false;
-    };
-    let _ = s.set_nodelay(true);
-    s.write_all(&answer(serves(&gid, qpn))).is_ok()
 }
 
 #[cfg(test)]
@@ -274,7 +362,7 @@ mod tests {
     /// A listener on loopback served by a thread until `rounds` questions were
     /// answered: QP 7 at 192.0.2.1 is served at port 4000, nothing else.
     fn server(rounds: usize) -> (SocketAddr, std::thread::JoinHandle<Listener>) {
-        let l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = l.local_addr().unwrap();
         let h = std::thread::spawn(move || {
             let mut done = 0;
@@ -325,7 +413,7 @@ mod tests {
             let _ = s.read_to_end(&mut a);
             assert!(a.is_empty(), "answered {q:?}: {a:?}");
         }
-        // A peer that connects and says nothing holds the listener `LIMIT` at most.
+        // A peer that connects and says nothing does not hold the listener.
         let stalled = TcpStream::connect(addr).unwrap();
         let t = Instant::now();
         assert_eq!(
@@ -335,6 +423,111 @@ mod tests {
         assert!(t.elapsed() < LIMIT * 3, "took {:?}", t.elapsed());
         drop(stalled);
         h.join().unwrap();
+    }
+
+    /// Whether `s`'s peer closed it (an end of stream or a reset within a second).
+    fn closed(s: &mut TcpStream) -> bool {
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        match s.read(&mut [0u8; 1]) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() == io::ErrorKind::ConnectionReset,
+        }
+    }
+
+    /// Whether `s` is open and has nothing to read now.
+    fn open_and_quiet(s: &mut TcpStream) -> bool {
+        s.set_nonblocking(true).unwrap();
+        let r = s.read(&mut [0u8; 1]);
+        matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// Turns of `l` until `s` has its answer, each turn quick, all of them within a
+    /// few milliseconds: far less than `limit`, which a listener that waited on a
+    /// stalled peer would spend on it.
+    fn answered_promptly(l: &mut Listener, s: &mut TcpStream, limit: Duration) -> [u8; ANSWER_LEN] {
+        s.set_nonblocking(true).unwrap();
+        let (mut a, mut got) = ([0u8; ANSWER_LEN], 0);
+        let t = Instant::now();
+        while got < ANSWER_LEN {
+            let turn = Instant::now();
+            l.serve_ready(limit, |g, q| (*g == gid(1) && q == 7).then_some(4000));
+            assert!(
+                turn.elapsed() < limit / 8,
+                "one turn took {:?}",
+                turn.elapsed()
+            );
+            match s.read(&mut a[got..]) {
+                Ok(0) => panic!("closed unanswered"),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+            assert!(t.elapsed() < limit / 4, "no answer in {:?}", t.elapsed());
+        }
+        a
+    }
+
+    #[test]
+    fn stalled_peers_do_not_delay_another_lookup_and_are_closed_at_their_deadline() {
+        let limit = Duration::from_millis(800);
+        let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = l.local_addr().unwrap();
+        // Connected before the well-formed one, so a listener taking them in order meets
+        // them first: one says nothing, one half a question.
+        let mut silent = TcpStream::connect(addr).unwrap();
+        let mut half = TcpStream::connect(addr).unwrap();
+        half.write_all(&question(&gid(1), 7)[..QUESTION_LEN / 2])
+            .unwrap();
+        let mut good = TcpStream::connect(addr).unwrap();
+        good.write_all(&question(&gid(1), 7)).unwrap();
+        let since = Instant::now();
+        let a = answered_promptly(&mut l, &mut good, limit);
+        assert_eq!(parse_answer(&a).unwrap(), Some(4000));
+        assert!(closed(&mut good), "open after its answer");
+        // The stalled ones wait for their deadline, and are closed at the first turn
+        // after it.
+        assert!(open_and_quiet(&mut silent) && open_and_quiet(&mut half));
+        l.serve_ready(limit, |_, _| None);
+        assert!(open_and_quiet(&mut silent) && open_and_quiet(&mut half));
+        std::thread::sleep(
+            (since + limit + Duration::from_millis(50)).saturating_duration_since(Instant::now()),
+        );
+        l.serve_ready(limit, |_, _| None);
+        assert!(closed(&mut silent), "the silent peer outlived its deadline");
+        assert!(closed(&mut half), "the half question outlived its deadline");
+    }
+
+    #[test]
+    fn more_stalled_peers_than_the_table_holds_close_the_oldest() {
+        let limit = Duration::from_millis(400);
+        let extra = 4;
+        let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut stalled: Vec<TcpStream> = (0..MAX_PENDING + extra)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let t = Instant::now();
+        l.serve_ready(limit, |_, _| None);
+        assert!(t.elapsed() < limit / 8, "one turn took {:?}", t.elapsed());
+        for (i, s) in stalled.iter_mut().enumerate() {
+            if i < extra {
+                assert!(closed(s), "peer {i} held past the table's size");
+            } else {
+                assert!(open_and_quiet(s), "peer {i} closed before its deadline");
+            }
+        }
+        // A well-formed lookup still gets its answer, in the place of the oldest.
+        let mut good = TcpStream::connect(addr).unwrap();
+        good.write_all(&question(&gid(1), 8)).unwrap();
+        let a = answered_promptly(&mut l, &mut good, limit);
+        assert_eq!(parse_answer(&a).unwrap(), None);
+        assert!(
+            closed(&mut stalled[extra]),
+            "the oldest held past the table's size"
+        );
+        assert!(open_and_quiet(&mut stalled[extra + 1]));
     }
 
     #[test]
