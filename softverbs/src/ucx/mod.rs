@@ -27,7 +27,8 @@
 //! - [`lookup`]: discovery's question and answer over the well-known lookup port
 //!   (below, "Finding the process…"): the client ([`lookup::lookup`]) and the
 //!   listener shared with `SO_REUSEPORT` ([`lookup::Listener`]), each step bounded in
-//!   time. `crate::transport` serves it (its service thread, every 2 ms while
+//!   time, the listener never waiting on a peer (a fixed table of non-blocking
+//!   connections, each advanced by the bytes ready). `crate::transport` serves it (its service thread, every 2 ms while
 //!   awake) in every process with a RoCE-bound device, answering from the namespace's
 //!   registry and the owner's exported UCX listener port; the UCX route does not ask it
 //!   yet.
