@@ -87,15 +87,20 @@
 //! Built so far: `Route::Machine` and its requester's lost-request path, and
 //! discovery's serving side; not yet the lookup by the requester nor any request
 //! over UCP.
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+pub(crate) mod machine;
+
+use crate::os::lock;
 use crate::region::MrInfo;
 use crate::shared::exports::QpView;
 use crate::shared::{self, registry, Endpoint, Owner, Shared, SharedError};
-use crate::ucx::{self, lookup, Event, Worker};
+use crate::ucx::{lookup, EpId};
+use machine::Machine;
+pub(crate) use machine::{Incoming, Reach};
 
 /// This process's transport to other processes: the shared namespace once joined.
 #[derive(Default)]
@@ -109,28 +114,6 @@ pub(crate) struct Transport {
     /// known ([`Transport::serve_machine`]); `None` inside when UCX cannot be used.
     machine: OnceLock<Option<Mutex<Machine>>>,
 }
-
-/// This process on the network (issue 29; `crate::ucx`'s design, "Finding the process
-/// that serves QP *n* at GID *g*"): its UCX worker listening on its bound interfaces'
-/// IPv4 addresses at one port, published in its exports, and its sockets at the
-/// lookup port of the same addresses, shared with the namespace's other processes.
-/// Connections to the UCX listener are refused for now: requests between machines are
-/// not carried yet.
-struct Machine {
-    worker: Worker,
-    lookups: Vec<lookup::Listener>,
-    /// When the service thread looks again ([`SERVE_EVERY`]).
-    next: Instant,
-}
-
-/// How often the service thread progresses the worker and answers lookups: a lookup
-/// waits this long at most while the thread runs, and the thread's nap (at most the
-/// interface watch period) when it sleeps.
-const SERVE_EVERY: Duration = Duration::from_millis(2);
-
-/// How long a lookup connection may take to ask and be answered before it is closed
-/// (it holds one of a listener's few slots meanwhile, never the service thread).
-const LOOKUP_LIMIT: Duration = Duration::from_millis(200);
 
 /// The lookup port: `VQP_SOFT_UCX_PORT`, else [`lookup::DEFAULT_PORT`].
 fn lookup_port() -> u16 {
@@ -210,85 +193,99 @@ impl Transport {
         let _ = self.machine_addrs.set(addrs.to_vec());
         if let Ok(s) = self.join(endpoint) {
             s.start_service();
+            let spawned = std::thread::Builder::new()
+                .name("softverbs-machine".into())
+                .spawn(move || while endpoint.machine_turn() {});
+            if spawned.is_err() {
+                eprintln!(
+                    "vqp-softverbs: cannot start the thread that serves other machines; \
+                     their requests are not answered"
+                );
+            }
         }
+    }
+
+    /// The machine thread's sleep: until UCX, a lookup or a sender has something for
+    /// it, or `timeout`. Returns false when this process does not serve other machines
+    /// (the thread then ends).
+    pub(crate) fn machine_sleep(&self, timeout: Duration) -> bool {
+        let m = match self.machine.get() {
+            None => {
+                std::thread::sleep(timeout.min(Duration::from_millis(1)));
+                return true;
+            }
+            Some(None) => return false,
+            Some(Some(m)) => m,
+        };
+        let Some(fds) = lock(m).arm() else {
+            return true;
+        };
+        crate::os::wait_readable(&fds, timeout);
+        true
     }
 
     /// Makes what serves other machines (see [`Transport::start_machine`]); what cannot
     /// be had is said once on stderr, and the rest goes on: without UCX (Debian's
     /// `libucx0`) no other machine reaches this process's QPs.
     fn make_machine(s: &Shared, addrs: &[Ipv4Addr]) -> Option<Mutex<Machine>> {
-        let mut worker = match Worker::new(ucx::DEFAULT_SETTINGS) {
-            Ok(w) => w,
+        match Machine::new(addrs, lookup_port()) {
+            Ok((m, port)) => {
+                s.export_ucx_port(port);
+                Some(Mutex::new(m))
+            }
             Err(e) => {
                 eprintln!("vqp-softverbs: other machines cannot reach this process's QPs: {e}");
-                return None;
-            }
-        };
-        let mut port = 0u16;
-        for &a in addrs {
-            let at = SocketAddr::new(IpAddr::V4(a), port);
-            match worker.listen(at).and_then(|l| worker.listener_addr(l)) {
-                Ok(bound) => port = bound.port(),
-                Err(e) => eprintln!("vqp-softverbs: cannot listen for UCX at {at}: {e}"),
+                None
             }
         }
-        let lp = lookup_port();
-        let lookups = addrs
-            .iter()
-            .filter_map(|&a| {
-                let at = SocketAddr::new(IpAddr::V4(a), lp);
-                lookup::Listener::bind(at)
-                    .map_err(|e| {
-                        eprintln!(
-                            "vqp-softverbs: cannot answer lookups at {at} (another program \
-                             or user holds the port?): {e}"
-                        )
-                    })
-                    .ok()
-            })
-            .collect();
-        s.export_ucx_port(port);
-        Some(Mutex::new(Machine {
-            worker,
-            lookups,
-            next: Instant::now(),
-        }))
     }
 
-    /// The service thread's turn for other machines: progresses the UCX worker (and
-    /// refuses connections to it, which nothing serves yet) and answers the lookups
-    /// waiting, `device_of` naming the device of a RoCE GID. Nothing when this process
-    /// does not serve other machines, or another thread is at it.
-    pub(crate) fn serve_machine(&self, device_of: impl Fn(&[u8; 16]) -> Option<usize>) {
+    /// The service thread's turn for other machines (`machine`'s docs): progresses the
+    /// UCX worker, accepts connections, connects the lookups that found their process,
+    /// answers the lookups waiting (`device_of` naming the device of a RoCE GID), and
+    /// returns the messages that arrived for the engine's UCX route, with whether
+    /// anything is going on (the thread then looks again soon). Nothing when this
+    /// process does not serve other machines, or another thread is at it.
+    pub(crate) fn serve_machine(
+        &self,
+        device_of: impl Fn(&[u8; 16]) -> Option<usize>,
+    ) -> (Vec<Incoming>, bool) {
         let (Some(addrs), Some(s)) = (self.machine_addrs.get(), self.namespace()) else {
-            return;
+            return (Vec::new(), false);
         };
         let Some(m) = self
             .machine
             .get_or_init(|| Self::make_machine(s, addrs))
             .as_ref()
         else {
-            return;
+            return (Vec::new(), false);
         };
         let Ok(mut m) = m.try_lock() else {
-            return;
+            return (Vec::new(), true);
         };
-        let m = &mut *m;
-        let now = Instant::now();
-        if now < m.next {
-            return;
+        let (came, busy) = m.turn(|gid, qpn| s.serving_port(device_of(gid)?, qpn));
+        let active = busy || m.active();
+        (came, active)
+    }
+
+    /// Whether a request to QP `qpn` at `gid` on another machine can be sent now
+    /// ([`Reach`]); starts looking it up when nothing is known. Takes the worker lock:
+    /// callable with a QP locked (`machine`'s lock order).
+    pub(crate) fn machine_reach(&self, gid: &[u8; 16], qpn: u32) -> Reach {
+        match self.machine.get() {
+            None => Reach::Pending,
+            Some(None) => Reach::Unreachable,
+            Some(Some(m)) => lock(m).reach(gid, qpn),
         }
-        m.next = now + SERVE_EVERY;
-        let _ = m.worker.progress();
-        while let Some(ev) = m.worker.next_event() {
-            if let Event::ConnRequest(req) = ev {
-                let _ = m.worker.reject(req);
-            }
-        }
-        for l in &mut m.lookups {
-            l.serve_ready(LOOKUP_LIMIT, |gid, qpn| {
-                s.serving_port(device_of(gid)?, qpn)
-            });
+    }
+
+    /// Sends active message `id` ([`machine::REQUEST`] or [`machine::RESPONSE`]) with
+    /// `header` and `payload` on endpoint `ep`; false when the endpoint failed (it is
+    /// then forgotten, and the next [`Transport::machine_reach`] looks up again).
+    pub(crate) fn machine_send(&self, ep: EpId, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
+        match self.machine.get() {
+            Some(Some(m)) => lock(m).send(ep, id, header, payload),
+            _ => false,
         }
     }
 

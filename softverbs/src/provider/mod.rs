@@ -553,9 +553,18 @@ impl crate::shared::Endpoint for Provider {
     fn watch(&self) -> Option<Duration> {
         self.has_netdevs().then(|| {
             self.watch_netdevs();
-            self.transport()
-                .serve_machine(|g| self.resolve(0, Some(g)).map(|d| d.index));
             WATCH_EVERY
         })
+    }
+
+    fn machine_turn(&'static self) -> bool {
+        let next = crate::engine::route::serve_machine(self, |g| {
+            self.resolve(0, Some(g)).map(|d| d.index)
+        });
+        if next == Some(Duration::ZERO) {
+            return true;
+        }
+        self.transport()
+            .machine_sleep(next.map_or(WATCH_EVERY, |t| t.min(WATCH_EVERY)))
     }
 }

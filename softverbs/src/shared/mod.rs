@@ -216,6 +216,10 @@ pub(crate) trait Endpoint: Sync {
     /// Looks at what the service thread watches besides the inbox (the interfaces of
     /// RoCE ports); `Some(period)`: call again within that period.
     fn watch(&self) -> Option<Duration>;
+    /// One turn of the thread that serves other machines (`crate::transport`'s
+    /// `machine`): their messages, then a sleep until something comes. False when
+    /// this process cannot serve them (the thread ends).
+    fn machine_turn(&'static self) -> bool;
 }
 
 static SHARED: OnceLock<Result<Shared, SharedError>> = OnceLock::new();

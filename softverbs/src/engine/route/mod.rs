@@ -12,7 +12,8 @@
 //!   (or to nobody there); requests go through that process's inbox, or are executed
 //!   directly for one-sided operations;
 //! - `ucx`: the responder QP is on another machine (a RoCE port's destination GID that
-//!   no device of the namespace has); see its docs for what it carries today.
+//!   no device of the namespace has); requests travel as UCX active messages to the
+//!   process serving it, whose responder runs them and answers ([`serve_machine`]).
 //!
 //! A route is a variant of an enum, not a trait object: the per-WQE dispatch is one
 //! match that the compiler sees through (no dynamic call on the data path).
@@ -132,7 +133,7 @@ pub(crate) fn send<P: Tables>(
             Err(process::Again::Unanswered) => unanswered(qp, g, w),
         },
         Route::Namespace { dev, qpn } => namespace::send(p, qp, g, w, local, len, dev, qpn),
-        Route::Machine { gid, qpn } => ucx::send(qp, g, w, gid, qpn),
+        Route::Machine { gid, qpn } => ucx::send(p, qp, g, w, local, len, gid, qpn),
         Route::Nowhere => lost(qp, g, &w),
     }
 }
@@ -159,6 +160,16 @@ pub(crate) fn on_record<P: Tables>(
     ack: &mut Option<Ack>,
 ) {
     namespace::handle(p, sh, rec, payload, ack);
+}
+
+/// The service thread's turn for other machines (the UCX route's messages and timer;
+/// `device_of` names the device of a RoCE GID for the lookups answered). Returns when
+/// to look again: `None` when nothing is going on with other machines.
+pub(crate) fn serve_machine<P: Tables>(
+    p: &'static P,
+    device_of: impl Fn(&[u8; 16]) -> Option<usize>,
+) -> Option<std::time::Duration> {
+    ucx::serve_machine(p, device_of)
 }
 
 /// Ends the requests in flight on a route that answers later whose responder died
