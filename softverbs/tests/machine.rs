@@ -493,3 +493,115 @@ fn child_survivor() {
         "RETRY_EXC after {took:?}"
     );
 }
+
+/// Moves UC QP `s` to RTS connected to QP `qpn` at `gid` (from local GID index 1, the
+/// IPv4 one), with UC's attribute masks.
+fn connect_uc(s: &Side, gid: [u8; 16], qpn: u32) {
+    let m = vqp_host::QpAttrMask::from_bits;
+    let mut a = ibv_qp_attr {
+        qp_state: IBV_QPS_INIT,
+        port_num: 1,
+        qp_access_flags: IBV_ACCESS_REMOTE_WRITE,
+        ..Default::default()
+    };
+    s.qp.modify(
+        &a,
+        m(IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+    )
+    .unwrap();
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = qpn;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid.raw = gid;
+    a.ah_attr.grh.sgid_index = 1;
+    a.ah_attr.grh.hop_limit = 64;
+    s.qp.modify(
+        &a,
+        m(IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN),
+    )
+    .unwrap();
+    a.qp_state = IBV_QPS_RTS;
+    s.qp.modify(&a, m(IBV_QP_STATE | IBV_QP_SQ_PSN)).unwrap();
+}
+
+#[test]
+fn uc_writes_and_sends_between_two_machines_over_ucx() {
+    let name = "uc_writes_and_sends_between_two_machines_over_ucx";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach3");
+    let responder = lab.start(1, "child_uc_responder");
+    let requester = lab.start(0, "child_uc_requester");
+    passed(vec![
+        (requester, "child_uc_requester"),
+        (responder, "child_uc_responder"),
+    ]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by uc_writes_and_sends_between_two_machines_over_ucx"]
+fn child_uc_responder() {
+    if !is_child("child_uc_responder") {
+        return;
+    }
+    let v = verbs();
+    let mut b = side_of(&v, "soft0", vqp_host::QpType::Uc);
+    bytes_mut(&mut b).fill(0);
+    let base = rendezvous();
+    write_file(
+        &base.with_extension("b"),
+        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
+    );
+    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    connect_uc(&b, v4([192, 0, 2, 1]), a_qpn);
+    post_receive(&b, 20, SEND_AT, 4096);
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    // The SEND comes after the WRITE: once it is here, so is the WRITE's data.
+    let rc = poll_n(&b.cq, 1);
+    assert_eq!(
+        (
+            rc[0].wr_id(),
+            rc[0].status(),
+            rc[0].byte_len(),
+            rc[0].imm_data()
+        ),
+        (20, WcStatus::Success, 512, Some(3))
+    );
+    let m = bytes(&b);
+    assert_eq!(&m[WRITE_AT..WRITE_AT + 4096], &pattern(0..4096, 9)[..]);
+    assert_eq!(&m[SEND_AT..SEND_AT + 512], &pattern(8192..8704, 9)[..]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by uc_writes_and_sends_between_two_machines_over_ucx"]
+fn child_uc_requester() {
+    if !is_child("child_uc_requester") {
+        return;
+    }
+    let v = verbs();
+    let mut a = side_of(&v, "soft0", vqp_host::QpType::Uc);
+    fill(&mut a, 9);
+    let base = rendezvous();
+    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
+    let f: Vec<u64> = wait_file(&base.with_extension("b"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    connect_uc(&a, v4([192, 0, 2, 2]), f[0] as u32);
+    wait_file(&base.with_extension("b-ready"));
+    // The first WQE may wait for the lookup; a UC WQE then completes once sent.
+    let mut sge = a.mr.sge(WRITE_AT, 4096).unwrap();
+    let mut wr = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    wr.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: f[1] + WRITE_AT as u64,
+        rkey: f[2] as u32,
+    };
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "UC WRITE");
+    let mut sge = a.mr.sge(SEND_AT, 512).unwrap();
+    let mut wr = send_wr(2, IBV_WR_SEND_WITH_IMM, std::slice::from_mut(&mut sge));
+    wr.imm.imm_data = 3u32.to_be();
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "UC SEND");
+}

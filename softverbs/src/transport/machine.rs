@@ -27,7 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::os::{lock, Wake};
 use crate::ucx::{self, lookup, Data, EpId, Event, Worker};
@@ -41,9 +41,6 @@ pub(crate) const RESPONSE: u16 = 2;
 /// (it holds one of a listener's few slots meanwhile, never the service thread); and
 /// each step of a lookup this process asks.
 pub(super) const LOOKUP_LIMIT: Duration = Duration::from_millis(200);
-
-/// How often the service thread answers lookups while it runs.
-const SERVE_EVERY: Duration = Duration::from_millis(2);
 
 /// The UCP settings of the worker that carries verbs between machines: those of every
 /// softverbs worker ([`ucx::DEFAULT_SETTINGS`]), and every message eager, so that a
@@ -95,8 +92,6 @@ pub(super) struct Machine {
     worker: Worker,
     lookups: Vec<lookup::Listener>,
     lookup_port: u16,
-    /// When the service thread answers lookups again ([`SERVE_EVERY`]).
-    next: Instant,
     /// What the handlers queued.
     inbox: Arc<Mutex<VecDeque<Incoming>>>,
     /// The lookups' answers: the UCX address of the serving process, or none.
@@ -172,7 +167,6 @@ impl Machine {
                 worker,
                 lookups,
                 lookup_port,
-                next: Instant::now(),
                 inbox,
                 found: Arc::default(),
                 peers: HashMap::new(),
@@ -288,12 +282,8 @@ impl Machine {
             };
             self.peers.insert(key, peer);
         }
-        let now = Instant::now();
-        if now >= self.next {
-            self.next = now + SERVE_EVERY;
-            for l in &mut self.lookups {
-                l.serve_ready(LOOKUP_LIMIT, &serving_port);
-            }
+        for l in &mut self.lookups {
+            l.serve_ready(LOOKUP_LIMIT, &serving_port);
         }
         let came: Vec<Incoming> = lock(&self.inbox).drain(..).collect();
         busy |= !came.is_empty();
@@ -316,7 +306,9 @@ impl Machine {
     /// Whether anything is going on with other machines (an endpoint or a lookup): the
     /// service thread then looks again soon.
     pub(super) fn active(&self) -> bool {
-        !self.endpoints.is_empty() || !self.peers.is_empty()
+        !self.endpoints.is_empty()
+            || !self.peers.is_empty()
+            || self.lookups.iter().any(|l| l.waiting() > 0)
     }
 
     /// Messages the handlers refused so far.

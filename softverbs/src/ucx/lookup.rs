@@ -296,6 +296,13 @@ impl Listener {
         self.sock.as_raw_fd()
     }
 
+    /// How many accepted connections wait for their question or for room to answer:
+    /// their bytes come without the listening socket becoming readable, so the caller
+    /// looks again soon while there are any.
+    pub fn waiting(&self) -> usize {
+        self.pending.len()
+    }
+
     /// One turn, without waiting on anything: takes the connections waiting now (each
     /// given `limit` from now to ask and be answered; past [`MAX_PENDING`] held, the
     /// oldest is closed), then advances every held one by the bytes ready now —
