@@ -17,7 +17,7 @@
 //! |---|---|---|---|
 //! | `Process` (`engine/route/process.rs`) | in this process | the requester's thread runs the responder (`engine::respond`) over plain copies | as the call's value, at once |
 //! | `Namespace` (`engine/route/namespace/`) | another process of the shared namespace | a record in that process's inbox, or executed directly with `process_vm_writev`/`readv` (one-sided) | a response record in our inbox, drained by [`Transport::poll`] into `route::on_record`; a dead owner by `route::check_deadlines` |
-//! | `Machine` (`engine/route/ucx/`) | on another machine: a RoCE port's destination GID that no device of the namespace has | not yet carried: lost (discovery and UCP requests are to come) | none: RC retransmits after the ACK timeout, `retry_cnt` times, then `IBV_WC_RETRY_EXC_ERR`; UC completes |
+//! | `Machine` (`engine/route/ucx/`) | on another machine: a RoCE port's destination GID that no device of the namespace has | an active message over UCP to the process serving it, found by a lookup ([`machine`]) | a response message, run by the machine thread ([`Transport::serve_machine`]) into the route; nobody answering, by the route's own timer |
 //! | `Nowhere` | no device answers to the address, or a link is down | nothing travels | at once: RC `IBV_WC_RETRY_EXC_ERR`, UC and UD complete |
 //!
 //! The contract each route keeps, whatever carries it:
@@ -61,32 +61,25 @@
 //! In-process delivery needs no transport state. A process that never joins the
 //! namespace (it created no QP) pays one relaxed load per poll here.
 //!
-//! # Where the UCX route plugs in
+//! # The UCX route
 //! The route to another machine (issue 29; `crate::ucx`, its design in that module's
-//! docs) is a third variant beside the two above, and the engine outside
-//! `engine::route` does not change:
+//! docs) is the third variant beside the two above; the engine outside
+//! `engine::route` knows nothing of it:
 //! - `engine/route/mod.rs`, `resolve`: where a connected QP's address (its GRH's
-//!   `dgid`, through `Tables::resolve_av`) or a datagram's names no device of this
-//!   process and no device another process of the namespace published
-//!   ([`Transport::find_gid`]), the WQE takes `Route::Machine { gid, qpn }` instead of
-//!   `Nowhere`; `route::send` matches it to the new route's `send`;
-//! - `engine/route/ucx/` (the new route, beside `process.rs` and `namespace/`): its
-//!   requester side (look-up, endpoint cache, a request per WQE as an active message,
-//!   the WQE kept in flight in the QP's state as the namespace route keeps it, under
-//!   `engine::qp::remote_state`) and its responder side, which runs each arriving
-//!   request through `engine::respond` with a mover over UCX's rendezvous receives and
-//!   sends, and answers;
-//! - the way in: `route::on_record`'s counterpart for UCX messages, called from the
-//!   worker's handlers; and `route::check_deadlines` gains the UCX route's QPs (its
-//!   timer is the only judge across machines);
-//! - this file: the transport owns the UCX worker beside the namespace (built: made
-//!   by the service thread once a context opened on a RoCE-bound device, which also
-//!   answers lookups, [`Transport::serve_machine`]); still to come: progressing it in
-//!   [`Transport::poll`] and handing its event fd to the service thread's sleep.
-//!
-//! Built so far: `Route::Machine` and its requester's lost-request path, and
-//! discovery's serving side; not yet the lookup by the requester nor any request
-//! over UCP.
+//!   `dgid`, through `Tables::resolve_av`) names no device of this process and no
+//!   device another process of the namespace published ([`Transport::find_gid`]), on a
+//!   RoCE port, the WQE takes `Route::Machine { gid, qpn }`;
+//! - `engine/route/ucx/`: its requester (a request per WQE as an active message, the
+//!   WQE kept in flight in the QP's state under `engine::qp::remote_state`, its timer)
+//!   and its responder (each request run through `engine::respond` with a mover over
+//!   the request's bytes, and answered);
+//! - this file and [`machine`]: the UCX worker, the lookups asked and answered, the
+//!   endpoints, and the machine thread that progresses them and hands what came to the
+//!   route ([`Transport::serve_machine`], [`Transport::machine_reach`],
+//!   [`Transport::machine_send`], [`Transport::machine_sleep`]). The thread is started
+//!   once a context opened on a RoCE-bound device ([`Transport::start_machine`]); the
+//!   namespace's service thread and [`Transport::poll`] do nothing for other machines,
+//!   so the in-process and namespace routes pay nothing for it.
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -110,7 +103,7 @@ pub(crate) struct Transport {
     /// The bound interfaces' addresses other machines reach this process at, set when
     /// a context opens on a RoCE-bound device ([`Transport::start_machine`]).
     machine_addrs: OnceLock<Vec<Ipv4Addr>>,
-    /// What serves other machines, made by the service thread once the addresses are
+    /// What serves other machines, made by the machine thread once the addresses are
     /// known ([`Transport::serve_machine`]); `None` inside when UCX cannot be used.
     machine: OnceLock<Option<Mutex<Machine>>>,
 }
@@ -180,10 +173,11 @@ impl Transport {
     }
 
     /// Starts serving other machines on the IPv4 addresses `addrs` of this process's
-    /// bound interfaces (the first call; later ones do nothing): the service thread
-    /// then makes a UCX worker listening at one port on each, published in our exports,
-    /// and a lookup socket at the lookup port of each ([`Transport::serve_machine`]).
-    /// Not here: this runs inside `ibv_open_device`, and making a UCP context opens the
+    /// bound interfaces (the first call; later ones do nothing): it starts the machine
+    /// thread, which makes a UCX worker listening at one port on each, published in
+    /// our exports, and a lookup socket at the lookup port of each, then serves them
+    /// ([`Transport::serve_machine`], through [`Endpoint::machine_turn`]). Not made
+    /// here: this runs inside `ibv_open_device`, and making a UCP context opens the
     /// verbs devices again (UCX's verbs component lists them even when its transports
     /// are off), which in a process whose libibverbs is softverbs re-enters it.
     pub(crate) fn start_machine(&self, endpoint: &'static dyn Endpoint, addrs: &[Ipv4Addr]) {

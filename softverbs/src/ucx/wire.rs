@@ -7,8 +7,8 @@
 //! any other size, magic or version, a QP number beyond 24 bits, an opcode or code
 //! outside the protocol, a payload length the header does not allow (a READ, an
 //! atomic or a response carries none; only SEND, SEND_WITH_IMM, WRITE and
-//! WRITE_WITH_IMM carry `len` bytes) and non-zero reserved bytes. Not used by the
-//! engine yet: no request is carried between machines so far.
+//! WRITE_WITH_IMM carry `len` bytes) and non-zero reserved bytes. The engine's UCX
+//! route (`engine::route`'s `ucx`) writes and reads them.
 
 use std::fmt;
 
