@@ -180,6 +180,18 @@ fn connect_to(s: &Side, gid: [u8; 16], qpn: u32, timeout: u8, retry_cnt: u8) {
     connect::connect(&s.qp, &path).unwrap();
 }
 
+/// Waits (10 s at most) until this process answers lookups: its thread serving other
+/// machines makes UCX's worker after the device is opened, and a UC request sent
+/// before is lost, as a packet to a host not up yet.
+fn wait_serving() {
+    let port = vqp_softverbs::ucx::lookup::DEFAULT_PORT;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !netns::listening_in(std::process::id(), port) {
+        assert!(Instant::now() < deadline, "never listened at {port}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 // Offsets in the responder's region.
 const WRITE_AT: usize = 0;
 const IMM_AT: usize = 4096;
@@ -229,6 +241,7 @@ fn child_responder() {
     post_recv(&b, &mut r);
     post_receive(&b, 11, SEND_AT, 4096);
     post_receive(&b, 12, INLINE_AT, 64);
+    wait_serving();
     write_file(&base.with_extension("b-ready"), "ready\n");
     // The requester's SEND with no receive posted is NAKed (RNR) until this one comes.
     wait_file(&base.with_extension("a-rnr"));
@@ -444,6 +457,7 @@ fn child_victim() {
     );
     let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
     connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
+    wait_serving();
     write_file(&base.with_extension("b-ready"), "ready\n");
     // Killed by the test meanwhile.
     std::thread::sleep(Duration::from_secs(60));
@@ -558,6 +572,7 @@ fn child_uc_responder() {
     let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
     connect_uc(&b, v4([192, 0, 2, 1]), a_qpn);
     post_receive(&b, 20, SEND_AT, 4096);
+    wait_serving();
     write_file(&base.with_extension("b-ready"), "ready\n");
     // The SEND comes after the WRITE: once it is here, so is the WRITE's data.
     let rc = poll_n(&b.cq, 1);

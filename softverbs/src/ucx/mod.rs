@@ -163,7 +163,9 @@
 //! SEND or WRITE re-acknowledged, a READ re-read, a duplicate atomic dropped (no
 //! results are kept yet, so such a requester ends in `IBV_WC_RETRY_EXC_ERR`); one ACK
 //! per request, not coalesced; at most 64 requests in flight per QP; a UC WQE
-//! completes when `ucp_am_send_nbx` has taken it. Every message is eager on this
+//! completes on its responder's answer, which it gets whatever became of the request
+//! (completing on `Event::Sent` would let a sender that exits at once lose data still
+//! queued while UCP connects), or after the ACK timeout. Every message is eager on this
 //! worker (`RNDV_THRESH=inf`; UCP reassembles a large one before the handler), its
 //! payload copied out of the WQE's buffers at the requester and out of UCP's buffer
 //! into a queue at the responder (the handler only queues): no rendezvous into the

@@ -15,7 +15,11 @@
 //! original value copied into its buffers then), in posting order; an RNR NAK re-sends
 //! it and everything after it after the responder's timer, counted against
 //! `rnr_retry`; a NAK completes it with the status it names and the QP goes to error.
-//! A UC WQE completes once UCP took it (or once nothing could take it).
+//! A UC WQE completes when the responder's process took it, whatever it made of it
+//! (the answer only says the data left the requester, as the namespace route's
+//! does), or, nothing answering, after the local ACK timeout (`timeout` 0: 4 s) or at
+//! once when no process is known to serve it: a UC sender that exits after its
+//! completion has not lost data still in UCP's queues.
 //!
 //! A request nobody answers — the lookup found nobody or was refused, the machine is
 //! unreachable, the endpoint failed (a killed peer), the responder dropped it — ends as

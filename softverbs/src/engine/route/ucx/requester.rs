@@ -10,7 +10,7 @@ use crate::engine::complete::{complete, fail};
 use crate::engine::qp::remote_state::InFlight;
 use crate::engine::qp::{ack_timeout, rnr_delay, QpCore, QpInner};
 use crate::engine::{Step, Tables};
-use crate::mem::{self, Span};
+use crate::mem::{self, MrTable, Span};
 use crate::os::lock;
 use crate::transport::machine::REQUEST;
 use crate::transport::Reach;
@@ -93,6 +93,7 @@ pub(super) fn send<P: Tables>(
         g.remote.next_psn = 0;
     }
     let psn = g.remote.next_psn;
+    let mut sent = false;
     if let Some(ep) = ep {
         let payload = if !carries(w.opcode) {
             Vec::new()
@@ -134,11 +135,11 @@ pub(super) fn send<P: Tables>(
         };
         // A failed endpoint is forgotten by the transport: the request is lost, and
         // its retransmission looks the peer up again.
-        let _ = t.machine_send(ep, REQUEST, &req.encode(), payload);
+        sent = t.machine_send(ep, REQUEST, &req.encode(), payload);
     }
     g.remote.next_psn = psn.wrapping_add(1);
-    if qp.unreliable() {
-        // Nothing is awaited: taken by UCP, or sent into the void.
+    if qp.unreliable() && !sent {
+        // Sent into the void: nothing will answer.
         return complete(qp, g, &w, 0);
     }
     g.remote.in_flight.push_back(InFlight {
@@ -177,9 +178,9 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
     let Some(qp) = find(p, r.src_qpn) else {
         return;
     };
-    if qp.unreliable() {
-        return;
-    }
+    // The key table before the QP (a READ's data lands in the WQE's buffers), as the
+    // responders take them.
+    let mrs = p.mrs().read().unwrap_or_else(|e| e.into_inner());
     let mut g = qp.lock();
     if g.remote.conn != r.conn || g.attr.dest_qp_num != r.dst_qpn {
         return;
@@ -191,13 +192,19 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
     let Some(f) = g.remote.in_flight.pop_front() else {
         return;
     };
+    if qp.unreliable() {
+        // A UC requester completes whatever the answer: its responder answers only
+        // to say the data left the requester (as the namespace route's does).
+        complete(&qp, &mut g, &f.w, 0);
+        return;
+    }
     match r.code {
         wire::ACK => {
             if matches!(
                 f.w.opcode,
                 IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
             ) {
-                if let Err(status) = land(p, &qp, &f.w, payload) {
+                if let Err(status) = land(&mrs, &qp, &f.w, payload) {
                     fail(&qp, &mut g, &f.w, status, None);
                     return;
                 }
@@ -241,8 +248,7 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
 
 /// Copies a READ's data or an atomic's original value into `w`'s buffers, checked
 /// again now (they were when it was sent; a deregistration since fails it).
-fn land<P: Tables>(p: &P, qp: &QpCore, w: &SendWqe, data: &[u8]) -> Result<(), u32> {
-    let mrs = p.mrs().read().unwrap_or_else(|e| e.into_inner());
+fn land(mrs: &MrTable, qp: &QpCore, w: &SendWqe, data: &[u8]) -> Result<(), u32> {
     let mut spans = Vec::with_capacity(w.sges.as_slice().len());
     for s in w.sges.as_slice() {
         let span = mrs
@@ -314,6 +320,17 @@ pub(crate) fn check_deadlines<P: Tables>(p: &'static P) -> bool {
             };
             if f.sent.elapsed() < ack_timeout(&g.attr) {
                 return true;
+            }
+            if qp.unreliable() {
+                // Nothing was to be acknowledged: what got no answer completes, as it
+                // would have on the wire.
+                while let Some(f) = g.remote.in_flight.pop_front() {
+                    if matches!(complete(&qp, &mut g, &f.w, 0), Step::Failed) {
+                        break;
+                    }
+                }
+                g.remote.machine_watched = false;
+                return false;
             }
             if g.retries >= g.attr.retry_cnt.min(7) {
                 if let Some(f) = g.remote.in_flight.pop_front() {

@@ -37,8 +37,9 @@ impl Mover for BytesMover<'_> {
 }
 
 /// Runs request `header` (with `payload`) from another machine at the QP it names, and
-/// returns the answer to send back with its payload; `None` when none is due (a UC
-/// requester, a request out of sequence, a malformed one).
+/// returns the answer to send back with its payload; `None` when none is due (a
+/// request out of sequence, a malformed one). A UC requester gets an ACK whatever
+/// became of its request.
 pub(super) fn on_request<P: Tables>(
     p: &'static P,
     header: &[u8],
@@ -56,7 +57,10 @@ pub(super) fn on_request<P: Tables>(
         value64: 0,
         len: 0,
     };
-    let drop_it = || (!uc).then(|| (answer(wire::DROP, 0), Vec::new()));
+    let drop_it = || {
+        let code = if uc { wire::ACK } else { wire::DROP };
+        Some((answer(code, 0), Vec::new()))
+    };
     let Some(dev) = p
         .devices()
         .iter()
@@ -166,7 +170,9 @@ pub(super) fn on_request<P: Tables>(
     drop(gb);
     drop(mrs);
     if uc {
-        return None;
+        // A UC requester learns nothing of what became of its request: the answer
+        // only says it was taken (it then completes).
+        return Some((answer(wire::ACK, 0), Vec::new()));
     }
     out
 }
