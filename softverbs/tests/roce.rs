@@ -2,7 +2,8 @@
 //! network namespace made for the test — link layer Ethernet, the interfaces' addresses
 //! as RoCE v2 GIDs in the verbs and in sysfs, the MTU and the state of the interface, a
 //! GRH required, QPs connected by GID and datagrams sent by GID (their GRH naming both
-//! ports' GIDs), in one process and across two processes in two namespaces. An interface that does not exist is a clear error at
+//! ports' GIDs), in one process and across two processes in two namespaces; the GID
+//! index vqp-host chooses on a bound port (its IPv4 RoCE v2 GID). An interface that does not exist is a clear error at
 //! `ibv_open_device`, and an unbound device stays an InfiniBand port. Through
 //! `softverbs run --netdev`: the sysfs tree, and `rping` over RDMA-CM (vqp-rdmacm).
 //!
@@ -484,6 +485,51 @@ fn child_roce_port() {
     ns_ip(&["link", "set", "vr1", "mtu", "2200"]);
     std::thread::sleep(Duration::from_millis(400));
     assert_eq!(b.ctx.query_port(1).unwrap().raw().active_mtu, IBV_MTU_2048);
+}
+
+#[test]
+fn the_gid_index_chosen_on_a_bound_port_is_its_ipv4_roce_v2_gid() {
+    if !netns::available("the_gid_index_chosen_on_a_bound_port_is_its_ipv4_roce_v2_gid") {
+        return;
+    }
+    let Lab { ns, dir, _dir } = Lab::new("rocegid", 1, "192.0.2.2/24");
+    run_child(
+        &ns,
+        0,
+        "child_gid_choice",
+        &[
+            ("VQP_SOFT_DEVICES", "3"),
+            ("VQP_SOFT_NETDEV", "soft0=vr0,soft1=vr1"),
+            ("VQP_SOFT_DIR", dir.to_str().unwrap()),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "run in a network namespace by the_gid_index_chosen_on_a_bound_port_is_its_ipv4_roce_v2_gid"]
+fn child_gid_choice() {
+    if !is_child("child_gid_choice") {
+        return;
+    }
+    // Through the cdylib, as an application loads libibverbs: the GID types are read
+    // with `_ibv_query_gid_ex`, which the loader finds by name.
+    let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
+    // SAFETY: the library implements the libibverbs ABI.
+    let v = unsafe { vqp_host::Verbs::load_from(&lib) }.expect("dlopen the provider");
+    let open = |name: &str| vqp_host::Context::open(&v, Some(name)).unwrap();
+    let (a, b, ib) = (open("soft0"), open("soft1"), open("soft2"));
+    // Index 0 is the link-local default GID (RoCE v2 too); index 1 the IPv4 address.
+    assert_eq!(a.default_gid_index(1).unwrap(), 1);
+    assert_eq!(b.default_gid_index(1).unwrap(), 1);
+    assert_eq!(ib.default_gid_index(1).unwrap(), 0, "an InfiniBand port");
+
+    assert_eq!(
+        *a.query_gid(1, 1).unwrap().as_bytes(),
+        v4([192, 0, 2, 1]),
+        "the chosen GID"
+    );
+    // vqp-host's endpoints use this choice when no GID index is set: `write_bw` without
+    // `--gid-index` between two namespaces (tests/write_bw_roce.rs) checks it.
 }
 
 #[test]
