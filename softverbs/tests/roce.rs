@@ -1063,3 +1063,181 @@ fn child_asker() {
     ));
     assert!(t.elapsed() < limit, "took {:?}", t.elapsed());
 }
+
+/// `scripts/hosts.sh`, run with the prefix and directory of this test.
+struct Hosts {
+    prefix: String,
+    dir: PathBuf,
+}
+
+impl Hosts {
+    fn new(tag: &str) -> Hosts {
+        // The script takes 1-16 lower-case letters, digits and '-'.
+        let prefix = format!("vqp{tag}{}", std::process::id() % 1_000_000);
+        let dir = std::env::temp_dir().join(&prefix);
+        Hosts { prefix, dir }
+    }
+
+    /// `hosts.sh ARGS`, with `path` first in `PATH` when given.
+    fn run(&self, args: &[&str], path: Option<&std::path::Path>) -> std::process::Output {
+        let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/hosts.sh"));
+        c.args(args)
+            .env("VQP_HOSTS_PREFIX", &self.prefix)
+            .env("VQP_HOSTS_DIR", &self.dir);
+        if let Some(p) = path {
+            let old = std::env::var_os("PATH").unwrap_or_default();
+            let mut paths = vec![p.to_path_buf()];
+            paths.extend(std::env::split_paths(&old));
+            c.env("PATH", std::env::join_paths(paths).unwrap());
+        }
+        c.output().expect("run hosts.sh")
+    }
+
+    /// `hosts.sh ARGS`, which must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args, None);
+        assert!(
+            out.status.success(),
+            "hosts.sh {args:?}: {}\n{}",
+            out.status,
+            text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// This prefix's namespaces.
+    fn namespaces(&self) -> Vec<String> {
+        let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with(&format!("{}-", self.prefix)))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Checks that nothing the script makes is left: no namespace, no directory, and the
+    /// links of this namespace are those of `links_before`.
+    fn check_gone(&self, links_before: &str, when: &str) {
+        assert_eq!(self.namespaces(), Vec::<String>::new(), "{when}");
+        assert!(!self.dir.exists(), "{when}: {} left", self.dir.display());
+        assert_eq!(
+            root_links(),
+            links_before,
+            "{when}: links of this namespace"
+        );
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = self.run(&["down"], None);
+    }
+}
+
+/// This network namespace's interfaces, by name.
+fn root_links() -> String {
+    let out = Command::new("ip").args(["-br", "link"]).output().unwrap();
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    names.sort();
+    names.join(" ")
+}
+
+/// Whether `ping` runs; otherwise says so on one line (or panics when system packages
+/// are required).
+fn ping_available(test: &str) -> bool {
+    let ok = Command::new("ping")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        let line = format!("skipped {test}: ping needs the Debian package iputils-ping");
+        assert!(
+            std::env::var("VQP_REQUIRE_SYSTEM_PACKAGES").as_deref() != Ok("1"),
+            "{line}; VQP_REQUIRE_SYSTEM_PACKAGES=1 says it must run"
+        );
+        eprintln!("{line}");
+    }
+    ok
+}
+
+#[test]
+fn the_hosts_script_makes_hosts_that_ping_and_removes_them_also_after_a_failed_step() {
+    let test = "the_hosts_script_makes_hosts_that_ping_and_removes_them_also_after_a_failed_step";
+    if !netns::available(test) || !ping_available(test) {
+        return;
+    }
+    let h = Hosts::new("hs");
+    let links = root_links();
+    h.ok(&["up", "-l", "2"]);
+    assert_eq!(
+        h.namespaces().len(),
+        2,
+        "two hosts, joined directly: {:?}",
+        h.namespaces()
+    );
+    for (from, to) in [
+        ("0", "192.0.2.2"),
+        ("0", "198.51.100.2"),
+        ("1", "192.0.2.1"),
+        ("1", "198.51.100.1"),
+    ] {
+        h.ok(&["exec", from, "--", "ping", "-c", "1", "-W", "2", to]);
+    }
+    let env = h.ok(&[
+        "exec",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "echo $VQP_SOFT_DIR $VQP_SOFT_NETDEV",
+    ]);
+    assert_eq!(
+        env.trim(),
+        format!("{} soft0=eth0,soft1=eth1", h.dir.join("h1").display())
+    );
+    h.ok(&["rate", "0", "1", "1gbit"]);
+    let tc = h.ok(&["exec", "0", "--", "tc", "qdisc", "show", "dev", "eth1"]);
+    assert!(tc.contains("tbf") && tc.contains("rate 1Gbit"), "{tc}");
+    h.ok(&["rate", "0", "1", "off"]);
+    // A second `up` refuses and leaves the hosts as they are.
+    assert!(!h.run(&["up"], None).status.success());
+    assert_eq!(h.namespaces().len(), 2);
+    h.ok(&["down"]);
+    h.check_gone(&links, "after down");
+    h.ok(&["down"]);
+
+    // Three hosts through a hub: host 2 reaches host 0.
+    h.ok(&["up", "-n", "3"]);
+    h.ok(&["exec", "2", "--", "ping", "-c", "1", "-W", "2", "192.0.2.1"]);
+    h.ok(&["down"]);
+    h.check_gone(&links, "after down of three hosts");
+
+    // A step that fails midway (the address of host 1's second link, by an `ip` that
+    // refuses it): `up` fails and removes what it had made.
+    let fake = netns::TempDir(procs::namespace("hosts-fake-ip"));
+    std::fs::create_dir_all(&fake.0).unwrap();
+    let ip = fake.0.join("ip");
+    let real = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("ip");
+    std::fs::write(
+        &ip,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *198.51.100.2/*) echo refused >&2; exit 2;; esac\n\
+             exec {real} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&ip, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = h.run(&["up", "-l", "2"], Some(&fake.0));
+    let said = text(&out);
+    assert!(!out.status.success(), "up with a failing step: {said}");
+    assert!(said.contains("up failed: removing what it made"), "{said}");
+    h.check_gone(&links, "after a failed up");
+}
