@@ -578,4 +578,135 @@ mod tests {
         a[6..].copy_from_slice(&[0, 0]);
         assert!(matches!(parse_answer(&a), Err(LookupError::Malformed)));
     }
+
+    /// xorshift32: the same bytes on every run, as the endpoint card's fuzz.
+    fn junk(x: &mut u32, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                *x ^= *x << 13;
+                *x ^= *x >> 17;
+                *x ^= *x << 5;
+                *x as u8
+            })
+            .collect()
+    }
+
+    /// Whether `q` is a question as [`question`] writes them, by the table in the
+    /// module docs (independently of [`parse_question`]).
+    fn well_formed(q: &[u8; QUESTION_LEN]) -> bool {
+        q[..4] == *b"VQPL" && q[4] == 1 && q[5..9] == [0, 0, 0, 0]
+    }
+
+    #[test]
+    fn arbitrary_questions_are_taken_only_when_well_formed() {
+        let mut x = 0x2545_f491u32;
+        let mut taken = 0;
+        for round in 0..20_000 {
+            let mut q = [0u8; QUESTION_LEN];
+            q.copy_from_slice(&junk(&mut x, QUESTION_LEN));
+            // Most rounds keep a valid head, so the fields behind it are reached; some
+            // clear the QPN's top byte, so well-formed questions come too.
+            if round % 4 != 0 {
+                q[..5].copy_from_slice(b"VQPL\x01");
+            }
+            if round % 2 == 0 {
+                q[5..9].fill(0);
+            }
+            match parse_question(&q) {
+                Some((gid, qpn)) => {
+                    taken += 1;
+                    assert!(well_formed(&q), "took {q:?}");
+                    assert_eq!(question(&gid, qpn), q, "not what was asked");
+                }
+                None => assert!(!well_formed(&q), "refused {q:?}"),
+            }
+        }
+        assert!(
+            taken > 1000,
+            "only {taken} well-formed questions were tried"
+        );
+    }
+
+    #[test]
+    fn arbitrary_byte_streams_are_answered_only_for_a_well_formed_question() {
+        // Streams of any length, sent in pieces of any size, each on its own connection
+        // closed after it: answered exactly when its first 28 bytes are a question; the
+        // listener never waits on one, and holds none of them afterwards.
+        let limit = Duration::from_millis(400);
+        let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut x = 0x9e37_79b9u32;
+        let (mut answered, mut refused) = (0, 0);
+        for round in 0..300usize {
+            let len = junk(&mut x, 2)
+                .iter()
+                .fold(0usize, |a, &b| a * 256 + usize::from(b))
+                % 96;
+            let mut bytes = junk(&mut x, len);
+            if round % 2 == 0 && len >= QUESTION_LEN {
+                let qpn = u32::from(bytes[0]) | u32::from(bytes[1]) << 8;
+                bytes[..QUESTION_LEN].copy_from_slice(&question(&gid(1), qpn));
+            } else if round % 4 == 1 && len >= 5 {
+                // A valid head and arbitrary fields behind it, the QPN's top byte
+                // mostly clear.
+                bytes[..5].copy_from_slice(b"VQPL\x01");
+                if len > 8 && round % 8 == 1 {
+                    bytes[8] = 0;
+                }
+            }
+            let want = bytes.len() >= QUESTION_LEN
+                && well_formed(bytes[..QUESTION_LEN].try_into().unwrap());
+            let mut s = TcpStream::connect(addr).unwrap();
+            let mut at = 0;
+            while at < bytes.len() {
+                let piece = 1 + usize::from(junk(&mut x, 1)[0]) % 40;
+                let end = (at + piece).min(bytes.len());
+                // A peer that sends past the question may find it closed already.
+                if s.write_all(&bytes[at..end]).is_err() {
+                    break;
+                }
+                at = end;
+                let turn = Instant::now();
+                l.serve_ready(limit, |g, q| (*g == gid(1) && q == 7).then_some(4000));
+                assert!(
+                    turn.elapsed() < limit / 8,
+                    "a turn took {:?}",
+                    turn.elapsed()
+                );
+            }
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            s.set_nonblocking(true).unwrap();
+            let mut got = Vec::new();
+            let t = Instant::now();
+            loop {
+                l.serve_ready(limit, |g, q| (*g == gid(1) && q == 7).then_some(4000));
+                let mut buf = [0u8; 64];
+                match s.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    // A reset: closed with bytes of ours unread.
+                    Err(_) => break,
+                }
+                assert!(t.elapsed() < limit * 2, "round {round}: never closed");
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            if want {
+                assert_eq!(got.len(), ANSWER_LEN, "round {round}: {bytes:?} unanswered");
+                let q: &[u8; QUESTION_LEN] = bytes[..QUESTION_LEN].try_into().unwrap();
+                let (g, qpn) = parse_question(q).unwrap();
+                let port = (g == gid(1) && qpn == 7).then_some(4000);
+                assert_eq!(parse_answer(&got.try_into().unwrap()).unwrap(), port);
+                answered += 1;
+            } else {
+                assert!(got.is_empty(), "round {round}: {bytes:?} answered {got:?}");
+                refused += 1;
+            }
+            assert!(l.pending.is_empty(), "round {round}: still held");
+        }
+        assert!(
+            answered > 50 && refused > 50,
+            "{answered} answered, {refused} refused"
+        );
+    }
 }
