@@ -330,9 +330,9 @@ fn write_between_two_hosts() {
 /// outage test, `a_virtual_qp_rides_out_a_link_outage_and_comes_back_to_full_width`:
 /// failovers, restored, every QP healthy at the end), every byte verified.
 #[test]
-#[ignore = "softverbs' UCX route: with two bound interfaces a request's answer never \
-            reaches the requester; and one UCP endpoint per pair of processes carries \
-            every device's traffic, so a device's data does not follow its interface"]
+#[ignore = "softverbs' UCX route: with two bound interfaces per host a request lands \
+            but its answer never reaches the requester (IBV_WC_RETRY_EXC_ERR), as the \
+            route's UCP worker is not kept to the bound interfaces"]
 fn failover_rides_out_a_link_taken_down_between_two_hosts() {
     let Some(hosts) = Hosts::new("wbm-failover", 2) else {
         return;
@@ -390,9 +390,9 @@ fn failover_rides_out_a_link_taken_down_between_two_hosts() {
 /// one (from equal weights) reach 90% of the links' sum, 64 Mbit/s. A link's rate
 /// counts its IP and TCP headers too, some 4% of a 1500-byte frame.
 #[test]
-#[ignore = "softverbs' UCX route: with two bound interfaces a request's answer never \
-            reaches the requester; and one UCP endpoint per pair of processes carries \
-            every device's traffic, so a device's data does not follow its interface"]
+#[ignore = "softverbs' UCX route: with two bound interfaces per host a request lands \
+            but its answer never reaches the requester (IBV_WC_RETRY_EXC_ERR), as the \
+            route's UCP worker is not kept to the bound interfaces"]
 fn striping_fills_two_rate_limited_links_between_two_hosts() {
     let Some(hosts) = Hosts::new("wbm-stripe", 2) else {
         return;
