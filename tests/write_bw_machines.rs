@@ -48,9 +48,19 @@ fn ucx_available(test: &str) -> bool {
     }
 }
 
+/// Whose softverbs namespace directory each host has.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dirs {
+    /// Each its own: the data crosses the veths through the UCX route.
+    Own,
+    /// One for both, as two processes of one machine: the data moves through shared
+    /// memory, while each port's state still follows its veth.
+    Shared,
+}
+
 /// Two hosts: namespaces 0 (the server's) and 1 (the client's) joined by one or two
 /// veth pairs (`LINKS`), soft0 (and soft1) bound to each host's ends, each host with
-/// a softverbs namespace directory of its own.
+/// a softverbs namespace directory of its own (or one shared, [`Dirs`]).
 struct Hosts {
     ns: Netns,
     dirs: [TempDir; 2],
@@ -62,10 +72,11 @@ struct Hosts {
 
 impl Hosts {
     /// The hosts, or `None` (said on one line) when this machine cannot make them.
-    fn new(test: &str, links: usize) -> Option<Hosts> {
-        if !netns::available(test) || !ucx_available(test) {
+    fn new(test: &str, links: usize, dirs: Dirs) -> Option<Hosts> {
+        if !netns::available(test) || (dirs == Dirs::Own && !ucx_available(test)) {
             return None;
         }
+        let shared = dirs == Dirs::Shared;
         let prog = cli::example("write_bw");
         let ns = Netns::new(test, 2);
         for (name, net) in &LINKS[..links] {
@@ -76,7 +87,8 @@ impl Hosts {
             );
         }
         let dirs = [0, 1].map(|i| {
-            let d = TempDir(procs::namespace(&format!("{test}-h{i}")));
+            let host = if shared { 0 } else { i };
+            let d = TempDir(procs::namespace(&format!("{test}-h{host}")));
             std::fs::create_dir_all(&d.0).expect("a namespace directory");
             d
         });
@@ -243,7 +255,7 @@ fn float_after(json: &str, prefix: &str) -> f64 {
 /// veth pair.
 #[test]
 fn one_message_of_each_opcode_between_two_hosts() {
-    let Some(hosts) = Hosts::new("wbm-one", 1) else {
+    let Some(hosts) = Hosts::new("wbm-one", 1, Dirs::Own) else {
         return;
     };
     for mode in ["dqplb", "spray"] {
@@ -262,7 +274,7 @@ fn one_message_of_each_opcode_between_two_hosts() {
 /// `opcode` in both modes with 1 and 8 data QPs, over one device (soft0, the first
 /// veth pair) and over two (`--device soft0,soft1`, both pairs, 2 and 8 QPs).
 fn matrix(test: &str, opcode: &str) {
-    let Some(hosts) = Hosts::new(test, 2) else {
+    let Some(hosts) = Hosts::new(test, 2, Dirs::Own) else {
         return;
     };
     const MESSAGES: u64 = 40;
@@ -286,6 +298,39 @@ fn matrix(test: &str, opcode: &str) {
             run.passed(opcode, Some(MESSAGES), SIZE);
             if devices.contains(',') {
                 // Both links carried data.
+                let json = run.json();
+                let per = cli::json_array(&json, "bytes_per_device");
+                assert!(
+                    per.len() == 2 && per.iter().all(|&b| b > 0),
+                    "{what}: {json}"
+                );
+                assert_eq!(per.iter().sum::<u64>(), MESSAGES * SIZE, "{what}: {json}");
+            }
+        }
+    }
+}
+
+/// `--device soft0,soft1` between two namespaces that share a softverbs directory
+/// (the data through shared memory, each device on its own veth pair): every opcode
+/// in both modes with 2 and 8 data QPs, both devices carrying data, every byte
+/// verified.
+#[test]
+fn two_devices_between_two_namespaces_sharing_a_directory() {
+    let Some(hosts) = Hosts::new("wbm-two-shared", 2, Dirs::Shared) else {
+        return;
+    };
+    const MESSAGES: u64 = 40;
+    const SIZE: u64 = 256 << 10;
+    for mode in ["dqplb", "spray"] {
+        for opcode in ["write", "write_imm", "read"] {
+            for qps in ["2", "8"] {
+                let args = [
+                    "--mode", mode, "--opcode", opcode, "--qps", qps, "--size", "256K", "--iters",
+                    "40", "--json",
+                ];
+                let what = format!("{mode}, {opcode}, --qps {qps}");
+                let run = hosts.run("soft0,soft1", &args, Duration::from_secs(60), || {});
+                run.passed(opcode, Some(MESSAGES), SIZE);
                 let json = run.json();
                 let per = cli::json_array(&json, "bytes_per_device");
                 assert!(
@@ -334,7 +379,20 @@ fn write_between_two_hosts() {
             but its answer never reaches the requester (IBV_WC_RETRY_EXC_ERR), as the \
             route's UCP worker is not kept to the bound interfaces"]
 fn failover_rides_out_a_link_taken_down_between_two_hosts() {
-    let Some(hosts) = Hosts::new("wbm-failover", 2) else {
+    failover("wbm-failover", Dirs::Own);
+}
+
+/// The same between two namespaces that share a softverbs directory: the data moves
+/// through shared memory, the ports follow the veths (the client's soft1 and, its peer
+/// gone, the server's go down), and write_bw's `--device soft0,soft1` fails over and
+/// back across two processes.
+#[test]
+fn failover_rides_out_a_link_taken_down_between_two_namespaces_sharing_a_directory() {
+    failover("wbm-failover-shared", Dirs::Shared);
+}
+
+fn failover(test: &str, dirs: Dirs) {
+    let Some(hosts) = Hosts::new(test, 2, dirs) else {
         return;
     };
     let args = [
@@ -394,7 +452,7 @@ fn failover_rides_out_a_link_taken_down_between_two_hosts() {
             but its answer never reaches the requester (IBV_WC_RETRY_EXC_ERR), as the \
             route's UCP worker is not kept to the bound interfaces"]
 fn striping_fills_two_rate_limited_links_between_two_hosts() {
-    let Some(hosts) = Hosts::new("wbm-stripe", 2) else {
+    let Some(hosts) = Hosts::new("wbm-stripe", 2, Dirs::Own) else {
         return;
     };
     const RATES: [u64; 2] = [16_000_000, 48_000_000];
