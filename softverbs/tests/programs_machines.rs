@@ -5,9 +5,10 @@
 //! (README, "Between machines"). Each side's soft0 is bound to its end of the veth
 //! (`VQP_SOFT_NETDEV`) and the programs address the peer by its RoCE v2 GID, index 1
 //! (`ibv_rc_pingpong -g 1`, perftest's `-x 1`). The cdylib stands in for libibverbs
-//! both ways: preloaded (`LD_PRELOAD`, as `softverbs run` does) and found first as
-//! `libibverbs.so.1` (`LD_LIBRARY_PATH`). Each side must exit 0 and print what the
-//! program prints on hardware.
+//! both ways, preloaded (`LD_PRELOAD`) and found first as `libibverbs.so.1`
+//! (`LD_LIBRARY_PATH`), and through `softverbs run --netdev` (its own preload, with the
+//! device files and sysfs tree of a kernel provider). Each side must exit 0 and print
+//! what the program prints on hardware.
 //!
 //! Needs root and iproute2 (`netns`), UCX (`libucx0`) and the programs' packages; each
 //! test skips with one line without them, and fails instead under
@@ -32,6 +33,9 @@ enum Subst {
     Preload,
     /// `LD_LIBRARY_PATH=<dir>`, `<dir>/libibverbs.so.1` → the cdylib.
     LibraryPath,
+    /// `softverbs run --netdev soft0=IF --dir DIR -- PROGRAM`: the launcher's mount
+    /// namespace, `/dev/infiniband` and sysfs tree, and its preload.
+    Launcher,
 }
 
 /// Whether UCX (Debian's `libucx0`) can be loaded; prints a line naming the package
@@ -90,9 +94,10 @@ fn two_hosts(
     ns.veth((0, "vr0", "192.0.2.1/24"), (1, "vr1", "192.0.2.2/24"), 1500);
     let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
     let lib_dir = system::LibDir::new(&lib, test);
-    let load: (&str, &OsStr) = match subst {
-        Subst::Preload => ("LD_PRELOAD", lib.as_os_str()),
-        Subst::LibraryPath => ("LD_LIBRARY_PATH", lib_dir.0.as_os_str()),
+    let load: Option<(&str, &OsStr)> = match subst {
+        Subst::Preload => Some(("LD_PRELOAD", lib.as_os_str())),
+        Subst::LibraryPath => Some(("LD_LIBRARY_PATH", lib_dir.0.as_os_str())),
+        Subst::Launcher => None,
     };
     // perftest calibrates its cycle counter against the wall clock before it reports
     // and gives up on a loaded machine ("Correlation coefficient"): the program's
@@ -103,12 +108,35 @@ fn two_hosts(
         let dirs = [0, 1].map(|i| TempDir(procs::namespace(&format!("{test}-h{i}"))));
         let port = procs::free_port().to_string();
         let side = |i: usize| {
-            let mut c = ns.exec(i, &path);
+            let netdev = format!("soft0=vr{i}");
+            let mut c = match load {
+                Some((var, value)) => {
+                    let mut c = ns.exec(i, &path);
+                    c.env(var, value)
+                        .env(vqp_softverbs::ENV_DIR, &dirs[i].0)
+                        .env("VQP_SOFT_NETDEV", &netdev);
+                    c
+                }
+                None => {
+                    let launcher = std::path::Path::new(env!("CARGO_BIN_EXE_softverbs"));
+                    let mut c = ns.exec(i, launcher);
+                    c.args(["run", "--netdev", &netdev, "--lib"])
+                        .arg(&lib)
+                        .arg("--dir")
+                        .arg(&dirs[i].0)
+                        .arg("--")
+                        .arg(&path);
+                    // The launcher's settings only.
+                    for (k, _) in std::env::vars_os() {
+                        if k.to_string_lossy().starts_with("VQP_SOFT_") {
+                            c.env_remove(k);
+                        }
+                    }
+                    c
+                }
+            };
             c.args(args)
                 .args(["-p", &port])
-                .env(load.0, load.1)
-                .env(vqp_softverbs::ENV_DIR, &dirs[i].0)
-                .env("VQP_SOFT_NETDEV", format!("soft0=vr{i}"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -197,6 +225,16 @@ fn ibv_rc_pingpong_between_two_hosts_as_libibverbs_so_1() {
 }
 
 #[test]
+fn ibv_rc_pingpong_between_two_hosts_through_softverbs_run() {
+    pingpong(
+        "ibv_rc_pingpong_between_two_hosts_through_softverbs_run",
+        "ibv_rc_pingpong",
+        Subst::Launcher,
+        "1638400",
+    );
+}
+
+#[test]
 #[ignore = "softverbs' UCX route does not carry UD yet: a datagram to another machine \
             is lost, and ibv_ud_pingpong waits for its answer for ever"]
 fn ibv_ud_pingpong_between_two_hosts_under_ld_preload() {
@@ -271,4 +309,5 @@ perftests! {
     ib_write_bw_between_two_hosts_as_libibverbs_so_1: "ib_write_bw", LibraryPath, Bw;
     ib_read_bw_between_two_hosts_as_libibverbs_so_1: "ib_read_bw", LibraryPath, Bw;
     ib_send_lat_between_two_hosts_as_libibverbs_so_1: "ib_send_lat", LibraryPath, Lat;
+    ib_write_bw_between_two_hosts_through_softverbs_run: "ib_write_bw", Launcher, Bw;
 }
