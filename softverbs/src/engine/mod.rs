@@ -203,6 +203,9 @@ pub(crate) struct Engine {
     /// QPs with requests in flight to another process (the shared namespace's service
     /// thread watches their deadlines, `route::check_deadlines`).
     pub(crate) watch: Mutex<Vec<std::sync::Weak<QpCore>>>,
+    /// QPs with requests in flight to another machine (the UCX route's timer,
+    /// `route::serve_machine`).
+    pub(crate) machine_watch: Mutex<Vec<std::sync::Weak<QpCore>>>,
     /// Threads blocked in `ibv_get_cq_event`: while one is, a poll that ran a moment ago
     /// does not mean another is coming, so nobody naps on its account.
     waiters: AtomicU32,
@@ -247,6 +250,7 @@ impl Engine {
             activity: AtomicU64::new(0),
             work: AtomicBool::new(false),
             watch: Mutex::new(Vec::new()),
+            machine_watch: Mutex::new(Vec::new()),
             waiters: AtomicU32::new(0),
             thread_mode: AtomicBool::new(progress == Progress::Thread),
             thread: Once::new(),

@@ -413,6 +413,20 @@ impl Provider {
     pub fn start_watching(&'static self) {
         if self.has_netdevs() {
             self.transport().start(self);
+            // The bound interfaces' IPv4 addresses (their IPv4-mapped GIDs), where other
+            // machines look this process up.
+            let mut addrs = Vec::new();
+            for d in self.devices.iter().filter(|d| d.is_roce()) {
+                for g in d.gids() {
+                    if g[..10] == [0; 10] && g[10..12] == [0xff, 0xff] {
+                        let a = std::net::Ipv4Addr::new(g[12], g[13], g[14], g[15]);
+                        if !addrs.contains(&a) {
+                            addrs.push(a);
+                        }
+                    }
+                }
+            }
+            self.transport().start_machine(self, &addrs);
         }
     }
 
@@ -541,5 +555,16 @@ impl crate::shared::Endpoint for Provider {
             self.watch_netdevs();
             WATCH_EVERY
         })
+    }
+
+    fn machine_turn(&'static self) -> bool {
+        let next = crate::engine::route::serve_machine(self, |g| {
+            self.resolve(0, Some(g)).map(|d| d.index)
+        });
+        if next == Some(Duration::ZERO) {
+            return true;
+        }
+        self.transport()
+            .machine_sleep(next.map_or(WATCH_EVERY, |t| t.min(WATCH_EVERY)))
     }
 }

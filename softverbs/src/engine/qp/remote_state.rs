@@ -45,6 +45,16 @@ pub(crate) struct RespSeq {
     pub(crate) forwarded: Option<(Owner, Instant)>,
 }
 
+/// A responder QP's view of the requester on another machine feeding it
+/// (`engine::route`'s `ucx`): its GID, QP and connection, and the next sequence number
+/// it executes.
+pub(crate) struct MachineSeq {
+    pub(crate) sgid: [u8; 16],
+    pub(crate) qpn: u32,
+    pub(crate) conn: u32,
+    pub(crate) expect: u32,
+}
+
 /// A QP's cross-process state, kept under the QP's lock. Empty (and allocation-free)
 /// for a QP that only talks within its process.
 #[derive(Default)]
@@ -58,6 +68,13 @@ pub(crate) struct RemoteState {
     pub(crate) watched: bool,
     /// The QP waits for room in its pipeline (an answer makes it runnable again).
     pub(crate) full: bool,
+    /// Since when the head WQE waits for the lookup of its responder on another
+    /// machine (`engine::route`'s `ucx`).
+    pub(crate) machine_wait: Option<Instant>,
+    /// The QP is on the UCX route's deadline list (`Engine::machine_watch`).
+    pub(crate) machine_watched: bool,
+    /// The sequence this QP runs of a requester on another machine.
+    pub(crate) machine_resp: Option<MachineSeq>,
 }
 
 impl RemoteState {

@@ -1,0 +1,133 @@
+//! The UCX route: a WQE of an RC or UC QP on a RoCE port (a device bound to a network
+//! interface) whose destination GID names no device of this process nor of the shared
+//! namespace — a QP on another machine, reached through `crate::ucx` (its design, which
+//! this route follows, is in that module's docs; the worker, its endpoints, lookups and
+//! threads are `crate::transport::machine`'s).
+//!
+//! # The requester ([`send`], `requester`)
+//! The process serving (GID, QPN) is looked up and an endpoint connected off the QP's
+//! lock (the transport's lookup thread and the service thread); meanwhile the WQE waits
+//! at the head of the send queue, for one local ACK timeout at most. Then each WQE
+//! travels as one active message (`ucx::wire::Request`, its payload copied from the
+//! WQE's checked buffers or inline data) and stays in flight in the QP's state
+//! (`qp::remote_state`, as the namespace route keeps it) with its sequence number,
+//! until the responder's answer: an ACK completes it (a READ's data or an atomic's
+//! original value copied into its buffers then), in posting order; an RNR NAK re-sends
+//! it and everything after it after the responder's timer, counted against
+//! `rnr_retry`; a NAK completes it with the status it names and the QP goes to error.
+//! A UC WQE completes when the responder's process took it, whatever it made of it
+//! (the answer only says the data left the requester, as the namespace route's
+//! does), or, nothing answering, after the local ACK timeout (`timeout` 0: 4 s) or at
+//! once when no process is known to serve it: a UC sender that exits after its
+//! completion has not lost data still in UCP's queues.
+//!
+//! A request nobody answers — the lookup found nobody or was refused, the machine is
+//! unreachable, the endpoint failed (a killed peer), the responder dropped it — ends as
+//! every lost request does (`crate::transport`, "Routes"): the service thread's timer
+//! (`check_deadlines`) re-sends the oldest unanswered WQE and those behind it after the
+//! QP's local ACK timeout, looking the peer up again if its endpoint went, `retry_cnt`
+//! times, then completes it with `IBV_WC_RETRY_EXC_ERR`; the QP goes to error and the
+//! rest flush. Across machines this timer alone decides (UCX's own failure detection
+//! only changes the path of the next retransmission).
+//!
+//! IBA Vol. 1 §9.7.6.1.3 (and rdma-core's `ibv_modify_qp(3)`): the requester
+//! retransmits when no acknowledgement comes within the local ACK timeout,
+//! `4.096 µs · 2^timeout`, up to `retry_cnt` times, then reports the transport retry
+//! counter exceeded (`IBV_WC_RETRY_EXC_ERR`, mlx5's syndrome
+//! `MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR`).
+//!
+//! # The responder (`responder`)
+//! Each request is run through the engine's `respond` with a mover over its payload
+//! bytes, so the QP state, connection (the QP must be connected to the requester's GID
+//! and QPN), PD, rkey, bounds, access, RNR and the responder's error transition are
+//! those of every other route. Requests of a connection execute strictly in sequence:
+//! one out of sequence is dropped (the requester re-sends from the first unanswered
+//! one); a duplicate SEND or WRITE is acknowledged again without running, a duplicate
+//! READ runs again, a duplicate atomic is dropped (no results are kept yet, so its
+//! requester ends with `IBV_WC_RETRY_EXC_ERR` if its first answer was lost).
+//!
+//! # Threads and locks
+//! UCX's callbacks only queue (`transport::machine`). The service thread drains the
+//! queue ([`serve_machine`]) with the worker lock released: it runs each request under
+//! the key table's read lock and the responder QP's lock (the namespace responder's
+//! order), each response under the requester QP's lock, then sends the answers, taking
+//! the worker lock with no QP locked. A requester sends with its QP locked and takes
+//! the worker lock inside: requester QP → worker lock, never the other way.
+//!
+//! Not carried yet: UD (a datagram to another machine is lost), XRC, and IPv6 GIDs.
+//! Every payload is copied once on each side (an owned buffer handed to UCP; the
+//! responder copies out of UCP's eager buffer into the queue and then into place).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::qp::{QpCore, QpInner};
+use crate::engine::{Step, Tables};
+use crate::mem::Span;
+use crate::transport::machine::{REQUEST, RESPONSE};
+use crate::ucx::wire;
+use crate::wqe::SendWqe;
+
+mod requester;
+mod responder;
+
+pub(crate) use requester::check_deadlines;
+
+/// Sends WQE `w` of `qp` (locked as `g`; `local` its checked buffers, `len` bytes) to
+/// QP `qpn` at RoCE GID `gid` on another machine (see the module's docs).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn send<P: Tables>(
+    p: &'static P,
+    qp: &Arc<QpCore>,
+    g: &mut QpInner,
+    w: SendWqe,
+    local: &[Span<'_>],
+    len: u64,
+    gid: [u8; 16],
+    qpn: u32,
+) -> Step {
+    requester::send(p, qp, g, w, local, len, gid, qpn)
+}
+
+/// The service thread's turn for other machines: the transport's (worker, lookups),
+/// then every message that came — requests run by the responder, whose answers are
+/// sent, and answers to our requests — and the timer of the QPs with requests in
+/// flight. Returns when to look again: at once when anything came, soon while
+/// anything is going on with other machines, `None` otherwise.
+pub(crate) fn serve_machine<P: Tables>(
+    p: &'static P,
+    device_of: impl Fn(&[u8; 16]) -> Option<usize>,
+) -> Option<Duration> {
+    let t = p.engine().transport();
+    let (came, active) = t.serve_machine(device_of);
+    let any = !came.is_empty();
+    let mut answers = Vec::new();
+    for m in came {
+        match m.id {
+            REQUEST => {
+                if let Some(a) = responder::on_request(p, &m.header, &m.payload) {
+                    if let Some(ep) = m.from {
+                        answers.push((ep, a));
+                    }
+                }
+            }
+            RESPONSE => {
+                if let Ok(r) = wire::Response::decode(&m.header, m.payload.len() as u64) {
+                    requester::on_response(p, &r, &m.payload);
+                }
+            }
+            _ => {}
+        }
+    }
+    for (ep, (r, payload)) in answers {
+        t.machine_send(ep, RESPONSE, &r.encode(), payload);
+    }
+    let watching = check_deadlines(p);
+    if any {
+        Some(Duration::ZERO)
+    } else if active || watching {
+        Some(Duration::from_millis(1))
+    } else {
+        None
+    }
+}

@@ -1,0 +1,319 @@
+//! This process on the network (issue 29; `crate::ucx`'s design): its UCX worker, the
+//! lookups it answers and asks, the endpoints it holds to other machines' processes,
+//! and the messages that arrived for the engine.
+//!
+//! # Threads and locks
+//! The worker and everything beside it live in one [`Machine`] behind one mutex (the
+//! *worker lock*). UCX's callbacks run inside `Worker::progress`, with the worker lock
+//! held, so its active-message handlers only copy what came into a queue of their own
+//! (a leaf lock) and return. The service thread takes the worker lock, progresses,
+//! accepts connections, closes failed endpoints, turns finished lookups into endpoints
+//! and answers lookups; then, with the worker lock released, the engine's UCX route
+//! takes the queued messages ([`super::Transport::serve_machine`]'s value) and runs
+//! them (responder, requester completions) under QP locks, and hands the responses to
+//! [`super::Transport::machine_send`]. A requester sends with its QP locked and takes
+//! the worker lock inside it ([`super::Transport::machine_reach`],
+//! [`super::Transport::machine_send`]): the order is requester QP → worker lock → the
+//! queues, and nobody takes a QP lock while holding the worker lock.
+//!
+//! A lookup never runs under a lock: it runs on a thread of its own (its steps bounded
+//! by [`LOOKUP_LIMIT`]), and its answer waits in a queue until the service thread's
+//! next turn connects an endpoint. One endpoint serves each pair of processes (by the
+//! peer's address and UCX port), shared by all their QPs; it is forgotten when it
+//! fails, and the next request looks up again.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::os::{lock, Wake};
+use crate::ucx::{self, lookup, Data, EpId, Event, Worker};
+
+/// The active message id of a request (`ucx::wire::Request` header).
+pub(crate) const REQUEST: u16 = 1;
+/// The active message id of a response (`ucx::wire::Response` header).
+pub(crate) const RESPONSE: u16 = 2;
+
+/// How long a lookup connection may take to ask and be answered before it is closed
+/// (it holds one of a listener's few slots meanwhile, never the service thread); and
+/// each step of a lookup this process asks.
+pub(super) const LOOKUP_LIMIT: Duration = Duration::from_millis(200);
+
+/// The UCP settings of the worker that carries verbs between machines: those of every
+/// softverbs worker ([`ucx::DEFAULT_SETTINGS`]), and every message eager, so that a
+/// handler has the whole payload (UCP reassembles it) and nothing is fetched later.
+const SETTINGS: &[(&str, &str)] = &[
+    ("TLS", "tcp"),
+    ("SOCKADDR_TLS_PRIORITY", "tcp"),
+    ("RNDV_THRESH", "inf"),
+];
+
+/// A message from another machine, as the handler queued it.
+pub(crate) struct Incoming {
+    /// [`REQUEST`] or [`RESPONSE`].
+    pub(crate) id: u16,
+    pub(crate) header: Vec<u8>,
+    pub(crate) payload: Vec<u8>,
+    /// The endpoint to answer on.
+    pub(crate) from: Option<EpId>,
+}
+
+/// Whether the process serving a (GID, QPN) can be sent to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Over this endpoint.
+    Ready(EpId),
+    /// Not yet: a lookup (or the worker) is on its way.
+    Pending,
+    /// Nobody answered, nobody serves it, or this process cannot reach other machines.
+    Unreachable,
+}
+
+/// What is known of a (GID, QPN).
+enum Peer {
+    /// A lookup is running.
+    Looking,
+    /// Served through this endpoint.
+    Ready(EpId),
+    /// The last lookup or connection failed (told once to a requester, then forgotten).
+    Failed,
+}
+
+type Key = ([u8; 16], u32);
+
+/// The lookups' answers: the UCX address of the process serving a key, or none.
+type Found = Arc<Mutex<Vec<(Key, Option<SocketAddr>)>>>;
+
+/// This process on the network: see the module's docs.
+pub(super) struct Machine {
+    worker: Worker,
+    lookups: Vec<lookup::Listener>,
+    lookup_port: u16,
+    /// What the handlers queued.
+    inbox: Arc<Mutex<VecDeque<Incoming>>>,
+    /// The lookups' answers: the UCX address of the serving process, or none.
+    found: Found,
+    peers: HashMap<Key, Peer>,
+    endpoints: HashMap<SocketAddr, EpId>,
+    /// Messages refused by the handlers (an unexpected rendezvous payload).
+    dropped: Arc<AtomicU64>,
+    /// Wakes the machine thread's sleep: written after a send (UCP may need progress
+    /// to finish it) and by a finished lookup.
+    wake: Arc<Wake>,
+}
+
+/// The IPv4 address of an IPv4-mapped RoCE GID (`::ffff:a.b.c.d`); IPv6 GIDs are not
+/// served yet.
+fn ipv4_of(gid: &[u8; 16]) -> Option<Ipv4Addr> {
+    Ipv6Addr::from(*gid).to_ipv4_mapped()
+}
+
+impl Machine {
+    /// Makes the worker, listening at one port on each of `addrs`, and the lookup
+    /// sockets at `lookup_port` of each. The port listened at is returned beside it.
+    pub(super) fn new(addrs: &[Ipv4Addr], lookup_port: u16) -> Result<(Machine, u16), ucx::Error> {
+        let wake = Arc::new(Wake::new().map_err(|_| ucx::Error::Invalid("no eventfd"))?);
+        let mut worker = Worker::new(SETTINGS)?;
+        let inbox: Arc<Mutex<VecDeque<Incoming>>> = Arc::default();
+        let dropped = Arc::new(AtomicU64::new(0));
+        for id in [REQUEST, RESPONSE] {
+            let q = inbox.clone();
+            let d = dropped.clone();
+            worker.set_handler(id, move |m| {
+                let header = m.header().to_vec();
+                let from = m.from();
+                match m.into_data() {
+                    Data::Eager(p) => lock(&q).push_back(Incoming {
+                        id,
+                        header,
+                        payload: p.to_vec(),
+                        from,
+                    }),
+                    // Every message is eager (`SETTINGS`): a rendezvous one comes from
+                    // another protocol, and is discarded (dropping it releases it).
+                    Data::Rendezvous(_) => {
+                        d.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })?;
+        }
+        let mut port = 0u16;
+        for &a in addrs {
+            let at = SocketAddr::new(IpAddr::V4(a), port);
+            match worker.listen(at).and_then(|l| worker.listener_addr(l)) {
+                Ok(bound) => port = bound.port(),
+                Err(e) => eprintln!("vqp-softverbs: cannot listen for UCX at {at}: {e}"),
+            }
+        }
+        let lookups = addrs
+            .iter()
+            .filter_map(|&a| {
+                let at = SocketAddr::new(IpAddr::V4(a), lookup_port);
+                lookup::Listener::bind(at)
+                    .map_err(|e| {
+                        eprintln!(
+                            "vqp-softverbs: cannot answer lookups at {at} (another program \
+                             or user holds the port?): {e}"
+                        )
+                    })
+                    .ok()
+            })
+            .collect();
+        Ok((
+            Machine {
+                worker,
+                lookups,
+                lookup_port,
+                inbox,
+                found: Arc::default(),
+                peers: HashMap::new(),
+                endpoints: HashMap::new(),
+                dropped,
+                wake,
+            },
+            port,
+        ))
+    }
+
+    /// Whether a request to QP `qpn` at `gid` can be sent now; starts a lookup when
+    /// nothing is known (see [`Reach`]). A failure is told once: the next call looks
+    /// up again.
+    pub(super) fn reach(&mut self, gid: &[u8; 16], qpn: u32) -> Reach {
+        let key = (*gid, qpn);
+        match self.peers.get(&key) {
+            Some(Peer::Ready(ep)) => return Reach::Ready(*ep),
+            Some(Peer::Looking) => return Reach::Pending,
+            Some(Peer::Failed) => {
+                self.peers.remove(&key);
+                return Reach::Unreachable;
+            }
+            None => {}
+        }
+        let Some(ip) = ipv4_of(gid) else {
+            return Reach::Unreachable;
+        };
+        let found = self.found.clone();
+        let wake = self.wake.clone();
+        let at = SocketAddr::new(IpAddr::V4(ip), self.lookup_port);
+        let started = std::thread::Builder::new()
+            .name("softverbs-lookup".into())
+            .spawn(move || {
+                let addr = lookup::lookup(at, &key.0, key.1, LOOKUP_LIMIT)
+                    .ok()
+                    .flatten()
+                    .map(|port| SocketAddr::new(IpAddr::V4(ip), port));
+                lock(&found).push((key, addr));
+                wake.ring();
+            });
+        if started.is_err() {
+            return Reach::Unreachable;
+        }
+        self.peers.insert(key, Peer::Looking);
+        Reach::Pending
+    }
+
+    /// Sends active message `id` on `ep`; false when the endpoint is gone or failed (it
+    /// is then forgotten).
+    pub(super) fn send(&mut self, ep: EpId, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
+        if self.worker.am_send(ep, id, header, payload, 0).is_ok() {
+            self.wake.ring();
+            return true;
+        }
+        self.forget(ep);
+        false
+    }
+
+    /// Forgets endpoint `ep` and every (GID, QPN) served through it, and closes it.
+    fn forget(&mut self, ep: EpId) {
+        self.endpoints.retain(|_, e| *e != ep);
+        self.peers
+            .retain(|_, p| !matches!(p, Peer::Ready(e) if *e == ep));
+        let _ = self.worker.close(ep);
+    }
+
+    /// The service thread's turn (see the module's docs): progress, connections,
+    /// failed endpoints, finished lookups, and the lookups waiting to be answered
+    /// (`serving_port` names the UCX port of the process serving a (GID, QPN)). Returns
+    /// the messages that arrived, and whether UCX did anything.
+    pub(super) fn turn(
+        &mut self,
+        serving_port: impl Fn(&[u8; 16], u32) -> Option<u16>,
+    ) -> (Vec<Incoming>, bool) {
+        let mut busy = false;
+        for _ in 0..64 {
+            match self.worker.progress() {
+                Ok(0) => break,
+                Ok(_) => busy = true,
+                Err(e) => {
+                    eprintln!("vqp-softverbs: UCX progress: {e}");
+                    break;
+                }
+            }
+        }
+        while let Some(ev) = self.worker.next_event() {
+            match ev {
+                Event::ConnRequest(req) => {
+                    let _ = self.worker.accept(req);
+                }
+                Event::EndpointFailed { ep, .. } => self.forget(ep),
+                Event::Sent { .. } | Event::Received { .. } => {}
+            }
+        }
+        let found = std::mem::take(&mut *lock(&self.found));
+        for (key, addr) in found {
+            if !matches!(self.peers.get(&key), Some(Peer::Looking)) {
+                continue;
+            }
+            let peer = match addr {
+                Some(a) => match self.endpoints.get(&a) {
+                    Some(&ep) => Peer::Ready(ep),
+                    None => match self.worker.connect(a) {
+                        Ok(ep) => {
+                            self.endpoints.insert(a, ep);
+                            Peer::Ready(ep)
+                        }
+                        Err(_) => Peer::Failed,
+                    },
+                },
+                None => Peer::Failed,
+            };
+            self.peers.insert(key, peer);
+        }
+        for l in &mut self.lookups {
+            l.serve_ready(LOOKUP_LIMIT, &serving_port);
+        }
+        let came: Vec<Incoming> = lock(&self.inbox).drain(..).collect();
+        busy |= !came.is_empty();
+        (came, busy)
+    }
+
+    /// Arms the worker for the machine thread's sleep: the descriptors to wait on (the
+    /// worker's event fd, the wake-up, the lookup sockets), or `None` when UCP has work
+    /// already.
+    pub(super) fn arm(&mut self) -> Option<Vec<RawFd>> {
+        self.wake.clear();
+        if let Ok(false) = self.worker.arm() {
+            return None;
+        }
+        let mut fds = vec![self.worker.event_fd(), self.wake.raw()];
+        fds.extend(self.lookups.iter().map(|l| l.fd()));
+        Some(fds)
+    }
+
+    /// Whether anything is going on with other machines (an endpoint or a lookup): the
+    /// service thread then looks again soon.
+    pub(super) fn active(&self) -> bool {
+        !self.endpoints.is_empty()
+            || !self.peers.is_empty()
+            || self.lookups.iter().any(|l| l.waiting() > 0)
+    }
+
+    /// Messages the handlers refused so far.
+    #[allow(dead_code)]
+    pub(super) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,622 @@
+//! Verbs between machines over UCX (`engine::route`'s `ucx`): two processes in two
+//! network namespaces joined by one veth, each with its own softverbs namespace
+//! directory (so no shared memory can carry the data) and a soft device bound to its
+//! veth end, RC QPs connected by GID. The requester's operations land at the responder
+//! with every byte checked (WRITE, WRITE_WITH_IMM, SEND and inline SEND with their
+//! receive completions, an RNR NAK waited out, READ, both atomics, 1 MiB); a wrong
+//! rkey is `IBV_WC_REM_ACCESS_ERR` at the requester and moves the responder's QP to
+//! error; a killed peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed, within the
+//! QP's timeout × retries.
+//!
+//! The checks run in child processes (this test binary, `#[ignore]`d tests started with
+//! `ip netns exec` and `VQP_MACHINE_CHILD` set), which swap QP numbers and keys through
+//! files. Needs root and iproute2 (`netns`) and UCX (Debian's `libucx0`); each skips with
+//! one line without them, and fails instead under `VQP_REQUIRE_SYSTEM_PACKAGES=1`. The
+//! namespaces and directories are removed even when a test fails.
+
+mod common;
+mod netns;
+#[path = "procs/mod.rs"]
+mod procs;
+
+use std::path::{Path as FsPath, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use netns::Netns;
+use vqp_host::connect::{self, Address, Path};
+use vqp_host::sys::*;
+use vqp_host::WcStatus;
+
+/// Set in a child: the checks it runs.
+const CHILD: &str = "VQP_MACHINE_CHILD";
+/// The base path of the files the children swap.
+const RENDEZVOUS: &str = "VQP_MACHINE_RENDEZVOUS";
+
+/// `::ffff:a.b.c.d`.
+fn v4(a: [u8; 4]) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&a);
+    g
+}
+
+/// Whether UCX (Debian's `libucx0`) can be loaded; prints a line naming the package
+/// when it cannot, and fails instead under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
+fn ucx_available(test: &str) -> bool {
+    match vqp_softverbs::ucx::Ucp::get() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var("VQP_REQUIRE_SYSTEM_PACKAGES").map_or(true, |v| v != "1"),
+                "{test}: {e}"
+            );
+            println!("skipped {test}: needs libucx0 ({e})");
+            false
+        }
+    }
+}
+
+fn is_child(name: &str) -> bool {
+    std::env::var(CHILD).is_ok_and(|v| v == name)
+}
+
+fn rendezvous() -> PathBuf {
+    PathBuf::from(std::env::var_os(RENDEZVOUS).unwrap())
+}
+
+fn wait_file(p: &FsPath) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(p) {
+            if s.ends_with('\n') {
+                return s;
+            }
+        }
+        assert!(Instant::now() < deadline, "no {}", p.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn write_file(p: &FsPath, text: &str) {
+    let mut tmp = p.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, p).unwrap();
+}
+
+/// Two network namespaces joined by a veth (`vm0` 192.0.2.1 in the first, `vm1`
+/// 192.0.2.2 in the second) and a directory holding each one's softverbs namespace
+/// and the rendezvous files; all removed when dropped.
+struct Lab {
+    _dir: netns::TempDir,
+    ns: Netns,
+    dir: PathBuf,
+}
+
+impl Lab {
+    fn new(tag: &str) -> Lab {
+        let ns = Netns::new(tag, 2);
+        ns.veth((0, "vm0", "192.0.2.1/24"), (1, "vm1", "192.0.2.2/24"), 1500);
+        let dir = netns::TempDir(procs::namespace(tag));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        Lab {
+            dir: dir.0.clone(),
+            _dir: dir,
+            ns,
+        }
+    }
+
+    /// Starts child test `name` in namespace `i`, its device `soft0` bound to `vm<i>`,
+    /// its own softverbs namespace directory.
+    fn start(&self, i: usize, name: &str) -> procs::Killed {
+        let own = self.dir.join(format!("ns{i}"));
+        std::fs::create_dir_all(&own).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let mut c: Command = self.ns.exec(i, &exe);
+        c.args([name, "--exact", "--ignored", "--nocapture"])
+            .env(CHILD, name)
+            .env("VQP_SOFT_DIR", &own)
+            .env("VQP_SOFT_NETDEV", format!("soft0=vm{i}"))
+            .env(RENDEZVOUS, self.dir.join("rendezvous"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child: Child = c.spawn().unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        procs::Killed(Some(child))
+    }
+}
+
+/// Waits (60 s at most) for a child to exit: whether it passed, and its output.
+fn outcome(mut c: procs::Killed, name: &str) -> (bool, String) {
+    let out = procs::wait(&mut c, Instant::now() + Duration::from_secs(60), name);
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    (
+        out.status.success() && o.contains("1 passed"),
+        format!("--- child {name}: {}\n{o}\n{e}", out.status),
+    )
+}
+
+/// Waits for the children, each under its name; all must pass.
+fn passed(children: Vec<(procs::Killed, &str)>) {
+    let mut ok = true;
+    let mut text = String::new();
+    for (c, name) in children {
+        let (p, t) = outcome(c, name);
+        ok &= p;
+        text += &t;
+    }
+    assert!(ok, "{text}");
+}
+
+/// The pattern `common::fill` writes with `seed`, at buffer offsets `range`.
+fn pattern(range: std::ops::Range<usize>, seed: u8) -> Vec<u8> {
+    range
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Both sides' options: a 2 MiB region.
+fn opts() -> Opts {
+    Opts {
+        buf: 2 << 20,
+        ..Opts::default()
+    }
+}
+
+/// Connects `s`'s QP to QP `qpn` at `gid` with the default path, `timeout` and
+/// `retry_cnt` as given.
+fn connect_to(s: &Side, gid: [u8; 16], qpn: u32, timeout: u8, retry_cnt: u8) {
+    let g = vqp_host::sys::Gid::from_bytes(gid);
+    let mut path = Path::new(1, Address::gid(g, 1), qpn, 0x10, 0x20);
+    path.access = Opts::default().qp_access;
+    path.timeout = timeout;
+    path.retry_cnt = retry_cnt;
+    connect::connect(&s.qp, &path).unwrap();
+}
+
+/// Waits (10 s at most) until this process answers lookups: its thread serving other
+/// machines makes UCX's worker after the device is opened, and a UC request sent
+/// before is lost, as a packet to a host not up yet.
+fn wait_serving() {
+    let port = vqp_softverbs::ucx::lookup::DEFAULT_PORT;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !netns::listening_in(std::process::id(), port) {
+        assert!(Instant::now() < deadline, "never listened at {port}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+// Offsets in the responder's region.
+const WRITE_AT: usize = 0;
+const IMM_AT: usize = 4096;
+const SEND_AT: usize = 8192;
+const INLINE_AT: usize = 12288;
+const RNR_AT: usize = 14336;
+const READ_AT: usize = 32768;
+const ATOMIC_AT: usize = 40000;
+const BIG_AT: usize = 1 << 20;
+
+#[test]
+fn rc_operations_between_two_machines_over_ucx() {
+    let name = "rc_operations_between_two_machines_over_ucx";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach1");
+    let responder = lab.start(1, "child_responder");
+    let requester = lab.start(0, "child_requester");
+    passed(vec![
+        (requester, "child_requester"),
+        (responder, "child_responder"),
+    ]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by rc_operations_between_two_machines_over_ucx"]
+fn child_responder() {
+    if !is_child("child_responder") {
+        return;
+    }
+    let v = verbs();
+    let mut b = side(&v, "soft0", &opts());
+    fill(&mut b, 5);
+    bytes_mut(&mut b)[..READ_AT].fill(0);
+    bytes_mut(&mut b)[BIG_AT..].fill(0);
+    bytes_mut(&mut b)[ATOMIC_AT..ATOMIC_AT + 8].copy_from_slice(&40u64.to_ne_bytes());
+    let base = rendezvous();
+    write_file(
+        &base.with_extension("b"),
+        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
+    );
+    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
+    // WRITE_WITH_IMM takes a receive without buffers; SEND and the inline SEND theirs.
+    let mut r = recv_wr(10, &mut []);
+    post_recv(&b, &mut r);
+    post_receive(&b, 11, SEND_AT, 4096);
+    post_receive(&b, 12, INLINE_AT, 64);
+    wait_serving();
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    // The requester's SEND with no receive posted is NAKed (RNR) until this one comes.
+    wait_file(&base.with_extension("a-rnr"));
+    std::thread::sleep(Duration::from_millis(50));
+    post_receive(&b, 13, RNR_AT, 256);
+    wait_file(&base.with_extension("a-done"));
+    let rc = poll_n(&b.cq, 4);
+    let got: Vec<_> = rc
+        .iter()
+        .map(|w| (w.wr_id(), w.status(), w.byte_len(), w.imm_data()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (10, WcStatus::Success, 256, Some(0xdead_beef)),
+            (11, WcStatus::Success, 1000, None),
+            (12, WcStatus::Success, 40, Some(7)),
+            (13, WcStatus::Success, 256, None),
+        ]
+    );
+    let m = bytes(&b);
+    assert_eq!(&m[WRITE_AT..WRITE_AT + 4096], &pattern(0..4096, 9)[..]);
+    assert_eq!(&m[IMM_AT..IMM_AT + 256], &pattern(4096..4352, 9)[..]);
+    assert_eq!(&m[SEND_AT..SEND_AT + 1000], &pattern(8192..9192, 9)[..]);
+    assert_eq!(&m[INLINE_AT..INLINE_AT + 40], &pattern(12288..12328, 9)[..]);
+    assert_eq!(&m[RNR_AT..RNR_AT + 256], &pattern(14336..14592, 9)[..]);
+    assert_eq!(
+        &m[ATOMIC_AT..ATOMIC_AT + 8],
+        &0x1122_3344_5566_7788u64.to_ne_bytes()
+    );
+    assert!(
+        m[BIG_AT..] == pattern(BIG_AT..2 << 20, 9)[..],
+        "the 1 MiB WRITE"
+    );
+    // The WRITE with a wrong rkey: our QP went to error (a remote access error is the
+    // responder's, as between local processes).
+    assert_eq!(b.qp.state().unwrap(), vqp_host::QpState::Err);
+}
+
+#[test]
+#[ignore = "run in a network namespace by rc_operations_between_two_machines_over_ucx"]
+fn child_requester() {
+    if !is_child("child_requester") {
+        return;
+    }
+    let v = verbs();
+    let mut a = side(&v, "soft0", &opts());
+    fill(&mut a, 9);
+    let base = rendezvous();
+    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
+    let f: Vec<u64> = wait_file(&base.with_extension("b"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let (b_qpn, b_addr, b_rkey) = (f[0] as u32, f[1], f[2] as u32);
+    connect_to(&a, v4([192, 0, 2, 2]), b_qpn, 14, 7);
+    wait_file(&base.with_extension("b-ready"));
+    let rdma = |wr: &mut ibv_send_wr, at: usize| {
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: b_addr + at as u64,
+            rkey: b_rkey,
+        };
+    };
+
+    let mut sge = a.mr.sge(WRITE_AT, 4096).unwrap();
+    let mut wr = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    rdma(&mut wr, WRITE_AT);
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "WRITE");
+
+    let mut sge = a.mr.sge(IMM_AT, 256).unwrap();
+    let mut wr = send_wr(
+        2,
+        IBV_WR_RDMA_WRITE_WITH_IMM,
+        std::slice::from_mut(&mut sge),
+    );
+    rdma(&mut wr, IMM_AT);
+    wr.imm.imm_data = 0xdead_beefu32.to_be();
+    assert_eq!(
+        post_status(&a, &mut wr),
+        WcStatus::Success,
+        "WRITE_WITH_IMM"
+    );
+
+    let mut sge = a.mr.sge(SEND_AT, 1000).unwrap();
+    let mut wr = send_wr(3, IBV_WR_SEND, std::slice::from_mut(&mut sge));
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "SEND");
+
+    let mut sge = a.mr.sge(INLINE_AT, 40).unwrap();
+    let mut wr = send_wr(4, IBV_WR_SEND_WITH_IMM, std::slice::from_mut(&mut sge));
+    wr.send_flags |= IBV_SEND_INLINE;
+    wr.imm.imm_data = 7u32.to_be();
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "inline SEND");
+
+    // No receive is posted for this one yet: RNR NAKs (rnr_retry 7: for ever) until
+    // the responder posts it.
+    let mut sge = a.mr.sge(RNR_AT, 256).unwrap();
+    let mut wr = send_wr(5, IBV_WR_SEND, std::slice::from_mut(&mut sge));
+    post(&a, &mut wr);
+    write_file(&base.with_extension("a-rnr"), "sent\n");
+    let wc = poll_n(&a.cq, 1);
+    assert_eq!(wc[0].status(), WcStatus::Success, "SEND after RNR");
+
+    let mut sge = a.mr.sge(16384, 4096).unwrap();
+    let mut wr = send_wr(6, IBV_WR_RDMA_READ, std::slice::from_mut(&mut sge));
+    rdma(&mut wr, READ_AT);
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "READ");
+    assert_eq!(
+        &bytes(&a)[16384..20480],
+        &pattern(READ_AT..READ_AT + 4096, 5)[..]
+    );
+
+    let mut sge = a.mr.sge(24576, 8).unwrap();
+    let mut wr = send_wr(
+        7,
+        IBV_WR_ATOMIC_FETCH_AND_ADD,
+        std::slice::from_mut(&mut sge),
+    );
+    wr.wr.atomic = ibv_send_wr_atomic {
+        remote_addr: b_addr + ATOMIC_AT as u64,
+        compare_add: 2,
+        swap: 0,
+        rkey: b_rkey,
+    };
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "FETCH_ADD");
+    assert_eq!(&bytes(&a)[24576..24584], &40u64.to_ne_bytes());
+    let mut wr = send_wr(8, IBV_WR_ATOMIC_CMP_AND_SWP, std::slice::from_mut(&mut sge));
+    wr.wr.atomic = ibv_send_wr_atomic {
+        remote_addr: b_addr + ATOMIC_AT as u64,
+        compare_add: 42,
+        swap: 0x1122_3344_5566_7788,
+        rkey: b_rkey,
+    };
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "CMP_AND_SWP");
+    assert_eq!(&bytes(&a)[24576..24584], &42u64.to_ne_bytes());
+
+    // 1 MiB in one WRITE, then 16 small unsignaled WRITEs and a signaled one: all land,
+    // one completion, in order.
+    let mut sge = a.mr.sge(BIG_AT, 1 << 20).unwrap();
+    let mut wr = send_wr(9, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    rdma(&mut wr, BIG_AT);
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "1 MiB WRITE");
+    for i in 0..17u64 {
+        let mut sge = a.mr.sge(WRITE_AT, 64).unwrap();
+        let mut wr = send_wr(100 + i, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+        if i < 16 {
+            wr.send_flags = 0;
+        }
+        rdma(&mut wr, WRITE_AT);
+        post(&a, &mut wr);
+    }
+    let wc = poll_n(&a.cq, 1);
+    assert_eq!(
+        (wc[0].wr_id(), wc[0].status()),
+        (116, WcStatus::Success),
+        "a chain of WRITEs"
+    );
+
+    // A wrong rkey: the responder refuses it.
+    let mut sge = a.mr.sge(WRITE_AT, 64).unwrap();
+    let mut wr = send_wr(10, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    wr.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: b_addr,
+        rkey: b_rkey ^ 0x5a5a,
+    };
+    assert_eq!(
+        post_status(&a, &mut wr),
+        WcStatus::RemAccessErr,
+        "wrong rkey"
+    );
+    write_file(&base.with_extension("a-done"), "done\n");
+}
+
+#[test]
+fn a_killed_peer_ends_in_retry_exc_within_the_qps_timeout() {
+    let name = "a_killed_peer_ends_in_retry_exc_within_the_qps_timeout";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach2");
+    let victim = lab.start(1, "child_victim");
+    let requester = lab.start(0, "child_survivor");
+    let base = lab.dir.join("rendezvous");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !base.with_extension("a-first").exists() {
+        if Instant::now() > deadline {
+            // Say what the children made of it.
+            passed(vec![
+                (requester, "child_survivor"),
+                (victim, "child_victim"),
+            ]);
+            panic!("the first WRITE never completed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SIGKILL: its sockets are reset, nothing of it answers again.
+    drop(victim);
+    write_file(&base.with_extension("b-killed"), "killed\n");
+    passed(vec![(requester, "child_survivor")]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_killed_peer_ends_in_retry_exc_within_the_qps_timeout"]
+fn child_victim() {
+    if !is_child("child_victim") {
+        return;
+    }
+    let v = verbs();
+    let b = side(&v, "soft0", &Opts::default());
+    let base = rendezvous();
+    write_file(
+        &base.with_extension("b"),
+        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
+    );
+    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
+    wait_serving();
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    // Killed by the test meanwhile.
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_killed_peer_ends_in_retry_exc_within_the_qps_timeout"]
+fn child_survivor() {
+    if !is_child("child_survivor") {
+        return;
+    }
+    let v = verbs();
+    let a = side(&v, "soft0", &Opts::default());
+    let base = rendezvous();
+    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
+    let f: Vec<u64> = wait_file(&base.with_extension("b"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    // 4.096 µs · 2^14 ≈ 67 ms an attempt, 3 retransmissions: about 270 ms in all.
+    connect_to(&a, v4([192, 0, 2, 2]), f[0] as u32, 14, 3);
+    wait_file(&base.with_extension("b-ready"));
+    let write = |id: u64| {
+        let mut sge = a.mr.sge(0, 64).unwrap();
+        let mut wr = send_wr(id, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: f[1],
+            rkey: f[2] as u32,
+        };
+        post(&a, &mut wr);
+    };
+    write(1);
+    assert_eq!(poll_n(&a.cq, 1)[0].status(), WcStatus::Success);
+    write_file(&base.with_extension("a-first"), "ok\n");
+    wait_file(&base.with_extension("b-killed"));
+    let start = Instant::now();
+    write(2);
+    write(3);
+    let wcs = poll_n(&a.cq, 2);
+    let took = start.elapsed();
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id(), w.status())).collect();
+    assert_eq!(got, [(2, WcStatus::RetryExcErr), (3, WcStatus::WrFlushErr)]);
+    // Four attempts of about 67 ms (the first and three retransmissions), each
+    // perhaps with a lookup refused at once; never much longer.
+    assert!(
+        took >= Duration::from_millis(190) && took < Duration::from_secs(3),
+        "RETRY_EXC after {took:?}"
+    );
+}
+
+/// Moves UC QP `s` to RTS connected to QP `qpn` at `gid` (from local GID index 1, the
+/// IPv4 one), with UC's attribute masks.
+fn connect_uc(s: &Side, gid: [u8; 16], qpn: u32) {
+    let m = vqp_host::QpAttrMask::from_bits;
+    let mut a = ibv_qp_attr {
+        qp_state: IBV_QPS_INIT,
+        port_num: 1,
+        qp_access_flags: IBV_ACCESS_REMOTE_WRITE,
+        ..Default::default()
+    };
+    s.qp.modify(
+        &a,
+        m(IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+    )
+    .unwrap();
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = qpn;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid.raw = gid;
+    a.ah_attr.grh.sgid_index = 1;
+    a.ah_attr.grh.hop_limit = 64;
+    s.qp.modify(
+        &a,
+        m(IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN),
+    )
+    .unwrap();
+    a.qp_state = IBV_QPS_RTS;
+    s.qp.modify(&a, m(IBV_QP_STATE | IBV_QP_SQ_PSN)).unwrap();
+}
+
+#[test]
+fn uc_writes_and_sends_between_two_machines_over_ucx() {
+    let name = "uc_writes_and_sends_between_two_machines_over_ucx";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach3");
+    let responder = lab.start(1, "child_uc_responder");
+    let requester = lab.start(0, "child_uc_requester");
+    passed(vec![
+        (requester, "child_uc_requester"),
+        (responder, "child_uc_responder"),
+    ]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by uc_writes_and_sends_between_two_machines_over_ucx"]
+fn child_uc_responder() {
+    if !is_child("child_uc_responder") {
+        return;
+    }
+    let v = verbs();
+    let mut b = side_of(&v, "soft0", vqp_host::QpType::Uc);
+    bytes_mut(&mut b).fill(0);
+    let base = rendezvous();
+    write_file(
+        &base.with_extension("b"),
+        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
+    );
+    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    connect_uc(&b, v4([192, 0, 2, 1]), a_qpn);
+    post_receive(&b, 20, SEND_AT, 4096);
+    wait_serving();
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    // The SEND comes after the WRITE: once it is here, so is the WRITE's data.
+    let rc = poll_n(&b.cq, 1);
+    assert_eq!(
+        (
+            rc[0].wr_id(),
+            rc[0].status(),
+            rc[0].byte_len(),
+            rc[0].imm_data()
+        ),
+        (20, WcStatus::Success, 512, Some(3))
+    );
+    let m = bytes(&b);
+    assert_eq!(&m[WRITE_AT..WRITE_AT + 4096], &pattern(0..4096, 9)[..]);
+    assert_eq!(&m[SEND_AT..SEND_AT + 512], &pattern(8192..8704, 9)[..]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by uc_writes_and_sends_between_two_machines_over_ucx"]
+fn child_uc_requester() {
+    if !is_child("child_uc_requester") {
+        return;
+    }
+    let v = verbs();
+    let mut a = side_of(&v, "soft0", vqp_host::QpType::Uc);
+    fill(&mut a, 9);
+    let base = rendezvous();
+    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
+    let f: Vec<u64> = wait_file(&base.with_extension("b"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    connect_uc(&a, v4([192, 0, 2, 2]), f[0] as u32);
+    wait_file(&base.with_extension("b-ready"));
+    // The first WQE may wait for the lookup; a UC WQE then completes once sent.
+    let mut sge = a.mr.sge(WRITE_AT, 4096).unwrap();
+    let mut wr = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    wr.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: f[1] + WRITE_AT as u64,
+        rkey: f[2] as u32,
+    };
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "UC WRITE");
+    let mut sge = a.mr.sge(SEND_AT, 512).unwrap();
+    let mut wr = send_wr(2, IBV_WR_SEND_WITH_IMM, std::slice::from_mut(&mut sge));
+    wr.imm.imm_data = 3u32.to_be();
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "UC SEND");
+}
