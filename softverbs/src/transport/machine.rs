@@ -100,8 +100,8 @@ pub(super) struct Machine {
     endpoints: HashMap<SocketAddr, EpId>,
     /// Messages refused by the handlers (an unexpected rendezvous payload).
     dropped: Arc<AtomicU64>,
-    /// Wakes the machine thread's sleep: written after a send (UCP may need progress
-    /// to finish it) and by a finished lookup.
+    /// Wakes the machine thread's sleep: rung after a send UCP did not finish at once
+    /// (it needs progress) and by a finished lookup.
     wake: Arc<Wake>,
 }
 
@@ -219,7 +219,10 @@ impl Machine {
     /// is then forgotten).
     pub(super) fn send(&mut self, ep: EpId, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
         if self.worker.am_send(ep, id, header, payload, 0).is_ok() {
-            self.wake.ring();
+            if self.worker.requests_in_flight() > 0 {
+                // UCP kept the send to finish later: the machine thread must progress.
+                self.wake.ring();
+            }
             return true;
         }
         self.forget(ep);
