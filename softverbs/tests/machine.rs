@@ -6,7 +6,8 @@
 //! receive completions, an RNR NAK waited out, READ, both atomics, 1 MiB); a wrong
 //! rkey is `IBV_WC_REM_ACCESS_ERR` at the requester and moves the responder's QP to
 //! error; a killed peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed, within the
-//! QP's timeout × retries.
+//! QP's timeout × retries. UC WRITE and SEND land. Forged and malformed messages from a
+//! peer speaking UCP itself change nothing.
 //!
 //! The checks run in child processes (this test binary, `#[ignore]`d tests started with
 //! `ip netns exec` and `VQP_MACHINE_CHILD` set), which swap QP numbers and keys through
@@ -619,4 +620,147 @@ fn child_uc_requester() {
     let mut wr = send_wr(2, IBV_WR_SEND_WITH_IMM, std::slice::from_mut(&mut sge));
     wr.imm.imm_data = 3u32.to_be();
     assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "UC SEND");
+}
+
+#[test]
+fn forged_and_malformed_requests_from_another_machine_change_nothing() {
+    let name = "forged_and_malformed_requests_from_another_machine_change_nothing";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach5");
+    let responder = lab.start(1, "child_target");
+    let requester = lab.start(0, "child_forger");
+    passed(vec![
+        (requester, "child_forger"),
+        (responder, "child_target"),
+    ]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by forged_and_malformed_requests_from_another_machine_change_nothing"]
+fn child_target() {
+    if !is_child("child_target") {
+        return;
+    }
+    let v = verbs();
+    let mut b = side(&v, "soft0", &Opts::default());
+    bytes_mut(&mut b).fill(0);
+    let base = rendezvous();
+    write_file(
+        &base.with_extension("b"),
+        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
+    );
+    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
+    wait_serving();
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    wait_file(&base.with_extension("a-done"));
+    // Only the connected QP's WRITE landed; nothing of the forged ones did.
+    let m = bytes(&b);
+    assert_eq!(&m[..64], &pattern(0..64, 9)[..]);
+    assert!(m[64..].iter().all(|&x| x == 0), "a forged request landed");
+    assert_eq!(b.qp.state().unwrap(), vqp_host::QpState::Rts);
+}
+
+#[test]
+#[ignore = "run in a network namespace by forged_and_malformed_requests_from_another_machine_change_nothing"]
+fn child_forger() {
+    if !is_child("child_forger") {
+        return;
+    }
+    use vqp_softverbs::ucx::{lookup, wire, Worker, DEFAULT_SETTINGS};
+    let v = verbs();
+    let mut a = side(&v, "soft0", &Opts::default());
+    fill(&mut a, 9);
+    let base = rendezvous();
+    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
+    let f: Vec<u64> = wait_file(&base.with_extension("b"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let (b_qpn, b_addr, b_rkey) = (f[0] as u32, f[1], f[2] as u32);
+    connect_to(&a, v4([192, 0, 2, 2]), b_qpn, 14, 7);
+    wait_file(&base.with_extension("b-ready"));
+
+    // A peer of our own, not a QP: it finds the responder's process and talks to it
+    // directly.
+    let at: std::net::SocketAddr = format!("192.0.2.2:{}", lookup::DEFAULT_PORT)
+        .parse()
+        .unwrap();
+    let port = lookup::lookup(at, &v4([192, 0, 2, 2]), b_qpn, Duration::from_secs(2))
+        .unwrap()
+        .expect("the responder's process serves its QP");
+    let mut w = Worker::new(DEFAULT_SETTINGS).unwrap();
+    let ep = w
+        .connect(format!("192.0.2.2:{port}").parse().unwrap())
+        .unwrap();
+    let write = |src_qpn: u32, sgid: [u8; 16], at: u64, len: u64| wire::Request {
+        opcode: IBV_WR_RDMA_WRITE,
+        src_qpn,
+        dst_qpn: b_qpn,
+        conn: 1,
+        psn: 0,
+        len,
+        rkey: b_rkey,
+        remote_addr: b_addr + at,
+        sgid,
+        dgid: v4([192, 0, 2, 2]),
+        ..wire::Request::default()
+    };
+    let junk = vec![0xa5u8; 64];
+    let our_gid = v4([192, 0, 2, 1]);
+    let a_qpn = a.qp.qp_num();
+    let sends: Vec<(u16, Vec<u8>, Vec<u8>)> = vec![
+        // Not a header at all.
+        (1, vec![7u8; 10], junk.clone()),
+        // A header whose length disagrees with its payload.
+        (
+            1,
+            write(a_qpn, our_gid, 4096, 64).encode().to_vec(),
+            vec![1; 10],
+        ),
+        // From a QP the responder's QP is not connected to.
+        (
+            1,
+            write(a_qpn ^ 1, our_gid, 8192, 64).encode().to_vec(),
+            junk.clone(),
+        ),
+        // From our QP's number, but another GID.
+        (
+            1,
+            write(a_qpn, v4([192, 0, 2, 9]), 12288, 64)
+                .encode()
+                .to_vec(),
+            junk.clone(),
+        ),
+        // A response nobody asked for, and an id nobody serves.
+        (2, vec![0u8; 48], Vec::new()),
+        (9, vec![1u8; 16], junk.clone()),
+    ];
+    for (i, (id, header, payload)) in sends.into_iter().enumerate() {
+        w.am_send(ep, id, &header, payload, i as u64).unwrap();
+    }
+    // Every send completes (taken by the peer's UCP, whatever became of it).
+    let mut sent = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sent < 6 {
+        assert!(Instant::now() < deadline, "{sent} of 6 sends completed");
+        w.wait(Duration::from_millis(50)).unwrap();
+        while let Some(ev) = w.next_event() {
+            if matches!(ev, vqp_softverbs::ucx::Event::Sent { .. }) {
+                sent += 1;
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    // The connected QP still works.
+    let mut sge = a.mr.sge(0, 64).unwrap();
+    let mut wr = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    wr.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: b_addr,
+        rkey: b_rkey,
+    };
+    assert_eq!(post_status(&a, &mut wr), WcStatus::Success);
+    write_file(&base.with_extension("a-done"), "done\n");
 }
