@@ -5,8 +5,8 @@
 //! with every byte checked (WRITE, WRITE_WITH_IMM, SEND and inline SEND with their
 //! receive completions, an RNR NAK waited out, READ, both atomics, 1 MiB); a wrong
 //! rkey is `IBV_WC_REM_ACCESS_ERR` at the requester and moves the responder's QP to
-//! error; a killed peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed, within the
-//! QP's timeout × retries. UC WRITE and SEND land. Forged and malformed messages from a
+//! error; a killed or stopped peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed,
+//! within the QP's timeout × retries. UC WRITE and SEND land. Forged and malformed messages from a
 //! peer speaking UCP itself change nothing.
 //!
 //! The checks run in child processes (this test binary, `#[ignore]`d tests started with
@@ -417,11 +417,33 @@ fn child_requester() {
 
 #[test]
 fn a_killed_peer_ends_in_retry_exc_within_the_qps_timeout() {
-    let name = "a_killed_peer_ends_in_retry_exc_within_the_qps_timeout";
+    // SIGKILL: its sockets are reset, nothing of it answers again.
+    peer_gone(
+        "a_killed_peer_ends_in_retry_exc_within_the_qps_timeout",
+        "mach2",
+        libc::SIGKILL,
+    );
+}
+
+#[test]
+fn a_stopped_peer_ends_in_retry_exc_within_the_qps_timeout() {
+    // SIGSTOP: its connections stay up and take the requests, but nothing answers —
+    // as a machine that vanished without a reset, or a responder that stopped
+    // progressing. Only the requester's timer can tell.
+    peer_gone(
+        "a_stopped_peer_ends_in_retry_exc_within_the_qps_timeout",
+        "mach6",
+        libc::SIGSTOP,
+    );
+}
+
+/// The responder's process gets `signal` once the first WRITE completed; the
+/// requester's next WRITE must end in `IBV_WC_RETRY_EXC_ERR` within its bound.
+fn peer_gone(name: &str, tag: &str, signal: libc::c_int) {
     if !netns::available(name) || !ucx_available(name) {
         return;
     }
-    let lab = Lab::new("mach2");
+    let lab = Lab::new(tag);
     let victim = lab.start(1, "child_victim");
     let requester = lab.start(0, "child_survivor");
     let base = lab.dir.join("rendezvous");
@@ -437,14 +459,17 @@ fn a_killed_peer_ends_in_retry_exc_within_the_qps_timeout() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    // SIGKILL: its sockets are reset, nothing of it answers again.
-    drop(victim);
+    let pid = victim.0.as_ref().unwrap().id();
+    // SAFETY: signals our own child (`ip netns exec` execs the test binary in place).
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, signal) }, 0);
     write_file(&base.with_extension("b-killed"), "killed\n");
     passed(vec![(requester, "child_survivor")]);
+    // A stopped victim is killed (SIGKILL) when dropped.
+    drop(victim);
 }
 
 #[test]
-#[ignore = "run in a network namespace by a_killed_peer_ends_in_retry_exc_within_the_qps_timeout"]
+#[ignore = "run in a network namespace by the tests of a peer gone"]
 fn child_victim() {
     if !is_child("child_victim") {
         return;
@@ -465,7 +490,7 @@ fn child_victim() {
 }
 
 #[test]
-#[ignore = "run in a network namespace by a_killed_peer_ends_in_retry_exc_within_the_qps_timeout"]
+#[ignore = "run in a network namespace by the tests of a peer gone"]
 fn child_survivor() {
     if !is_child("child_survivor") {
         return;

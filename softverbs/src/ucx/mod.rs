@@ -191,8 +191,8 @@
 //!
 //! Built as written; a lookup that hangs (an unreachable machine) can hold the WQE one
 //! ACK timeout before it counts as the first lost attempt, so that case ends within
-//! twice the QP's timeout × retries. Tested with a peer killed by `SIGKILL`
-//! (`tests/machine.rs`); not yet with a deleted veth.
+//! twice the QP's timeout × retries. Tested with a peer killed by `SIGKILL` and one
+//! stopped by `SIGSTOP` (`tests/machine.rs`); not yet with a deleted veth.
 //!
 //! ## What a hostile peer cannot do
 //! Whatever listens for other machines is exposed to anything that can reach the port:
