@@ -113,6 +113,11 @@ impl Lab {
     /// Starts child test `name` in namespace `i`, its device `soft0` bound to `vm<i>`,
     /// its own softverbs namespace directory.
     fn start(&self, i: usize, name: &str) -> procs::Killed {
+        self.start_with(i, name, &[])
+    }
+
+    /// [`Lab::start`] with `env` set too.
+    fn start_with(&self, i: usize, name: &str, env: &[(&str, &str)]) -> procs::Killed {
         let own = self.dir.join(format!("ns{i}"));
         std::fs::create_dir_all(&own).unwrap();
         let exe = std::env::current_exe().unwrap();
@@ -122,6 +127,7 @@ impl Lab {
             .env("VQP_SOFT_DIR", &own)
             .env("VQP_SOFT_NETDEV", format!("soft0=vm{i}"))
             .env(RENDEZVOUS, self.dir.join("rendezvous"))
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -787,5 +793,86 @@ fn child_forger() {
         rkey: b_rkey,
     };
     assert_eq!(post_status(&a, &mut wr), WcStatus::Success);
+    write_file(&base.with_extension("a-done"), "done\n");
+}
+
+#[test]
+fn two_processes_of_one_machine_serve_their_qps_to_another() {
+    let name = "two_processes_of_one_machine_serve_their_qps_to_another";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach7");
+    // Two processes of the second namespace's softverbs namespace: they share its
+    // lookup port, and either may answer a lookup of the other's QP.
+    let r0 = lab.start_with(1, "child_one_of_two", &[("VQP_MACHINE_INDEX", "0")]);
+    let r1 = lab.start_with(1, "child_one_of_two", &[("VQP_MACHINE_INDEX", "1")]);
+    let requester = lab.start(0, "child_to_two");
+    passed(vec![
+        (requester, "child_to_two"),
+        (r0, "child_one_of_two 0"),
+        (r1, "child_one_of_two 1"),
+    ]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by two_processes_of_one_machine_serve_their_qps_to_another"]
+fn child_one_of_two() {
+    if !is_child("child_one_of_two") {
+        return;
+    }
+    let k: usize = std::env::var("VQP_MACHINE_INDEX").unwrap().parse().unwrap();
+    let v = verbs();
+    let mut b = side(&v, "soft0", &Opts::default());
+    bytes_mut(&mut b).fill(0);
+    let base = rendezvous();
+    write_file(
+        &base.with_extension(format!("b{k}")),
+        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
+    );
+    let a: Vec<u32> = wait_file(&base.with_extension("a"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    connect_to(&b, v4([192, 0, 2, 1]), a[k], 14, 7);
+    wait_serving();
+    write_file(&base.with_extension(format!("b{k}-ready")), "ready\n");
+    wait_file(&base.with_extension("a-done"));
+    assert_eq!(&bytes(&b)[..4096], &pattern(0..4096, 9 + k as u8)[..]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by two_processes_of_one_machine_serve_their_qps_to_another"]
+fn child_to_two() {
+    if !is_child("child_to_two") {
+        return;
+    }
+    let v = verbs();
+    let mut sides: Vec<Side> = (0..2)
+        .map(|_| side(&v, "soft0", &Opts::default()))
+        .collect();
+    for (k, s) in sides.iter_mut().enumerate() {
+        fill(s, 9 + k as u8);
+    }
+    let base = rendezvous();
+    write_file(
+        &base.with_extension("a"),
+        &format!("{} {}\n", sides[0].qp.qp_num(), sides[1].qp.qp_num()),
+    );
+    for (k, s) in sides.iter().enumerate() {
+        let f: Vec<u64> = wait_file(&base.with_extension(format!("b{k}")))
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        connect_to(s, v4([192, 0, 2, 2]), f[0] as u32, 14, 7);
+        wait_file(&base.with_extension(format!("b{k}-ready")));
+        let mut sge = s.mr.sge(0, 4096).unwrap();
+        let mut wr = send_wr(k as u64, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: f[1],
+            rkey: f[2] as u32,
+        };
+        assert_eq!(post_status(s, &mut wr), WcStatus::Success, "WRITE to {k}");
+    }
     write_file(&base.with_extension("a-done"), "done\n");
 }
