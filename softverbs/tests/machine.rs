@@ -877,3 +877,79 @@ fn child_to_two() {
     }
     write_file(&base.with_extension("a-done"), "done\n");
 }
+
+#[test]
+fn ud_datagrams_between_two_machines_over_ucx() {
+    let name = "ud_datagrams_between_two_machines_over_ucx";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach8");
+    let responder = lab.start(1, "child_ud_receiver");
+    let requester = lab.start(0, "child_ud_sender");
+    passed(vec![
+        (requester, "child_ud_sender"),
+        (responder, "child_ud_receiver"),
+    ]);
+}
+
+/// An address handle on `s`'s PD to `dgid` from local GID index 1 (the IPv4 one).
+fn ah_to(s: &Side, dgid: [u8; 16]) -> *mut ibv_ah {
+    let mut attr = ibv_ah_attr {
+        port_num: 1,
+        is_global: 1,
+        ..Default::default()
+    };
+    attr.grh.dgid.raw = dgid;
+    attr.grh.sgid_index = 1;
+    attr.grh.hop_limit = 64;
+    // SAFETY: a live PD and a readable attribute.
+    let ah = unsafe { vqp_softverbs::ibv_create_ah(s.pd.as_raw(), &mut attr) };
+    assert!(!ah.is_null(), "ibv_create_ah by GID");
+    ah
+}
+
+#[test]
+#[ignore = "run in a network namespace by ud_datagrams_between_two_machines_over_ucx"]
+fn child_ud_receiver() {
+    if !is_child("child_ud_receiver") {
+        return;
+    }
+    let v = verbs();
+    let mut b = ud_side(&v, "soft0", 0x2222);
+    bytes_mut(&mut b).fill(0);
+    post_receive(&b, 30, 0, 40 + 256);
+    let base = rendezvous();
+    write_file(&base.with_extension("b"), &format!("{}\n", b.qp.qp_num()));
+    wait_serving();
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    let wc = poll_n(&b.cq, 1);
+    assert_eq!(
+        (wc[0].wr_id(), wc[0].status(), wc[0].byte_len()),
+        (30, WcStatus::Success, 40 + 200)
+    );
+    let m = bytes(&b);
+    // The GRH names the sender's GID and ours; the data follows it.
+    assert_eq!(&m[8..24], &v4([192, 0, 2, 1]));
+    assert_eq!(&m[24..40], &v4([192, 0, 2, 2]));
+    assert_eq!(&m[40..240], &pattern(0..200, 9)[..]);
+    write_file(&base.with_extension("b-got"), "got\n");
+}
+
+#[test]
+#[ignore = "run in a network namespace by ud_datagrams_between_two_machines_over_ucx"]
+fn child_ud_sender() {
+    if !is_child("child_ud_sender") {
+        return;
+    }
+    let v = verbs();
+    let mut a = ud_side(&v, "soft0", 0x2222);
+    fill(&mut a, 9);
+    let base = rendezvous();
+    let b_qpn: u32 = wait_file(&base.with_extension("b")).trim().parse().unwrap();
+    wait_file(&base.with_extension("b-ready"));
+    let ah = ah_to(&a, v4([192, 0, 2, 2]));
+    assert_eq!(ud_send(&a, ah, b_qpn, 0x2222, 0, 200), WcStatus::Success);
+    // A datagram completes once sent: stay until it is there.
+    wait_file(&base.with_extension("b-got"));
+}

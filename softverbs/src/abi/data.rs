@@ -80,6 +80,9 @@ impl SendChain<'_> {
         };
         // SAFETY: both members of the immediate union are `u32`s over the same bytes.
         let imm = unsafe { wr.imm.imm_data };
+        // A datagram to a GID no device here has: another machine's (see
+        // `SendWqe::set_remote_dgid`).
+        let mut remote_dgid = None;
         let ud = if self.qp.datagram() {
             // SAFETY: on a UD QP the `wr` union holds `ud` (the application's contract).
             let u = unsafe { wr.wr.ud };
@@ -88,6 +91,9 @@ impl SendChain<'_> {
             let Some(ah) = (unsafe { unchecked::<AhObj>(u.ah) }) else {
                 return Err(libc::EINVAL);
             };
+            if ah.dev.is_none() && ah.attr.is_global != 0 {
+                remote_dgid = Some(*vqp_sys::Gid::from_sys(&ah.attr.grh.dgid).as_bytes());
+            }
             Some(Datagram {
                 dev: ah.dev,
                 qpn: u.remote_qpn & 0x00ff_ffff,
@@ -109,7 +115,7 @@ impl SendChain<'_> {
         } else {
             0
         };
-        Ok(SendWqe {
+        let mut w = SendWqe {
             bind,
             wr_id: wr.wr_id,
             opcode: wr.opcode,
@@ -130,7 +136,11 @@ impl SendChain<'_> {
             shaped: false,
             ud,
             xrc_srqn,
-        })
+        };
+        if let Some(g) = remote_dgid {
+            w.set_remote_dgid(&g);
+        }
+        Ok(w)
     }
 }
 

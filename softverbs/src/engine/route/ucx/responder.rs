@@ -6,7 +6,7 @@ use crate::engine::qp::remote_state::MachineSeq;
 use crate::engine::{respond, MoveError, Mover, Requester, Response, Tables};
 use crate::mem::{self, Span};
 use crate::ucx::wire;
-use crate::wqe::{SendWqe, Sges};
+use crate::wqe::{Datagram, SendWqe, Sges};
 
 /// The mover of a request from another machine: its payload came with it; a READ's
 /// data and an atomic's original value are kept to travel back in the response.
@@ -57,9 +57,11 @@ pub(super) fn on_request<P: Tables>(
         value64: 0,
         len: 0,
     };
+    let ud = req.flags & wire::F_UD != 0;
     let drop_it = || {
+        // A datagram is never answered.
         let code = if uc { wire::ACK } else { wire::DROP };
-        Some((answer(code, 0), Vec::new()))
+        (!ud).then(|| (answer(code, 0), Vec::new()))
     };
     let Some(dev) = p
         .devices()
@@ -71,6 +73,10 @@ pub(super) fn on_request<P: Tables>(
     let Some(b) = p.find_qp(dev, req.dst_qpn) else {
         return drop_it();
     };
+    if ud {
+        datagram(p, &req, dev, &b, payload);
+        return None;
+    }
     // The key table before the QP, as the namespace responder takes them.
     let mrs = p.mrs().read().unwrap_or_else(|e| e.into_inner());
     let mut gb = b.lock();
@@ -175,4 +181,56 @@ pub(super) fn on_request<P: Tables>(
         return Some((answer(wire::ACK, 0), Vec::new()));
     }
     out
+}
+
+/// Delivers datagram `req` (with `payload`) to UD QP `b` of device `dev`: the
+/// responder's checks (the QP's type and state, the Q_Key, a receive and its length)
+/// are the engine's; nothing is answered, whatever became of it.
+fn datagram<P: Tables>(
+    p: &'static P,
+    req: &wire::Request,
+    dev: usize,
+    b: &crate::engine::QpCore,
+    payload: &[u8],
+) {
+    let global = req.flags & wire::F_GRH != 0;
+    let w = SendWqe {
+        wr_id: 0,
+        opcode: req.opcode,
+        signaled: false,
+        solicited: req.flags & wire::F_SOLICITED != 0,
+        imm: req.imm,
+        sges: Sges::default(),
+        inline: None,
+        remote_addr: 0,
+        rkey: req.rkey,
+        compare_add: 0,
+        swap: 0,
+        ready_at: None,
+        shaped: false,
+        bind: None,
+        xrc_srqn: 0,
+        ud: Some(Datagram {
+            dev: Some(dev),
+            qpn: req.dst_qpn,
+            qkey: req.rkey,
+            global,
+            sgid_index: 0,
+        }),
+    };
+    // The GRH names the sender's GID as it sent it.
+    let a = Requester {
+        qpn: req.src_qpn,
+        dev,
+        sgid: global.then_some(req.sgid),
+        qp_type: IBV_QPT_UD,
+        remote_gid: Some(req.sgid),
+    };
+    let mut mv = BytesMover {
+        payload,
+        back: Vec::new(),
+    };
+    let mrs = p.mrs().read().unwrap_or_else(|e| e.into_inner());
+    let mut gb = b.lock();
+    let _ = respond(p, a, b, &mut gb, &mrs, &w, req.len, &mut mv);
 }
