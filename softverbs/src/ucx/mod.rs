@@ -169,7 +169,9 @@
 //! worker (`RNDV_THRESH=inf`; UCP reassembles a large one before the handler), its
 //! payload copied out of the WQE's buffers at the requester and out of UCP's buffer
 //! into a queue at the responder (the handler only queues): no rendezvous into the
-//! checked destination yet. UD and XRC are not carried.
+//! checked destination yet. A UD datagram completes once `ucp_am_send_nbx` took it
+//! and is never answered (a sender that exits at once can lose it while UCP
+//! connects). XRC is not carried.
 //!
 //! ## A dead or unreachable peer
 //! The requester's timer does not depend on UCX noticing anything. It is the one the
