@@ -7,9 +7,8 @@
 //! rkey is `IBV_WC_REM_ACCESS_ERR` at the requester and moves the responder's QP to
 //! error; a killed or stopped peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed,
 //! within the QP's timeout × retries. UC WRITE and SEND land, and a UD SEND with its
-//! GRH. Forged and malformed
-//! messages from a peer speaking UCP itself change nothing. Two processes of one
-//! namespace serve their QPs to another machine's.
+//! GRH. Forged and malformed messages from a peer speaking UCP itself change nothing.
+//! Two processes of one namespace serve their QPs to another machine's.
 //!
 //! The checks run in child processes (this test binary, `#[ignore]`d tests started with
 //! `ip netns exec` and `VQP_MACHINE_CHILD` set), which swap QP numbers and keys through
