@@ -93,9 +93,17 @@ impl SendWqe {
     /// handle's GID names no device here). It rides in the atomic operands, which a UD
     /// send has no use for, so that no WQE grows for it.
     pub fn set_remote_dgid(&mut self, gid: &[u8; 16]) {
+        (self.compare_add, self.swap) = Self::dgid_operands(gid);
+    }
+
+    /// The `compare_add` and `swap` that record `gid` (see
+    /// [`SendWqe::set_remote_dgid`]).
+    pub fn dgid_operands(gid: &[u8; 16]) -> (u64, u64) {
         let (hi, lo) = gid.split_at(8);
-        self.compare_add = u64::from_be_bytes(hi.try_into().unwrap_or_default());
-        self.swap = u64::from_be_bytes(lo.try_into().unwrap_or_default());
+        (
+            u64::from_be_bytes(hi.try_into().unwrap_or_default()),
+            u64::from_be_bytes(lo.try_into().unwrap_or_default()),
+        )
     }
 
     /// The destination GID [`SendWqe::set_remote_dgid`] recorded.

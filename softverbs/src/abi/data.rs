@@ -67,7 +67,7 @@ impl SendChain<'_> {
         };
         // SAFETY: the `wr` union is read as the member the opcode selects; every member
         // is plain integers (or a pointer we do not dereference), valid for any bits.
-        let (remote_addr, rkey, compare_add, swap) = unsafe {
+        let (remote_addr, rkey, mut compare_add, mut swap) = unsafe {
             match wr.opcode {
                 IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => (
                     wr.wr.atomic.remote_addr,
@@ -80,9 +80,6 @@ impl SendChain<'_> {
         };
         // SAFETY: both members of the immediate union are `u32`s over the same bytes.
         let imm = unsafe { wr.imm.imm_data };
-        // A datagram to a GID no device here has: another machine's (see
-        // `SendWqe::set_remote_dgid`).
-        let mut remote_dgid = None;
         let ud = if self.qp.datagram() {
             // SAFETY: on a UD QP the `wr` union holds `ud` (the application's contract).
             let u = unsafe { wr.wr.ud };
@@ -92,7 +89,10 @@ impl SendChain<'_> {
                 return Err(libc::EINVAL);
             };
             if ah.dev.is_none() && ah.attr.is_global != 0 {
-                remote_dgid = Some(*vqp_sys::Gid::from_sys(&ah.attr.grh.dgid).as_bytes());
+                // A GID no device here has: another machine's, recorded in the
+                // operands a UD send does not use (see `SendWqe::set_remote_dgid`).
+                (compare_add, swap) =
+                    SendWqe::dgid_operands(vqp_sys::Gid::from_sys(&ah.attr.grh.dgid).as_bytes());
             }
             Some(Datagram {
                 dev: ah.dev,
@@ -115,7 +115,7 @@ impl SendChain<'_> {
         } else {
             0
         };
-        let mut w = SendWqe {
+        Ok(SendWqe {
             bind,
             wr_id: wr.wr_id,
             opcode: wr.opcode,
@@ -136,11 +136,7 @@ impl SendChain<'_> {
             shaped: false,
             ud,
             xrc_srqn,
-        };
-        if let Some(g) = remote_dgid {
-            w.set_remote_dgid(&g);
-        }
-        Ok(w)
+        })
     }
 }
 

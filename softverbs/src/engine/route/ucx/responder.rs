@@ -3,7 +3,7 @@
 use vqp_sys::*;
 
 use crate::engine::qp::remote_state::MachineSeq;
-use crate::engine::{respond, MoveError, Mover, Requester, Response, Tables};
+use crate::engine::{respond, MoveError, Mover, QpCore, Requester, Response, Tables};
 use crate::mem::{self, Span};
 use crate::ucx::wire;
 use crate::wqe::{Datagram, SendWqe, Sges};
@@ -33,6 +33,46 @@ impl Mover for BytesMover<'_> {
     fn push_bytes(&mut self, bytes: &[u8]) -> Result<(), MoveError> {
         self.back = bytes.to_vec();
         Ok(())
+    }
+}
+
+/// The provider's tables as the responder of a request from another machine sees them:
+/// an address vector resolves to our device `dev` when it names the requester's GID
+/// `sgid` (so `respond`'s connection check, that the QP's address is the requester's,
+/// holds for the QP connected to it), and to nothing otherwise — a QP connected to a
+/// QP of this machine is never taken for the requester's, whatever its number.
+struct FromMachine<P: 'static> {
+    p: &'static P,
+    sgid: [u8; 16],
+    dev: usize,
+}
+
+impl<P: Tables> Tables for FromMachine<P> {
+    fn engine(&self) -> &crate::engine::Engine {
+        self.p.engine()
+    }
+    fn devices(&self) -> &[crate::device::Device] {
+        self.p.devices()
+    }
+    fn mrs(&self) -> &std::sync::RwLock<crate::mem::MrTable> {
+        self.p.mrs()
+    }
+    fn find_qp(&self, dev: usize, qpn: u32) -> Option<std::sync::Arc<QpCore>> {
+        self.p.find_qp(dev, qpn)
+    }
+    fn find_srq(&self, srqn: u32) -> Option<std::sync::Arc<crate::srq::SrqCore>> {
+        self.p.find_srq(srqn)
+    }
+    fn resolve_av(&self, ah: &ibv_ah_attr) -> Option<usize> {
+        (ah.is_global != 0 && *vqp_sys::Gid::from_sys(&ah.grh.dgid).as_bytes() == self.sgid)
+            .then_some(self.dev)
+    }
+    fn on_object_record(
+        &'static self,
+        _: &'static crate::shared::Shared,
+        _: &crate::shared::inbox::Record,
+        _: &[u8],
+    ) {
     }
 }
 
@@ -138,18 +178,24 @@ pub(super) fn on_request<P: Tables>(
         xrc_srqn: 0,
         ud: None,
     };
+    // The requester is "on" our device as far as `respond` asks: the view of the
+    // tables it gets resolves the requester's GID, and only it, to our device.
     let a = Requester {
         qpn: req.src_qpn,
         dev,
         sgid: None,
         qp_type: if uc { IBV_QPT_UC } else { IBV_QPT_RC },
-        remote_gid: Some(req.sgid),
     };
     let mut mv = BytesMover {
         payload,
         back: Vec::new(),
     };
-    let response = respond(p, a, &b, &mut gb, &mrs, &w, req.len, &mut mv);
+    let view = FromMachine {
+        p,
+        sgid: req.sgid,
+        dev,
+    };
+    let response = respond(&view, a, &b, &mut gb, &mrs, &w, req.len, &mut mv);
     let out = match response {
         Response::Ok(n) => {
             if req.psn == expect {
@@ -186,13 +232,7 @@ pub(super) fn on_request<P: Tables>(
 /// Delivers datagram `req` (with `payload`) to UD QP `b` of device `dev`: the
 /// responder's checks (the QP's type and state, the Q_Key, a receive and its length)
 /// are the engine's; nothing is answered, whatever became of it.
-fn datagram<P: Tables>(
-    p: &'static P,
-    req: &wire::Request,
-    dev: usize,
-    b: &crate::engine::QpCore,
-    payload: &[u8],
-) {
+fn datagram<P: Tables>(p: &'static P, req: &wire::Request, dev: usize, b: &QpCore, payload: &[u8]) {
     let global = req.flags & wire::F_GRH != 0;
     let w = SendWqe {
         wr_id: 0,
@@ -224,7 +264,6 @@ fn datagram<P: Tables>(
         dev,
         sgid: global.then_some(req.sgid),
         qp_type: IBV_QPT_UD,
-        remote_gid: Some(req.sgid),
     };
     let mut mv = BytesMover {
         payload,
