@@ -98,7 +98,8 @@ pub(super) struct Machine {
     found: Found,
     peers: HashMap<Key, Peer>,
     endpoints: HashMap<SocketAddr, EpId>,
-    /// Messages refused by the handlers (an unexpected rendezvous payload).
+    /// Messages refused by the handlers (an unexpected rendezvous payload, an id the
+    /// protocol does not use).
     dropped: Arc<AtomicU64>,
     /// Wakes the machine thread's sleep: rung after a send UCP did not finish at once
     /// (it needs progress) and by a finished lookup.
@@ -138,6 +139,15 @@ impl Machine {
                         d.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+            })?;
+        }
+        // Every other id below MAX_AM_ID: dropped and counted, silently (UCP writes a
+        // line on stderr for each message of an id nobody handles, which a peer could
+        // use to fill ours).
+        for id in (0..ucx::MAX_AM_ID).filter(|&id| id != REQUEST && id != RESPONSE) {
+            let d = dropped.clone();
+            worker.set_handler(id, move |_| {
+                d.fetch_add(1, Ordering::Relaxed);
             })?;
         }
         let mut port = 0u16;

@@ -216,17 +216,18 @@
 //! - the header size limit ([`MAX_HEADER`]) and id range ([`MAX_AM_ID`]) are enforced
 //!   by this module; UCP drops a message of an id with no handler (a rendezvous one
 //!   fails at its sender; tested) — but writes a log line for each, so a peer sending
-//!   such messages fills the process's stderr. Not solved yet: the wiring should
-//!   register a silent, counting handler for every id below [`MAX_AM_ID`] that the
-//!   protocol does not use, and set UCX's log level for ids beyond.
+//!   such messages fills the process's stderr. The wiring registers a silent,
+//!   counting handler for every id below [`MAX_AM_ID`] that the protocol does not use;
+//!   not yet done: UCX's log level for ids beyond.
 //!
 //! Built: headers checked field by field ([`wire`]) and a malformed one dropped; a
 //! destination QP that exists, is in RTR or RTS, and is connected to the GID and QPN
 //! the request names (the endpoint it came on is not checked against them); memory
-//! only through the responder's checks. Not yet: the bounds on memory above (an eager
-//! payload is as large as the sender made it, reassembled by UCP and copied into the
-//! queue), a rendezvous message is dropped with a count, the silent handlers, and a
-//! fuzz of the service.
+//! only through the responder's checks; a rendezvous message, or one of an id the
+//! protocol does not use (below [`MAX_AM_ID`]), dropped with a count and no word on
+//! stderr. Not yet: the bounds on memory above (an eager payload is as large as the
+//! sender made it, reassembled by UCP and copied into the queue), and a fuzz of the
+//! service.
 //!
 //! ## What the wiring needs from the layers
 //! The transport sits beside `shared` in layer 5 and reaches the engine the way
