@@ -5,9 +5,9 @@
 //! with every byte checked (WRITE, WRITE_WITH_IMM, SEND and inline SEND with their
 //! receive completions, an RNR NAK waited out, READ, both atomics, 1 MiB); a wrong
 //! rkey is `IBV_WC_REM_ACCESS_ERR` at the requester and moves the responder's QP to
-//! error; a killed or stopped peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed,
-//! within the QP's timeout × retries. UC WRITE and SEND land, and a UD SEND with its
-//! GRH. Forged and malformed messages from a peer speaking UCP itself change nothing.
+//! error; RNR NAKs end in `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry`; a killed or
+//! stopped peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed, within the QP's
+//! timeout × retries. UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself change nothing.
 //! Two processes of one namespace serve their QPs to another machine's.
 //!
 //! The checks run in child processes (this test binary, `#[ignore]`d tests started with
@@ -957,4 +957,69 @@ fn child_ud_sender() {
     assert_eq!(ud_send(&a, ah, b_qpn, 0x2222, 0, 200), WcStatus::Success);
     // A datagram completes once sent: stay until it is there.
     wait_file(&base.with_extension("b-got"));
+}
+
+#[test]
+fn rnr_retries_run_out_between_two_machines() {
+    let name = "rnr_retries_run_out_between_two_machines";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach9");
+    let responder = lab.start(1, "child_no_receive");
+    let requester = lab.start(0, "child_rnr_sender");
+    passed(vec![
+        (requester, "child_rnr_sender"),
+        (responder, "child_no_receive"),
+    ]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by rnr_retries_run_out_between_two_machines"]
+fn child_no_receive() {
+    if !is_child("child_no_receive") {
+        return;
+    }
+    let v = verbs();
+    let b = side(&v, "soft0", &Opts::default());
+    let base = rendezvous();
+    write_file(&base.with_extension("b"), &format!("{}\n", b.qp.qp_num()));
+    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
+    wait_serving();
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    // No receive is ever posted here.
+    wait_file(&base.with_extension("a-done"));
+}
+
+#[test]
+#[ignore = "run in a network namespace by rnr_retries_run_out_between_two_machines"]
+fn child_rnr_sender() {
+    if !is_child("child_rnr_sender") {
+        return;
+    }
+    let v = verbs();
+    let a = side(&v, "soft0", &Opts::default());
+    let base = rendezvous();
+    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
+    let b_qpn: u32 = wait_file(&base.with_extension("b")).trim().parse().unwrap();
+    let g = vqp_host::sys::Gid::from_bytes(v4([192, 0, 2, 2]));
+    let mut path = Path::new(1, Address::gid(g, 1), b_qpn, 0x10, 0x20);
+    path.access = Opts::default().qp_access;
+    // Two retries after the first RNR NAK, then RNR_RETRY_EXC.
+    path.rnr_retry = 2;
+    connect::connect(&a.qp, &path).unwrap();
+    wait_file(&base.with_extension("b-ready"));
+    for id in [1, 2] {
+        let mut sge = a.mr.sge(0, 64).unwrap();
+        let mut wr = send_wr(id, IBV_WR_SEND, std::slice::from_mut(&mut sge));
+        post(&a, &mut wr);
+    }
+    let wcs = poll_n(&a.cq, 2);
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id(), w.status())).collect();
+    assert_eq!(
+        got,
+        [(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    write_file(&base.with_extension("a-done"), "done\n");
 }

@@ -132,13 +132,15 @@ pub(super) fn on_request<P: Tables>(
     let same = matches!(&gb.remote.machine_resp,
         Some(s) if s.sgid == req.sgid && s.qpn == req.src_qpn && s.conn == req.conn);
     if !same || uc {
-        // A new connection starts its sequence where it is; UC is never re-sent, so it
-        // follows whatever comes.
+        // A new connection's sequence starts at 0 (the requester's first request of a
+        // connection has PSN 0): UCP may hand its second request over first, which
+        // must then wait, not set the sequence. UC is never re-sent, so it follows
+        // whatever comes.
         gb.remote.machine_resp = Some(MachineSeq {
             sgid: req.sgid,
             qpn: req.src_qpn,
             conn: req.conn,
-            expect: req.psn,
+            expect: if uc { req.psn } else { 0 },
         });
     }
     let expect = gb
