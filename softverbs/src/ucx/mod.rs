@@ -158,8 +158,10 @@
 //! cannot take is dropped.
 //!
 //! Built: strict PSN order with no window (a request out of sequence is dropped and
-//! comes again with the requester's retransmission from its oldest unanswered WQE;
-//! over UCX's TCP transport, one lane, none has been seen out of order); a duplicate
+//! comes again with the requester's retransmission from its oldest unanswered WQE,
+//! one local ACK timeout later: over UCX's TCP transport a fresh endpoint's first two
+//! messages have been seen handed over in the wrong order, now and then; a
+//! connection's sequence starts at PSN 0 at both ends); a duplicate
 //! SEND or WRITE re-acknowledged, a READ re-read, a duplicate atomic dropped (no
 //! results are kept yet, so such a requester ends in `IBV_WC_RETRY_EXC_ERR`); one ACK
 //! per request, not coalesced; at most 64 requests in flight per QP; a UC WQE
