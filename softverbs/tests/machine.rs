@@ -21,6 +21,7 @@ mod netns;
 #[path = "procs/mod.rs"]
 mod procs;
 
+use std::io::Write as _;
 use std::path::{Path as FsPath, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -55,7 +56,8 @@ fn ucx_available(test: &str) -> bool {
                 std::env::var("VQP_REQUIRE_SYSTEM_PACKAGES").map_or(true, |v| v != "1"),
                 "{test}: {e}"
             );
-            println!("skipped {test}: needs libucx0 ({e})");
+            // Not through the test harness's capture: the line must show.
+            let _ = writeln!(std::io::stderr(), "skipped {test}: needs libucx0 ({e})");
             false
         }
     }
