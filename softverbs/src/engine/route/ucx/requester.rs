@@ -67,7 +67,15 @@ pub(super) fn send<P: Tables>(
         // whose far end does not answer.
         return crate::engine::complete::unanswered(qp, g, w);
     }
-    if g.remote.in_flight.len() >= MAX_IN_FLIGHT {
+    // Until the responder first answers, one request at a time: UCP has been seen
+    // handing a fresh endpoint's second message over before its first, which the
+    // responder would drop and the requester re-send only an ACK timeout later.
+    let limit = if g.remote.machine_answered {
+        MAX_IN_FLIGHT
+    } else {
+        1
+    };
+    if g.remote.in_flight.len() >= limit {
         g.sq.push_front(w);
         g.remote.full = true;
         return Step::Rnr(BACKOFF);
@@ -269,6 +277,7 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
     let Some(f) = g.remote.in_flight.pop_front() else {
         return;
     };
+    g.remote.machine_answered = true;
     if qp.unreliable() {
         // A UC requester completes whatever the answer: its responder answers only
         // to say the data left the requester (as the namespace route's does).
