@@ -201,9 +201,13 @@ impl Transport {
     }
 
     /// The machine thread's sleep: until UCX, a lookup or a sender has something for
-    /// it, or `timeout`. Returns false when this process does not serve other machines
-    /// (the thread then ends).
+    /// it, or `timeout`. Returns false when this process does not serve other machines,
+    /// or is exiting (the thread then ends).
     pub(crate) fn machine_sleep(&self, timeout: Duration) -> bool {
+        if self.namespace().is_some_and(|s| s.stopping()) {
+            // The process is exiting: the thread ends, out of UCX's way.
+            return false;
+        }
         let m = match self.machine.get() {
             None => {
                 std::thread::sleep(timeout.min(Duration::from_millis(1)));
