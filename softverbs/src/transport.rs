@@ -66,9 +66,10 @@
 //! docs) is the third variant beside the two above; the engine outside
 //! `engine::route` knows nothing of it:
 //! - `engine/route/mod.rs`, `resolve`: where a connected QP's address (its GRH's
-//!   `dgid`, through `Tables::resolve_av`) names no device of this process and no
-//!   device another process of the namespace published ([`Transport::find_gid`]), on a
-//!   RoCE port, the WQE takes `Route::Machine { gid, qpn }`;
+//!   `dgid`, through `Tables::resolve_av`) or a datagram's address handle names no
+//!   device of this process and no device another process of the namespace published
+//!   ([`Transport::find_gid`]), on a RoCE port, the WQE takes
+//!   `Route::Machine { gid, qpn }`;
 //! - `engine/route/ucx/`: its requester (a request per WQE as an active message, the
 //!   WQE kept in flight in the QP's state under `engine::qp::remote_state`, its timer)
 //!   and its responder (each request run through `engine::respond` with a mover over
@@ -200,9 +201,13 @@ impl Transport {
     }
 
     /// The machine thread's sleep: until UCX, a lookup or a sender has something for
-    /// it, or `timeout`. Returns false when this process does not serve other machines
-    /// (the thread then ends).
+    /// it, or `timeout`. Returns false when this process does not serve other machines,
+    /// or is exiting (the thread then ends).
     pub(crate) fn machine_sleep(&self, timeout: Duration) -> bool {
+        if self.namespace().is_some_and(|s| s.stopping()) {
+            // The process is exiting: the thread ends, out of UCX's way.
+            return false;
+        }
         let m = match self.machine.get() {
             None => {
                 std::thread::sleep(timeout.min(Duration::from_millis(1)));

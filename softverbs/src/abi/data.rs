@@ -67,7 +67,7 @@ impl SendChain<'_> {
         };
         // SAFETY: the `wr` union is read as the member the opcode selects; every member
         // is plain integers (or a pointer we do not dereference), valid for any bits.
-        let (remote_addr, rkey, compare_add, swap) = unsafe {
+        let (remote_addr, rkey, mut compare_add, mut swap) = unsafe {
             match wr.opcode {
                 IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => (
                     wr.wr.atomic.remote_addr,
@@ -88,6 +88,12 @@ impl SendChain<'_> {
             let Some(ah) = (unsafe { unchecked::<AhObj>(u.ah) }) else {
                 return Err(libc::EINVAL);
             };
+            if ah.dev.is_none() && ah.attr.is_global != 0 {
+                // A GID no device here has: another machine's, recorded in the
+                // operands a UD send does not use (see `SendWqe::set_remote_dgid`).
+                (compare_add, swap) =
+                    SendWqe::dgid_operands(vqp_sys::Gid::from_sys(&ah.attr.grh.dgid).as_bytes());
+            }
             Some(Datagram {
                 dev: ah.dev,
                 qpn: u.remote_qpn & 0x00ff_ffff,

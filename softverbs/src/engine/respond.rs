@@ -150,9 +150,6 @@ pub(crate) struct Requester {
     pub sgid: Option<[u8; 16]>,
     /// `IBV_QPT_RC` or `IBV_QPT_UC`: a QP answers only a requester of its own type.
     pub qp_type: u32,
-    /// A requester on another machine, at this RoCE GID (`dev` is then the responder's
-    /// own device): the responder QP must be connected to that GID.
-    pub remote_gid: Option<[u8; 16]>,
 }
 
 /// The spans of receive `r`'s scatter list, checked for local write against device `dev`
@@ -240,13 +237,7 @@ fn respond_checked<M: Mover, P: Tables>(
     let connected = matches!(gb.state, IBV_QPS_RTR | IBV_QPS_RTS)
         && answers(a.qp_type, b.qp_type)
         && gb.attr.dest_qp_num == a_qpn
-        && match a.remote_gid {
-            None => p.resolve_av(&gb.attr.ah_attr) == Some(a_dev),
-            Some(g) => {
-                gb.attr.ah_attr.is_global != 0
-                    && *vqp_sys::Gid::from_sys(&gb.attr.ah_attr.grh.dgid).as_bytes() == g
-            }
-        };
+        && p.resolve_av(&gb.attr.ah_attr) == Some(a_dev);
     if !connected {
         // A packet for a QP that is not connected to its sender is dropped; the
         // responder sees nothing and the requester retransmits.

@@ -98,10 +98,11 @@ pub(super) struct Machine {
     found: Found,
     peers: HashMap<Key, Peer>,
     endpoints: HashMap<SocketAddr, EpId>,
-    /// Messages refused by the handlers (an unexpected rendezvous payload).
+    /// Messages refused by the handlers (an unexpected rendezvous payload, an id the
+    /// protocol does not use).
     dropped: Arc<AtomicU64>,
-    /// Wakes the machine thread's sleep: written after a send (UCP may need progress
-    /// to finish it) and by a finished lookup.
+    /// Wakes the machine thread's sleep: rung after a send UCP did not finish at once
+    /// (it needs progress) and by a finished lookup.
     wake: Arc<Wake>,
 }
 
@@ -138,6 +139,15 @@ impl Machine {
                         d.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+            })?;
+        }
+        // Every other id below MAX_AM_ID: dropped and counted, silently (UCP writes a
+        // line on stderr for each message of an id nobody handles, which a peer could
+        // use to fill ours).
+        for id in (0..ucx::MAX_AM_ID).filter(|&id| id != REQUEST && id != RESPONSE) {
+            let d = dropped.clone();
+            worker.set_handler(id, move |_| {
+                d.fetch_add(1, Ordering::Relaxed);
             })?;
         }
         let mut port = 0u16;
@@ -219,7 +229,10 @@ impl Machine {
     /// is then forgotten).
     pub(super) fn send(&mut self, ep: EpId, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
         if self.worker.am_send(ep, id, header, payload, 0).is_ok() {
-            self.wake.ring();
+            if self.worker.requests_in_flight() > 0 {
+                // UCP kept the send to finish later: the machine thread must progress.
+                self.wake.ring();
+            }
             return true;
         }
         self.forget(ep);

@@ -158,8 +158,10 @@
 //! cannot take is dropped.
 //!
 //! Built: strict PSN order with no window (a request out of sequence is dropped and
-//! comes again with the requester's retransmission from its oldest unanswered WQE;
-//! over UCX's TCP transport, one lane, none has been seen out of order); a duplicate
+//! comes again with the requester's retransmission from its oldest unanswered WQE,
+//! one local ACK timeout later: over UCX's TCP transport a fresh endpoint's first two
+//! messages have been seen handed over in the wrong order, now and then; a
+//! connection's sequence starts at PSN 0 at both ends); a duplicate
 //! SEND or WRITE re-acknowledged, a READ re-read, a duplicate atomic dropped (no
 //! results are kept yet, so such a requester ends in `IBV_WC_RETRY_EXC_ERR`); one ACK
 //! per request, not coalesced; at most 64 requests in flight per QP; a UC WQE
@@ -169,7 +171,9 @@
 //! worker (`RNDV_THRESH=inf`; UCP reassembles a large one before the handler), its
 //! payload copied out of the WQE's buffers at the requester and out of UCP's buffer
 //! into a queue at the responder (the handler only queues): no rendezvous into the
-//! checked destination yet. UD and XRC are not carried.
+//! checked destination yet. A UD datagram completes once `ucp_am_send_nbx` took it
+//! and is never answered (a sender that exits at once can lose it while UCP
+//! connects). XRC is not carried.
 //!
 //! ## A dead or unreachable peer
 //! The requester's timer does not depend on UCX noticing anything. It is the one the
@@ -191,8 +195,8 @@
 //!
 //! Built as written; a lookup that hangs (an unreachable machine) can hold the WQE one
 //! ACK timeout before it counts as the first lost attempt, so that case ends within
-//! twice the QP's timeout × retries. Tested with a peer killed by `SIGKILL`
-//! (`tests/machine.rs`); not yet with a deleted veth.
+//! twice the QP's timeout × retries. Tested with a peer killed by `SIGKILL` and one
+//! stopped by `SIGSTOP` (`tests/machine.rs`); not yet with a deleted veth.
 //!
 //! ## What a hostile peer cannot do
 //! Whatever listens for other machines is exposed to anything that can reach the port:
@@ -214,17 +218,18 @@
 //! - the header size limit ([`MAX_HEADER`]) and id range ([`MAX_AM_ID`]) are enforced
 //!   by this module; UCP drops a message of an id with no handler (a rendezvous one
 //!   fails at its sender; tested) — but writes a log line for each, so a peer sending
-//!   such messages fills the process's stderr. Not solved yet: the wiring should
-//!   register a silent, counting handler for every id below [`MAX_AM_ID`] that the
-//!   protocol does not use, and set UCX's log level for ids beyond.
+//!   such messages fills the process's stderr. The wiring registers a silent,
+//!   counting handler for every id below [`MAX_AM_ID`] that the protocol does not use;
+//!   not yet done: UCX's log level for ids beyond.
 //!
 //! Built: headers checked field by field ([`wire`]) and a malformed one dropped; a
 //! destination QP that exists, is in RTR or RTS, and is connected to the GID and QPN
 //! the request names (the endpoint it came on is not checked against them); memory
-//! only through the responder's checks. Not yet: the bounds on memory above (an eager
-//! payload is as large as the sender made it, reassembled by UCP and copied into the
-//! queue), a rendezvous message is dropped with a count, the silent handlers, and a
-//! fuzz of the service.
+//! only through the responder's checks; a rendezvous message, or one of an id the
+//! protocol does not use (below [`MAX_AM_ID`]), dropped with a count and no word on
+//! stderr. Not yet: the bounds on memory above (an eager payload is as large as the
+//! sender made it, reassembled by UCP and copied into the queue), and a fuzz of the
+//! service.
 //!
 //! ## What the wiring needs from the layers
 //! The transport sits beside `shared` in layer 5 and reaches the engine the way

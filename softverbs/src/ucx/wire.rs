@@ -60,7 +60,7 @@ pub struct Request {
     /// `IBV_WR_*` of the WQE: SEND, SEND_WITH_IMM, RDMA_WRITE(_WITH_IMM), RDMA_READ,
     /// ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD.
     pub opcode: u32,
-    /// Bit 0: solicited event; bit 1: the requester is UC.
+    /// [`F_SOLICITED`], [`F_UC`], [`F_UD`], [`F_GRH`].
     pub flags: u32,
     /// The requester's QP (24 bits).
     pub src_qpn: u32,
@@ -92,6 +92,13 @@ pub struct Request {
 pub const F_SOLICITED: u32 = 1;
 /// Flag: the requester is a UC QP.
 pub const F_UC: u32 = 2;
+/// Flag: a datagram (a UD QP's SEND); `rkey` carries its Q_Key.
+pub const F_UD: u32 = 4;
+/// Flag: the datagram's address handle has a GRH (the receiver gets one, naming
+/// `sgid`).
+pub const F_GRH: u32 = 8;
+/// The largest datagram: the largest MTU, 4096 bytes.
+pub const MAX_DATAGRAM: u64 = 4096;
 
 fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
@@ -198,8 +205,19 @@ impl Request {
         if !known {
             return Err(WireError::Field("opcode"));
         }
-        if r.flags & !(F_SOLICITED | F_UC) != 0 {
+        if r.flags & !(F_SOLICITED | F_UC | F_UD | F_GRH) != 0
+            || (r.flags & F_UD != 0 && r.flags & F_UC != 0)
+            || (r.flags & F_GRH != 0 && r.flags & F_UD == 0)
+        {
             return Err(WireError::Field("flags"));
+        }
+        if r.flags & F_UD != 0 {
+            if !matches!(r.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
+                return Err(WireError::Field("opcode"));
+            }
+            if r.len > MAX_DATAGRAM {
+                return Err(WireError::Field("len"));
+            }
         }
         if r.src_qpn >> 24 != 0 || r.dst_qpn >> 24 != 0 {
             return Err(WireError::Field("qpn"));
@@ -374,7 +392,23 @@ mod tests {
         assert_eq!(bad(6, 1), Err(WireError::Field("reserved")));
         assert_eq!(bad(110, 1), Err(WireError::Field("reserved")));
         assert_eq!(bad(8, 200), Err(WireError::Field("opcode")));
-        assert_eq!(bad(12, 4), Err(WireError::Field("flags")));
+        assert_eq!(bad(12, 16), Err(WireError::Field("flags")));
+        // UD with UC, a GRH without UD, a datagram that is no SEND or is too long.
+        assert_eq!(bad(12, 6), Err(WireError::Field("flags")));
+        assert_eq!(bad(12, 8), Err(WireError::Field("flags")));
+        assert_eq!(bad(12, 4), Err(WireError::Field("opcode")));
+        let ud = Request {
+            opcode: IBV_WR_SEND,
+            flags: F_UD | F_GRH,
+            len: 4097,
+            ..write()
+        };
+        assert_eq!(
+            Request::decode(&ud.encode(), 4097),
+            Err(WireError::Field("len"))
+        );
+        let ud = Request { len: 64, ..ud };
+        assert_eq!(Request::decode(&ud.encode(), 64), Ok(ud));
         assert_eq!(bad(19, 1), Err(WireError::Field("qpn")));
         assert_eq!(bad(23, 1), Err(WireError::Field("qpn")));
         assert_eq!(bad(39, 1), Err(WireError::Field("len")));

@@ -75,6 +75,10 @@ pub(crate) struct RemoteState {
     pub(crate) machine_watched: bool,
     /// The sequence this QP runs of a requester on another machine.
     pub(crate) machine_resp: Option<MachineSeq>,
+    /// An answer came from the responder on another machine since the QP connected:
+    /// until then one request at a time is in flight (UCP may reorder the first
+    /// messages of a fresh endpoint).
+    pub(crate) machine_answered: bool,
 }
 
 impl RemoteState {

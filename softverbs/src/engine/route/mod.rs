@@ -58,6 +58,9 @@ pub(crate) fn resolve<P: Tables>(p: &P, qp: &QpCore, g: &mut QpInner, w: &SendWq
     let (dev, qpn) = match &w.ud {
         Some(d) => {
             let Some(dev) = d.dev.filter(|&dv| local_up && devices[dv].is_up()) else {
+                if d.dev.is_none() && d.global && local_up {
+                    return machine_datagram(&devices[qp.dev], w, d.qpn);
+                }
                 return Route::Nowhere;
             };
             if let Some(b) = p.find_qp(dev, d.qpn) {
@@ -91,6 +94,20 @@ fn machine(dev: &crate::device::Device, attr: &vqp_sys::ibv_qp_attr) -> Route {
     Route::Machine {
         gid: *vqp_sys::Gid::from_sys(&attr.ah_attr.grh.dgid).as_bytes(),
         qpn: attr.dest_qp_num,
+    }
+}
+
+/// Where a datagram of device `dev` goes when its address handle's GID names no device
+/// of the namespace: to another machine from a RoCE port (the GID recorded in the WQE,
+/// `SendWqe::remote_dgid`), nowhere from an InfiniBand one.
+#[cold]
+fn machine_datagram(dev: &crate::device::Device, w: &SendWqe, qpn: u32) -> Route {
+    if dev.roce().is_none() {
+        return Route::Nowhere;
+    }
+    Route::Machine {
+        gid: w.remote_dgid(),
+        qpn,
     }
 }
 

@@ -90,7 +90,6 @@ pub(super) fn deliver<P: Tables>(
         dev: qp.dev,
         sgid: None,
         qp_type: qp.qp_type,
-        remote_gid: None,
     };
     if w.ud.is_some() {
         let r = if own_responder {

@@ -173,7 +173,6 @@ pub(super) fn on_request<P: Tables>(
             } else {
                 IBV_QPT_RC
             },
-            remote_gid: None,
         };
         respond(p, a, &b, &mut gb, &mrs, &w, rec.len, &mut mv)
     } else {

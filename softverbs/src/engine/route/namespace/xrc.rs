@@ -275,7 +275,6 @@ fn serve<P: Tables>(
         dev: src_dev,
         sgid: None,
         qp_type: IBV_QPT_XRC_SEND,
-        remote_gid: None,
     };
     let mut mv = RemoteMover {
         pid: rec.from_pid,

@@ -1,6 +1,6 @@
-//! The UCX route: a WQE of an RC or UC QP on a RoCE port (a device bound to a network
-//! interface) whose destination GID names no device of this process nor of the shared
-//! namespace — a QP on another machine, reached through `crate::ucx` (its design, which
+//! The UCX route: a WQE of an RC, UC or UD QP on a RoCE port (a device bound to a
+//! network interface) whose destination GID names no device of this process nor of the
+//! shared namespace — a QP on another machine, reached through `crate::ucx` (its design, which
 //! this route follows, is in that module's docs; the worker, its endpoints, lookups and
 //! threads are `crate::transport::machine`'s).
 //!
@@ -54,7 +54,11 @@
 //! the worker lock with no QP locked. A requester sends with its QP locked and takes
 //! the worker lock inside: requester QP → worker lock, never the other way.
 //!
-//! Not carried yet: UD (a datagram to another machine is lost), XRC, and IPv6 GIDs.
+//! A UD datagram whose address handle's GID is another machine's takes this route
+//! too: one request, completed once handed to UCP (or at once when nobody serves the
+//! address), never answered; its responder delivers it as a local datagram.
+//!
+//! Not carried yet: XRC, and IPv6 GIDs.
 //! Every payload is copied once on each side (an owned buffer handed to UCP; the
 //! responder copies out of UCP's eager buffer into the queue and then into place).
 
@@ -74,8 +78,11 @@ mod responder;
 pub(crate) use requester::check_deadlines;
 
 /// Sends WQE `w` of `qp` (locked as `g`; `local` its checked buffers, `len` bytes) to
-/// QP `qpn` at RoCE GID `gid` on another machine (see the module's docs).
+/// QP `qpn` at RoCE GID `gid` on another machine (see the module's docs). Kept out of
+/// line: the route interface's match stays small for the in-process route.
 #[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
 pub(crate) fn send<P: Tables>(
     p: &'static P,
     qp: &Arc<QpCore>,

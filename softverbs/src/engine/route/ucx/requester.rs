@@ -59,12 +59,23 @@ pub(super) fn send<P: Tables>(
             | IBV_WR_ATOMIC_CMP_AND_SWP
             | IBV_WR_ATOMIC_FETCH_AND_ADD
     );
+    if let Some(d) = w.ud {
+        return send_datagram(p, qp, g, w, local, len, gid, dest, d);
+    }
     if !known || !matches!(qp.qp_type, IBV_QPT_RC | IBV_QPT_UC) {
         // What this route does not carry (SEND_WITH_INV, XRC): lost, as on a wire
         // whose far end does not answer.
         return crate::engine::complete::unanswered(qp, g, w);
     }
-    if g.remote.in_flight.len() >= MAX_IN_FLIGHT {
+    // Until the responder first answers, one request at a time: UCP has been seen
+    // handing a fresh endpoint's second message over before its first, which the
+    // responder would drop and the requester re-send only an ACK timeout later.
+    let limit = if g.remote.machine_answered {
+        MAX_IN_FLIGHT
+    } else {
+        1
+    };
+    if g.remote.in_flight.len() >= limit {
         g.sq.push_front(w);
         g.remote.full = true;
         return Step::Rnr(BACKOFF);
@@ -155,6 +166,80 @@ pub(super) fn send<P: Tables>(
     Step::Done
 }
 
+/// Sends datagram `w` of UD QP `qp` to QP `dest` at `gid` (`d` its address): one
+/// message, completed once handed to UCP, or at once when nobody is known to serve
+/// the address (lost, as a datagram is); never re-sent, never answered.
+#[allow(clippy::too_many_arguments)]
+fn send_datagram<P: Tables>(
+    p: &'static P,
+    qp: &Arc<QpCore>,
+    g: &mut QpInner,
+    w: SendWqe,
+    local: &[Span<'_>],
+    len: u64,
+    gid: [u8; 16],
+    dest: u32,
+    d: crate::wqe::Datagram,
+) -> Step {
+    let t = p.engine().transport();
+    let ep = match t.machine_reach(&gid, dest) {
+        Reach::Ready(ep) => {
+            g.remote.machine_wait = None;
+            ep
+        }
+        Reach::Pending => {
+            // As a connected QP's first WQE: the lookup runs off this lock; the
+            // datagram waits for it one local ACK timeout at most, then is lost.
+            let since = *g.remote.machine_wait.get_or_insert_with(Instant::now);
+            if since.elapsed() < ack_timeout(&g.attr) {
+                g.sq.push_front(w);
+                return Step::Rnr(BACKOFF);
+            }
+            g.remote.machine_wait = None;
+            return complete(qp, g, &w, 0);
+        }
+        Reach::Unreachable => return complete(qp, g, &w, 0),
+    };
+    let payload = match &w.inline {
+        Some(b) => b.to_vec(),
+        None => {
+            let mut b = vec![0u8; len as usize];
+            if mem::copy_to_bytes(&mut b, local).is_err() {
+                fail(qp, g, &w, IBV_WC_LOC_PROT_ERR, None);
+                return Step::Failed;
+            }
+            b
+        }
+    };
+    let sgid = p.devices()[qp.dev]
+        .gids()
+        .get(usize::from(d.sgid_index))
+        .copied()
+        .unwrap_or_default();
+    let mut flags = wire::F_UD;
+    if d.global {
+        flags |= wire::F_GRH;
+    }
+    if w.solicited {
+        flags |= wire::F_SOLICITED;
+    }
+    let req = wire::Request {
+        opcode: w.opcode,
+        flags,
+        src_qpn: qp.qpn,
+        dst_qpn: dest,
+        len,
+        imm: w.imm,
+        // The Q_Key, resolved by the requester (a high bit meaning the QP's own).
+        rkey: w.rkey,
+        sgid,
+        dgid: gid,
+        ..wire::Request::default()
+    };
+    let _ = t.machine_send(ep, REQUEST, &req.encode(), payload);
+    complete(qp, g, &w, 0)
+}
+
 /// The RoCE GID of the requester QP a response names is not checked: a response
 /// reaches a QP only through the endpoint its requests went on, and must match its
 /// connection id and oldest sequence number in flight.
@@ -192,6 +277,7 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
     let Some(f) = g.remote.in_flight.pop_front() else {
         return;
     };
+    g.remote.machine_answered = true;
     if qp.unreliable() {
         // A UC requester completes whatever the answer: its responder answers only
         // to say the data left the requester (as the namespace route's does).
