@@ -375,9 +375,6 @@ fn write_between_two_hosts() {
 /// outage test, `a_virtual_qp_rides_out_a_link_outage_and_comes_back_to_full_width`:
 /// failovers, restored, every QP healthy at the end), every byte verified.
 #[test]
-#[ignore = "softverbs' UCX route: with two bound interfaces per host a request lands \
-            but its answer never reaches the requester (IBV_WC_RETRY_EXC_ERR), as the \
-            route's UCP worker is not kept to the bound interfaces"]
 fn failover_rides_out_a_link_taken_down_between_two_hosts() {
     failover("wbm-failover", Dirs::Own);
 }

@@ -92,9 +92,9 @@ use crate::os::lock;
 use crate::region::MrInfo;
 use crate::shared::exports::QpView;
 use crate::shared::{self, registry, Endpoint, Owner, Shared, SharedError};
-use crate::ucx::{lookup, EpId};
+use crate::ucx::lookup;
 use machine::Machine;
-pub(crate) use machine::{Incoming, Reach};
+pub(crate) use machine::{Ep, Incoming, Reach};
 
 /// This process's transport to other processes: the shared namespace once joined.
 #[derive(Default)]
@@ -103,7 +103,7 @@ pub(crate) struct Transport {
     ns: OnceLock<&'static Shared>,
     /// The bound interfaces' addresses other machines reach this process at, set when
     /// a context opens on a RoCE-bound device ([`Transport::start_machine`]).
-    machine_addrs: OnceLock<Vec<Ipv4Addr>>,
+    machine_addrs: OnceLock<Vec<(Ipv4Addr, String)>>,
     /// What serves other machines, made by the machine thread once the addresses are
     /// known ([`Transport::serve_machine`]); `None` inside when UCX cannot be used.
     machine: OnceLock<Option<Mutex<Machine>>>,
@@ -181,7 +181,11 @@ impl Transport {
     /// here: this runs inside `ibv_open_device`, and making a UCP context opens the
     /// verbs devices again (UCX's verbs component lists them even when its transports
     /// are off), which in a process whose libibverbs is softverbs re-enters it.
-    pub(crate) fn start_machine(&self, endpoint: &'static dyn Endpoint, addrs: &[Ipv4Addr]) {
+    pub(crate) fn start_machine(
+        &self,
+        endpoint: &'static dyn Endpoint,
+        addrs: &[(Ipv4Addr, String)],
+    ) {
         if addrs.is_empty() || self.machine_addrs.get().is_some() {
             return;
         }
@@ -226,7 +230,7 @@ impl Transport {
     /// Makes what serves other machines (see [`Transport::start_machine`]); what cannot
     /// be had is said once on stderr, and the rest goes on: without UCX (Debian's
     /// `libucx0`) no other machine reaches this process's QPs.
-    fn make_machine(s: &Shared, addrs: &[Ipv4Addr]) -> Option<Mutex<Machine>> {
+    fn make_machine(s: &Shared, addrs: &[(Ipv4Addr, String)]) -> Option<Mutex<Machine>> {
         match Machine::new(addrs, lookup_port()) {
             Ok((m, port)) => {
                 s.export_ucx_port(port);
@@ -281,7 +285,7 @@ impl Transport {
     /// Sends active message `id` ([`machine::REQUEST`] or [`machine::RESPONSE`]) with
     /// `header` and `payload` on endpoint `ep`; false when the endpoint failed (it is
     /// then forgotten, and the next [`Transport::machine_reach`] looks up again).
-    pub(crate) fn machine_send(&self, ep: EpId, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
+    pub(crate) fn machine_send(&self, ep: Ep, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
         match self.machine.get() {
             Some(Some(m)) => lock(m).send(ep, id, header, payload),
             _ => false,

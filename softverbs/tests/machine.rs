@@ -7,7 +7,9 @@
 //! rkey is `IBV_WC_REM_ACCESS_ERR` at the requester and moves the responder's QP to
 //! error; RNR NAKs end in `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry`; a killed or
 //! stopped peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed, within the QP's
-//! timeout × retries. UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself change nothing.
+//! timeout × retries; the requester's link taken down under WRITEs in flight fails
+//! the oldest with `IBV_WC_RETRY_EXC_ERR` and flushes the rest, in posting order.
+//! UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself change nothing.
 //! Two processes of one namespace serve their QPs to another machine's.
 //!
 //! The checks run in child processes (this test binary, `#[ignore]`d tests started with
@@ -1024,4 +1026,96 @@ fn child_rnr_sender() {
         [(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
     );
     write_file(&base.with_extension("a-done"), "done\n");
+}
+
+/// The requester's link goes down with WRITEs in flight (its responder stopped, so
+/// none is answered), and one more WRITE is posted once its port is down: the oldest
+/// in flight ends in `IBV_WC_RETRY_EXC_ERR` and the others, the new one last, flush,
+/// in posting order (a completion after an error never belongs to an earlier WQE),
+/// within the QP's timeout × retries.
+#[test]
+fn a_link_taken_down_under_writes_in_flight_fails_them_in_order() {
+    let name = "a_link_taken_down_under_writes_in_flight_fails_them_in_order";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach8");
+    let victim = lab.start(1, "child_victim");
+    let requester = lab.start_with(0, "child_cut_off", &[]);
+    let base = lab.dir.join("rendezvous");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !base.with_extension("a-first").exists() {
+        if Instant::now() > deadline {
+            passed(vec![(requester, "child_cut_off"), (victim, "child_victim")]);
+            panic!("the first WRITE never completed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = victim.0.as_ref().unwrap().id();
+    // SAFETY: signals our own child (`ip netns exec` execs the test binary in place).
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) }, 0);
+    write_file(&base.with_extension("b-killed"), "stopped\n");
+    wait_file(&base.with_extension("a-posted"));
+    netns::ip(&["-n", lab.ns.name(0), "link", "set", "vm0", "down"]);
+    write_file(&base.with_extension("down"), "down\n");
+    passed(vec![(requester, "child_cut_off")]);
+    drop(victim);
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_link_taken_down_under_writes_in_flight_fails_them_in_order"]
+fn child_cut_off() {
+    if !is_child("child_cut_off") {
+        return;
+    }
+    let v = verbs();
+    let a = side(&v, "soft0", &Opts::default());
+    let base = rendezvous();
+    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
+    let f: Vec<u64> = wait_file(&base.with_extension("b"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    // 4.096 µs · 2^16 ≈ 268 ms an attempt, 2 retransmissions: about 0.8 s in all,
+    // long enough for the link to go down while the WRITEs wait for their answers.
+    connect_to(&a, v4([192, 0, 2, 2]), f[0] as u32, 16, 2);
+    wait_file(&base.with_extension("b-ready"));
+    let write = |id: u64| {
+        let mut sge = a.mr.sge(0, 4096).unwrap();
+        let mut wr = send_wr(id, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: f[1],
+            rkey: f[2] as u32,
+        };
+        post(&a, &mut wr);
+    };
+    write(1);
+    assert_eq!(poll_n(&a.cq, 1)[0].status(), WcStatus::Success);
+    write_file(&base.with_extension("a-first"), "ok\n");
+    wait_file(&base.with_extension("b-killed"));
+    let start = Instant::now();
+    for id in 2..=4 {
+        write(id);
+    }
+    write_file(&base.with_extension("a-posted"), "ok\n");
+    wait_file(&base.with_extension("down"));
+    let until = Instant::now() + Duration::from_secs(5);
+    while a.ctx.query_port(1).unwrap().state() != vqp_host::PortState::Down {
+        assert!(Instant::now() < until, "the port never went down");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    write(5);
+    let wcs = poll_n(&a.cq, 4);
+    let took = start.elapsed();
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id(), w.status())).collect();
+    assert_eq!(
+        got,
+        [
+            (2, WcStatus::RetryExcErr),
+            (3, WcStatus::WrFlushErr),
+            (4, WcStatus::WrFlushErr),
+            (5, WcStatus::WrFlushErr)
+        ]
+    );
+    assert!(took < Duration::from_secs(4), "ended after {took:?}");
 }

@@ -51,6 +51,13 @@ const SETTINGS: &[(&str, &str)] = &[
     ("RNDV_THRESH", "inf"),
 ];
 
+/// An endpoint of one of this process's workers (one worker per bound interface).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Ep {
+    worker: usize,
+    ep: EpId,
+}
+
 /// A message from another machine, as the handler queued it.
 pub(crate) struct Incoming {
     /// [`REQUEST`] or [`RESPONSE`].
@@ -58,14 +65,14 @@ pub(crate) struct Incoming {
     pub(crate) header: Vec<u8>,
     pub(crate) payload: Vec<u8>,
     /// The endpoint to answer on.
-    pub(crate) from: Option<EpId>,
+    pub(crate) from: Option<Ep>,
 }
 
 /// Whether the process serving a (GID, QPN) can be sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reach {
     /// Over this endpoint.
-    Ready(EpId),
+    Ready(Ep),
     /// Not yet: a lookup (or the worker) is on its way.
     Pending,
     /// Nobody answered, nobody serves it, or this process cannot reach other machines.
@@ -77,7 +84,7 @@ enum Peer {
     /// A lookup is running.
     Looking,
     /// Served through this endpoint.
-    Ready(EpId),
+    Ready(Ep),
     /// The last lookup or connection failed (told once to a requester, then forgotten).
     Failed,
 }
@@ -89,7 +96,11 @@ type Found = Arc<Mutex<Vec<(Key, Option<SocketAddr>)>>>;
 
 /// This process on the network: see the module's docs.
 pub(super) struct Machine {
-    worker: Worker,
+    /// One worker per bound interface, its UCP transports kept to that interface
+    /// (`NET_DEVICES`): an endpoint's traffic then crosses the link whose address it
+    /// was connected to, and only it (one worker for all would spread an endpoint over
+    /// every interface, and a link going down would stall the other device's QPs).
+    workers: Vec<Bound>,
     lookups: Vec<lookup::Listener>,
     lookup_port: u16,
     /// What the handlers queued.
@@ -97,13 +108,30 @@ pub(super) struct Machine {
     /// The lookups' answers: the UCX address of the serving process, or none.
     found: Found,
     peers: HashMap<Key, Peer>,
-    endpoints: HashMap<SocketAddr, EpId>,
+    endpoints: HashMap<SocketAddr, Ep>,
     /// Messages refused by the handlers (an unexpected rendezvous payload, an id the
     /// protocol does not use).
     dropped: Arc<AtomicU64>,
     /// Wakes the machine thread's sleep: rung after a send UCP did not finish at once
     /// (it needs progress) and by a finished lookup.
     wake: Arc<Wake>,
+}
+
+/// A worker and the addresses of the interface it is kept to.
+struct Bound {
+    worker: Worker,
+    addrs: Vec<Ipv4Addr>,
+}
+
+/// The local address the kernel would send from to reach `to` (a connected UDP
+/// socket's own address: no packet is sent), which names the interface of the route.
+fn source_for(to: Ipv4Addr) -> Option<Ipv4Addr> {
+    let s = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    s.connect((to, 9)).ok()?;
+    match s.local_addr().ok()?.ip() {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(_) => None,
+    }
 }
 
 /// The IPv4 address of an IPv4-mapped RoCE GID (`::ffff:a.b.c.d`); IPv6 GIDs are not
@@ -115,52 +143,75 @@ fn ipv4_of(gid: &[u8; 16]) -> Option<Ipv4Addr> {
 impl Machine {
     /// Makes the worker, listening at one port on each of `addrs`, and the lookup
     /// sockets at `lookup_port` of each. The port listened at is returned beside it.
-    pub(super) fn new(addrs: &[Ipv4Addr], lookup_port: u16) -> Result<(Machine, u16), ucx::Error> {
+    pub(super) fn new(
+        bound: &[(Ipv4Addr, String)],
+        lookup_port: u16,
+    ) -> Result<(Machine, u16), ucx::Error> {
         let wake = Arc::new(Wake::new().map_err(|_| ucx::Error::Invalid("no eventfd"))?);
-        let mut worker = Worker::new(SETTINGS)?;
         let inbox: Arc<Mutex<VecDeque<Incoming>>> = Arc::default();
         let dropped = Arc::new(AtomicU64::new(0));
-        for id in [REQUEST, RESPONSE] {
-            let q = inbox.clone();
-            let d = dropped.clone();
-            worker.set_handler(id, move |m| {
-                let header = m.header().to_vec();
-                let from = m.from();
-                match m.into_data() {
-                    Data::Eager(p) => lock(&q).push_back(Incoming {
-                        id,
-                        header,
-                        payload: p.to_vec(),
-                        from,
-                    }),
-                    // Every message is eager (`SETTINGS`): a rendezvous one comes from
-                    // another protocol, and is discarded (dropping it releases it).
-                    Data::Rendezvous(_) => {
-                        d.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })?;
-        }
-        // Every other id below MAX_AM_ID: dropped and counted, silently (UCP writes a
-        // line on stderr for each message of an id nobody handles, which a peer could
-        // use to fill ours).
-        for id in (0..ucx::MAX_AM_ID).filter(|&id| id != REQUEST && id != RESPONSE) {
-            let d = dropped.clone();
-            worker.set_handler(id, move |_| {
-                d.fetch_add(1, Ordering::Relaxed);
-            })?;
-        }
-        let mut port = 0u16;
-        for &a in addrs {
-            let at = SocketAddr::new(IpAddr::V4(a), port);
-            match worker.listen(at).and_then(|l| worker.listener_addr(l)) {
-                Ok(bound) => port = bound.port(),
-                Err(e) => eprintln!("vqp-softverbs: cannot listen for UCX at {at}: {e}"),
+        let mut names: Vec<&str> = Vec::new();
+        for (_, n) in bound {
+            if !names.contains(&n.as_str()) {
+                names.push(n);
             }
         }
-        let lookups = addrs
+        let mut workers = Vec::new();
+        let mut port = 0u16;
+        for (index, name) in names.iter().enumerate() {
+            let mut settings = SETTINGS.to_vec();
+            settings.push(("NET_DEVICES", name));
+            let mut worker = Worker::new(&settings)?;
+            for id in [REQUEST, RESPONSE] {
+                let q = inbox.clone();
+                let d = dropped.clone();
+                worker.set_handler(id, move |m| {
+                    let header = m.header().to_vec();
+                    let from = m.from().map(|ep| Ep { worker: index, ep });
+                    match m.into_data() {
+                        Data::Eager(p) => lock(&q).push_back(Incoming {
+                            id,
+                            header,
+                            payload: p.to_vec(),
+                            from,
+                        }),
+                        // Every message is eager (`SETTINGS`): a rendezvous one comes
+                        // from another protocol, and is discarded (dropping it releases
+                        // it).
+                        Data::Rendezvous(_) => {
+                            d.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })?;
+            }
+            // Every other id below MAX_AM_ID: dropped and counted, silently (UCP writes
+            // a line on stderr for each message of an id nobody handles, which a peer
+            // could use to fill ours).
+            for id in (0..ucx::MAX_AM_ID).filter(|&id| id != REQUEST && id != RESPONSE) {
+                let d = dropped.clone();
+                worker.set_handler(id, move |_| {
+                    d.fetch_add(1, Ordering::Relaxed);
+                })?;
+            }
+            let addrs: Vec<Ipv4Addr> = bound
+                .iter()
+                .filter(|(_, n)| n == name)
+                .map(|(a, _)| *a)
+                .collect();
+            // Every worker listens at the same port (the one exported), on its own
+            // interface's addresses.
+            for &a in &addrs {
+                let at = SocketAddr::new(IpAddr::V4(a), port);
+                match worker.listen(at).and_then(|l| worker.listener_addr(l)) {
+                    Ok(b) => port = b.port(),
+                    Err(e) => eprintln!("vqp-softverbs: cannot listen for UCX at {at}: {e}"),
+                }
+            }
+            workers.push(Bound { worker, addrs });
+        }
+        let lookups = bound
             .iter()
-            .filter_map(|&a| {
+            .filter_map(|&(a, _)| {
                 let at = SocketAddr::new(IpAddr::V4(a), lookup_port);
                 lookup::Listener::bind(at)
                     .map_err(|e| {
@@ -174,7 +225,7 @@ impl Machine {
             .collect();
         Ok((
             Machine {
-                worker,
+                workers,
                 lookups,
                 lookup_port,
                 inbox,
@@ -186,6 +237,24 @@ impl Machine {
             },
             port,
         ))
+    }
+
+    /// Connects an endpoint to `to` from the worker of the interface that reaches it.
+    fn connect(&mut self, to: SocketAddr) -> Option<Ep> {
+        let worker = self.worker_for(&to);
+        let ep = self.workers.get_mut(worker)?.worker.connect(to).ok()?;
+        Some(Ep { worker, ep })
+    }
+
+    /// The worker that reaches `to`: the one kept to the interface the kernel routes
+    /// it through, or the first.
+    fn worker_for(&self, to: &SocketAddr) -> usize {
+        let IpAddr::V4(a) = to.ip() else {
+            return 0;
+        };
+        source_for(a)
+            .and_then(|src| self.workers.iter().position(|b| b.addrs.contains(&src)))
+            .unwrap_or(0)
     }
 
     /// Whether a request to QP `qpn` at `gid` can be sent now; starts a lookup when
@@ -227,9 +296,12 @@ impl Machine {
 
     /// Sends active message `id` on `ep`; false when the endpoint is gone or failed (it
     /// is then forgotten).
-    pub(super) fn send(&mut self, ep: EpId, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
-        if self.worker.am_send(ep, id, header, payload, 0).is_ok() {
-            if self.worker.requests_in_flight() > 0 {
+    pub(super) fn send(&mut self, ep: Ep, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
+        let Some(b) = self.workers.get_mut(ep.worker) else {
+            return false;
+        };
+        if b.worker.am_send(ep.ep, id, header, payload, 0).is_ok() {
+            if b.worker.requests_in_flight() > 0 {
                 // UCP kept the send to finish later: the machine thread must progress.
                 self.wake.ring();
             }
@@ -240,11 +312,13 @@ impl Machine {
     }
 
     /// Forgets endpoint `ep` and every (GID, QPN) served through it, and closes it.
-    fn forget(&mut self, ep: EpId) {
+    fn forget(&mut self, ep: Ep) {
         self.endpoints.retain(|_, e| *e != ep);
         self.peers
             .retain(|_, p| !matches!(p, Peer::Ready(e) if *e == ep));
-        let _ = self.worker.close(ep);
+        if let Some(b) = self.workers.get_mut(ep.worker) {
+            let _ = b.worker.close(ep.ep);
+        }
     }
 
     /// The service thread's turn (see the module's docs): progress, connections,
@@ -256,24 +330,30 @@ impl Machine {
         serving_port: impl Fn(&[u8; 16], u32) -> Option<u16>,
     ) -> (Vec<Incoming>, bool) {
         let mut busy = false;
-        for _ in 0..64 {
-            match self.worker.progress() {
-                Ok(0) => break,
-                Ok(_) => busy = true,
-                Err(e) => {
-                    eprintln!("vqp-softverbs: UCX progress: {e}");
-                    break;
+        let mut failed = Vec::new();
+        for (w, b) in self.workers.iter_mut().enumerate() {
+            for _ in 0..64 {
+                match b.worker.progress() {
+                    Ok(0) => break,
+                    Ok(_) => busy = true,
+                    Err(e) => {
+                        eprintln!("vqp-softverbs: UCX progress: {e}");
+                        break;
+                    }
+                }
+            }
+            while let Some(ev) = b.worker.next_event() {
+                match ev {
+                    Event::ConnRequest(req) => {
+                        let _ = b.worker.accept(req);
+                    }
+                    Event::EndpointFailed { ep, .. } => failed.push(Ep { worker: w, ep }),
+                    Event::Sent { .. } | Event::Received { .. } => {}
                 }
             }
         }
-        while let Some(ev) = self.worker.next_event() {
-            match ev {
-                Event::ConnRequest(req) => {
-                    let _ = self.worker.accept(req);
-                }
-                Event::EndpointFailed { ep, .. } => self.forget(ep),
-                Event::Sent { .. } | Event::Received { .. } => {}
-            }
+        for ep in failed {
+            self.forget(ep);
         }
         let found = std::mem::take(&mut *lock(&self.found));
         for (key, addr) in found {
@@ -283,12 +363,12 @@ impl Machine {
             let peer = match addr {
                 Some(a) => match self.endpoints.get(&a) {
                     Some(&ep) => Peer::Ready(ep),
-                    None => match self.worker.connect(a) {
-                        Ok(ep) => {
+                    None => match self.connect(a) {
+                        Some(ep) => {
                             self.endpoints.insert(a, ep);
                             Peer::Ready(ep)
                         }
-                        Err(_) => Peer::Failed,
+                        None => Peer::Failed,
                     },
                 },
                 None => Peer::Failed,
@@ -308,10 +388,13 @@ impl Machine {
     /// already.
     pub(super) fn arm(&mut self) -> Option<Vec<RawFd>> {
         self.wake.clear();
-        if let Ok(false) = self.worker.arm() {
-            return None;
+        let mut fds = vec![self.wake.raw()];
+        for b in &mut self.workers {
+            if let Ok(false) = b.worker.arm() {
+                return None;
+            }
+            fds.push(b.worker.event_fd());
         }
-        let mut fds = vec![self.worker.event_fd(), self.wake.raw()];
         fds.extend(self.lookups.iter().map(|l| l.fd()));
         Some(fds)
     }

@@ -79,6 +79,10 @@ pub(crate) struct RemoteState {
     /// until then one request at a time is in flight (UCP may reorder the first
     /// messages of a fresh endpoint).
     pub(crate) machine_answered: bool,
+    /// How many WQEs at the head of the send queue were in flight to another machine
+    /// and were put back to be sent again (from `next_psn` on): an answer to one of
+    /// them that comes before its retransmission completes it (`engine::route`'s `ucx`).
+    pub(crate) machine_rewound: u32,
 }
 
 impl RemoteState {

@@ -20,6 +20,21 @@ use crate::wqe::SendWqe;
 /// Requests one QP keeps in flight at most; more wait in its send queue.
 const MAX_IN_FLIGHT: usize = 64;
 
+/// Payload bytes one QP keeps in flight at most (beyond its first request, which
+/// always goes): the route's window. UCP queues what it cannot send yet, so without
+/// a window a deep send queue of large WQEs (perftest's 128 × 1 MiB) would wait in
+/// UCP's queue longer than the local ACK timeout and be retransmitted, while a NIC's
+/// timer only runs for packets on the wire.
+const MAX_BYTES_IN_FLIGHT: u64 = 2 << 20;
+
+/// The bytes WQE `w` moves (its payload, or a READ's data).
+fn bytes_of(w: &SendWqe) -> u64 {
+    match &w.inline {
+        Some(d) => d.len() as u64,
+        None => w.sges.as_slice().iter().map(|s| u64::from(s.length)).sum(),
+    }
+}
+
 /// How long a QP waits before looking again while its responder is looked up, or its
 /// pipeline is full.
 const BACKOFF: Duration = Duration::from_micros(200);
@@ -75,7 +90,15 @@ pub(super) fn send<P: Tables>(
     } else {
         1
     };
-    if g.remote.in_flight.len() >= limit {
+    let window_full = !g.remote.in_flight.is_empty()
+        && g.remote
+            .in_flight
+            .iter()
+            .map(|f| bytes_of(&f.w))
+            .sum::<u64>()
+            + len
+            > MAX_BYTES_IN_FLIGHT;
+    if g.remote.in_flight.len() >= limit || window_full {
         g.sq.push_front(w);
         g.remote.full = true;
         return Step::Rnr(BACKOFF);
@@ -149,6 +172,8 @@ pub(super) fn send<P: Tables>(
         sent = t.machine_send(ep, REQUEST, &req.encode(), payload);
     }
     g.remote.next_psn = psn.wrapping_add(1);
+    // A WQE put back by a retransmission leaves again (the send queue's head).
+    g.remote.machine_rewound = g.remote.machine_rewound.saturating_sub(1);
     if qp.unreliable() && !sent {
         // Sent into the void: nothing will answer.
         return complete(qp, g, &w, 0);
@@ -270,11 +295,29 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
     if g.remote.conn != r.conn || g.attr.dest_qp_num != r.dst_qpn {
         return;
     }
-    match g.remote.in_flight.front() {
-        Some(f) if f.psn == r.psn => {}
-        _ => return,
-    }
-    let Some(f) = g.remote.in_flight.pop_front() else {
+    let f = match g.remote.in_flight.front() {
+        Some(f) if f.psn == r.psn => g.remote.in_flight.pop_front(),
+        None if g.remote.machine_rewound > 0
+            && r.psn == g.remote.next_psn
+            && g.state == IBV_QPS_RTS =>
+        {
+            // The answer to a request the timer put back before it came (go-back-N:
+            // the retransmission had not left yet). It counts, as a NIC's requester
+            // takes an ACK for a PSN it is about to send again.
+            g.remote.machine_rewound -= 1;
+            g.remote.next_psn = r.psn.wrapping_add(1);
+            g.sq.pop_front().map(|w| InFlight {
+                w,
+                psn: r.psn,
+                sent: Instant::now(),
+                solo: false,
+            })
+        }
+        _ => {
+            return;
+        }
+    };
+    let Some(f) = f else {
         return;
     };
     g.remote.machine_answered = true;
@@ -297,6 +340,16 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
             }
             if matches!(complete(&qp, &mut g, &f.w, r.value), Step::Failed) {
                 return;
+            }
+            // Progress: the local ACK timer restarts for what is still outstanding
+            // (IBA Vol. 1 §9.7.6.1.3: the timer runs from the last request sent or
+            // acknowledgement received; the kernel's rdma_rxe re-arms its
+            // retransmit timer after each ACK that leaves requests outstanding,
+            // rxe_comp.c). Without it the last of a deep pipeline over a slow link
+            // would time out while the ones before it are still being answered.
+            let now = Instant::now();
+            if let Some(next) = g.remote.in_flight.front_mut() {
+                next.sent = next.sent.max(now);
             }
             if g.remote.full && g.state == IBV_QPS_RTS {
                 // Room in the pipeline again: run the waiting WQEs now.
@@ -379,6 +432,7 @@ fn resend_from<P: Tables>(
     }
     g.sq.push_front(f.w);
     g.remote.next_psn = f.psn;
+    g.remote.machine_rewound = n;
     g.not_before = Some(Instant::now() + delay);
     drop(g);
     p.engine().enqueue(p, qp, n);
@@ -437,6 +491,7 @@ pub(crate) fn check_deadlines<P: Tables>(p: &'static P) -> bool {
             if let Some(psn) = first {
                 g.remote.next_psn = psn;
             }
+            g.remote.machine_rewound = n;
             g.not_before = None;
             g.remote.machine_watched = false;
             drop(g);
