@@ -106,7 +106,7 @@ pub(crate) struct Transport {
     machine_addrs: OnceLock<Vec<(Ipv4Addr, String)>>,
     /// What serves other machines, made by the machine thread once the addresses are
     /// known ([`Transport::serve_machine`]); `None` inside when UCX cannot be used.
-    machine: OnceLock<Option<Mutex<Machine>>>,
+    machine: OnceLock<Option<&'static Mutex<Machine>>>,
 }
 
 /// The lookup port: `VQP_SOFT_UCX_PORT`, else [`lookup::DEFAULT_PORT`].
@@ -230,11 +230,16 @@ impl Transport {
     /// Makes what serves other machines (see [`Transport::start_machine`]); what cannot
     /// be had is said once on stderr, and the rest goes on: without UCX (Debian's
     /// `libucx0`) no other machine reaches this process's QPs.
-    fn make_machine(s: &Shared, addrs: &[(Ipv4Addr, String)]) -> Option<Mutex<Machine>> {
+    fn make_machine(s: &Shared, addrs: &[(Ipv4Addr, String)]) -> Option<&'static Mutex<Machine>> {
         match Machine::new(addrs, lookup_port()) {
             Ok((m, port)) => {
                 s.export_ucx_port(port);
-                Some(Mutex::new(m))
+                // Lives as long as the process: the exit handler parks it.
+                let m: &'static Mutex<Machine> = Box::leak(Box::new(Mutex::new(m)));
+                if PARKED_AT_EXIT.set(m).is_ok() {
+                    crate::os::at_exit(park_machine);
+                }
+                Some(m)
             }
             Err(e) => {
                 eprintln!("vqp-softverbs: other machines cannot reach this process's QPs: {e}");
@@ -260,6 +265,7 @@ impl Transport {
             .machine
             .get_or_init(|| Self::make_machine(s, addrs))
             .as_ref()
+            .copied()
         else {
             return (Vec::new(), false);
         };
@@ -405,5 +411,37 @@ impl Transport {
             n += 1;
         }
         Some(n)
+    }
+}
+
+/// The machine the exit handler parks (see [`park_machine`]).
+static PARKED_AT_EXIT: OnceLock<&'static Mutex<Machine>> = OnceLock::new();
+
+/// At exit: takes the worker lock and keeps it, waiting 500 ms at most for the machine
+/// thread to leave UCX, so that no thread of ours is inside UCX (progressing its
+/// workers) while the process's exit runs UCX's own destructors (a write_bw server
+/// was once seen to end in SIGSEGV after its run had passed). A thread that then wants
+/// the lock waits until the process is gone.
+extern "C" fn park_machine() {
+    let Some(m) = PARKED_AT_EXIT.get() else {
+        return;
+    };
+    let until = std::time::Instant::now() + Duration::from_millis(500);
+    loop {
+        match m.try_lock() {
+            Ok(g) => {
+                std::mem::forget(g);
+                return;
+            }
+            Err(std::sync::TryLockError::Poisoned(e)) => {
+                std::mem::forget(e.into_inner());
+                return;
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        if std::time::Instant::now() > until {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }

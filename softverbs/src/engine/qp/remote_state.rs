@@ -83,6 +83,12 @@ pub(crate) struct RemoteState {
     /// and were put back to be sent again (from `next_psn` on): an answer to one of
     /// them that comes before its retransmission completes it (`engine::route`'s `ucx`).
     pub(crate) machine_rewound: u32,
+    /// The endpoint this QP's requests to another machine last went on, and for each
+    /// request in flight (by PSN, in sending order) how many requests of any QP went
+    /// on it before: what the UCX route's timer reads to tell a request still queued
+    /// behind others from one that left.
+    pub(crate) machine_ep: Option<crate::transport::Ep>,
+    pub(crate) machine_marks: VecDeque<(u32, u64)>,
 }
 
 impl RemoteState {

@@ -30,6 +30,18 @@
 //! rest flush. Across machines this timer alone decides (UCX's own failure detection
 //! only changes the path of the next retransmission).
 //!
+//! The timer runs for requests on the wire, as a NIC's does for packets sent: it
+//! restarts at every ACK that leaves requests outstanding (IBA Vol. 1 §9.7.6.1.3;
+//! the kernel's rdma_rxe re-arms its retransmit timer so), and a request that UCP still
+//! queues behind other QPs' requests to the same process — no answer yet to as many
+//! requests as went on that endpoint before it, and answers still coming — counts from
+//! the last answer, not from when it was handed to UCP. A QP keeps at most 64 requests
+//! and 2 MiB of payload in flight (its window; one request always goes). An answer that
+//! comes for a request the timer already put back to be re-sent completes it
+//! (go-back-N), and a port that goes down under requests in flight fails the oldest
+//! of them, not the WQE that found no route (`route::lost`), so completions stay in
+//! posting order.
+//!
 //! IBA Vol. 1 §9.7.6.1.3 (and rdma-core's `ibv_modify_qp(3)`): the requester
 //! retransmits when no acknowledgement comes within the local ACK timeout,
 //! `4.096 µs · 2^timeout`, up to `retry_cnt` times, then reports the transport retry

@@ -1,7 +1,8 @@
 //! The requester's side of a WQE whose responder QP is on another machine.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use vqp_sys::*;
@@ -13,7 +14,7 @@ use crate::engine::{Step, Tables};
 use crate::mem::{self, MrTable, Span};
 use crate::os::lock;
 use crate::transport::machine::REQUEST;
-use crate::transport::Reach;
+use crate::transport::{Ep, Reach};
 use crate::ucx::wire;
 use crate::wqe::SendWqe;
 
@@ -42,6 +43,62 @@ const BACKOFF: Duration = Duration::from_micros(200);
 /// Connection ids: a fresh one each time a QP starts sending after a reset or a
 /// reconnection, so the responder restarts its sequence.
 static NEXT_CONN: AtomicU32 = AtomicU32::new(1);
+
+/// What went on each endpoint to another machine: requests sent, answers come, and
+/// when the last came. A request queued in UCP behind others leaves only when they
+/// did; its ACK timer counts from then (see [`started`]).
+struct Progress {
+    sent: u64,
+    answered: u64,
+    last_answer: Instant,
+}
+
+static LINKS: Mutex<Option<HashMap<Ep, Progress>>> = Mutex::new(None);
+
+/// Counts a request sent on `ep`: how many went on it before.
+fn note_sent(ep: Ep) -> u64 {
+    let mut l = lock(&LINKS);
+    let p = l
+        .get_or_insert_with(HashMap::new)
+        .entry(ep)
+        .or_insert(Progress {
+            sent: 0,
+            answered: 0,
+            last_answer: Instant::now(),
+        });
+    p.sent += 1;
+    p.sent - 1
+}
+
+/// Counts an answer that came on `ep`.
+fn note_answer(ep: Ep) {
+    if let Some(p) = lock(&LINKS).as_mut().and_then(|l| l.get_mut(&ep)) {
+        p.answered += 1;
+        p.last_answer = Instant::now();
+    }
+}
+
+/// When the ACK timer of `f`, the oldest request in flight of a QP, started: when it
+/// was sent or its QP last progressed (`f.sent`), or, while no request sent after it on
+/// its endpoint has been answered and answers keep coming, the last answer — it was
+/// still queued behind other QPs' requests to the same process, not on the wire (a
+/// NIC's timer runs for packets sent). Bounded: every answer counts, so once as many
+/// came as were sent before it, it counts from `f.sent` again.
+fn started(g: &mut QpInner, f_psn: u32, f_sent: Instant) -> Instant {
+    let Some(ep) = g.remote.machine_ep else {
+        return f_sent;
+    };
+    while g.remote.machine_marks.front().is_some_and(|m| m.0 != f_psn) {
+        g.remote.machine_marks.pop_front();
+    }
+    let Some(&(_, ahead)) = g.remote.machine_marks.front() else {
+        return f_sent;
+    };
+    match lock(&LINKS).as_ref().and_then(|l| l.get(&ep)) {
+        Some(p) if p.answered <= ahead => f_sent.max(p.last_answer),
+        _ => f_sent,
+    }
+}
 
 /// Whether an opcode's request carries the WQE's data.
 fn carries(opcode: u32) -> bool {
@@ -170,6 +227,14 @@ pub(super) fn send<P: Tables>(
         // A failed endpoint is forgotten by the transport: the request is lost, and
         // its retransmission looks the peer up again.
         sent = t.machine_send(ep, REQUEST, &req.encode(), payload);
+        if sent {
+            let ahead = note_sent(ep);
+            if g.remote.machine_ep != Some(ep) {
+                g.remote.machine_marks.clear();
+                g.remote.machine_ep = Some(ep);
+            }
+            g.remote.machine_marks.push_back((psn, ahead));
+        }
     }
     g.remote.next_psn = psn.wrapping_add(1);
     // A WQE put back by a retransmission leaves again (the send queue's head).
@@ -294,6 +359,9 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
     let mut g = qp.lock();
     if g.remote.conn != r.conn || g.attr.dest_qp_num != r.dst_qpn {
         return;
+    }
+    if let Some(ep) = g.remote.machine_ep {
+        note_answer(ep);
     }
     let f = match g.remote.in_flight.front() {
         Some(f) if f.psn == r.psn => g.remote.in_flight.pop_front(),
@@ -433,6 +501,7 @@ fn resend_from<P: Tables>(
     g.sq.push_front(f.w);
     g.remote.next_psn = f.psn;
     g.remote.machine_rewound = n;
+    g.remote.machine_marks.clear();
     g.not_before = Some(Instant::now() + delay);
     drop(g);
     p.engine().enqueue(p, qp, n);
@@ -458,7 +527,8 @@ pub(crate) fn check_deadlines<P: Tables>(p: &'static P) -> bool {
                 g.remote.machine_watched = false;
                 return false;
             };
-            if f.sent.elapsed() < ack_timeout(&g.attr) {
+            let (psn, sent) = (f.psn, f.sent);
+            if started(&mut g, psn, sent).elapsed() < ack_timeout(&g.attr) {
                 return true;
             }
             if qp.unreliable() {
@@ -492,6 +562,7 @@ pub(crate) fn check_deadlines<P: Tables>(p: &'static P) -> bool {
                 g.remote.next_psn = psn;
             }
             g.remote.machine_rewound = n;
+            g.remote.machine_marks.clear();
             g.not_before = None;
             g.remote.machine_watched = false;
             drop(g);
