@@ -344,27 +344,16 @@ fn two_devices_between_two_namespaces_sharing_a_directory() {
 }
 
 #[test]
-#[ignore = "softverbs' UCX route: with two bound interfaces a request lands but its \
-            answer never reaches the requester (IBV_WC_RETRY_EXC_ERR: the route's UCP \
-            worker is not kept to the bound interfaces), and over one interface a run of \
-            40 x 256 KiB sometimes stalls (neither completing nor failing)"]
 fn write_imm_between_two_hosts() {
     matrix("wbm-imm", "write_imm");
 }
 
 #[test]
-#[ignore = "softverbs' UCX route: with two bound interfaces a request lands but its \
-            answer never reaches the requester (IBV_WC_RETRY_EXC_ERR: the route's UCP \
-            worker is not kept to the bound interfaces)"]
 fn read_between_two_hosts() {
     matrix("wbm-read", "read");
 }
 
 #[test]
-#[ignore = "softverbs' UCX route: with two bound interfaces a request lands but its \
-            answer never reaches the requester (IBV_WC_RETRY_EXC_ERR), and over one a \
-            plain RDMA WRITE sometimes completes at the requester before its data is in \
-            the responder's memory (the server's check of message 0 fails)"]
 fn write_between_two_hosts() {
     matrix("wbm-write", "write");
 }
@@ -445,9 +434,10 @@ fn failover(test: &str, dirs: Dirs) {
 /// one (from equal weights) reach 90% of the links' sum, 64 Mbit/s. A link's rate
 /// counts its IP and TCP headers too, some 4% of a 1500-byte frame.
 #[test]
-#[ignore = "softverbs' UCX route: with two bound interfaces per host a request lands \
-            but its answer never reaches the requester (IBV_WC_RETRY_EXC_ERR), as the \
-            route's UCP worker is not kept to the bound interfaces"]
+#[ignore = "softverbs' UCX route: the adaptive policy reaches 82-88% of the links' sum \
+            (the weighted one its 90%): a QP's 2 MiB window is about 2 s of the 16 Mbit/s \
+            link, drained at the end of the run while the fast link idles; the window \
+            is not sized to the link's rate yet"]
 fn striping_fills_two_rate_limited_links_between_two_hosts() {
     let Some(hosts) = Hosts::new("wbm-stripe", 2, Dirs::Own) else {
         return;
