@@ -8,7 +8,8 @@
 //! error; RNR NAKs end in `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry`; a killed or
 //! stopped peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed, within the QP's
 //! timeout × retries; the requester's link taken down under WRITEs in flight fails
-//! the oldest with `IBV_WC_RETRY_EXC_ERR` and flushes the rest, in posting order.
+//! the oldest with `IBV_WC_RETRY_EXC_ERR` and flushes the rest, in posting order; a
+//! deep queue of 1 MiB WRITEs (128 posted, as `ib_write_bw -s 1M`) all complete.
 //! UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself change nothing.
 //! Two processes of one namespace serve their QPs to another machine's.
 //!
@@ -1118,4 +1119,120 @@ fn child_cut_off() {
         ]
     );
     assert!(took < Duration::from_secs(4), "ended after {took:?}");
+}
+
+/// A deep send queue of large WRITEs, as perftest's `ib_write_bw -s 1M` keeps it: 128
+/// RDMA WRITEs of 1 MiB posted at once, one in 100 signaled, refilled as they
+/// complete, 400 in all, busy polling. Every one completes successfully, in order: the ACK timer (67 ms here) runs
+/// for requests on the wire, not for the WQEs queued behind them (it ended in
+/// `IBV_WC_RETRY_EXC_ERR` when the timer started at the hand-over to UCP, with no
+/// window).
+#[test]
+fn a_deep_queue_of_large_writes_completes() {
+    let name = "a_deep_queue_of_large_writes_completes";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach9");
+    let sink = lab.start(1, "child_sink");
+    let requester = lab.start(0, "child_deep");
+    let base = lab.dir.join("rendezvous");
+    let r = outcome(requester, "child_deep");
+    write_file(&base.with_extension("done"), "done\n");
+    let s = outcome(sink, "child_sink");
+    assert!(r.0 && s.0, "{}{}", r.1, s.1);
+}
+
+/// Both sides of [`a_deep_queue_of_large_writes_completes`]: a 2 MiB region, 128 send
+/// WQEs.
+fn deep_opts() -> Opts {
+    Opts {
+        cqe: 512,
+        cap: vqp_host::QpCap {
+            max_send_wr: 128,
+            ..Opts::default().cap
+        },
+        ..opts()
+    }
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_deep_queue_of_large_writes_completes"]
+fn child_sink() {
+    if !is_child("child_sink") {
+        return;
+    }
+    let v = verbs();
+    let b = side(&v, "soft0", &deep_opts());
+    let base = rendezvous();
+    write_file(
+        &base.with_extension("b"),
+        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
+    );
+    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
+    wait_serving();
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    wait_file(&base.with_extension("done"));
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_deep_queue_of_large_writes_completes"]
+fn child_deep() {
+    if !is_child("child_deep") {
+        return;
+    }
+    let v = verbs();
+    let a = side(&v, "soft0", &deep_opts());
+    let base = rendezvous();
+    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
+    let f: Vec<u64> = wait_file(&base.with_extension("b"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    // perftest's default: timeout 14 (about 67 ms), retry_cnt 7.
+    connect_to(&a, v4([192, 0, 2, 2]), f[0] as u32, 14, 7);
+    wait_file(&base.with_extension("b-ready"));
+    const TOTAL: u64 = 400;
+    const DEPTH: u64 = 128;
+    // perftest's completion moderation: one WQE in 100 signaled (and the last).
+    const EVERY: u64 = 100;
+    let write = |id: u64| {
+        let mut sge = a.mr.sge(0, 1 << 20).unwrap();
+        let mut wr = send_wr(id, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+        if (id + 1) % EVERY != 0 && id + 1 != TOTAL {
+            wr.send_flags = 0;
+        }
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: f[1] + (id % 2) * (1 << 20),
+            rkey: f[2] as u32,
+        };
+        post(&a, &mut wr);
+    };
+    let start = Instant::now();
+    for id in 0..DEPTH {
+        write(id);
+    }
+    let mut posted = DEPTH;
+    let mut done = 0u64;
+    let mut buf = [vqp_host::Wc::default(); 16];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done < TOTAL {
+        for w in a.cq.poll(&mut buf).unwrap() {
+            let last = (done + EVERY).min(TOTAL) - 1;
+            assert_eq!(
+                (w.wr_id(), w.status()),
+                (last, WcStatus::Success),
+                "after {:?}",
+                start.elapsed()
+            );
+            done = last + 1;
+            while posted < TOTAL && posted < done + DEPTH {
+                write(posted);
+                posted += 1;
+            }
+        }
+        assert!(Instant::now() < deadline, "{done} of {TOTAL} after 60 s");
+    }
+    println!("{TOTAL} x 1 MiB in {:?}", start.elapsed());
 }
