@@ -1336,10 +1336,10 @@ fn hostile_peers_at_the_lookup_port_neither_stop_nor_slow_lookups_nor_hurt_qps()
 /// table closes its oldest connection, so the 20 stalled connections that come in one
 /// turn close a well-formed lookup before it is read (it gets a reset).
 #[test]
-#[ignore = "fails today: a peer stalling 200 connections a second denies every lookup"]
-fn a_peer_stalling_connections_at_200_a_second_does_not_deny_lookups() {
+#[ignore = "a known gap: a peer stalling 200 connections a second denies every lookup"]
+fn known_gap_a_peer_stalling_connections_at_200_a_second_does_not_deny_lookups() {
     hostile_peers(
-        "a_peer_stalling_connections_at_200_a_second_does_not_deny_lookups",
+        "known_gap_a_peer_stalling_connections_at_200_a_second_does_not_deny_lookups",
         "roce10",
         true,
     );
