@@ -203,13 +203,26 @@ pub fn succeeded((s, c): (Output, Output)) -> (Output, Output) {
     };
     for (who, o) in [("server", &s), ("client", &c)] {
         assert!(
-            o.status.success(),
+            o.status.success() || rping_exit_race(o),
             "{who} failed\n{}\n{}",
             show("server", &s),
             show("client", &c)
         );
     }
     (s, c)
+}
+
+/// Whether `o` ended in rping's own exit race (Debian's rping, rdma-core 44): its CM
+/// thread asks for the next event after the main thread, done, destroyed the event
+/// channel, gets an error (EINVAL from vqp-rdmacm; librdmacm reads the freed channel),
+/// and exits 255 "even though the test was actually successful" — upstream's words in
+/// rdma-core f3ae6534a ("rping: terminate CM event thread before exiting", in 61),
+/// which stops the thread first. Callers still count the pings.
+pub fn rping_exit_race(o: &Output) -> bool {
+    o.status.code() == Some(255)
+        && String::from_utf8_lossy(&o.stderr)
+            .trim_end()
+            .ends_with("rdma_get_cm_event: Invalid argument")
 }
 
 /// As [`run_pair`], without judging the exit statuses.
