@@ -194,7 +194,10 @@ impl Transport {
             s.start_service();
             let spawned = std::thread::Builder::new()
                 .name("softverbs-machine".into())
-                .spawn(move || while endpoint.machine_turn() {});
+                .spawn(move || {
+                    let mut last_poll = endpoint.activity();
+                    while endpoint.machine_turn(&mut last_poll) {}
+                });
             if spawned.is_err() {
                 eprintln!(
                     "vqp-softverbs: cannot start the thread that serves other machines; \
@@ -202,6 +205,22 @@ impl Transport {
                 );
             }
         }
+    }
+
+    /// Whether this process serves other machines (its UCX worker is made): one load.
+    #[inline]
+    pub(crate) fn serves_machines(&self) -> bool {
+        matches!(self.machine.get(), Some(Some(_)))
+    }
+
+    /// The machine thread's nap while a thread of ours polls (and serves other machines
+    /// as it does). Returns false when the process is exiting (the thread then ends).
+    pub(crate) fn machine_nap(&self, nap: Duration) -> bool {
+        if self.namespace().is_some_and(|s| s.stopping()) {
+            return false;
+        }
+        std::thread::sleep(nap);
+        true
     }
 
     /// The machine thread's sleep: until UCX, a lookup or a sender has something for

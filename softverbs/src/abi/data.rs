@@ -328,7 +328,8 @@ pub(super) unsafe extern "C" fn post_srq_recv(
     unsafe { answer(result, wr, posted, bad_wr, |w| w.next) }
 }
 
-/// `ops.poll_cq`: runs the progress engine (if no other thread is), then moves up to
+/// `ops.poll_cq`: runs the progress engine (if no other thread is) and serves other
+/// machines' messages (`Provider::poll_turn`), then moves up to
 /// `num_entries` completions into `wc`. Returns the count, or -1 once an overflowed CQ
 /// has nothing left. `num_entries` of 0 or less polls nothing and returns 0, as mlx5's
 /// `poll_cq` (`providers/mlx5/cq.c`: its loop `npolled < ne` never runs) does.
@@ -350,8 +351,7 @@ pub(super) unsafe extern "C" fn poll_cq(
     if wc.is_null() {
         return -1;
     }
-    let p = provider::get();
-    p.engine.poll_progress(p);
+    provider::get().poll_turn();
     let polled = q.core.poll(num_entries as usize, |i, entry| {
         // SAFETY: `i < num_entries` (the CQ hands out at most that many) and `wc` has
         // room for `num_entries` entries (contract).

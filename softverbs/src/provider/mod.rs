@@ -323,6 +323,27 @@ impl Provider {
             .collect()
     }
 
+    /// What a polling thread does before it reads its CQ: runs the engine and serves
+    /// the shared inbox (`Engine::poll_progress`), and, in a process that serves other
+    /// machines, their messages too ([`Provider::serve_machines`]): a request that came
+    /// over UCX is taken by the thread that waits for it, as UCX's own progress runs in
+    /// the caller's thread, rather than by the machine thread, whose wake-up on a
+    /// machine whose cores are all polling costs tens of microseconds and more.
+    #[inline]
+    pub(crate) fn poll_turn(&'static self) {
+        self.engine.poll_progress(self);
+        if self.transport().serves_machines() {
+            let _ = self.serve_machines();
+        }
+    }
+
+    /// One turn for other machines (`engine::route::serve_machine`): returns when to
+    /// look again (`None`: nothing going on).
+    #[cold]
+    fn serve_machines(&'static self) -> Option<Duration> {
+        crate::engine::route::serve_machine(self, |g| self.resolve(0, Some(g)).map(|d| d.index))
+    }
+
     /// The device an address vector points at: by GID when `gid` is given (a GID of
     /// one of our ports, or of a RoCE port of another process of the namespace), else
     /// by LID (InfiniBand ports only: a RoCE port has no LID).
@@ -560,10 +581,17 @@ impl crate::shared::Endpoint for Provider {
         })
     }
 
-    fn machine_turn(&'static self) -> bool {
-        let next = crate::engine::route::serve_machine(self, |g| {
-            self.resolve(0, Some(g)).map(|d| d.index)
-        });
+    fn machine_turn(&'static self, last_poll: &mut u64) -> bool {
+        let polls = self.engine.activity();
+        let polling = self.engine.polling_since(*last_poll);
+        *last_poll = polls;
+        if polling && self.transport().serves_machines() {
+            // A thread of ours polls, and serves other machines before each look at
+            // its CQ (`poll_turn`): a wake-up of this thread would only take a core
+            // from it.
+            return self.transport().machine_nap(crate::engine::IDLE_GRACE);
+        }
+        let next = self.serve_machines();
         if next == Some(Duration::ZERO) {
             return true;
         }

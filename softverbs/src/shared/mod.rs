@@ -217,9 +217,11 @@ pub(crate) trait Endpoint: Sync {
     /// RoCE ports); `Some(period)`: call again within that period.
     fn watch(&self) -> Option<Duration>;
     /// One turn of the thread that serves other machines (`crate::transport`'s
-    /// `machine`): their messages, then a sleep until something comes. False when
-    /// this process cannot serve them (the thread ends).
-    fn machine_turn(&'static self) -> bool;
+    /// `machine`): their messages, then a sleep until something comes; a nap instead
+    /// while a thread of ours polls (it serves them as it does), `last_poll` being
+    /// [`Endpoint::activity`] at the previous turn. False when this process cannot
+    /// serve them (the thread ends).
+    fn machine_turn(&'static self, last_poll: &mut u64) -> bool;
 }
 
 static SHARED: OnceLock<Result<Shared, SharedError>> = OnceLock::new();

@@ -151,28 +151,21 @@ pub(crate) fn send<P: Tables>(
         },
         Route::Namespace { dev, qpn } => namespace::send(p, qp, g, w, local, len, dev, qpn),
         Route::Machine { gid, qpn } => ucx::send(p, qp, g, w, local, len, gid, qpn),
-        Route::Nowhere => lost(qp, g, w),
+        // Requests of the QP still in flight to another machine (its port went down
+        // under them) end first, in order.
+        Route::Nowhere if g.remote.machine_watched => ucx::lost_under(qp, g, w),
+        Route::Nowhere => lost(qp, g, &w),
     }
 }
 
 /// A request no route can carry: completed for an unreliable requester, which waits
 /// for no answer; `IBV_WC_RETRY_EXC_ERR` for a reliable one, as when its retries run
-/// out (nothing can answer them). When older requests of the QP are still in flight
-/// to another process or machine (its port went down under them), the error is the
-/// oldest one's and everything after it flushes, `w` included: a QP's completions come
-/// in the order its WQEs were posted (IBA Vol. 1 §10.8.3; the retry counter is the
-/// oldest unacknowledged request's, §9.7.6.1.3), and a consumer that signals only the
-/// last of a chain takes a later completion to mean the earlier WQEs succeeded.
-fn lost(qp: &QpCore, g: &mut QpInner, w: SendWqe) -> Step {
+/// out (nothing can answer them).
+fn lost(qp: &QpCore, g: &mut QpInner, w: &SendWqe) -> Step {
     if qp.unreliable() {
-        return complete(qp, g, &w, 0);
+        return complete(qp, g, w, 0);
     }
-    if let Some(oldest) = g.remote.in_flight.pop_front() {
-        g.sq.push_front(w);
-        fail(qp, g, &oldest.w, IBV_WC_RETRY_EXC_ERR, None);
-        return Step::Failed;
-    }
-    fail(qp, g, &w, IBV_WC_RETRY_EXC_ERR, None);
+    fail(qp, g, w, IBV_WC_RETRY_EXC_ERR, None);
     Step::Failed
 }
 

@@ -39,7 +39,7 @@
 //! and 2 MiB of payload in flight (its window; one request always goes). An answer that
 //! comes for a request the timer already put back to be re-sent completes it
 //! (go-back-N), and a port that goes down under requests in flight fails the oldest
-//! of them, not the WQE that found no route (`route::lost`), so completions stay in
+//! of them, not the WQE that found no route ([`lost_under`]), so completions stay in
 //! posting order.
 //!
 //! IBA Vol. 1 §9.7.6.1.3 (and rdma-core's `ibv_modify_qp(3)`): the requester
@@ -59,8 +59,13 @@
 //! requester ends with `IBV_WC_RETRY_EXC_ERR` if its first answer was lost).
 //!
 //! # Threads and locks
-//! UCX's callbacks only queue (`transport::machine`). The service thread drains the
-//! queue ([`serve_machine`]) with the worker lock released: it runs each request under
+//! UCX's callbacks only queue (`transport::machine`). The machine thread drains the
+//! queue ([`serve_machine`]) with the worker lock released — or, while a thread of the
+//! process polls a CQ, that thread before each look at its CQ (`Provider::poll_turn`),
+//! the machine thread napping meanwhile: on a machine whose cores all poll, waking
+//! another thread for each message made more than half of an 8-byte SEND's half round
+//! trip. One thread at a time serves (`Engine::machine_serving`), so the messages of a
+//! connection run in the order they came. The serving thread runs each request under
 //! the key table's read lock and the responder QP's lock (the namespace responder's
 //! order), each response under the requester QP's lock, then sends the answers, taking
 //! the worker lock with no QP locked. A requester sends with its QP locked and takes
@@ -77,12 +82,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::complete::{complete, fail};
 use crate::engine::qp::{QpCore, QpInner};
 use crate::engine::{Step, Tables};
 use crate::mem::Span;
 use crate::transport::machine::{REQUEST, RESPONSE};
 use crate::ucx::wire;
 use crate::wqe::SendWqe;
+use vqp_sys::IBV_WC_RETRY_EXC_ERR;
 
 mod requester;
 mod responder;
@@ -108,6 +115,26 @@ pub(crate) fn send<P: Tables>(
     requester::send(p, qp, g, w, local, len, gid, qpn)
 }
 
+/// A request that found no route (its port went down) while older requests of its QP
+/// are in flight to another machine: the error is the oldest one's and everything
+/// after it flushes, `w` included, so the QP's completions come in the order its WQEs
+/// were posted (IBA Vol. 1 §10.8.3; the retry counter is the oldest unacknowledged
+/// request's, §9.7.6.1.3). A consumer that signals only the last of a chain takes a
+/// later completion to mean the earlier WQEs succeeded.
+#[cold]
+pub(crate) fn lost_under(qp: &QpCore, g: &mut QpInner, w: SendWqe) -> Step {
+    if qp.unreliable() {
+        return complete(qp, g, &w, 0);
+    }
+    let Some(oldest) = g.remote.in_flight.pop_front() else {
+        fail(qp, g, &w, IBV_WC_RETRY_EXC_ERR, None);
+        return Step::Failed;
+    };
+    g.sq.push_front(w);
+    fail(qp, g, &oldest.w, IBV_WC_RETRY_EXC_ERR, None);
+    Step::Failed
+}
+
 /// The service thread's turn for other machines: the transport's (worker, lookups),
 /// then every message that came — requests run by the responder, whose answers are
 /// sent, and answers to our requests — and the timer of the QPs with requests in
@@ -117,6 +144,12 @@ pub(crate) fn serve_machine<P: Tables>(
     p: &'static P,
     device_of: impl Fn(&[u8; 16]) -> Option<usize>,
 ) -> Option<Duration> {
+    // One thread at a time, from progress to the answers sent: the messages of a
+    // connection are run in the order they came (a responder drops one out of
+    // sequence, and its requester re-sends only after its ACK timeout).
+    let Ok(_serving) = p.engine().machine_serving.try_lock() else {
+        return Some(Duration::from_millis(1));
+    };
     let t = p.engine().transport();
     let (came, active) = t.serve_machine(device_of);
     let any = !came.is_empty();
