@@ -317,6 +317,14 @@ impl Transport {
         }
     }
 
+    /// Holds back `answer` (a response's header, for a response with no payload) to go
+    /// with the next request to `ep` ([`machine::ANSWERED`]), or at the next turn.
+    pub(crate) fn machine_hold(&self, ep: Ep, answer: &[u8]) {
+        if let Some(Some(m)) = self.machine.get() {
+            lock(m).hold(ep, answer);
+        }
+    }
+
     /// Ends the service thread's nap (a thread of ours started to wait for an event: no
     /// poll will drain the inbox meanwhile).
     pub(crate) fn nudge(&self) {

@@ -779,15 +779,36 @@ fn child_forger() {
         // A response nobody asked for, and an id nobody serves.
         (2, vec![0u8; 48], Vec::new()),
         (9, vec![1u8; 16], junk.clone()),
+        // A request with an answer riding along: a header of a request's size only,
+        // and an answer nobody asked for with a request from a QP the responder's QP
+        // is not connected to.
+        (
+            3,
+            write(a_qpn, our_gid, 16384, 64).encode().to_vec(),
+            junk.clone(),
+        ),
+        (
+            3,
+            [
+                vec![0u8; 48],
+                write(a_qpn ^ 1, our_gid, 20480, 64).encode().to_vec(),
+            ]
+            .concat(),
+            junk.clone(),
+        ),
     ];
+    let count = sends.len();
     for (i, (id, header, payload)) in sends.into_iter().enumerate() {
         w.am_send(ep, id, &header, payload, i as u64).unwrap();
     }
     // Every send completes (taken by the peer's UCP, whatever became of it).
     let mut sent = 0;
     let deadline = Instant::now() + Duration::from_secs(5);
-    while sent < 6 {
-        assert!(Instant::now() < deadline, "{sent} of 6 sends completed");
+    while sent < count {
+        assert!(
+            Instant::now() < deadline,
+            "{sent} of {count} sends completed"
+        );
         w.wait(Duration::from_millis(50)).unwrap();
         while let Some(ev) = w.next_event() {
             if matches!(ev, vqp_softverbs::ucx::Event::Sent { .. }) {
@@ -1040,7 +1061,7 @@ fn a_link_taken_down_under_writes_in_flight_fails_them_in_order() {
     if !netns::available(name) || !ucx_available(name) {
         return;
     }
-    let lab = Lab::new("mach8");
+    let lab = Lab::new("mach10");
     let victim = lab.start(1, "child_victim");
     let requester = lab.start_with(0, "child_cut_off", &[]);
     let base = lab.dir.join("rendezvous");
@@ -1133,7 +1154,7 @@ fn a_deep_queue_of_large_writes_completes() {
     if !netns::available(name) || !ucx_available(name) {
         return;
     }
-    let lab = Lab::new("mach9");
+    let lab = Lab::new("mach11");
     let sink = lab.start(1, "child_sink");
     let requester = lab.start(0, "child_deep");
     let base = lab.dir.join("rendezvous");

@@ -333,15 +333,19 @@ impl Provider {
     pub(crate) fn poll_turn(&'static self) {
         self.engine.poll_progress(self);
         if self.transport().serves_machines() {
-            let _ = self.serve_machines();
+            let _ = self.serve_machines(true);
         }
     }
 
-    /// One turn for other machines (`engine::route::serve_machine`): returns when to
-    /// look again (`None`: nothing going on).
+    /// One turn for other machines (`engine::route::serve_machine`; `polling`: by a
+    /// polling thread): returns when to look again (`None`: nothing going on).
     #[cold]
-    fn serve_machines(&'static self) -> Option<Duration> {
-        crate::engine::route::serve_machine(self, |g| self.resolve(0, Some(g)).map(|d| d.index))
+    fn serve_machines(&'static self, polling: bool) -> Option<Duration> {
+        crate::engine::route::serve_machine(
+            self,
+            |g| self.resolve(0, Some(g)).map(|d| d.index),
+            polling,
+        )
     }
 
     /// The device an address vector points at: by GID when `gid` is given (a GID of
@@ -591,7 +595,7 @@ impl crate::shared::Endpoint for Provider {
             // from it.
             return self.transport().machine_nap(crate::engine::IDLE_GRACE);
         }
-        let next = self.serve_machines();
+        let next = self.serve_machines(false);
         if next == Some(Duration::ZERO) {
             return true;
         }

@@ -36,6 +36,14 @@ use crate::ucx::{self, lookup, Data, EpId, Event, Worker};
 pub(crate) const REQUEST: u16 = 1;
 /// The active message id of a response (`ucx::wire::Response` header).
 pub(crate) const RESPONSE: u16 = 2;
+/// The active message id of a request with a response riding along: the header is a
+/// response's (which carries no payload) followed by a request's, the payload the
+/// request's. An answer held back by a polling thread ([`Machine::hold`]) goes so
+/// with the next request to the same process: in a ping-pong, one message each way
+/// rather than two.
+pub(crate) const ANSWERED: u16 = 3;
+/// The answers held back at most (past it, they are sent as they are).
+const MAX_HELD: usize = 64;
 
 /// How long a lookup connection may take to ask and be answered before it is closed
 /// (it holds one of a listener's few slots meanwhile, never the service thread); and
@@ -60,7 +68,7 @@ pub(crate) struct Ep {
 
 /// A message from another machine, as the handler queued it.
 pub(crate) struct Incoming {
-    /// [`REQUEST`] or [`RESPONSE`].
+    /// [`REQUEST`], [`RESPONSE`] or [`ANSWERED`].
     pub(crate) id: u16,
     pub(crate) header: Vec<u8>,
     pub(crate) payload: Vec<u8>,
@@ -115,6 +123,9 @@ pub(super) struct Machine {
     /// Wakes the machine thread's sleep: rung after a send UCP did not finish at once
     /// (it needs progress) and by a finished lookup.
     wake: Arc<Wake>,
+    /// Answers (a response's header, no payload) held back for the next request to
+    /// the same endpoint ([`ANSWERED`]); sent as they are at the next turn.
+    held: Vec<(Ep, Vec<u8>)>,
 }
 
 /// A worker and the addresses of the interface it is kept to.
@@ -162,7 +173,7 @@ impl Machine {
             let mut settings = SETTINGS.to_vec();
             settings.push(("NET_DEVICES", name));
             let mut worker = Worker::new(&settings)?;
-            for id in [REQUEST, RESPONSE] {
+            for id in [REQUEST, RESPONSE, ANSWERED] {
                 let q = inbox.clone();
                 let d = dropped.clone();
                 worker.set_handler(id, move |m| {
@@ -187,7 +198,7 @@ impl Machine {
             // Every other id below MAX_AM_ID: dropped and counted, silently (UCP writes
             // a line on stderr for each message of an id nobody handles, which a peer
             // could use to fill ours).
-            for id in (0..ucx::MAX_AM_ID).filter(|&id| id != REQUEST && id != RESPONSE) {
+            for id in (0..ucx::MAX_AM_ID).filter(|id| ![REQUEST, RESPONSE, ANSWERED].contains(id)) {
                 let d = dropped.clone();
                 worker.set_handler(id, move |_| {
                     d.fetch_add(1, Ordering::Relaxed);
@@ -234,6 +245,7 @@ impl Machine {
                 endpoints: HashMap::new(),
                 dropped,
                 wake,
+                held: Vec::new(),
             },
             port,
         ))
@@ -295,8 +307,50 @@ impl Machine {
     }
 
     /// Sends active message `id` on `ep`; false when the endpoint is gone or failed (it
-    /// is then forgotten).
+    /// is then forgotten). A [`REQUEST`] takes along the last answer held for `ep`
+    /// ([`ANSWERED`]), the ones held before it going first, as they are.
     pub(super) fn send(&mut self, ep: Ep, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
+        if id == REQUEST && self.held.iter().any(|(e, _)| *e == ep) {
+            let mut mine = Vec::new();
+            self.held.retain_mut(|(e, h)| {
+                if *e == ep {
+                    mine.push(std::mem::take(h));
+                }
+                *e != ep
+            });
+            let last = mine.pop().unwrap_or_default();
+            for h in mine {
+                self.send_now(ep, RESPONSE, &h, Vec::new());
+            }
+            let both = [last.as_slice(), header].concat();
+            return self.send_now(ep, ANSWERED, &both, payload);
+        }
+        self.send_now(ep, id, header, payload)
+    }
+
+    /// Holds back `answer` (a response's header; it carries no payload) for the next
+    /// request to `ep`, or the next turn, whichever comes first.
+    pub(super) fn hold(&mut self, ep: Ep, answer: &[u8]) {
+        if self.held.len() == MAX_HELD {
+            self.flush_held();
+        }
+        self.held.push((ep, answer.to_vec()));
+    }
+
+    /// Whether answers are held back.
+    pub(super) fn holds(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Sends the answers held back, as they are.
+    fn flush_held(&mut self) {
+        for (ep, h) in std::mem::take(&mut self.held) {
+            self.send_now(ep, RESPONSE, &h, Vec::new());
+        }
+    }
+
+    /// [`Machine::send`], alone.
+    fn send_now(&mut self, ep: Ep, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
         let Some(b) = self.workers.get_mut(ep.worker) else {
             return false;
         };
@@ -321,14 +375,16 @@ impl Machine {
         }
     }
 
-    /// The service thread's turn (see the module's docs): progress, connections,
-    /// failed endpoints, finished lookups, and the lookups waiting to be answered
+    /// The service thread's turn (see the module's docs): the answers held back at the
+    /// last turn, progress, connections, failed endpoints, finished lookups, and the
+    /// lookups waiting to be answered
     /// (`serving_port` names the UCX port of the process serving a (GID, QPN)). Returns
     /// the messages that arrived, and whether UCX did anything.
     pub(super) fn turn(
         &mut self,
         serving_port: impl Fn(&[u8; 16], u32) -> Option<u16>,
     ) -> (Vec<Incoming>, bool) {
+        self.flush_held();
         let mut busy = false;
         let mut failed = Vec::new();
         for (w, b) in self.workers.iter_mut().enumerate() {
@@ -385,8 +441,11 @@ impl Machine {
 
     /// Arms the worker for the machine thread's sleep: the descriptors to wait on (the
     /// worker's event fd, the wake-up, the lookup sockets), or `None` when UCP has work
-    /// already.
+    /// already or answers are held back.
     pub(super) fn arm(&mut self) -> Option<Vec<RawFd>> {
+        if self.holds() {
+            return None;
+        }
         self.wake.clear();
         let mut fds = vec![self.wake.raw()];
         for b in &mut self.workers {

@@ -183,13 +183,15 @@ pub(crate) fn on_record<P: Tables>(
 }
 
 /// The service thread's turn for other machines (the UCX route's messages and timer;
-/// `device_of` names the device of a RoCE GID for the lookups answered). Returns when
-/// to look again: `None` when nothing is going on with other machines.
+/// `device_of` names the device of a RoCE GID for the lookups answered; `polling`: a
+/// polling thread serves in the machine thread's stead). Returns when to look again:
+/// `None` when nothing is going on with other machines.
 pub(crate) fn serve_machine<P: Tables>(
     p: &'static P,
     device_of: impl Fn(&[u8; 16]) -> Option<usize>,
+    polling: bool,
 ) -> Option<std::time::Duration> {
-    ucx::serve_machine(p, device_of)
+    ucx::serve_machine(p, device_of, polling)
 }
 
 /// Ends the requests in flight on a route that answers later whose responder died

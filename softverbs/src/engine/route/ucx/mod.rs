@@ -86,7 +86,7 @@ use crate::engine::complete::{complete, fail};
 use crate::engine::qp::{QpCore, QpInner};
 use crate::engine::{Step, Tables};
 use crate::mem::Span;
-use crate::transport::machine::{REQUEST, RESPONSE};
+use crate::transport::machine::{ANSWERED, REQUEST, RESPONSE};
 use crate::ucx::wire;
 use crate::wqe::SendWqe;
 use vqp_sys::IBV_WC_RETRY_EXC_ERR;
@@ -138,11 +138,16 @@ pub(crate) fn lost_under(qp: &QpCore, g: &mut QpInner, w: SendWqe) -> Step {
 /// The service thread's turn for other machines: the transport's (worker, lookups),
 /// then every message that came — requests run by the responder, whose answers are
 /// sent, and answers to our requests — and the timer of the QPs with requests in
-/// flight. Returns when to look again: at once when anything came, soon while
-/// anything is going on with other machines, `None` otherwise.
+/// flight. `polling`: a polling thread serves, in the machine thread's stead; it holds
+/// back the answers that carry no payload, to go with the next request its process
+/// sends to the same process or at its next turn (`transport::machine`'s `ANSWERED`),
+/// as the request a ping-pong answers with is usually posted within that time.
+/// Returns when to look again: at once when anything came, soon while anything is
+/// going on with other machines, `None` otherwise.
 pub(crate) fn serve_machine<P: Tables>(
     p: &'static P,
     device_of: impl Fn(&[u8; 16]) -> Option<usize>,
+    polling: bool,
 ) -> Option<Duration> {
     // One thread at a time, from progress to the answers sent: the messages of a
     // connection are run in the order they came (a responder drops one out of
@@ -155,24 +160,31 @@ pub(crate) fn serve_machine<P: Tables>(
     let any = !came.is_empty();
     let mut answers = Vec::new();
     for m in came {
-        match m.id {
-            REQUEST => {
-                if let Some(a) = responder::on_request(p, &m.header, &m.payload) {
-                    if let Some(ep) = m.from {
-                        answers.push((ep, a));
-                    }
-                }
-            }
+        let request = match m.id {
+            REQUEST => Some(m.header.as_slice()),
             RESPONSE => {
-                if let Ok(r) = wire::Response::decode(&m.header, m.payload.len() as u64) {
-                    requester::on_response(p, &r, &m.payload);
-                }
+                response(p, &m.header, &m.payload);
+                None
             }
-            _ => {}
+            ANSWERED if m.header.len() == wire::Response::LEN + wire::Request::LEN => {
+                let (answer, request) = m.header.split_at(wire::Response::LEN);
+                response(p, answer, &[]);
+                Some(request)
+            }
+            _ => None,
+        };
+        if let Some(a) = request.and_then(|h| responder::on_request(p, h, &m.payload)) {
+            if let Some(ep) = m.from {
+                answers.push((ep, a));
+            }
         }
     }
     for (ep, (r, payload)) in answers {
-        t.machine_send(ep, RESPONSE, &r.encode(), payload);
+        if polling && payload.is_empty() {
+            t.machine_hold(ep, &r.encode());
+        } else {
+            t.machine_send(ep, RESPONSE, &r.encode(), payload);
+        }
     }
     let watching = check_deadlines(p);
     if any {
@@ -181,5 +193,12 @@ pub(crate) fn serve_machine<P: Tables>(
         Some(Duration::from_millis(1))
     } else {
         None
+    }
+}
+
+/// An answer to one of our requests (`header` and `payload` as they came).
+fn response<P: Tables>(p: &'static P, header: &[u8], payload: &[u8]) {
+    if let Ok(r) = wire::Response::decode(header, payload.len() as u64) {
+        requester::on_response(p, &r, payload);
     }
 }
