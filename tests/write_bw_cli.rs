@@ -228,8 +228,12 @@ fn devices_spread_the_data_qps_and_are_reported() {
         ("--devices 5", "between 1 and 4"),
         (
             "--device mlx5_0 --devices 2",
-            "--devices spreads softverbs' devices",
+            "--devices 2 with --device naming 1",
         ),
+        ("--device mlx5_0,,mlx5_1", "an empty device name"),
+        ("--device mlx5_0,mlx5_0", "mlx5_0 named twice"),
+        ("--device a,b,c,d,e --qps 8", "5 devices, at most 4"),
+        ("--device mlx5_0,mlx5_1 --qps 1", "no more than --qps"),
     ] {
         refused(args, says);
     }

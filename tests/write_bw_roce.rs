@@ -1,5 +1,7 @@
 //! vqp's GID path on RoCE ports: `write_bw --device soft0 --server --gid-index 1` in one
-//! network namespace and `--connect` from another, each process's soft0 bound to its end
+//! network namespace and `--connect` from another (and both without `--gid-index`,
+//! where each side must choose index 1, its port's RoCE v2 IPv4 GID, not index 0, the
+//! link-local default GID), each process's soft0 bound to its end
 //! of a veth pair (`VQP_SOFT_NETDEV`), so the QPs are addressed by the RoCE v2 GID of
 //! the interface's IPv4 address (index 1) and the control connection runs over the
 //! veth. Both processes share one softverbs namespace directory, so the data still
@@ -30,7 +32,13 @@ fn write_bw() -> PathBuf {
     p
 }
 
+/// A run with `--gid-index 1` on both sides, or (`gid_index` false) without it, where
+/// each side must say it chose index 1, the GID of its own IPv4 address.
 fn run(test: &str, opcode: &str, qps: usize) {
+    run_with(test, opcode, qps, true);
+}
+
+fn run_with(test: &str, opcode: &str, qps: usize, gid_index: bool) {
     if !netns::available(test) {
         return;
     }
@@ -53,17 +61,18 @@ fn run(test: &str, opcode: &str, qps: usize) {
         procs::Killed(Some(c.spawn().expect("spawn write_bw")))
     };
     let deadline = Instant::now() + Duration::from_secs(120);
+    let given: &[&str] = if gid_index {
+        &["--gid-index", "1"]
+    } else {
+        &[]
+    };
     let mut srv = start(
         0,
         &[
-            "--device",
-            "soft0",
-            "--server",
-            "--port",
-            &port,
-            "--gid-index",
-            "1",
-        ],
+            &["--device", "soft0", "--server", "--port", &port][..],
+            given,
+        ]
+        .concat(),
     );
     let pid = srv.0.as_ref().unwrap().id();
     while !netns::listening_in(pid, port.parse().unwrap()) {
@@ -75,24 +84,17 @@ fn run(test: &str, opcode: &str, qps: usize) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let qps = qps.to_string();
+    let to = format!("192.0.2.1:{port}");
     let mut cli = start(
         1,
         &[
-            "--device",
-            "soft0",
-            "--connect",
-            &format!("192.0.2.1:{port}"),
-            "--gid-index",
-            "1",
-            "--opcode",
-            opcode,
-            "--size",
-            "256K",
-            "--iters",
-            "40",
-            "--qps",
-            &qps,
-        ],
+            &["--device", "soft0", "--connect", &to][..],
+            given,
+            &[
+                "--opcode", opcode, "--size", "256K", "--iters", "40", "--qps", &qps,
+            ][..],
+        ]
+        .concat(),
     );
     let c = procs::wait(&mut cli, deadline, "client");
     let s = procs::wait(&mut srv, deadline + Duration::from_secs(5), "server");
@@ -112,6 +114,19 @@ fn run(test: &str, opcode: &str, qps: usize) {
         out.contains(check),
         "{check:?} missing on the server:\n{ctx}"
     );
+    if !gid_index {
+        // Each side's choice: index 1, its own IPv4 address as a RoCE v2 GID.
+        for (o, host) in [(&s, 1), (&c, 2)] {
+            let want = format!(
+                "soft0 port 1: GID index 1 (0000:0000:0000:0000:0000:ffff:c000:020{host}), \
+                 chosen for want of --gid-index"
+            );
+            assert!(
+                String::from_utf8_lossy(&o.stderr).contains(&want),
+                "{want:?} missing:\n{ctx}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -122,4 +137,9 @@ fn write_by_gid_between_two_namespaces() {
 #[test]
 fn write_imm_by_gid_between_two_namespaces() {
     run("wbroce-imm", "write_imm", 1);
+}
+
+#[test]
+fn write_between_two_namespaces_without_a_gid_index() {
+    run_with("wbroce-auto", "write", 2, false);
 }

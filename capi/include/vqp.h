@@ -613,8 +613,9 @@ typedef struct vqp_settings {
    */
   uint8_t port;
   /*
-   GID index to address the peer by; -1 (default): by LID on InfiniBand, GID 0
-   on Ethernet.
+   GID index to address the peer by; -1 (default): by LID on InfiniBand; on
+   Ethernet (RoCE), the port's first RoCE v2 GID holding an IPv4 address, else its
+   first RoCE v2 GID, else 0.
    */
   int32_t gid_index;
   /*

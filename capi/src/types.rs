@@ -148,8 +148,9 @@ pub struct vqp_settings {
     pub fail_back: u8,
     /// Local port, from 1 (default 1).
     pub port: u8,
-    /// GID index to address the peer by; -1 (default): by LID on InfiniBand, GID 0
-    /// on Ethernet.
+    /// GID index to address the peer by; -1 (default): by LID on InfiniBand; on
+    /// Ethernet (RoCE), the port's first RoCE v2 GID holding an IPv4 address, else its
+    /// first RoCE v2 GID, else 0.
     pub gid_index: i32,
     /// The most data QPs one request uses (0, the default: all).
     pub fanout: u32,

@@ -25,9 +25,10 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
          [--seed N] [--poll-core CORE] [--json] [--timeout SECS] [--max-buffer BYTES]
          [--devices N] [--policy rr|weighted|outstanding|adaptive] [--weights W0,W1,..]
          [--inject TIME:ACTION,...] [--failover [--grace SECS]] [--rdma-cm]
-         [--device NAME [--server | --connect HOST:PORT] [--port PORT] [--ib-port N] [--gid-index N]]
+         [--device NAME[,NAME..] [--server | --connect HOST:PORT] [--port PORT] [--ib-port N] [--gid-index N]]
   BYTES takes a K, M or G suffix (binary). Without --device both sides run in this process on
-  softverbs (soft1 serves, soft0 sends); with --device they run on that device through libibverbs.
+  softverbs (soft1 serves, soft0 sends); with --device they run on that device through libibverbs;
+  with --device a,b on those devices, data QP i on the (i mod N)-th (--devices N is their count).
   --timeout (default 10): how long each side waits for each message of the set-up as a whole,
   and for any progress during the run. --max-buffer (default 1G): the largest buffer the
   server registers for a client's run. --inject (softverbs only): link events during the run,
@@ -36,7 +37,7 @@ pub const USAGE: &str = "usage: write_bw [--size BYTES] [--iters N | --duration 
   fail-notify or server-fail-notify (that side's SPRAY notify QP fails). Targets are checked
   against the run: I below --qps, a notify QP only with --mode spray and --qps 2 or more,
   soft0 to softN for --devices N; with --duration every TIME must fall before the end, and
-  with --iters an injection the run ends before is told, one line each. --devices N (softverbs only): each side spreads its data QPs
+  with --iters an injection the run ends before is told, one line each. --devices N (softverbs without --device): each side spreads its data QPs
   over N devices, data QP i on device i mod N (the client on soft0.., the server one further).
   --policy (default rr): how the client stripes fragments over its data QPs: round-robin,
   weighted by each port's speed, to the QP with the fewest bytes outstanding, or adaptive
@@ -111,7 +112,9 @@ pub struct Args {
     pub reorder: Option<String>,
     pub poll_core: Option<usize>,
     pub json: bool,
-    pub device: Option<String>,
+    /// `--device`: the devices named, one or more (`mlx5_0`, `soft0,soft1`); data QP
+    /// i on the i-th mod their number, as `--devices` spreads softverbs' own.
+    pub device: Option<Vec<String>>,
     pub role: Role,
     pub port: u16,
     pub ib_port: u8,
@@ -155,6 +158,29 @@ pub fn check_buffer(p: &Params, max: u64) -> Result<(), String> {
     ))
 }
 
+/// Parses `--device`: one name, or several separated by commas (each side's devices
+/// for a run spread over them), none empty or given twice.
+fn device_names(v: &str) -> Result<Vec<String>, String> {
+    let names: Vec<String> = v.split(',').map(str::to_string).collect();
+    if names.iter().any(String::is_empty) {
+        return Err(format!("--device '{v}': an empty device name"));
+    }
+    if names.len() > MAX_DEVICES {
+        return Err(format!(
+            "--device '{v}': {} devices, at most {MAX_DEVICES}",
+            names.len()
+        ));
+    }
+    if let Some(d) = names
+        .iter()
+        .enumerate()
+        .find(|(i, n)| names[..*i].contains(n))
+    {
+        return Err(format!("--device '{v}': {} named twice", d.1));
+    }
+    Ok(names)
+}
+
 /// Parses `--weights`: one positive integer per device of the client's `devices`,
 /// comma-separated.
 fn weights(v: &str, devices: usize) -> Result<[u32; MAX_DEVICES], String> {
@@ -193,7 +219,7 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
         policy: Policy::RoundRobin,
         weights: None,
     };
-    let (mut iters_given, mut duration_given) = (false, false);
+    let (mut iters_given, mut duration_given, mut devices_given) = (false, false, false);
     let (mut server, mut params_given, mut max_buffer_given) = (false, false, false);
     let mut connect = None;
     let mut weights_given = None;
@@ -242,7 +268,7 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
             "--poll-core" => {
                 a.poll_core = Some(usize::try_from(number(&flag, &v)?).unwrap_or(usize::MAX))
             }
-            "--device" => a.device = Some(v),
+            "--device" => a.device = Some(device_names(&v)?),
             "--connect" => connect = Some(v),
             "--port" => {
                 a.port = v
@@ -283,6 +309,7 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
                 params_given = true;
                 iters_given |= f == "--iters";
                 duration_given |= f == "--duration";
+                devices_given |= f == "--devices";
                 a.params.set(f, &v)?
             }
         }
@@ -294,9 +321,6 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
         return Err("--grace is how long --failover waits: give --failover too".into());
     }
     a.params.check()?;
-    if let Some(v) = weights_given {
-        a.weights = Some(weights(&v, a.params.devices)?);
-    }
     a.role = match (server, connect) {
         (true, Some(_)) => return Err("--server and --connect exclude each other".into()),
         (true, None) => Role::Server,
@@ -306,10 +330,23 @@ pub fn parse(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     if a.role != Role::Both && a.device.is_none() {
         return Err("--server and --connect run on real hardware: name it with --device".into());
     }
-    if a.device.is_some() && a.params.devices > 1 {
-        return Err(
-            "--devices spreads softverbs' devices; on real hardware name one --device".into(),
-        );
+    if let Some(names) = &a.device {
+        let n = names.len();
+        if devices_given && a.params.devices != n {
+            return Err(format!(
+                "--devices {} with --device naming {n}: name each device the run spreads over (--device a,b), or leave --devices out",
+                a.params.devices
+            ));
+        }
+        if a.role != Role::Server {
+            // The client's run spreads over the devices named (a server takes the
+            // client's count and must have as many).
+            a.params.devices = n;
+            a.params.check()?;
+        }
+    }
+    if let Some(v) = weights_given {
+        a.weights = Some(weights(&v, a.params.devices)?);
     }
     if a.device.is_some() && !a.inject.is_empty() {
         return Err("--inject drives softverbs' link controls; a real device has none".into());

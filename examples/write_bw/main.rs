@@ -30,7 +30,9 @@
 //! - `--device NAME` runs on that device through libibverbs (`Verbs::load`, which
 //!   honours `VQP_IBVERBS_PATH`): alone, both sides in this process (loopback on one
 //!   device); with `--server` or `--connect HOST:PORT`, one side per host. The server
-//!   takes every run parameter from its client.
+//!   takes every run parameter from its client. `--device a,b` spreads the data QPs
+//!   over both devices on each side (QP i on the (i mod 2)-th), as `--devices 2` does
+//!   over softverbs' own; the server names as many as its client.
 //! - One thread per side posts and polls (as perftest does); `--poll-core` pins the
 //!   client's. The client keeps at most `slots` messages unverified (about 16 MiB of
 //!   buffer, 2 to 128 messages) and at most 64 WQEs in flight per QP. How data is
@@ -247,7 +249,7 @@ fn both(args: &Args) -> Result<(), Fail> {
         }
         Some(d) => {
             let (v, s) = device::load_hw()?;
-            (v, s, [vec![d.clone()], vec![d.clone()]])
+            (v, s, [d.clone(), d.clone()])
         }
     };
     let open = |name: &str| -> Result<Device, Fail> {
@@ -402,9 +404,13 @@ impl Limits {
 
 /// `--server`: one run for one client.
 fn server_only(args: &Args) -> Result<(), Fail> {
-    let name = args.device.clone().unwrap_or_default();
+    let names = args.device.clone().unwrap_or_default();
+    let name = names.join("+");
     let (verbs, source) = device::load_hw()?;
-    let dev = device::open(&verbs, &name, args.ib_port, args.gid_index)?;
+    let devs = names
+        .iter()
+        .map(|n| device::open(&verbs, n, args.ib_port, args.gid_index))
+        .collect::<Result<Vec<_>, _>>()?;
     let addr = format!("0.0.0.0:{}", args.port);
     let listener =
         TcpListener::bind(&addr).map_err(|e| Fail::bad(format!("cannot listen on {addr}: {e}")))?;
@@ -422,7 +428,7 @@ fn server_only(args: &Args) -> Result<(), Fail> {
         None
     };
     let (p, v) = join(spawn("server", move || {
-        session::serve(vec![dev], &listener, cm, None, &limits)
+        session::serve(devs, &listener, cm, None, &limits)
     })?)?;
     println!(
         " {}",
@@ -446,16 +452,23 @@ fn server_only(args: &Args) -> Result<(), Fail> {
 /// `--connect HOST:PORT`.
 fn client_only(args: &Args, addr: &str) -> Result<(), Fail> {
     check_core(args)?;
-    let name = args.device.clone().unwrap_or_default();
+    let names = args.device.clone().unwrap_or_default();
+    let name = names.join("+");
     let (verbs, source) = device::load_hw()?;
-    let dev = device::open(&verbs, &name, args.ib_port, args.gid_index)?;
     let p = args.params;
-    dev.check(&p, run::DEPTH).map_err(Fail::bad)?;
+    let devs = names
+        .iter()
+        .map(|n| {
+            let dev = device::open(&verbs, n, args.ib_port, args.gid_index)?;
+            dev.check(&p, run::DEPTH).map_err(Fail::bad)?;
+            Ok(dev)
+        })
+        .collect::<Result<Vec<_>, Fail>>()?;
     let (plan, core, a) = (plan(args), args.poll_core, addr.to_string());
     let timeout = args.timeout;
     let m = join(spawn("client", move || {
         pin(core)?;
-        session::connect(vec![dev], &a, &p, &plan, timeout)
+        session::connect(devs, &a, &p, &plan, timeout)
     })?)?;
     let route = format!("{name} -> {addr}");
     let (checked, place) = if p.read() {
@@ -472,6 +485,6 @@ fn client_only(args: &Args, addr: &str) -> Result<(), Fail> {
         &m,
         checked,
         place,
-        &[name],
+        &names,
     )
 }

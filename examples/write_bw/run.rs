@@ -124,6 +124,17 @@ pub fn link(
     let pds: Vec<_> = devs.iter().map(|d| &d.pd).collect();
     let ep = Ep::create_on(&pds, &settings, &[]).map_err(host_fail(&dev.name))?;
     let mine = ep.card();
+    if settings.gid_index.is_none() {
+        // A RoCE port without --gid-index: say which GID the endpoint chose.
+        for (d, (dev, port)) in devs.iter().zip(&mine.ports).enumerate() {
+            if let Some(i) = ep.gid_index(d) {
+                eprintln!(
+                    "write_bw: {} port {}: GID index {i} ({}), chosen for want of --gid-index",
+                    dev.name, dev.ib_port, port.gid
+                );
+            }
+        }
+    }
     let timeout = wire.timeout();
     let cm_fail = |e: vqp_host::Error| Fail::bad(format!("--rdma-cm: {e}"));
     let (card, conn, cm) = match cards {

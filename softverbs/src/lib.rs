@@ -23,15 +23,17 @@
 //!                 completions, error and flush), run queue, reorder policy, executing
 //!                 WQEs, the responder, route/ (where a WQE that leaves its
 //!                 requester goes: the route interface, the in-process route, the
-//!                 namespace route to or from another process); `Tables`, what it
+//!                 namespace route to or from another process, the UCX route to or
+//!                 from another machine); `Tables`, what it
 //!                 asks of the provider
 //!  5 queues       cq (completion queues, asynchronous events), srq (shared receive
 //!                 queues), xrc (XRC domains), mem (keys, checked copies), wqe (work
 //!                 requests as queued, the queue limits)
-//!  6 transports   transport (the engine's way to other processes), shared/ (namespace,
+//!  6 transports   transport (the engine's way to other processes and machines, its
+//!                 machine thread), shared/ (namespace,
 //!                 registry, inbox, exports, process-to-process copies), device (a port:
 //!                 addresses, link state, interface), link (rated ports), ucx (UCP
-//!                 loaded at run time, for other machines; not yet wired into the engine)
+//!                 loaded at run time, for other machines)
 //!  7 base         config (environment), os (eventfd, atexit, lock, interface queries),
 //!                 netdev (a RoCE port's interface: GIDs, MTU, state), locate, region
 //!                 (what a registered region is)

@@ -54,6 +54,72 @@ impl EventFd {
     }
 }
 
+/// An `eventfd` that wakes one sleeping thread: [`ring`](Self::ring) any number of
+/// times, [`clear`](Self::clear) before sleeping on it again. Non-blocking.
+#[derive(Debug)]
+pub(crate) struct Wake(OwnedFd);
+
+impl Wake {
+    /// A new wake-up fd, not rung, close-on-exec.
+    pub(crate) fn new() -> io::Result<Wake> {
+        // SAFETY: `eventfd` takes an initial count and flags; it returns a new fd or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
+        Ok(Wake(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// The descriptor, readable once rung.
+    pub(crate) fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    /// Makes the descriptor readable.
+    pub(crate) fn ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live `u64` to our own non-blocking eventfd; a
+        // failure (a counter about to overflow) leaves it readable anyway.
+        let _ = unsafe { libc::write(self.raw(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Makes it unreadable again (no-op when not rung).
+    pub(crate) fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live `u64` from our own non-blocking eventfd.
+        let _ = unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+/// Sleeps until one of `fds` is readable or `timeout` (1 ms to 1 s) passed.
+pub(crate) fn wait_readable(fds: &[RawFd], timeout: std::time::Duration) {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().clamp(1, 1000) as libc::c_int;
+    // SAFETY: `p` is a live array of `p.len()` pollfds for the duration of the call.
+    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+}
+
+/// Whether `fd` is readable now (a connection waits on a listening socket): a `poll`
+/// that does not wait, far cheaper than an `accept` that finds nothing, which makes
+/// and frees a socket file in the kernel first.
+pub(crate) fn readable_now(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `p` is one live pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
 /// Registers `f` to run at process exit (`atexit`), or when this library is unloaded
 /// if it was loaded with `dlopen` (glibc's `atexit` records the calling object). False
 /// when it could not be registered.

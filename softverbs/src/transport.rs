@@ -17,6 +17,7 @@
 //! |---|---|---|---|
 //! | `Process` (`engine/route/process.rs`) | in this process | the requester's thread runs the responder (`engine::respond`) over plain copies | as the call's value, at once |
 //! | `Namespace` (`engine/route/namespace/`) | another process of the shared namespace | a record in that process's inbox, or executed directly with `process_vm_writev`/`readv` (one-sided) | a response record in our inbox, drained by [`Transport::poll`] into `route::on_record`; a dead owner by `route::check_deadlines` |
+//! | `Machine` (`engine/route/ucx/`) | on another machine: a RoCE port's destination GID that no device of the namespace has | an active message over UCP to the process serving it, found by a lookup ([`machine`]) | a response message, run by the machine thread ([`Transport::serve_machine`]) into the route; nobody answering, by the route's own timer |
 //! | `Nowhere` | no device answers to the address, or a link is down | nothing travels | at once: RC `IBV_WC_RETRY_EXC_ERR`, UC and UD complete |
 //!
 //! The contract each route keeps, whatever carries it:
@@ -60,39 +61,61 @@
 //! In-process delivery needs no transport state. A process that never joins the
 //! namespace (it created no QP) pays one relaxed load per poll here.
 //!
-//! # Where the UCX route plugs in
+//! # The UCX route
 //! The route to another machine (issue 29; `crate::ucx`, its design in that module's
-//! docs) is a third variant beside the two above, and the engine outside
-//! `engine::route` does not change:
+//! docs) is the third variant beside the two above; the engine outside
+//! `engine::route` knows nothing of it:
 //! - `engine/route/mod.rs`, `resolve`: where a connected QP's address (its GRH's
-//!   `dgid`, through `Tables::resolve_av`) or a datagram's names no device of this
-//!   process and no device another process of the namespace published
-//!   ([`Transport::find_gid`]), the WQE takes `Route::Machine { gid, qpn }` instead of
-//!   `Nowhere`; `route::send` matches it to the new route's `send`;
-//! - `engine/route/ucx/` (the new route, beside `process.rs` and `namespace/`): its
-//!   requester side (look-up, endpoint cache, a request per WQE as an active message,
-//!   the WQE kept in flight in the QP's state as the namespace route keeps it, under
-//!   `engine::qp::remote_state`) and its responder side, which runs each arriving
-//!   request through `engine::respond` with a mover over UCX's rendezvous receives and
-//!   sends, and answers;
-//! - the way in: `route::on_record`'s counterpart for UCX messages, called from the
-//!   worker's handlers; and `route::check_deadlines` gains the UCX route's QPs (its
-//!   timer is the only judge across machines);
-//! - this file: the transport owns the UCX worker beside the namespace (`Transport`
-//!   gains it, made when a context opens on a RoCE-bound device), progresses it in
-//!   [`Transport::poll`] and hands its event fd to the service thread's sleep.
+//!   `dgid`, through `Tables::resolve_av`) or a datagram's address handle names no
+//!   device of this process and no device another process of the namespace published
+//!   ([`Transport::find_gid`]), on a RoCE port, the WQE takes
+//!   `Route::Machine { gid, qpn }`;
+//! - `engine/route/ucx/`: its requester (a request per WQE as an active message, the
+//!   WQE kept in flight in the QP's state under `engine::qp::remote_state`, its timer)
+//!   and its responder (each request run through `engine::respond` with a mover over
+//!   the request's bytes, and answered);
+//! - this file and [`machine`]: the UCX worker, the lookups asked and answered, the
+//!   endpoints, and the machine thread that progresses them and hands what came to the
+//!   route ([`Transport::serve_machine`], [`Transport::machine_reach`],
+//!   [`Transport::machine_send`], [`Transport::machine_sleep`]). The thread is started
+//!   once a context opened on a RoCE-bound device ([`Transport::start_machine`]); the
+//!   namespace's service thread and [`Transport::poll`] do nothing for other machines,
+//!   so the in-process and namespace routes pay nothing for it.
+use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
+pub(crate) mod machine;
+
+use crate::os::lock;
 use crate::region::MrInfo;
 use crate::shared::exports::QpView;
 use crate::shared::{self, registry, Endpoint, Owner, Shared, SharedError};
+use crate::ucx::lookup;
+use machine::Machine;
+pub(crate) use machine::{Ep, Incoming, Reach};
 
 /// This process's transport to other processes: the shared namespace once joined.
 #[derive(Default)]
 pub(crate) struct Transport {
     /// The namespace, set when this transport joined it ([`Transport::join`]).
     ns: OnceLock<&'static Shared>,
+    /// The bound interfaces' addresses other machines reach this process at, set when
+    /// a context opens on a RoCE-bound device ([`Transport::start_machine`]).
+    machine_addrs: OnceLock<Vec<(Ipv4Addr, String)>>,
+    /// What serves other machines, made by the machine thread once the addresses are
+    /// known ([`Transport::serve_machine`]); `None` inside when UCX cannot be used.
+    machine: OnceLock<Option<&'static Mutex<Machine>>>,
+}
+
+/// The lookup port: `VQP_SOFT_UCX_PORT`, else [`lookup::DEFAULT_PORT`].
+fn lookup_port() -> u16 {
+    std::env::var("VQP_SOFT_UCX_PORT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&p| p != 0)
+        .unwrap_or(lookup::DEFAULT_PORT)
 }
 
 impl Transport {
@@ -147,6 +170,158 @@ impl Transport {
     pub(crate) fn start(&self, endpoint: &'static dyn Endpoint) {
         if let Ok(s) = self.join(endpoint) {
             s.start_service();
+        }
+    }
+
+    /// Starts serving other machines on the IPv4 addresses `addrs` of this process's
+    /// bound interfaces (the first call; later ones do nothing): it starts the machine
+    /// thread, which makes a UCX worker listening at one port on each, published in
+    /// our exports, and a lookup socket at the lookup port of each, then serves them
+    /// ([`Transport::serve_machine`], through [`Endpoint::machine_turn`]). Not made
+    /// here: this runs inside `ibv_open_device`, and making a UCP context opens the
+    /// verbs devices again (UCX's verbs component lists them even when its transports
+    /// are off), which in a process whose libibverbs is softverbs re-enters it.
+    pub(crate) fn start_machine(
+        &self,
+        endpoint: &'static dyn Endpoint,
+        addrs: &[(Ipv4Addr, String)],
+    ) {
+        if addrs.is_empty() || self.machine_addrs.get().is_some() {
+            return;
+        }
+        let _ = self.machine_addrs.set(addrs.to_vec());
+        if let Ok(s) = self.join(endpoint) {
+            s.start_service();
+            let spawned = std::thread::Builder::new()
+                .name("softverbs-machine".into())
+                .spawn(move || {
+                    let mut last_poll = endpoint.activity();
+                    while endpoint.machine_turn(&mut last_poll) {}
+                });
+            if spawned.is_err() {
+                eprintln!(
+                    "vqp-softverbs: cannot start the thread that serves other machines; \
+                     their requests are not answered"
+                );
+            }
+        }
+    }
+
+    /// Whether this process serves other machines (its UCX worker is made): one load.
+    #[inline]
+    pub(crate) fn serves_machines(&self) -> bool {
+        matches!(self.machine.get(), Some(Some(_)))
+    }
+
+    /// The machine thread's nap while a thread of ours polls (and serves other machines
+    /// as it does). Returns false when the process is exiting (the thread then ends).
+    pub(crate) fn machine_nap(&self, nap: Duration) -> bool {
+        if self.namespace().is_some_and(|s| s.stopping()) {
+            return false;
+        }
+        std::thread::sleep(nap);
+        true
+    }
+
+    /// The machine thread's sleep: until UCX, a lookup or a sender has something for
+    /// it, or `timeout`. Returns false when this process does not serve other machines,
+    /// or is exiting (the thread then ends).
+    pub(crate) fn machine_sleep(&self, timeout: Duration) -> bool {
+        if self.namespace().is_some_and(|s| s.stopping()) {
+            // The process is exiting: the thread ends, out of UCX's way.
+            return false;
+        }
+        let m = match self.machine.get() {
+            None => {
+                std::thread::sleep(timeout.min(Duration::from_millis(1)));
+                return true;
+            }
+            Some(None) => return false,
+            Some(Some(m)) => m,
+        };
+        let Some(fds) = lock(m).arm() else {
+            return true;
+        };
+        crate::os::wait_readable(&fds, timeout);
+        true
+    }
+
+    /// Makes what serves other machines (see [`Transport::start_machine`]); what cannot
+    /// be had is said once on stderr, and the rest goes on: without UCX (Debian's
+    /// `libucx0`) no other machine reaches this process's QPs.
+    fn make_machine(s: &Shared, addrs: &[(Ipv4Addr, String)]) -> Option<&'static Mutex<Machine>> {
+        match Machine::new(addrs, lookup_port()) {
+            Ok((m, port)) => {
+                s.export_ucx_port(port);
+                // Lives as long as the process: the exit handler parks it.
+                let m: &'static Mutex<Machine> = Box::leak(Box::new(Mutex::new(m)));
+                if PARKED_AT_EXIT.set(m).is_ok() {
+                    crate::os::at_exit(park_machine);
+                }
+                Some(m)
+            }
+            Err(e) => {
+                eprintln!("vqp-softverbs: other machines cannot reach this process's QPs: {e}");
+                None
+            }
+        }
+    }
+
+    /// The service thread's turn for other machines (`machine`'s docs): progresses the
+    /// UCX worker, accepts connections, connects the lookups that found their process,
+    /// answers the lookups waiting (`device_of` naming the device of a RoCE GID), and
+    /// returns the messages that arrived for the engine's UCX route, with whether
+    /// anything is going on (the thread then looks again soon). Nothing when this
+    /// process does not serve other machines, or another thread is at it.
+    pub(crate) fn serve_machine(
+        &self,
+        device_of: impl Fn(&[u8; 16]) -> Option<usize>,
+    ) -> (Vec<Incoming>, bool) {
+        let (Some(addrs), Some(s)) = (self.machine_addrs.get(), self.namespace()) else {
+            return (Vec::new(), false);
+        };
+        let Some(m) = self
+            .machine
+            .get_or_init(|| Self::make_machine(s, addrs))
+            .as_ref()
+            .copied()
+        else {
+            return (Vec::new(), false);
+        };
+        let Ok(mut m) = m.try_lock() else {
+            return (Vec::new(), true);
+        };
+        let (came, busy) = m.turn(|gid, qpn| s.serving_port(device_of(gid)?, qpn));
+        let active = busy || m.active();
+        (came, active)
+    }
+
+    /// Whether a request to QP `qpn` at `gid` on another machine can be sent now
+    /// ([`Reach`]); starts looking it up when nothing is known. Takes the worker lock:
+    /// callable with a QP locked (`machine`'s lock order).
+    pub(crate) fn machine_reach(&self, gid: &[u8; 16], qpn: u32) -> Reach {
+        match self.machine.get() {
+            None => Reach::Pending,
+            Some(None) => Reach::Unreachable,
+            Some(Some(m)) => lock(m).reach(gid, qpn),
+        }
+    }
+
+    /// Sends active message `id` ([`machine::REQUEST`] or [`machine::RESPONSE`]) with
+    /// `header` and `payload` on endpoint `ep`; false when the endpoint failed (it is
+    /// then forgotten, and the next [`Transport::machine_reach`] looks up again).
+    pub(crate) fn machine_send(&self, ep: Ep, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
+        match self.machine.get() {
+            Some(Some(m)) => lock(m).send(ep, id, header, payload),
+            _ => false,
+        }
+    }
+
+    /// Holds back `answer` (a response's header, for a response with no payload) to go
+    /// with the next request to `ep` ([`machine::ANSWERED`]), or at the next turn.
+    pub(crate) fn machine_hold(&self, ep: Ep, answer: &[u8]) {
+        if let Some(Some(m)) = self.machine.get() {
+            lock(m).hold(ep, answer);
         }
     }
 
@@ -263,5 +438,37 @@ impl Transport {
             n += 1;
         }
         Some(n)
+    }
+}
+
+/// The machine the exit handler parks (see [`park_machine`]).
+static PARKED_AT_EXIT: OnceLock<&'static Mutex<Machine>> = OnceLock::new();
+
+/// At exit: takes the worker lock and keeps it, waiting 500 ms at most for the machine
+/// thread to leave UCX, so that no thread of ours is inside UCX (progressing its
+/// workers) while the process's exit runs UCX's own destructors (a write_bw server
+/// was once seen to end in SIGSEGV after its run had passed). A thread that then wants
+/// the lock waits until the process is gone.
+extern "C" fn park_machine() {
+    let Some(m) = PARKED_AT_EXIT.get() else {
+        return;
+    };
+    let until = std::time::Instant::now() + Duration::from_millis(500);
+    loop {
+        match m.try_lock() {
+            Ok(g) => {
+                std::mem::forget(g);
+                return;
+            }
+            Err(std::sync::TryLockError::Poisoned(e)) => {
+                std::mem::forget(e.into_inner());
+                return;
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        if std::time::Instant::now() > until {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }

@@ -89,6 +89,31 @@ pub(crate) struct SendWqe {
 }
 
 impl SendWqe {
+    /// Records the destination GID of a datagram to another machine (its address
+    /// handle's GID names no device here). It rides in the atomic operands, which a UD
+    /// send has no use for, so that no WQE grows for it.
+    pub fn set_remote_dgid(&mut self, gid: &[u8; 16]) {
+        (self.compare_add, self.swap) = Self::dgid_operands(gid);
+    }
+
+    /// The `compare_add` and `swap` that record `gid` (see
+    /// [`SendWqe::set_remote_dgid`]).
+    pub fn dgid_operands(gid: &[u8; 16]) -> (u64, u64) {
+        let (hi, lo) = gid.split_at(8);
+        (
+            u64::from_be_bytes(hi.try_into().unwrap_or_default()),
+            u64::from_be_bytes(lo.try_into().unwrap_or_default()),
+        )
+    }
+
+    /// The destination GID [`SendWqe::set_remote_dgid`] recorded.
+    pub fn remote_dgid(&self) -> [u8; 16] {
+        let mut g = [0u8; 16];
+        g[..8].copy_from_slice(&self.compare_add.to_be_bytes());
+        g[8..].copy_from_slice(&self.swap.to_be_bytes());
+        g
+    }
+
     /// Bytes the WQE puts on the wire (its SGEs' lengths as posted, or the inline
     /// data's).
     pub fn wire_len(&self) -> u64 {

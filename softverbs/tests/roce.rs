@@ -2,7 +2,9 @@
 //! network namespace made for the test — link layer Ethernet, the interfaces' addresses
 //! as RoCE v2 GIDs in the verbs and in sysfs, the MTU and the state of the interface, a
 //! GRH required, QPs connected by GID and datagrams sent by GID (their GRH naming both
-//! ports' GIDs), in one process and across two processes in two namespaces. An interface that does not exist is a clear error at
+//! ports' GIDs), in one process and across two processes in two namespaces; the GID
+//! index vqp-host chooses on a bound port (its IPv4 RoCE v2 GID); hostile peers at the
+//! lookup port; `scripts/hosts.sh`. An interface that does not exist is a clear error at
 //! `ibv_open_device`, and an unbound device stays an InfiniBand port. Through
 //! `softverbs run --netdev`: the sysfs tree, and `rping` over RDMA-CM (vqp-rdmacm).
 //!
@@ -488,6 +490,51 @@ fn child_roce_port() {
 }
 
 #[test]
+fn the_gid_index_chosen_on_a_bound_port_is_its_ipv4_roce_v2_gid() {
+    if !netns::available("the_gid_index_chosen_on_a_bound_port_is_its_ipv4_roce_v2_gid") {
+        return;
+    }
+    let Lab { ns, dir, _dir } = Lab::new("rocegid", 1, "192.0.2.2/24");
+    run_child(
+        &ns,
+        0,
+        "child_gid_choice",
+        &[
+            ("VQP_SOFT_DEVICES", "3"),
+            ("VQP_SOFT_NETDEV", "soft0=vr0,soft1=vr1"),
+            ("VQP_SOFT_DIR", dir.to_str().unwrap()),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "run in a network namespace by the_gid_index_chosen_on_a_bound_port_is_its_ipv4_roce_v2_gid"]
+fn child_gid_choice() {
+    if !is_child("child_gid_choice") {
+        return;
+    }
+    // Through the cdylib, as an application loads libibverbs: the GID types are read
+    // with `_ibv_query_gid_ex`, which the loader finds by name.
+    let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
+    // SAFETY: the library implements the libibverbs ABI.
+    let v = unsafe { vqp_host::Verbs::load_from(&lib) }.expect("dlopen the provider");
+    let open = |name: &str| vqp_host::Context::open(&v, Some(name)).unwrap();
+    let (a, b, ib) = (open("soft0"), open("soft1"), open("soft2"));
+    // Index 0 is the link-local default GID (RoCE v2 too); index 1 the IPv4 address.
+    assert_eq!(a.default_gid_index(1).unwrap(), 1);
+    assert_eq!(b.default_gid_index(1).unwrap(), 1);
+    assert_eq!(ib.default_gid_index(1).unwrap(), 0, "an InfiniBand port");
+
+    assert_eq!(
+        *a.query_gid(1, 1).unwrap().as_bytes(),
+        v4([192, 0, 2, 1]),
+        "the chosen GID"
+    );
+    // vqp-host's endpoints use this choice when no GID index is set: `write_bw` without
+    // `--gid-index` between two namespaces (tests/write_bw_roce.rs) checks it.
+}
+
+#[test]
 fn an_interface_that_does_not_exist_is_an_error_at_open() {
     let exe = std::env::current_exe().unwrap();
     let dir = netns::TempDir(procs::namespace("roce-missing"));
@@ -911,4 +958,665 @@ fn rping_runs_over_the_devices_bound_to_its_addresses() {
     );
     assert_eq!(pings(&c, "ping data: rdma-ping-"), 3, "{ctx}");
     assert_eq!(pings(&s, "server ping data: rdma-ping-"), 3, "{ctx}");
+}
+
+#[test]
+fn a_request_to_a_gid_on_no_machine_is_retried_until_retry_exc() {
+    if !netns::available("a_request_to_a_gid_on_no_machine_is_retried_until_retry_exc") {
+        return;
+    }
+    // 192.0.2.2 is vr1's, in the other namespace, where no softverbs process runs.
+    let Lab { ns, dir, _dir } = Lab::new("roce7", 2, "192.0.2.2/24");
+    run_child(
+        &ns,
+        0,
+        "child_gid_on_no_machine",
+        &[
+            ("VQP_SOFT_NETDEV", "soft0=vr0"),
+            ("VQP_SOFT_DIR", dir.to_str().unwrap()),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_request_to_a_gid_on_no_machine_is_retried_until_retry_exc"]
+fn child_gid_on_no_machine() {
+    if !is_child("child_gid_on_no_machine") {
+        return;
+    }
+    let v = verbs();
+    let o = Opts::default();
+    let a = side(&v, "soft0", &o);
+    // A GID no device of the namespace has: the QP's requests go to another machine,
+    // where nobody serves QP 0x123. Each attempt waits 4.096 µs · 2^14 ≈ 67 ms; the
+    // first transmission and 3 retransmissions are lost, then RETRY_EXC.
+    let gb = vqp_host::sys::Gid::from_bytes(v4([192, 0, 2, 2]));
+    let mut to_b = Path::new(1, Address::gid(gb, 1), 0x123, 0x10, 0x20);
+    to_b.access = o.qp_access;
+    to_b.timeout = 14;
+    to_b.retry_cnt = 3;
+    connect::connect(&a.qp, &to_b).unwrap();
+    let start = std::time::Instant::now();
+    for id in [1, 2] {
+        let mut sge = a.mr.sge(0, 64).unwrap();
+        let mut wr = send_wr(id, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: 0x1000,
+            rkey: 7,
+        };
+        post(&a, &mut wr);
+    }
+    // The failed WQE, then the one behind it flushed (they come together).
+    let wcs = poll_n(&a.cq, 2);
+    let took = start.elapsed();
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id(), w.status())).collect();
+    assert_eq!(
+        got,
+        [
+            (1, vqp_host::WcStatus::RetryExcErr),
+            (2, vqp_host::WcStatus::WrFlushErr)
+        ]
+    );
+    // Three ACK timeouts of about 67 ms, and never much longer.
+    assert!(
+        took >= Duration::from_millis(190) && took < Duration::from_secs(3),
+        "RETRY_EXC after {took:?}"
+    );
+}
+
+#[test]
+fn discovery_finds_the_process_serving_a_qp_on_another_machine() {
+    if !netns::available("discovery_finds_the_process_serving_a_qp_on_another_machine") {
+        return;
+    }
+    if !ucx_available("discovery_finds_the_process_serving_a_qp_on_another_machine") {
+        return;
+    }
+    let Lab { ns, dir, _dir } = Lab::new("roce8", 2, "192.0.2.2/24");
+    // Each namespace its own softverbs namespace: nothing is shared but the veth.
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |i: usize, name: &str| {
+        let own = dir.join(format!("ns{i}"));
+        std::fs::create_dir_all(&own).unwrap();
+        let mut c = ns.exec(i, &exe);
+        c.args([name, "--exact", "--ignored", "--nocapture"])
+            .env(CHILD, name)
+            .env("VQP_SOFT_DIR", &own)
+            .env("VQP_SOFT_NETDEV", format!("soft0=vr{i}"))
+            .env("VQP_ROCE_RENDEZVOUS", dir.join("rendezvous"));
+        c
+    };
+    let mut server = procs::Killed(Some(start_cmd(&mut spawn(1, "child_served"))));
+    let asker = procs::Killed(Some(start_cmd(&mut spawn(0, "child_asker"))));
+    let out = procs::wait(
+        &mut server,
+        std::time::Instant::now() + Duration::from_secs(30),
+        "child_served",
+    );
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "child_served: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The serving process is gone: the asker's next lookup is refused.
+    write_file(&dir.join("rendezvous").with_extension("b-gone"), "gone\n");
+    let mut asker = asker;
+    let out = procs::wait(
+        &mut asker,
+        std::time::Instant::now() + Duration::from_secs(30),
+        "child_asker",
+    );
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "child_asker: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether UCX (Debian's `libucx0`) can be loaded; prints a line naming the package
+/// when it cannot, and fails instead under `VQP_REQUIRE_SYSTEM_PACKAGES=1`.
+fn ucx_available(test: &str) -> bool {
+    match vqp_softverbs::ucx::Ucp::get() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var_os("VQP_REQUIRE_SYSTEM_PACKAGES").is_none(),
+                "{test}: {e}"
+            );
+            println!("skipped {test}: needs libucx0 ({e})");
+            false
+        }
+    }
+}
+
+#[test]
+#[ignore = "run in a network namespace by discovery_finds_the_process_serving_a_qp_on_another_machine"]
+fn child_served() {
+    if !is_child("child_served") {
+        return;
+    }
+    let v = verbs();
+    let b = side(&v, "soft0", &Opts::default());
+    let base = rendezvous();
+    write_file(&base.with_extension("b"), &format!("{}\n", b.qp.qp_num()));
+    wait_file(&base.with_extension("a-done"));
+}
+
+#[test]
+#[ignore = "run in a network namespace by discovery_finds_the_process_serving_a_qp_on_another_machine"]
+fn child_asker() {
+    if !is_child("child_asker") {
+        return;
+    }
+    use vqp_softverbs::ucx::lookup::{lookup, LookupError, DEFAULT_PORT};
+    let base = rendezvous();
+    let qpn: u32 = wait_file(&base.with_extension("b")).trim().parse().unwrap();
+    let at: std::net::SocketAddr = format!("192.0.2.2:{DEFAULT_PORT}").parse().unwrap();
+    let gid = v4([192, 0, 2, 2]);
+    let limit = Duration::from_secs(2);
+    // The serving process has just opened its device: its lookup socket may not be
+    // there yet.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let port = loop {
+        match lookup(at, &gid, qpn, limit) {
+            Ok(p) => break p,
+            Err(LookupError::Connect(e)) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("lookup of QP {qpn}: {e}"),
+        }
+    };
+    let port = port.expect("the QP's process is found");
+    assert!(port != 0 && port != DEFAULT_PORT, "UCX port {port}");
+    // A QP nobody there has, and a GID no device there has: nobody.
+    assert_eq!(lookup(at, &gid, qpn + 1, limit).unwrap(), None);
+    assert_eq!(lookup(at, &v4([192, 0, 2, 9]), qpn, limit).unwrap(), None);
+    write_file(&base.with_extension("a-done"), "done\n");
+    // Once the process is gone, nobody listens there: refused at once.
+    wait_file(&base.with_extension("b-gone"));
+    let t = std::time::Instant::now();
+    assert!(matches!(
+        lookup(at, &gid, qpn, limit),
+        Err(LookupError::Connect(_))
+    ));
+    assert!(t.elapsed() < limit, "took {:?}", t.elapsed());
+}
+
+/// `scripts/hosts.sh`, run with the prefix and directory of this test.
+struct Hosts {
+    prefix: String,
+    dir: PathBuf,
+}
+
+impl Hosts {
+    fn new(tag: &str) -> Hosts {
+        // The script takes 1-16 lower-case letters, digits and '-'.
+        let prefix = format!("vqp{tag}{}", std::process::id() % 1_000_000);
+        let dir = std::env::temp_dir().join(&prefix);
+        Hosts { prefix, dir }
+    }
+
+    /// `hosts.sh ARGS`, with `path` first in `PATH` when given.
+    fn run(&self, args: &[&str], path: Option<&std::path::Path>) -> std::process::Output {
+        let mut c = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/hosts.sh"));
+        c.args(args)
+            .env("VQP_HOSTS_PREFIX", &self.prefix)
+            .env("VQP_HOSTS_DIR", &self.dir);
+        if let Some(p) = path {
+            let old = std::env::var_os("PATH").unwrap_or_default();
+            let mut paths = vec![p.to_path_buf()];
+            paths.extend(std::env::split_paths(&old));
+            c.env("PATH", std::env::join_paths(paths).unwrap());
+        }
+        c.output().expect("run hosts.sh")
+    }
+
+    /// `hosts.sh ARGS`, which must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args, None);
+        assert!(
+            out.status.success(),
+            "hosts.sh {args:?}: {}\n{}",
+            out.status,
+            text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// This prefix's namespaces.
+    fn namespaces(&self) -> Vec<String> {
+        let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with(&format!("{}-", self.prefix)))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Checks that nothing the script makes is left: no namespace, no directory, and the
+    /// links of this namespace are those of `links_before`.
+    fn check_gone(&self, links_before: &str, when: &str) {
+        assert_eq!(self.namespaces(), Vec::<String>::new(), "{when}");
+        assert!(!self.dir.exists(), "{when}: {} left", self.dir.display());
+        assert_eq!(
+            root_links(),
+            links_before,
+            "{when}: links of this namespace"
+        );
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = self.run(&["down"], None);
+    }
+}
+
+/// This network namespace's interfaces, by name.
+fn root_links() -> String {
+    let out = Command::new("ip").args(["-br", "link"]).output().unwrap();
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    names.sort();
+    names.join(" ")
+}
+
+/// Whether `ping` runs; otherwise says so on one line (or panics when system packages
+/// are required).
+fn ping_available(test: &str) -> bool {
+    let ok = Command::new("ping")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        let line = format!("skipped {test}: ping needs the Debian package iputils-ping");
+        assert!(
+            std::env::var("VQP_REQUIRE_SYSTEM_PACKAGES").as_deref() != Ok("1"),
+            "{line}; VQP_REQUIRE_SYSTEM_PACKAGES=1 says it must run"
+        );
+        eprintln!("{line}");
+    }
+    ok
+}
+
+#[test]
+fn the_hosts_script_makes_hosts_that_ping_and_removes_them_also_after_a_failed_step() {
+    let test = "the_hosts_script_makes_hosts_that_ping_and_removes_them_also_after_a_failed_step";
+    if !netns::available(test) || !ping_available(test) {
+        return;
+    }
+    let h = Hosts::new("hs");
+    let links = root_links();
+    h.ok(&["up", "-l", "2"]);
+    assert_eq!(
+        h.namespaces().len(),
+        2,
+        "two hosts, joined directly: {:?}",
+        h.namespaces()
+    );
+    for (from, to) in [
+        ("0", "192.0.2.2"),
+        ("0", "198.51.100.2"),
+        ("1", "192.0.2.1"),
+        ("1", "198.51.100.1"),
+    ] {
+        h.ok(&["exec", from, "--", "ping", "-c", "1", "-W", "2", to]);
+    }
+    let env = h.ok(&[
+        "exec",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "echo $VQP_SOFT_DIR $VQP_SOFT_NETDEV",
+    ]);
+    assert_eq!(
+        env.trim(),
+        format!("{} soft0=eth0,soft1=eth1", h.dir.join("h1").display())
+    );
+    h.ok(&["rate", "0", "1", "1gbit"]);
+    let tc = h.ok(&["exec", "0", "--", "tc", "qdisc", "show", "dev", "eth1"]);
+    assert!(tc.contains("tbf") && tc.contains("rate 1Gbit"), "{tc}");
+    h.ok(&["rate", "0", "1", "off"]);
+    // A second `up` refuses and leaves the hosts as they are.
+    assert!(!h.run(&["up"], None).status.success());
+    assert_eq!(h.namespaces().len(), 2);
+    h.ok(&["down"]);
+    h.check_gone(&links, "after down");
+    h.ok(&["down"]);
+
+    // Three hosts through a hub: host 2 reaches host 0.
+    h.ok(&["up", "-n", "3"]);
+    h.ok(&["exec", "2", "--", "ping", "-c", "1", "-W", "2", "192.0.2.1"]);
+    h.ok(&["down"]);
+    h.check_gone(&links, "after down of three hosts");
+
+    // A step that fails midway (the address of host 1's second link, by an `ip` that
+    // refuses it): `up` fails and removes what it had made.
+    let fake = netns::TempDir(procs::namespace("hosts-fake-ip"));
+    std::fs::create_dir_all(&fake.0).unwrap();
+    let ip = fake.0.join("ip");
+    let real = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("ip");
+    std::fs::write(
+        &ip,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *198.51.100.2/*) echo refused >&2; exit 2;; esac\n\
+             exec {real} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&ip, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = h.run(&["up", "-l", "2"], Some(&fake.0));
+    let said = text(&out);
+    assert!(!out.status.success(), "up with a failing step: {said}");
+    assert!(said.contains("up failed: removing what it made"), "{said}");
+    h.check_gone(&links, "after a failed up");
+}
+
+#[test]
+fn hostile_peers_at_the_lookup_port_neither_stop_nor_slow_lookups_nor_hurt_qps() {
+    hostile_peers(
+        "hostile_peers_at_the_lookup_port_neither_stop_nor_slow_lookups_nor_hurt_qps",
+        "roce9",
+        false,
+    );
+}
+
+/// As above, with a peer that meanwhile connects and stalls every 5 ms. Fails today:
+/// the listener is served on the service thread's idle turns, 100 ms apart, and a full
+/// table closes its oldest connection, so the 20 stalled connections that come in one
+/// turn close a well-formed lookup before it is read (it gets a reset).
+#[test]
+#[ignore = "a known gap: a peer stalling 200 connections a second denies every lookup"]
+fn known_gap_a_peer_stalling_connections_at_200_a_second_does_not_deny_lookups() {
+    hostile_peers(
+        "known_gap_a_peer_stalling_connections_at_200_a_second_does_not_deny_lookups",
+        "roce10",
+        true,
+    );
+}
+
+/// Runs the two children of the hostile-peers tests in two namespaces, each with its
+/// own softverbs namespace; `staller`: with a concurrent stalling peer.
+fn hostile_peers(test: &str, tag: &str, staller: bool) {
+    if !netns::available(test) || !ucx_available(test) {
+        return;
+    }
+    let Lab { ns, dir, _dir } = Lab::new(tag, 2, "192.0.2.2/24");
+    // Each namespace its own softverbs namespace: nothing is shared but the veth.
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |i: usize, name: &str| {
+        let own = dir.join(format!("ns{i}"));
+        std::fs::create_dir_all(&own).unwrap();
+        let mut c = ns.exec(i, &exe);
+        c.args([name, "--exact", "--ignored", "--nocapture"])
+            .env(CHILD, name)
+            .env("VQP_SOFT_DIR", &own)
+            .env("VQP_SOFT_NETDEV", format!("soft0=vr{i}"))
+            .env("VQP_ROCE_RENDEZVOUS", dir.join("rendezvous"));
+        c
+    };
+    let server = procs::Killed(Some(start_cmd(&mut spawn(1, "child_lookup_served"))));
+    let mut hostile = spawn(0, "child_lookup_hostile");
+    if staller {
+        hostile.env("VQP_LOOKUP_STALLER", "1");
+    }
+    check_child(hostile, "child_lookup_hostile");
+    let mut server = server;
+    let out = procs::wait(
+        &mut server,
+        std::time::Instant::now() + Duration::from_secs(30),
+        "child_lookup_served",
+    );
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "child_lookup_served: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// This process's open descriptors and resident memory in KiB.
+fn fds_and_rss() -> (usize, u64) {
+    let fds = std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    (fds, rss)
+}
+
+/// Two QPs of `a` and `b` on soft0 (192.0.2.2) connected to each other by GID; an RDMA
+/// WRITE of 4 KiB from `a` lands in `b` (`seed` its pattern).
+fn write_lands(a: &mut Side, b: &mut Side, seed: u8) {
+    fill(a, seed);
+    bytes_mut(b).fill(0);
+    let mut sge = a.mr.sge(0, 4096).unwrap();
+    let mut wr = send_wr(
+        u64::from(seed),
+        IBV_WR_RDMA_WRITE,
+        std::slice::from_mut(&mut sge),
+    );
+    rdma(&mut wr, &b.mr, 0);
+    assert_eq!(post_status(a, &mut wr), vqp_host::WcStatus::Success);
+    assert_eq!(&bytes(b)[..4096], &bytes(a)[..4096]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by the hostile-peers tests"]
+fn child_lookup_served() {
+    if !is_child("child_lookup_served") {
+        return;
+    }
+    let v = verbs();
+    let o = Opts::default();
+    let (mut a, mut b) = (side(&v, "soft0", &o), side(&v, "soft0", &o));
+    let g = vqp_host::sys::Gid::from_bytes(v4([192, 0, 2, 2]));
+    let mut to_b = Path::new(1, Address::gid(g, 1), b.qp.qp_num(), 0x10, 0x20);
+    let mut to_a = Path::new(1, Address::gid(g, 1), a.qp.qp_num(), 0x20, 0x10);
+    to_b.access = o.qp_access;
+    to_a.access = o.qp_access;
+    connect::connect(&a.qp, &to_b).unwrap();
+    connect::connect(&b.qp, &to_a).unwrap();
+    write_lands(&mut a, &mut b, 3);
+    let base = rendezvous();
+    write_file(&base.with_extension("b"), &format!("{}\n", b.qp.qp_num()));
+    // Served and asked once: the lookup socket and its thread are there.
+    wait_file(&base.with_extension("a-ready"));
+    let (fds, rss) = fds_and_rss();
+    write_file(&base.with_extension("b-measured"), "measured\n");
+    wait_file(&base.with_extension("a-done"));
+    // Past the listener's deadline (200 ms) for the last of them.
+    std::thread::sleep(Duration::from_millis(500));
+    let (fds_after, rss_after) = fds_and_rss();
+    assert!(
+        fds_after <= fds + 1,
+        "descriptors: {fds} before the hostile peers, {fds_after} after"
+    );
+    assert!(
+        rss_after < rss + 8 * 1024,
+        "resident memory: {rss} KiB before the hostile peers, {rss_after} KiB after"
+    );
+    // The QPs work as before.
+    write_lands(&mut a, &mut b, 4);
+}
+
+#[test]
+#[ignore = "run in a network namespace by the hostile-peers tests"]
+fn child_lookup_hostile() {
+    if !is_child("child_lookup_hostile") {
+        return;
+    }
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpStream;
+    use std::time::Instant;
+    use vqp_softverbs::ucx::lookup::{lookup, LookupError, DEFAULT_PORT};
+    let base = rendezvous();
+    let qpn: u32 = wait_file(&base.with_extension("b")).trim().parse().unwrap();
+    let at: std::net::SocketAddr = format!("192.0.2.2:{DEFAULT_PORT}").parse().unwrap();
+    let gid = v4([192, 0, 2, 2]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let port = loop {
+        match lookup(at, &gid, qpn, Duration::from_secs(2)) {
+            Ok(p) => break p.expect("the QP's process is found"),
+            Err(LookupError::Connect(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("lookup of QP {qpn}: {e}"),
+        }
+    };
+    write_file(&base.with_extension("a-ready"), "ready\n");
+    wait_file(&base.with_extension("b-measured"));
+
+    // The serving side closes a lookup connection 200 ms after it came; a well-formed
+    // lookup among the hostile ones must be answered well within that.
+    let served_within = Duration::from_millis(200);
+    let connect = || {
+        let s = TcpStream::connect_timeout(&at, Duration::from_secs(2)).unwrap();
+        s.set_write_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        s
+    };
+    // The question, by the table in the lookup module's docs.
+    let mut q = [0u8; 28];
+    q[..4].copy_from_slice(b"VQPL");
+    q[4] = 1;
+    q[8..12].copy_from_slice(&qpn.to_be_bytes());
+    q[12..].copy_from_slice(&gid);
+    let mut x = 0x1234_5678u32;
+    let mut junk = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect()
+    };
+    // With VQP_LOOKUP_STALLER set, another peer meanwhile connects and stalls every
+    // 5 ms (200 connections a second).
+    let concurrent = std::env::var_os("VQP_LOOKUP_STALLER").is_some();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(!concurrent));
+    let staller = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(s) = TcpStream::connect_timeout(&at, Duration::from_secs(2)) {
+                    held.push(s);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            held
+        })
+    };
+    // (connection, what it sent, whether it may be answered once: a whole question
+    // followed by more bytes is answered or refused, as the listener reads exactly a
+    // question's bytes and may close before the rest is there)
+    let mut held: Vec<(TcpStream, &str, bool)> = Vec::new();
+    let mut worst = Duration::ZERO;
+    for round in 0..8 {
+        for _ in 0..8 {
+            held.push((connect(), "nothing", false));
+        }
+        for n in [1, 5, 12, 27] {
+            let mut s = connect();
+            s.write_all(&q[..n]).unwrap();
+            held.push((s, "a truncated question", false));
+        }
+        for _ in 0..4 {
+            let mut s = connect();
+            s.write_all(&junk(28)).unwrap();
+            held.push((s, "garbage", false));
+        }
+        for (head, what) in [
+            (&q[..], "a question and 256 KiB more"),
+            (&[][..], "256 KiB of garbage"),
+        ] {
+            let mut s = connect();
+            let mut big = head.to_vec();
+            big.extend(junk(256 << 10));
+            // Closed under it (after the first 28 bytes) or blocked: either is fine.
+            let _ = s.write_all(&big);
+            held.push((s, what, !head.is_empty()));
+        }
+        // Out of order: an answer where a question belongs, and a question with a
+        // version, QPN or padding not ours.
+        let mut s = connect();
+        let mut answer_first = b"VQPA\x01\x00\x0f\xa0".to_vec();
+        answer_first.resize(28, 0);
+        s.write_all(&answer_first).unwrap();
+        held.push((s, "an answer", false));
+        for (i, v) in [(4, 2u8), (8, 1), (6, 9)] {
+            let mut bad = q;
+            bad[i] = v;
+            let mut s = connect();
+            s.write_all(&bad).unwrap();
+            held.push((s, "a question with a field out of range", false));
+        }
+        // Two questions on one connection: one answer.
+        let mut s = connect();
+        s.write_all(&[q, q].concat()).unwrap();
+        held.push((s, "two questions", true));
+
+        // A lookup among them.
+        let t = Instant::now();
+        let r = lookup(at, &gid, qpn, Duration::from_secs(2));
+        let r = r.unwrap_or_else(|e| panic!("round {round}: after {:?}: {e}", t.elapsed()));
+        assert_eq!(r, Some(port));
+        worst = worst.max(t.elapsed());
+        assert_eq!(
+            lookup(at, &gid, qpn + 1, Duration::from_secs(2)).unwrap(),
+            None,
+            "a QP nobody has"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let stalled = staller.join().unwrap();
+    assert!(
+        worst < served_within,
+        "a lookup among hostile peers took {worst:?}"
+    );
+    // Every hostile connection is closed by the server within its deadline, having
+    // been answered only when it asked a well-formed question.
+    std::thread::sleep(served_within + Duration::from_millis(100));
+    for (mut s, what, answered) in held {
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut got = Vec::new();
+        let r = s.read_to_end(&mut got);
+        assert!(
+            r.is_ok() || matches!(r, Err(ref e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{what}: still open ({r:?})"
+        );
+        if answered && !got.is_empty() {
+            // The answer to the question: served at the UCX port found above.
+            let mut a = b"VQPA\x01\x00".to_vec();
+            a.extend_from_slice(&port.to_be_bytes());
+            assert_eq!(got, a, "{what}: answered {got:?}");
+        } else {
+            assert!(got.is_empty(), "{what}: answered {got:?}");
+        }
+    }
+    for mut s in stalled {
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let r = s.read(&mut [0u8; 1]);
+        assert!(
+            matches!(r, Ok(0)) || r.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "a stalled peer still open"
+        );
+    }
+    write_file(&base.with_extension("a-done"), "done\n");
 }

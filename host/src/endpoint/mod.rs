@@ -28,7 +28,8 @@
 //! (fail-back may move it to another device with a data QP, so each of those has
 //! room in its CQ for it).
 //! Every device uses the same port number and GID index ([`Settings::port`],
-//! [`Settings::gid_index`]).
+//! [`Settings::gid_index`]); without a GID index, each RoCE port uses its own choice
+//! ([`Context::default_gid_index`](crate::Context::default_gid_index): its first RoCE v2 IPv4 GID).
 //!
 //! The card lists one address per device and, for each QP, which address reaches it;
 //! data QP `i` connects to the peer's data QP `i` at the peer's address for it. A
@@ -117,6 +118,9 @@ struct DeviceSide {
     speed_mbps: Option<u64>,
     attr: DeviceAttr,
     gid: Gid,
+    /// The local GID index its paths use: [`Settings::gid_index`], or on a RoCE port
+    /// without one [`Context::default_gid_index`](crate::Context::default_gid_index)'s; `None` addresses by LID.
+    gid_index: Option<u8>,
 }
 
 /// One side of a virtual QP on one or several devices, before it is connected: its
@@ -291,10 +295,14 @@ impl<
             let ctx = pd.context();
             let port = ctx.query_port(settings.port)?;
             let attr = ctx.query_device()?;
-            let gid = match (settings.gid_index, port.needs_grh()) {
-                (Some(i), _) => ctx.query_gid(settings.port, u32::from(i))?,
-                (None, true) => ctx.query_gid(settings.port, 0)?,
-                (None, false) => Gid::default(),
+            let gid_index = match (settings.gid_index, port.needs_grh()) {
+                (Some(i), _) => Some(i),
+                (None, true) => Some(ctx.default_gid_index(settings.port)?),
+                (None, false) => None,
+            };
+            let gid = match gid_index {
+                Some(i) => ctx.query_gid(settings.port, u32::from(i))?,
+                None => Gid::default(),
             };
             let cq = make_cq(d, &ctx, cqes[d])?;
             let speed_mbps = ctx
@@ -306,6 +314,7 @@ impl<
                 speed_mbps,
                 attr,
                 gid,
+                gid_index,
             });
         }
         let cap = qp_cap(&cfg);
@@ -355,6 +364,14 @@ impl<
     /// The device data QP `i` is on.
     pub fn data_qp_device(&self, i: usize) -> usize {
         device_of(i, self.devices.len())
+    }
+
+    /// The local GID index the paths from device `device` use: [`Settings::gid_index`],
+    /// or on a RoCE port without one, the port's
+    /// [`default_gid_index`](crate::Context::default_gid_index); `None` when they
+    /// address by LID, or for a device this endpoint does not have.
+    pub fn gid_index(&self, device: usize) -> Option<u8> {
+        self.devices.get(device).and_then(|d| d.gid_index)
     }
 
     /// This side's card, to send to the peer: one port address per device, data QP
@@ -409,6 +426,7 @@ impl<
         let local = &self.devices[device];
         path_to(
             &self.settings,
+            local.gid_index,
             &local.port,
             &local.attr,
             peer,
@@ -519,6 +537,7 @@ impl<
                 cq: d.cq,
                 port: d.port,
                 attr: d.attr,
+                gid_index: d.gid_index,
             })
             .collect();
         Ok((vqp, made, Rejoin::new(settings, devices, peer.clone(), cap)))

@@ -22,9 +22,11 @@ fn mtu_from_bytes(bytes: u16) -> Option<Mtu> {
 
 /// The path from a local QP on a port `port` of a device `attr`, whose first PSN is
 /// `local_psn`, to the peer QP `remote` of `peer`'s card, limited to the local port
-/// and device and the peer's MTU.
+/// and device and the peer's MTU; by GID from local GID index `gid_index` (the
+/// device's, chosen when the endpoint was made), else by LID.
 pub(super) fn path_to(
     s: &Settings,
+    gid_index: Option<u8>,
     port: &PortAttr,
     attr: &DeviceAttr,
     peer: &Card,
@@ -35,10 +37,9 @@ pub(super) fn path_to(
         port: remote.port,
         ports: peer.ports.len(),
     })?;
-    let address = match (s.gid_index, port.needs_grh()) {
-        (Some(i), _) => Address::gid(theirs.gid, i),
-        (None, true) => Address::gid(theirs.gid, 0),
-        (None, false) => Address::lid(theirs.lid),
+    let address = match gid_index {
+        Some(i) => Address::gid(theirs.gid, i),
+        None => Address::lid(theirs.lid),
     };
     let mut path =
         Path::new(s.port, address, remote.qpn, local_psn, remote.psn).limit_to(port, attr);

@@ -44,6 +44,8 @@ pub(super) struct RejoinDevice {
     pub cq: CompletionQueue,
     pub port: PortAttr,
     pub attr: DeviceAttr,
+    /// The local GID index of its paths (`None`: by LID).
+    pub gid_index: Option<u8>,
 }
 
 /// What a connected virtual QP keeps to replace its QPs: one step and one retired QP
@@ -383,6 +385,7 @@ impl<
         let dev = &r.devices[usize::from(device)];
         path_to(
             &r.settings,
+            dev.gid_index,
             &dev.port,
             &dev.attr,
             &r.peer,

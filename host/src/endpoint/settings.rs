@@ -18,7 +18,9 @@ pub struct Settings {
     /// Local port (from 1).
     pub port: u8,
     /// Local GID index to address the peer by GID. `None` addresses by LID on
-    /// InfiniBand and uses GID index 0 on Ethernet (RoCE) ports, which need a GID.
+    /// InfiniBand and, on Ethernet (RoCE) ports, which need a GID, uses each port's
+    /// [`Context::default_gid_index`](crate::Context::default_gid_index): its first
+    /// RoCE v2 GID holding an IPv4 address, else its first RoCE v2 GID, else 0.
     pub gid_index: Option<u8>,
     /// Completion queue entries to ask for at least; the CQ is never smaller than
     /// every WQE its QPs can have outstanding, which is what vqp-core requires.

@@ -157,8 +157,7 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr)
     if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
         return libc::EINVAL;
     }
-    let p = provider::get();
-    p.engine.poll_progress(p);
+    provider::get().poll_turn();
     advance(cq, q)
 }
 

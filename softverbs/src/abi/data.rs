@@ -67,7 +67,7 @@ impl SendChain<'_> {
         };
         // SAFETY: the `wr` union is read as the member the opcode selects; every member
         // is plain integers (or a pointer we do not dereference), valid for any bits.
-        let (remote_addr, rkey, compare_add, swap) = unsafe {
+        let (remote_addr, rkey, mut compare_add, mut swap) = unsafe {
             match wr.opcode {
                 IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => (
                     wr.wr.atomic.remote_addr,
@@ -88,6 +88,12 @@ impl SendChain<'_> {
             let Some(ah) = (unsafe { unchecked::<AhObj>(u.ah) }) else {
                 return Err(libc::EINVAL);
             };
+            if ah.dev.is_none() && ah.attr.is_global != 0 {
+                // A GID no device here has: another machine's, recorded in the
+                // operands a UD send does not use (see `SendWqe::set_remote_dgid`).
+                (compare_add, swap) =
+                    SendWqe::dgid_operands(vqp_sys::Gid::from_sys(&ah.attr.grh.dgid).as_bytes());
+            }
             Some(Datagram {
                 dev: ah.dev,
                 qpn: u.remote_qpn & 0x00ff_ffff,
@@ -322,7 +328,8 @@ pub(super) unsafe extern "C" fn post_srq_recv(
     unsafe { answer(result, wr, posted, bad_wr, |w| w.next) }
 }
 
-/// `ops.poll_cq`: runs the progress engine (if no other thread is), then moves up to
+/// `ops.poll_cq`: runs the progress engine (if no other thread is) and serves other
+/// machines' messages (`Provider::poll_turn`), then moves up to
 /// `num_entries` completions into `wc`. Returns the count, or -1 once an overflowed CQ
 /// has nothing left. `num_entries` of 0 or less polls nothing and returns 0, as mlx5's
 /// `poll_cq` (`providers/mlx5/cq.c`: its loop `npolled < ne` never runs) does.
@@ -344,8 +351,7 @@ pub(super) unsafe extern "C" fn poll_cq(
     if wc.is_null() {
         return -1;
     }
-    let p = provider::get();
-    p.engine.poll_progress(p);
+    provider::get().poll_turn();
     let polled = q.core.poll(num_entries as usize, |i, entry| {
         // SAFETY: `i < num_entries` (the CQ hands out at most that many) and `wc` has
         // room for `num_entries` entries (contract).

@@ -203,6 +203,12 @@ pub(crate) struct Engine {
     /// QPs with requests in flight to another process (the shared namespace's service
     /// thread watches their deadlines, `route::check_deadlines`).
     pub(crate) watch: Mutex<Vec<std::sync::Weak<QpCore>>>,
+    /// QPs with requests in flight to another machine (the UCX route's timer,
+    /// `route::serve_machine`).
+    pub(crate) machine_watch: Mutex<Vec<std::sync::Weak<QpCore>>>,
+    /// Held by the thread serving other machines' messages (the machine thread, or a
+    /// polling thread in its stead): `engine::route`'s `ucx`.
+    pub(crate) machine_serving: Mutex<()>,
     /// Threads blocked in `ibv_get_cq_event`: while one is, a poll that ran a moment ago
     /// does not mean another is coming, so nobody naps on its account.
     waiters: AtomicU32,
@@ -247,6 +253,8 @@ impl Engine {
             activity: AtomicU64::new(0),
             work: AtomicBool::new(false),
             watch: Mutex::new(Vec::new()),
+            machine_watch: Mutex::new(Vec::new()),
+            machine_serving: Mutex::new(()),
             waiters: AtomicU32::new(0),
             thread_mode: AtomicBool::new(progress == Progress::Thread),
             thread: Once::new(),

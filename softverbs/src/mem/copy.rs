@@ -2,7 +2,7 @@
 //! between spans and byte slices, atomics, and the guards for on-demand memory.
 
 use core::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// Whether every page of `[addr, addr + len)` is mapped in this process now
 /// (`mincore(2)` fails with `ENOMEM` on a range that is not). Whether a mapping is
@@ -208,14 +208,46 @@ fn guarded_copy(d: u64, s: u64, n: u64, s_odp: bool, d_odp: bool) -> Result<(), 
     Ok(())
 }
 
+/// The last bytes of a copy into registered memory, which land after all the others.
+/// A NIC places a message's data in address order (mlx5's writes over PCIe), and
+/// consumers rely on it: they poll the last bytes of an RDMA WRITE's target to learn
+/// that the rest has landed (Open MPI's openib eager RDMA footer). `memcpy` keeps no
+/// order: glibc's stores the first 32 bytes of a 256-byte to 4 KiB copy after its last
+/// ones, and a fast-string copy may store its bytes in any order.
+pub(crate) const LAST: u64 = 8;
+
+/// Entries of a span list split in two by a copy in order (a list has at most
+/// `MAX_SGE` entries; the cut may add one).
+const SPLIT: usize = crate::wqe::MAX_SGE as usize + 1;
+
 /// Copies from the `src` spans, in order, into the `dst` spans, in order, until either
-/// list is exhausted; returns the bytes copied. Overlap between source and destination
-/// (a loopback copy inside one region) is allowed.
+/// list is exhausted; returns the bytes copied. The last [`LAST`] bytes land after the
+/// others. A source span and a destination span may overlap (a loopback copy inside
+/// one region): each pair is copied as `memmove` would, the last bytes read before
+/// anything is written.
 ///
 /// # Errors
 /// [`Fault`] when on-demand memory on either side is not accessible; the bytes before
 /// it may have been copied.
 pub(crate) fn copy_spans(dst: &[Span<'_>], src: &[Span<'_>]) -> Result<u64, Fault> {
+    let n = total(dst).min(total(src));
+    if n <= LAST || dst.len() >= SPLIT || src.len() >= SPLIT {
+        return copy_spans_unordered(dst, src);
+    }
+    let mut last = [0u8; LAST as usize];
+    let (mut sh, mut st) = ([Span::empty(); SPLIT], [Span::empty(); SPLIT]);
+    let (nsh, nst) = split_at(src, n - LAST, &mut sh, &mut st);
+    copy_to_bytes(&mut last, &st[..nst])?;
+    let (mut dh, mut dt) = ([Span::empty(); SPLIT], [Span::empty(); SPLIT]);
+    let (ndh, ndt) = split_at(dst, n - LAST, &mut dh, &mut dt);
+    copy_spans_unordered(&dh[..ndh], &sh[..nsh])?;
+    fence(Ordering::Release);
+    copy_from_bytes_unordered(&dt[..ndt], &last)?;
+    Ok(n)
+}
+
+/// [`copy_spans`], its bytes stored in whatever order `memcpy` stores them.
+fn copy_spans_unordered(dst: &[Span<'_>], src: &[Span<'_>]) -> Result<u64, Fault> {
     let (mut di, mut doff) = (0usize, 0u64);
     let mut copied = 0u64;
     for s in src {
@@ -252,11 +284,27 @@ pub(crate) fn copy_spans(dst: &[Span<'_>], src: &[Span<'_>]) -> Result<u64, Faul
     Ok(copied)
 }
 
-/// Copies `src` into the `dst` spans, in order; returns the bytes copied.
+/// Copies `src` into the `dst` spans, in order; returns the bytes copied. The last
+/// [`LAST`] bytes land after the others.
 ///
 /// # Errors
 /// [`Fault::Dst`] when on-demand memory of `dst` is not accessible.
 pub(crate) fn copy_from_bytes(dst: &[Span<'_>], src: &[u8]) -> Result<u64, Fault> {
+    let n = total(dst).min(src.len() as u64);
+    if n <= LAST || dst.len() >= SPLIT {
+        return copy_from_bytes_unordered(dst, src);
+    }
+    let cut = n - LAST;
+    let (mut head, mut tail) = ([Span::empty(); SPLIT], [Span::empty(); SPLIT]);
+    let (nh, nt) = split_at(dst, cut, &mut head, &mut tail);
+    copy_from_bytes_unordered(&head[..nh], &src[..cut as usize])?;
+    fence(Ordering::Release);
+    copy_from_bytes_unordered(&tail[..nt], &src[cut as usize..n as usize])?;
+    Ok(n)
+}
+
+/// [`copy_from_bytes`], its bytes stored in whatever order `memcpy` stores them.
+fn copy_from_bytes_unordered(dst: &[Span<'_>], src: &[u8]) -> Result<u64, Fault> {
     let mut off = 0usize;
     for d in dst {
         if off == src.len() {
@@ -416,6 +464,25 @@ mod tests {
         assert!(dst[25..50].iter().all(|&b| b == 0));
         assert_eq!(copy_from_bytes(&dsts[..1], &[9; 30]), Ok(25));
         assert_eq!(&dst[..25], &[9; 25]);
+    }
+
+    #[test]
+    fn a_loopback_copy_that_overlaps_itself_is_a_memmove_either_way() {
+        // The ordered copy reads the last bytes first and writes them last: with the
+        // destination behind or ahead of the source, the result is memmove's.
+        for shift in [-3i64, 3, -40, 40] {
+            let mut buf = (0u8..=255).cycle().take(600).collect::<Vec<_>>();
+            let mut want = buf.clone();
+            let (from, to, n) = (100usize, (100 + shift) as usize, 300usize);
+            want.copy_within(from..from + n, to);
+            let mut t = MrTable::default();
+            let k = t.register(info(&mut buf, 1)).unwrap();
+            let b = buf.as_ptr() as u64;
+            let src = [t.span(k, 0, 1, b + from as u64, n as u64, 0).unwrap()];
+            let dst = [t.span(k, 0, 1, b + to as u64, n as u64, 1).unwrap()];
+            assert_eq!(copy_spans(&dst, &src), Ok(n as u64));
+            assert_eq!(buf, want, "shift {shift}");
+        }
     }
 
     #[test]

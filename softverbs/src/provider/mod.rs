@@ -323,6 +323,31 @@ impl Provider {
             .collect()
     }
 
+    /// What a polling thread does before it reads its CQ: runs the engine and serves
+    /// the shared inbox (`Engine::poll_progress`), and, in a process that serves other
+    /// machines, their messages too ([`Provider::serve_machines`]): a request that came
+    /// over UCX is taken by the thread that waits for it, as UCX's own progress runs in
+    /// the caller's thread, rather than by the machine thread, whose wake-up on a
+    /// machine whose cores are all polling costs tens of microseconds and more.
+    #[inline]
+    pub(crate) fn poll_turn(&'static self) {
+        self.engine.poll_progress(self);
+        if self.transport().serves_machines() {
+            let _ = self.serve_machines(true);
+        }
+    }
+
+    /// One turn for other machines (`engine::route::serve_machine`; `polling`: by a
+    /// polling thread): returns when to look again (`None`: nothing going on).
+    #[cold]
+    fn serve_machines(&'static self, polling: bool) -> Option<Duration> {
+        crate::engine::route::serve_machine(
+            self,
+            |g| self.resolve(0, Some(g)).map(|d| d.index),
+            polling,
+        )
+    }
+
     /// The device an address vector points at: by GID when `gid` is given (a GID of
     /// one of our ports, or of a RoCE port of another process of the namespace), else
     /// by LID (InfiniBand ports only: a RoCE port has no LID).
@@ -413,6 +438,23 @@ impl Provider {
     pub fn start_watching(&'static self) {
         if self.has_netdevs() {
             self.transport().start(self);
+            // The bound interfaces' IPv4 addresses (their IPv4-mapped GIDs), where other
+            // machines look this process up, each with its interface's name.
+            let mut addrs: Vec<(std::net::Ipv4Addr, String)> = Vec::new();
+            for d in self.devices.iter().filter(|d| d.is_roce()) {
+                let Some(n) = d.roce() else {
+                    continue;
+                };
+                for g in d.gids() {
+                    if g[..10] == [0; 10] && g[10..12] == [0xff, 0xff] {
+                        let a = std::net::Ipv4Addr::new(g[12], g[13], g[14], g[15]);
+                        if !addrs.iter().any(|(b, _)| *b == a) {
+                            addrs.push((a, n.name.clone()));
+                        }
+                    }
+                }
+            }
+            self.transport().start_machine(self, &addrs);
         }
     }
 
@@ -541,5 +583,23 @@ impl crate::shared::Endpoint for Provider {
             self.watch_netdevs();
             WATCH_EVERY
         })
+    }
+
+    fn machine_turn(&'static self, last_poll: &mut u64) -> bool {
+        let polls = self.engine.activity();
+        let polling = self.engine.polling_since(*last_poll);
+        *last_poll = polls;
+        if polling && self.transport().serves_machines() {
+            // A thread of ours polls, and serves other machines before each look at
+            // its CQ (`poll_turn`): a wake-up of this thread would only take a core
+            // from it.
+            return self.transport().machine_nap(crate::engine::IDLE_GRACE);
+        }
+        let next = self.serve_machines(false);
+        if next == Some(Duration::ZERO) {
+            return true;
+        }
+        self.transport()
+            .machine_sleep(next.map_or(WATCH_EVERY, |t| t.min(WATCH_EVERY)))
     }
 }

@@ -16,6 +16,7 @@
 //!   sees the same valid version before and after reading the fields read a consistent
 //!   region;
 //! - the mask of its devices whose link is down;
+//! - the port of its UCX listener, which serves other machines (0: none);
 //! - the RoCE GIDs of its devices bound to network interfaces, with the device index
 //!   (written once, when it joins), so that a GID names a device across processes.
 //!
@@ -56,6 +57,9 @@ const QP_SLOTS: usize = super::registry::SLOTS;
 const MAGIC: u64 = u64::from_le_bytes(*b"vqpsexp\x01");
 const OFF_MAGIC: usize = 0;
 const OFF_DOWN: usize = 8;
+/// The port of this process's UCX listener on its bound interfaces' addresses, 0 when
+/// it has none (`crate::ucx`, discovery).
+const OFF_UCX_PORT: usize = 16;
 const OFF_ACC: usize = 64;
 const ACC_SIZE: usize = 32;
 /// The GID table: [`GID_SLOTS`] entries of 32 bytes (a word with the valid bit and the
@@ -271,6 +275,19 @@ impl Exports {
                 );
                 g
             })
+    }
+
+    /// Publishes the port of this process's UCX listener (0: none).
+    pub(crate) fn set_ucx_port(&self, port: u16) {
+        self.map
+            .u64_at(OFF_UCX_PORT)
+            .store(u64::from(port), Ordering::Release);
+    }
+
+    /// The port of the process's UCX listener, if it has one.
+    pub(crate) fn ucx_port(&self) -> Option<u16> {
+        let p = self.map.u64_at(OFF_UCX_PORT).load(Ordering::Acquire) as u16;
+        (p != 0).then_some(p)
     }
 
     /// Publishes the mask of devices whose link is down.

@@ -216,6 +216,12 @@ pub(crate) trait Endpoint: Sync {
     /// Looks at what the service thread watches besides the inbox (the interfaces of
     /// RoCE ports); `Some(period)`: call again within that period.
     fn watch(&self) -> Option<Duration>;
+    /// One turn of the thread that serves other machines (`crate::transport`'s
+    /// `machine`): their messages, then a sleep until something comes; a nap instead
+    /// while a thread of ours polls (it serves them as it does), `last_poll` being
+    /// [`Endpoint::activity`] at the previous turn. False when this process cannot
+    /// serve them (the thread ends).
+    fn machine_turn(&'static self, last_poll: &mut u64) -> bool;
 }
 
 static SHARED: OnceLock<Result<Shared, SharedError>> = OnceLock::new();
@@ -488,6 +494,24 @@ impl Shared {
     /// (see [`exports`]).
     pub(crate) fn export_qp(&self, qpn: u32, view: Option<QpView>) {
         self.exports.set_qp(qpn, view);
+    }
+
+    /// Publishes the port of our UCX listener (0: none).
+    pub(crate) fn export_ucx_port(&self, port: u16) {
+        self.exports.set_ucx_port(port);
+    }
+
+    /// The UCX listener port of the live process of the namespace that owns QP `qpn` of
+    /// device `dev`, if one does and it listens: the answer to another machine's
+    /// lookup (`crate::ucx::lookup`).
+    pub(crate) fn serving_port(&self, dev: usize, qpn: u32) -> Option<u16> {
+        let (owner, _) = self.registry.lookup(qpn, dev)?;
+        if owner == self.me {
+            return self.exports.ucx_port();
+        }
+        let peer = self.peer(owner)?;
+        let port = peer.exports.ucx_port()?;
+        peer.alive(self).then_some(port)
     }
 
     /// Publishes which of our devices' links are down.

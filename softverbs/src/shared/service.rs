@@ -87,6 +87,11 @@ impl Shared {
         self.running.store(false, Ordering::Release);
     }
 
+    /// Whether the process is exiting (the service thread has been told to stop).
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
     /// Ends the service thread's nap (a thread of ours started to wait for an event: no
     /// poll will drain the inbox meanwhile).
     pub(crate) fn nudge(&self) {

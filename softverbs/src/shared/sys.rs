@@ -177,7 +177,10 @@ pub(crate) type Range = (u64, u64);
 /// Moves bytes between `local` ranges of this process and `remote` ranges of process
 /// `pid`: `pull` reads the remote ranges into the local ones (`process_vm_readv`),
 /// otherwise the local ones are written to the remote ones. The copy stops where the
-/// shorter list ends; anything less than that is a fault.
+/// shorter list ends; anything less than that is a fault. The destination's last
+/// [`LAST`](crate::mem::LAST) bytes are an iovec of their own, which the kernel
+/// copies after all the others (it copies page by page, segment by segment, in
+/// order), so that they land last, as a NIC's would.
 ///
 /// The local ranges must be writable (pull) or readable (push) memory of this process
 /// for the duration of the call: the callers pass checked spans of registered memory.
@@ -203,7 +206,7 @@ pub(crate) fn process_copy(
     let mut liov = [libc::iovec {
         iov_base: core::ptr::null_mut(),
         iov_len: 0,
-    }; MAX_IOV];
+    }; MAX_IOV + 1];
     let mut riov = liov;
     if local.len() > MAX_IOV || remote.len() > MAX_IOV {
         return Err(CopyError::Fault);
@@ -214,6 +217,12 @@ pub(crate) fn process_copy(
     for (d, s) in riov.iter_mut().zip(remote) {
         *d = to_iov(s);
     }
+    let (mut nl, mut nr) = (local.len(), remote.len());
+    if pull {
+        nl = last_apart(&mut liov, nl, total);
+    } else {
+        nr = last_apart(&mut riov, nr, total);
+    }
     // SAFETY: the local iovecs name memory of this process valid for the call (the
     // caller's contract); the remote ones are checked by the kernel against `pid`'s
     // address space and fail with EFAULT rather than touch anything else.
@@ -222,18 +231,18 @@ pub(crate) fn process_copy(
             libc::process_vm_readv(
                 pid as libc::pid_t,
                 liov.as_ptr(),
-                local.len() as libc::c_ulong,
+                nl as libc::c_ulong,
                 riov.as_ptr(),
-                remote.len() as libc::c_ulong,
+                nr as libc::c_ulong,
                 0,
             )
         } else {
             libc::process_vm_writev(
                 pid as libc::pid_t,
                 liov.as_ptr(),
-                local.len() as libc::c_ulong,
+                nl as libc::c_ulong,
                 riov.as_ptr(),
-                remote.len() as libc::c_ulong,
+                nr as libc::c_ulong,
                 0,
             )
         }
@@ -249,6 +258,31 @@ pub(crate) fn process_copy(
         return Err(CopyError::Fault);
     }
     Ok(())
+}
+
+/// Splits the iovec list `iov` (its first `n` used, room for one more) where the last
+/// [`LAST`](crate::mem::LAST) bytes of a `total`-byte copy begin, when they lie inside
+/// one entry; returns the entries used then.
+fn last_apart(iov: &mut [libc::iovec], n: usize, total: u64) -> usize {
+    let last = crate::mem::LAST;
+    if total <= last || n >= iov.len() {
+        return n;
+    }
+    let cut = total - last;
+    let mut at = 0u64;
+    for i in 0..n {
+        let len = iov[i].iov_len as u64;
+        if cut > at && cut < at + len {
+            let head = (cut - at) as usize;
+            iov.copy_within(i..n, i + 1);
+            iov[i].iov_len = head;
+            iov[i + 1].iov_base = iov[i].iov_base.wrapping_byte_add(head);
+            iov[i + 1].iov_len = len as usize - head;
+            return n + 1;
+        }
+        at += len;
+    }
+    n
 }
 
 /// Lets any process of the user attach to this one with `process_vm_*` even where
@@ -314,4 +348,47 @@ pub(crate) fn unlinkat(dir: &File, name: &CStr) -> io::Result<()> {
 /// its path was replaced meanwhile).
 pub(crate) fn fd_path(f: &File) -> std::path::PathBuf {
     std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iov(base: usize, len: usize) -> libc::iovec {
+        libc::iovec {
+            iov_base: base as *mut libc::c_void,
+            iov_len: len,
+        }
+    }
+
+    fn lens(v: &[libc::iovec], n: usize) -> Vec<(usize, usize)> {
+        v[..n]
+            .iter()
+            .map(|i| (i.iov_base as usize, i.iov_len))
+            .collect()
+    }
+
+    #[test]
+    fn the_last_bytes_of_a_copy_are_an_iovec_of_their_own() {
+        let mut v = [iov(0, 0); 4];
+        v[0] = iov(0x1000, 100);
+        v[1] = iov(0x9000, 50);
+        // A 150-byte copy: its last 8 bytes split off the second entry.
+        assert_eq!(last_apart(&mut v, 2, 150), 3);
+        assert_eq!(lens(&v, 3), [(0x1000, 100), (0x9000, 42), (0x9000 + 42, 8)]);
+        // A 104-byte copy of a longer list: the cut is inside the first entry, and the
+        // entries after it move up.
+        let mut v = [iov(0, 0); 4];
+        v[0] = iov(0x1000, 100);
+        v[1] = iov(0x9000, 50);
+        assert_eq!(last_apart(&mut v, 2, 104), 3);
+        assert_eq!(lens(&v, 3), [(0x1000, 96), (0x1000 + 96, 4), (0x9000, 50)]);
+        // A cut on an entry's boundary, a copy of at most 8 bytes, a full list: as is.
+        let mut v = [iov(0, 0); 3];
+        v[0] = iov(0x1000, 92);
+        v[1] = iov(0x9000, 8);
+        assert_eq!(last_apart(&mut v, 2, 100), 2);
+        assert_eq!(last_apart(&mut v, 2, 8), 2);
+        assert_eq!(last_apart(&mut v[..2], 2, 60), 2);
+    }
 }

@@ -24,6 +24,17 @@
 //!   list on either side); and progress: [`Worker::progress`], or [`Worker::wait`]
 //!   sleeping on the worker's event fd ([`Worker::event_fd`], [`Worker::arm`]).
 //!
+//! - [`lookup`]: discovery's question and answer over the well-known lookup port
+//!   (below, "Finding the process…"): the client ([`lookup::lookup`]) and the
+//!   listener shared with `SO_REUSEPORT` ([`lookup::Listener`]), each step bounded in
+//!   time, the listener never waiting on a peer (a fixed table of non-blocking
+//!   connections, each advanced by the bytes ready). `crate::transport`'s machine
+//!   thread serves it in every process with a RoCE-bound device, answering from the
+//!   namespace's registry and the owner's exported UCX listener port, and asks it for
+//!   the engine's UCX route.
+//! - [`wire`]: the request and response headers of verbs over UCP, each field checked
+//!   when read; the engine's UCX route (`engine::route`'s `ucx`) sends and reads them.
+//!
 //! The worker's parts are three modules: `worker` (context, worker, state, events,
 //! progress), `endpoint` (listeners and endpoints) and `am` (handlers, messages, sends
 //! and rendezvous receives), each with the UCP callbacks of its part.
@@ -35,10 +46,12 @@
 //! caught and reported by the next [`Worker::progress`]). `unsafe` is confined to this
 //! module's FFI calls and callbacks.
 //!
-//! # The plan: verbs over UCP between machines
+//! # Verbs over UCP between machines
 //! A QP whose destination GID belongs to no device of the local softverbs namespace is
-//! served through this transport. The design below is what the wiring into the engine
-//! will follow.
+//! served through this transport: `engine::route`'s `ucx` (requester, responder, timer)
+//! over `crate::transport`'s `machine` (the worker, lookups, endpoints, and the thread
+//! that runs them). The design below is what they follow; where what is built departs
+//! from it, or does less, it says so ("Built:").
 //!
 //! ## The responder executes (active messages, not one-sided put/get)
 //! Every verbs request travels as an active message to the process that owns the
@@ -101,6 +114,14 @@
 //!   The lookup runs when the QP moves to RTR (so the first post does not wait on it)
 //!   and again after a failure.
 //!
+//! Built: the lookup and its serving as above, by the machine thread of every process
+//! with a RoCE-bound device (it makes the worker outside every provider lock, listens
+//! for UCX at one port on the bound interfaces' IPv4 addresses — IPv6 GIDs are not
+//! served — and answers lookups as soon as it wakes on their sockets); the requester's
+//! cache of endpoints by (GID, QPN) and by the peer's address. The lookup runs at the
+//! first post rather than at RTR, on a thread of its own, the WQE waiting for it one
+//! ACK timeout at most.
+//!
 //! Failure cases, and what the requester sees: no process of the namespace alive on
 //! that machine (refused), no such QP ("nobody"), its owner dead between lookup and
 //! connect (endpoint error), the machine unreachable (connect timeout): each is what a
@@ -136,6 +157,24 @@
 //! UD complete when UCP has taken the send ([`Event::Sent`]); what the responder
 //! cannot take is dropped.
 //!
+//! Built: strict PSN order with no window (a request out of sequence is dropped and
+//! comes again with the requester's retransmission from its oldest unanswered WQE,
+//! one local ACK timeout later: over UCX's TCP transport a fresh endpoint's first two
+//! messages have been seen handed over in the wrong order, now and then; a
+//! connection's sequence starts at PSN 0 at both ends); a duplicate
+//! SEND or WRITE re-acknowledged, a READ re-read, a duplicate atomic dropped (no
+//! results are kept yet, so such a requester ends in `IBV_WC_RETRY_EXC_ERR`); one ACK
+//! per request, not coalesced; at most 64 requests in flight per QP; a UC WQE
+//! completes on its responder's answer, which it gets whatever became of the request
+//! (completing on `Event::Sent` would let a sender that exits at once lose data still
+//! queued while UCP connects), or after the ACK timeout. Every message is eager on this
+//! worker (`RNDV_THRESH=inf`; UCP reassembles a large one before the handler), its
+//! payload copied out of the WQE's buffers at the requester and out of UCP's buffer
+//! into a queue at the responder (the handler only queues): no rendezvous into the
+//! checked destination yet. A UD datagram completes once `ucp_am_send_nbx` took it
+//! and is never answered (a sender that exits at once can lose it while UCP
+//! connects). XRC is not carried.
+//!
 //! ## A dead or unreachable peer
 //! The requester's timer does not depend on UCX noticing anything. It is the one the
 //! local path uses (`qp::transport_timeout` and `qp::ack_timeout`: 4.096 µs ·
@@ -153,6 +192,11 @@
 //! Unlike the local path, the requester cannot tell a slow live responder from a dead
 //! one (there is no lock to probe), so across machines the timer alone decides, as on
 //! a real RC fabric; the responder's progress thread must acknowledge promptly.
+//!
+//! Built as written; a lookup that hangs (an unreachable machine) can hold the WQE one
+//! ACK timeout before it counts as the first lost attempt, so that case ends within
+//! twice the QP's timeout × retries. Tested with a peer killed by `SIGKILL` and one
+//! stopped by `SIGSTOP` (`tests/machine.rs`); not yet with a deleted veth.
 //!
 //! ## What a hostile peer cannot do
 //! Whatever listens for other machines is exposed to anything that can reach the port:
@@ -174,9 +218,18 @@
 //! - the header size limit ([`MAX_HEADER`]) and id range ([`MAX_AM_ID`]) are enforced
 //!   by this module; UCP drops a message of an id with no handler (a rendezvous one
 //!   fails at its sender; tested) — but writes a log line for each, so a peer sending
-//!   such messages fills the process's stderr. Not solved yet: the wiring should
-//!   register a silent, counting handler for every id below [`MAX_AM_ID`] that the
-//!   protocol does not use, and set UCX's log level for ids beyond.
+//!   such messages fills the process's stderr. The wiring registers a silent,
+//!   counting handler for every id below [`MAX_AM_ID`] that the protocol does not use;
+//!   not yet done: UCX's log level for ids beyond.
+//!
+//! Built: headers checked field by field ([`wire`]) and a malformed one dropped; a
+//! destination QP that exists, is in RTR or RTS, and is connected to the GID and QPN
+//! the request names (the endpoint it came on is not checked against them); memory
+//! only through the responder's checks; a rendezvous message, or one of an id the
+//! protocol does not use (below [`MAX_AM_ID`]), dropped with a count and no word on
+//! stderr. Not yet: the bounds on memory above (an eager payload is as large as the
+//! sender made it, reassembled by UCP and copied into the queue), and a fuzz of the
+//! service.
 //!
 //! ## What the wiring needs from the layers
 //! The transport sits beside `shared` in layer 5 and reaches the engine the way
@@ -208,6 +261,17 @@
 //!   `softverbs run`, which presents `/dev/infiniband`, UCX would also open them to
 //!   query them (not tried).
 //!
+//! Built: downward, the engine's UCX route asks `Transport::machine_reach` (an
+//! endpoint, "pending" while a lookup runs, or unreachable) and sends with
+//! `Transport::machine_send` (an owned copy of the payload, so no region waits on
+//! UCX); upward, the handlers queue each message (header and payload copied) and the
+//! machine thread, started by the transport with the provider's `shared::Endpoint`,
+//! calls `Endpoint::machine_turn`, which runs `engine::route::serve_machine`: the
+//! transport's turn (progress, connections, lookups) returns the queued messages, and
+//! the route runs them under QP locks with the worker's lock released, then sends the
+//! answers. An endpoint's failure only makes the transport forget it; the route's
+//! timer re-sends. The worker is made and progressed outside every provider lock.
+//!
 //! Bulk bandwidth over UCX's TCP transport needs segments larger than its 8 KiB
 //! default (`benches/ucx.rs`: 1 MiB messages at 0.3× a TCP stream's rate by default,
 //! 0.6–1.1× with 512 KiB segments); these are transport settings that
@@ -225,9 +289,12 @@ mod am;
 mod endpoint;
 mod error;
 #[allow(unsafe_code)]
+pub mod lookup;
+#[allow(unsafe_code)]
 mod sockaddr;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod wire;
 #[allow(unsafe_code)]
 mod worker;
 

@@ -312,6 +312,12 @@ impl Worker {
     pub fn dropped_messages(&self) -> u64 {
         self.state.dropped.get()
     }
+
+    /// Sends and receives UCP still works on (their completion callbacks have not run):
+    /// while there are any, someone must progress the worker.
+    pub fn requests_in_flight(&self) -> usize {
+        self.state.requests.borrow().len()
+    }
 }
 
 impl Drop for Worker {

@@ -170,6 +170,11 @@ pub(super) unsafe extern "C" fn wr_set_ud_addr(
                 global: ah.attr.is_global != 0,
                 sgid_index: ah.attr.grh.sgid_index,
             });
+            if ah.dev.is_none() && ah.attr.is_global != 0 {
+                // Another machine's GID (see `SendWqe::set_remote_dgid`).
+                cur.wqe
+                    .set_remote_dgid(vqp_sys::Gid::from_sys(&ah.attr.grh.dgid).as_bytes());
+            }
             Ok(())
         })
     }

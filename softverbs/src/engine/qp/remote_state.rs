@@ -45,6 +45,16 @@ pub(crate) struct RespSeq {
     pub(crate) forwarded: Option<(Owner, Instant)>,
 }
 
+/// A responder QP's view of the requester on another machine feeding it
+/// (`engine::route`'s `ucx`): its GID, QP and connection, and the next sequence number
+/// it executes.
+pub(crate) struct MachineSeq {
+    pub(crate) sgid: [u8; 16],
+    pub(crate) qpn: u32,
+    pub(crate) conn: u32,
+    pub(crate) expect: u32,
+}
+
 /// A QP's cross-process state, kept under the QP's lock. Empty (and allocation-free)
 /// for a QP that only talks within its process.
 #[derive(Default)]
@@ -58,6 +68,27 @@ pub(crate) struct RemoteState {
     pub(crate) watched: bool,
     /// The QP waits for room in its pipeline (an answer makes it runnable again).
     pub(crate) full: bool,
+    /// Since when the head WQE waits for the lookup of its responder on another
+    /// machine (`engine::route`'s `ucx`).
+    pub(crate) machine_wait: Option<Instant>,
+    /// The QP is on the UCX route's deadline list (`Engine::machine_watch`).
+    pub(crate) machine_watched: bool,
+    /// The sequence this QP runs of a requester on another machine.
+    pub(crate) machine_resp: Option<MachineSeq>,
+    /// An answer came from the responder on another machine since the QP connected:
+    /// until then one request at a time is in flight (UCP may reorder the first
+    /// messages of a fresh endpoint).
+    pub(crate) machine_answered: bool,
+    /// How many WQEs at the head of the send queue were in flight to another machine
+    /// and were put back to be sent again (from `next_psn` on): an answer to one of
+    /// them that comes before its retransmission completes it (`engine::route`'s `ucx`).
+    pub(crate) machine_rewound: u32,
+    /// The endpoint this QP's requests to another machine last went on, and for each
+    /// request in flight (by PSN, in sending order) how many requests of any QP went
+    /// on it before: what the UCX route's timer reads to tell a request still queued
+    /// behind others from one that left.
+    pub(crate) machine_ep: Option<crate::transport::Ep>,
+    pub(crate) machine_marks: VecDeque<(u32, u64)>,
 }
 
 impl RemoteState {

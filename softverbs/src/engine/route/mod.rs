@@ -10,7 +10,10 @@
 //!   responder;
 //! - `namespace`: the responder QP belongs to another process of the shared namespace
 //!   (or to nobody there); requests go through that process's inbox, or are executed
-//!   directly for one-sided operations.
+//!   directly for one-sided operations;
+//! - `ucx`: the responder QP is on another machine (a RoCE port's destination GID that
+//!   no device of the namespace has); requests travel as UCX active messages to the
+//!   process serving it, whose responder runs them and answers ([`serve_machine`]).
 //!
 //! A route is a variant of an enum, not a trait object: the per-WQE dispatch is one
 //! match that the compiler sees through (no dynamic call on the data path).
@@ -28,6 +31,7 @@ use vqp_sys::IBV_WC_RETRY_EXC_ERR;
 
 mod namespace;
 mod process;
+mod ucx;
 
 /// Where the responder QP of a WQE lives.
 pub(crate) enum Route {
@@ -36,6 +40,9 @@ pub(crate) enum Route {
     /// Not in this process: QP `qpn` of device `dev`, looked up in the shared
     /// namespace (another process's, or nobody's).
     Namespace { dev: usize, qpn: u32 },
+    /// On another machine: QP `qpn` at RoCE GID `gid`, which names no device of this
+    /// process or of the shared namespace, addressed from a RoCE port.
+    Machine { gid: [u8; 16], qpn: u32 },
     /// Nowhere: the address names no device, or a link on the way is down. The
     /// request is lost, and ends at once: `IBV_WC_RETRY_EXC_ERR` for an RC requester
     /// (nothing could answer its retries), completed for an unreliable one.
@@ -51,6 +58,9 @@ pub(crate) fn resolve<P: Tables>(p: &P, qp: &QpCore, g: &mut QpInner, w: &SendWq
     let (dev, qpn) = match &w.ud {
         Some(d) => {
             let Some(dev) = d.dev.filter(|&dv| local_up && devices[dv].is_up()) else {
+                if d.dev.is_none() && d.global && local_up {
+                    return machine_datagram(&devices[qp.dev], w, d.qpn);
+                }
                 return Route::Nowhere;
             };
             if let Some(b) = p.find_qp(dev, d.qpn) {
@@ -64,11 +74,41 @@ pub(crate) fn resolve<P: Tables>(p: &P, qp: &QpCore, g: &mut QpInner, w: &SendWq
             }
             match p.resolve_av(&g.attr.ah_attr) {
                 Some(dev) if local_up && devices[dev].is_up() => (dev, g.attr.dest_qp_num),
+                None if local_up => return machine(&devices[qp.dev], &g.attr),
                 _ => return Route::Nowhere,
             }
         }
     };
     Route::Namespace { dev, qpn }
+}
+
+/// Where a connected QP of device `dev` goes when its address names no device of the
+/// namespace: to another machine when the address is a GID and the port a RoCE port
+/// (whose GIDs are its interface's addresses, reachable beyond this machine); nowhere
+/// for an InfiniBand port, whose fabric is this machine's.
+#[cold]
+fn machine(dev: &crate::device::Device, attr: &vqp_sys::ibv_qp_attr) -> Route {
+    if dev.roce().is_none() || attr.ah_attr.is_global == 0 {
+        return Route::Nowhere;
+    }
+    Route::Machine {
+        gid: *vqp_sys::Gid::from_sys(&attr.ah_attr.grh.dgid).as_bytes(),
+        qpn: attr.dest_qp_num,
+    }
+}
+
+/// Where a datagram of device `dev` goes when its address handle's GID names no device
+/// of the namespace: to another machine from a RoCE port (the GID recorded in the WQE,
+/// `SendWqe::remote_dgid`), nowhere from an InfiniBand one.
+#[cold]
+fn machine_datagram(dev: &crate::device::Device, w: &SendWqe, qpn: u32) -> Route {
+    if dev.roce().is_none() {
+        return Route::Nowhere;
+    }
+    Route::Machine {
+        gid: w.remote_dgid(),
+        qpn,
+    }
 }
 
 /// Resolves (and caches) the QP of this process that `g`'s QP is connected to.
@@ -110,6 +150,10 @@ pub(crate) fn send<P: Tables>(
             Err(process::Again::Unanswered) => unanswered(qp, g, w),
         },
         Route::Namespace { dev, qpn } => namespace::send(p, qp, g, w, local, len, dev, qpn),
+        Route::Machine { gid, qpn } => ucx::send(p, qp, g, w, local, len, gid, qpn),
+        // Requests of the QP still in flight to another machine (its port went down
+        // under them) end first, in order.
+        Route::Nowhere if g.remote.machine_watched => ucx::lost_under(qp, g, w),
         Route::Nowhere => lost(qp, g, &w),
     }
 }
@@ -136,6 +180,18 @@ pub(crate) fn on_record<P: Tables>(
     ack: &mut Option<Ack>,
 ) {
     namespace::handle(p, sh, rec, payload, ack);
+}
+
+/// The service thread's turn for other machines (the UCX route's messages and timer;
+/// `device_of` names the device of a RoCE GID for the lookups answered; `polling`: a
+/// polling thread serves in the machine thread's stead). Returns when to look again:
+/// `None` when nothing is going on with other machines.
+pub(crate) fn serve_machine<P: Tables>(
+    p: &'static P,
+    device_of: impl Fn(&[u8; 16]) -> Option<usize>,
+    polling: bool,
+) -> Option<std::time::Duration> {
+    ucx::serve_machine(p, device_of, polling)
 }
 
 /// Ends the requests in flight on a route that answers later whose responder died

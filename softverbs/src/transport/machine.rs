@@ -1,0 +1,474 @@
+//! This process on the network (issue 29; `crate::ucx`'s design): its UCX worker, the
+//! lookups it answers and asks, the endpoints it holds to other machines' processes,
+//! and the messages that arrived for the engine.
+//!
+//! # Threads and locks
+//! The worker and everything beside it live in one [`Machine`] behind one mutex (the
+//! *worker lock*). UCX's callbacks run inside `Worker::progress`, with the worker lock
+//! held, so its active-message handlers only copy what came into a queue of their own
+//! (a leaf lock) and return. The service thread takes the worker lock, progresses,
+//! accepts connections, closes failed endpoints, turns finished lookups into endpoints
+//! and answers lookups; then, with the worker lock released, the engine's UCX route
+//! takes the queued messages ([`super::Transport::serve_machine`]'s value) and runs
+//! them (responder, requester completions) under QP locks, and hands the responses to
+//! [`super::Transport::machine_send`]. A requester sends with its QP locked and takes
+//! the worker lock inside it ([`super::Transport::machine_reach`],
+//! [`super::Transport::machine_send`]): the order is requester QP → worker lock → the
+//! queues, and nobody takes a QP lock while holding the worker lock.
+//!
+//! A lookup never runs under a lock: it runs on a thread of its own (its steps bounded
+//! by [`LOOKUP_LIMIT`]), and its answer waits in a queue until the service thread's
+//! next turn connects an endpoint. One endpoint serves each pair of processes (by the
+//! peer's address and UCX port), shared by all their QPs; it is forgotten when it
+//! fails, and the next request looks up again.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::os::{lock, Wake};
+use crate::ucx::{self, lookup, Data, EpId, Event, Worker};
+
+/// The active message id of a request (`ucx::wire::Request` header).
+pub(crate) const REQUEST: u16 = 1;
+/// The active message id of a response (`ucx::wire::Response` header).
+pub(crate) const RESPONSE: u16 = 2;
+/// The active message id of a request with a response riding along: the header is a
+/// response's (which carries no payload) followed by a request's, the payload the
+/// request's. An answer held back by a polling thread ([`Machine::hold`]) goes so
+/// with the next request to the same process: in a ping-pong, one message each way
+/// rather than two.
+pub(crate) const ANSWERED: u16 = 3;
+/// The answers held back at most (past it, they are sent as they are).
+const MAX_HELD: usize = 64;
+
+/// How long a lookup connection may take to ask and be answered before it is closed
+/// (it holds one of a listener's few slots meanwhile, never the service thread); and
+/// each step of a lookup this process asks.
+pub(super) const LOOKUP_LIMIT: Duration = Duration::from_millis(200);
+
+/// The UCP settings of the worker that carries verbs between machines: those of every
+/// softverbs worker ([`ucx::DEFAULT_SETTINGS`]), and every message eager, so that a
+/// handler has the whole payload (UCP reassembles it) and nothing is fetched later.
+const SETTINGS: &[(&str, &str)] = &[
+    ("TLS", "tcp"),
+    ("SOCKADDR_TLS_PRIORITY", "tcp"),
+    ("RNDV_THRESH", "inf"),
+];
+
+/// An endpoint of one of this process's workers (one worker per bound interface).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Ep {
+    worker: usize,
+    ep: EpId,
+}
+
+/// A message from another machine, as the handler queued it.
+pub(crate) struct Incoming {
+    /// [`REQUEST`], [`RESPONSE`] or [`ANSWERED`].
+    pub(crate) id: u16,
+    pub(crate) header: Vec<u8>,
+    pub(crate) payload: Vec<u8>,
+    /// The endpoint to answer on.
+    pub(crate) from: Option<Ep>,
+}
+
+/// Whether the process serving a (GID, QPN) can be sent to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Over this endpoint.
+    Ready(Ep),
+    /// Not yet: a lookup (or the worker) is on its way.
+    Pending,
+    /// Nobody answered, nobody serves it, or this process cannot reach other machines.
+    Unreachable,
+}
+
+/// What is known of a (GID, QPN).
+enum Peer {
+    /// A lookup is running.
+    Looking,
+    /// Served through this endpoint.
+    Ready(Ep),
+    /// The last lookup or connection failed (told once to a requester, then forgotten).
+    Failed,
+}
+
+type Key = ([u8; 16], u32);
+
+/// The lookups' answers: the UCX address of the process serving a key, or none.
+type Found = Arc<Mutex<Vec<(Key, Option<SocketAddr>)>>>;
+
+/// This process on the network: see the module's docs.
+pub(super) struct Machine {
+    /// One worker per bound interface, its UCP transports kept to that interface
+    /// (`NET_DEVICES`): an endpoint's traffic then crosses the link whose address it
+    /// was connected to, and only it (one worker for all would spread an endpoint over
+    /// every interface, and a link going down would stall the other device's QPs).
+    workers: Vec<Bound>,
+    lookups: Vec<lookup::Listener>,
+    lookup_port: u16,
+    /// What the handlers queued.
+    inbox: Arc<Mutex<VecDeque<Incoming>>>,
+    /// The lookups' answers: the UCX address of the serving process, or none.
+    found: Found,
+    peers: HashMap<Key, Peer>,
+    endpoints: HashMap<SocketAddr, Ep>,
+    /// Messages refused by the handlers (an unexpected rendezvous payload, an id the
+    /// protocol does not use).
+    dropped: Arc<AtomicU64>,
+    /// Wakes the machine thread's sleep: rung after a send UCP did not finish at once
+    /// (it needs progress) and by a finished lookup.
+    wake: Arc<Wake>,
+    /// Answers (a response's header, no payload) held back for the next request to
+    /// the same endpoint ([`ANSWERED`]); sent as they are at the next turn.
+    held: Vec<(Ep, Vec<u8>)>,
+}
+
+/// A worker and the addresses of the interface it is kept to.
+struct Bound {
+    worker: Worker,
+    addrs: Vec<Ipv4Addr>,
+}
+
+/// The local address the kernel would send from to reach `to` (a connected UDP
+/// socket's own address: no packet is sent), which names the interface of the route.
+fn source_for(to: Ipv4Addr) -> Option<Ipv4Addr> {
+    let s = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    s.connect((to, 9)).ok()?;
+    match s.local_addr().ok()?.ip() {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(_) => None,
+    }
+}
+
+/// The IPv4 address of an IPv4-mapped RoCE GID (`::ffff:a.b.c.d`); IPv6 GIDs are not
+/// served yet.
+fn ipv4_of(gid: &[u8; 16]) -> Option<Ipv4Addr> {
+    Ipv6Addr::from(*gid).to_ipv4_mapped()
+}
+
+impl Machine {
+    /// Makes the worker, listening at one port on each of `addrs`, and the lookup
+    /// sockets at `lookup_port` of each. The port listened at is returned beside it.
+    pub(super) fn new(
+        bound: &[(Ipv4Addr, String)],
+        lookup_port: u16,
+    ) -> Result<(Machine, u16), ucx::Error> {
+        let wake = Arc::new(Wake::new().map_err(|_| ucx::Error::Invalid("no eventfd"))?);
+        let inbox: Arc<Mutex<VecDeque<Incoming>>> = Arc::default();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let mut names: Vec<&str> = Vec::new();
+        for (_, n) in bound {
+            if !names.contains(&n.as_str()) {
+                names.push(n);
+            }
+        }
+        let mut workers = Vec::new();
+        let mut port = 0u16;
+        for (index, name) in names.iter().enumerate() {
+            let mut settings = SETTINGS.to_vec();
+            settings.push(("NET_DEVICES", name));
+            let mut worker = Worker::new(&settings)?;
+            for id in [REQUEST, RESPONSE, ANSWERED] {
+                let q = inbox.clone();
+                let d = dropped.clone();
+                worker.set_handler(id, move |m| {
+                    let header = m.header().to_vec();
+                    let from = m.from().map(|ep| Ep { worker: index, ep });
+                    match m.into_data() {
+                        Data::Eager(p) => lock(&q).push_back(Incoming {
+                            id,
+                            header,
+                            payload: p.to_vec(),
+                            from,
+                        }),
+                        // Every message is eager (`SETTINGS`): a rendezvous one comes
+                        // from another protocol, and is discarded (dropping it releases
+                        // it).
+                        Data::Rendezvous(_) => {
+                            d.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })?;
+            }
+            // Every other id below MAX_AM_ID: dropped and counted, silently (UCP writes
+            // a line on stderr for each message of an id nobody handles, which a peer
+            // could use to fill ours).
+            for id in (0..ucx::MAX_AM_ID).filter(|id| ![REQUEST, RESPONSE, ANSWERED].contains(id)) {
+                let d = dropped.clone();
+                worker.set_handler(id, move |_| {
+                    d.fetch_add(1, Ordering::Relaxed);
+                })?;
+            }
+            let addrs: Vec<Ipv4Addr> = bound
+                .iter()
+                .filter(|(_, n)| n == name)
+                .map(|(a, _)| *a)
+                .collect();
+            // Every worker listens at the same port (the one exported), on its own
+            // interface's addresses.
+            for &a in &addrs {
+                let at = SocketAddr::new(IpAddr::V4(a), port);
+                match worker.listen(at).and_then(|l| worker.listener_addr(l)) {
+                    Ok(b) => port = b.port(),
+                    Err(e) => eprintln!("vqp-softverbs: cannot listen for UCX at {at}: {e}"),
+                }
+            }
+            workers.push(Bound { worker, addrs });
+        }
+        let lookups = bound
+            .iter()
+            .filter_map(|&(a, _)| {
+                let at = SocketAddr::new(IpAddr::V4(a), lookup_port);
+                lookup::Listener::bind(at)
+                    .map_err(|e| {
+                        eprintln!(
+                            "vqp-softverbs: cannot answer lookups at {at} (another program \
+                             or user holds the port?): {e}"
+                        )
+                    })
+                    .ok()
+            })
+            .collect();
+        Ok((
+            Machine {
+                workers,
+                lookups,
+                lookup_port,
+                inbox,
+                found: Arc::default(),
+                peers: HashMap::new(),
+                endpoints: HashMap::new(),
+                dropped,
+                wake,
+                held: Vec::new(),
+            },
+            port,
+        ))
+    }
+
+    /// Connects an endpoint to `to` from the worker of the interface that reaches it.
+    fn connect(&mut self, to: SocketAddr) -> Option<Ep> {
+        let worker = self.worker_for(&to);
+        let ep = self.workers.get_mut(worker)?.worker.connect(to).ok()?;
+        Some(Ep { worker, ep })
+    }
+
+    /// The worker that reaches `to`: the one kept to the interface the kernel routes
+    /// it through, or the first.
+    fn worker_for(&self, to: &SocketAddr) -> usize {
+        let IpAddr::V4(a) = to.ip() else {
+            return 0;
+        };
+        source_for(a)
+            .and_then(|src| self.workers.iter().position(|b| b.addrs.contains(&src)))
+            .unwrap_or(0)
+    }
+
+    /// Whether a request to QP `qpn` at `gid` can be sent now; starts a lookup when
+    /// nothing is known (see [`Reach`]). A failure is told once: the next call looks
+    /// up again.
+    pub(super) fn reach(&mut self, gid: &[u8; 16], qpn: u32) -> Reach {
+        let key = (*gid, qpn);
+        match self.peers.get(&key) {
+            Some(Peer::Ready(ep)) => return Reach::Ready(*ep),
+            Some(Peer::Looking) => return Reach::Pending,
+            Some(Peer::Failed) => {
+                self.peers.remove(&key);
+                return Reach::Unreachable;
+            }
+            None => {}
+        }
+        let Some(ip) = ipv4_of(gid) else {
+            return Reach::Unreachable;
+        };
+        let found = self.found.clone();
+        let wake = self.wake.clone();
+        let at = SocketAddr::new(IpAddr::V4(ip), self.lookup_port);
+        let started = std::thread::Builder::new()
+            .name("softverbs-lookup".into())
+            .spawn(move || {
+                let addr = lookup::lookup(at, &key.0, key.1, LOOKUP_LIMIT)
+                    .ok()
+                    .flatten()
+                    .map(|port| SocketAddr::new(IpAddr::V4(ip), port));
+                lock(&found).push((key, addr));
+                wake.ring();
+            });
+        if started.is_err() {
+            return Reach::Unreachable;
+        }
+        self.peers.insert(key, Peer::Looking);
+        Reach::Pending
+    }
+
+    /// Sends active message `id` on `ep`; false when the endpoint is gone or failed (it
+    /// is then forgotten). A [`REQUEST`] takes along the last answer held for `ep`
+    /// ([`ANSWERED`]), the ones held before it going first, as they are.
+    pub(super) fn send(&mut self, ep: Ep, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
+        if id == REQUEST && self.held.iter().any(|(e, _)| *e == ep) {
+            let mut mine = Vec::new();
+            self.held.retain_mut(|(e, h)| {
+                if *e == ep {
+                    mine.push(std::mem::take(h));
+                }
+                *e != ep
+            });
+            let last = mine.pop().unwrap_or_default();
+            for h in mine {
+                self.send_now(ep, RESPONSE, &h, Vec::new());
+            }
+            let both = [last.as_slice(), header].concat();
+            return self.send_now(ep, ANSWERED, &both, payload);
+        }
+        self.send_now(ep, id, header, payload)
+    }
+
+    /// Holds back `answer` (a response's header; it carries no payload) for the next
+    /// request to `ep`, or the next turn, whichever comes first.
+    pub(super) fn hold(&mut self, ep: Ep, answer: &[u8]) {
+        if self.held.len() == MAX_HELD {
+            self.flush_held();
+        }
+        self.held.push((ep, answer.to_vec()));
+    }
+
+    /// Whether answers are held back.
+    pub(super) fn holds(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Sends the answers held back, as they are.
+    fn flush_held(&mut self) {
+        for (ep, h) in std::mem::take(&mut self.held) {
+            self.send_now(ep, RESPONSE, &h, Vec::new());
+        }
+    }
+
+    /// [`Machine::send`], alone.
+    fn send_now(&mut self, ep: Ep, id: u16, header: &[u8], payload: Vec<u8>) -> bool {
+        let Some(b) = self.workers.get_mut(ep.worker) else {
+            return false;
+        };
+        if b.worker.am_send(ep.ep, id, header, payload, 0).is_ok() {
+            if b.worker.requests_in_flight() > 0 {
+                // UCP kept the send to finish later: the machine thread must progress.
+                self.wake.ring();
+            }
+            return true;
+        }
+        self.forget(ep);
+        false
+    }
+
+    /// Forgets endpoint `ep` and every (GID, QPN) served through it, and closes it.
+    fn forget(&mut self, ep: Ep) {
+        self.endpoints.retain(|_, e| *e != ep);
+        self.peers
+            .retain(|_, p| !matches!(p, Peer::Ready(e) if *e == ep));
+        if let Some(b) = self.workers.get_mut(ep.worker) {
+            let _ = b.worker.close(ep.ep);
+        }
+    }
+
+    /// The service thread's turn (see the module's docs): the answers held back at the
+    /// last turn, progress, connections, failed endpoints, finished lookups, and the
+    /// lookups waiting to be answered
+    /// (`serving_port` names the UCX port of the process serving a (GID, QPN)). Returns
+    /// the messages that arrived, and whether UCX did anything.
+    pub(super) fn turn(
+        &mut self,
+        serving_port: impl Fn(&[u8; 16], u32) -> Option<u16>,
+    ) -> (Vec<Incoming>, bool) {
+        self.flush_held();
+        let mut busy = false;
+        let mut failed = Vec::new();
+        for (w, b) in self.workers.iter_mut().enumerate() {
+            for _ in 0..64 {
+                match b.worker.progress() {
+                    Ok(0) => break,
+                    Ok(_) => busy = true,
+                    Err(e) => {
+                        eprintln!("vqp-softverbs: UCX progress: {e}");
+                        break;
+                    }
+                }
+            }
+            while let Some(ev) = b.worker.next_event() {
+                match ev {
+                    Event::ConnRequest(req) => {
+                        let _ = b.worker.accept(req);
+                    }
+                    Event::EndpointFailed { ep, .. } => failed.push(Ep { worker: w, ep }),
+                    Event::Sent { .. } | Event::Received { .. } => {}
+                }
+            }
+        }
+        for ep in failed {
+            self.forget(ep);
+        }
+        let found = std::mem::take(&mut *lock(&self.found));
+        for (key, addr) in found {
+            if !matches!(self.peers.get(&key), Some(Peer::Looking)) {
+                continue;
+            }
+            let peer = match addr {
+                Some(a) => match self.endpoints.get(&a) {
+                    Some(&ep) => Peer::Ready(ep),
+                    None => match self.connect(a) {
+                        Some(ep) => {
+                            self.endpoints.insert(a, ep);
+                            Peer::Ready(ep)
+                        }
+                        None => Peer::Failed,
+                    },
+                },
+                None => Peer::Failed,
+            };
+            self.peers.insert(key, peer);
+        }
+        for l in &mut self.lookups {
+            l.serve_ready(LOOKUP_LIMIT, &serving_port);
+        }
+        let came: Vec<Incoming> = lock(&self.inbox).drain(..).collect();
+        busy |= !came.is_empty();
+        (came, busy)
+    }
+
+    /// Arms the worker for the machine thread's sleep: the descriptors to wait on (the
+    /// worker's event fd, the wake-up, the lookup sockets), or `None` when UCP has work
+    /// already or answers are held back.
+    pub(super) fn arm(&mut self) -> Option<Vec<RawFd>> {
+        if self.holds() {
+            return None;
+        }
+        self.wake.clear();
+        let mut fds = vec![self.wake.raw()];
+        for b in &mut self.workers {
+            if let Ok(false) = b.worker.arm() {
+                return None;
+            }
+            fds.push(b.worker.event_fd());
+        }
+        fds.extend(self.lookups.iter().map(|l| l.fd()));
+        Some(fds)
+    }
+
+    /// Whether anything is going on with other machines (an endpoint or a lookup): the
+    /// service thread then looks again soon.
+    pub(super) fn active(&self) -> bool {
+        !self.endpoints.is_empty()
+            || !self.peers.is_empty()
+            || self.lookups.iter().any(|l| l.waiting() > 0)
+    }
+
+    /// Messages the handlers refused so far.
+    #[allow(dead_code)]
+    pub(super) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
