@@ -216,10 +216,6 @@ fn guarded_copy(d: u64, s: u64, n: u64, s_odp: bool, d_odp: bool) -> Result<(), 
 /// ones, and a fast-string copy may store its bytes in any order.
 pub(crate) const LAST: u64 = 8;
 
-/// Entries of a span list split in two by a copy in order (a list has at most
-/// `MAX_SGE` entries; the cut may add one).
-const SPLIT: usize = crate::wqe::MAX_SGE as usize + 1;
-
 /// Copies from the `src` spans, in order, into the `dst` spans, in order, until either
 /// list is exhausted; returns the bytes copied. The last [`LAST`] bytes land after the
 /// others. A source span and a destination span may overlap (a loopback copy inside
@@ -230,29 +226,92 @@ const SPLIT: usize = crate::wqe::MAX_SGE as usize + 1;
 /// [`Fault`] when on-demand memory on either side is not accessible; the bytes before
 /// it may have been copied.
 pub(crate) fn copy_spans(dst: &[Span<'_>], src: &[Span<'_>]) -> Result<u64, Fault> {
-    let n = total(dst).min(total(src));
-    if n <= LAST || dst.len() >= SPLIT || src.len() >= SPLIT {
-        return copy_spans_unordered(dst, src);
+    if let ([d], [s]) = (dst, src) {
+        if !d.odp && !s.odp {
+            let n = d.len.min(s.len);
+            // SAFETY: both ranges lie inside live registered regions, pinned (the
+            // `Span` invariant), `n` bytes within each; `ptr::copy` allows overlap, and
+            // the last bytes are read before anything is written.
+            unsafe { copy_in_order(d.ptr(), s.ptr(), n as usize) };
+            return Ok(n);
+        }
     }
+    let n = total(dst).min(total(src));
+    if n <= LAST {
+        return copy_spans_upto(dst, src, n);
+    }
+    let cut = n - LAST;
     let mut last = [0u8; LAST as usize];
-    let (mut sh, mut st) = ([Span::empty(); SPLIT], [Span::empty(); SPLIT]);
-    let (nsh, nst) = split_at(src, n - LAST, &mut sh, &mut st);
-    copy_to_bytes(&mut last, &st[..nst])?;
-    let (mut dh, mut dt) = ([Span::empty(); SPLIT], [Span::empty(); SPLIT]);
-    let (ndh, ndt) = split_at(dst, n - LAST, &mut dh, &mut dt);
-    copy_spans_unordered(&dh[..ndh], &sh[..nsh])?;
+    each_part(src, cut, n, |part, at| {
+        copy_to_bytes(&mut last[at as usize..], &[part]).map(drop)
+    })?;
+    copy_spans_upto(dst, src, cut)?;
     fence(Ordering::Release);
-    copy_from_bytes_unordered(&dt[..ndt], &last)?;
+    each_part(dst, cut, n, |part, at| {
+        copy_from_bytes_unordered(&[part], &last[at as usize..]).map(drop)
+    })?;
     Ok(n)
 }
 
-/// [`copy_spans`], its bytes stored in whatever order `memcpy` stores them.
-fn copy_spans_unordered(dst: &[Span<'_>], src: &[Span<'_>]) -> Result<u64, Fault> {
+/// Copies `n` bytes from `s` to `d` (which may overlap, as `memmove`), the last
+/// [`LAST`] of them stored after all the others.
+///
+/// # Safety
+/// `s` is readable and `d` writable for `n` bytes.
+#[inline]
+unsafe fn copy_in_order(d: *mut u8, s: *const u8, n: usize) {
+    const L: usize = LAST as usize;
+    if n <= L {
+        // SAFETY: the caller's contract.
+        unsafe { core::ptr::copy(s, d, n) };
+        return;
+    }
+    // SAFETY: the caller's contract: `n - L .. n` lies in both ranges; the last
+    // bytes are read before anything is written, so an overlap keeps them.
+    unsafe {
+        let last = core::ptr::read_unaligned(s.add(n - L).cast::<[u8; L]>());
+        core::ptr::copy(s, d, n - L);
+        fence(Ordering::Release);
+        core::ptr::write_unaligned(d.add(n - L).cast::<[u8; L]>(), last);
+    }
+}
+
+/// Calls `f` with each part of the span list `spans` that holds its bytes `from..to`,
+/// and where in those bytes the part begins.
+fn each_part<'t>(
+    spans: &[Span<'t>],
+    from: u64,
+    to: u64,
+    mut f: impl FnMut(Span<'t>, u64) -> Result<(), Fault>,
+) -> Result<(), Fault> {
+    let mut pos = 0u64;
+    for s in spans {
+        if pos >= to {
+            break;
+        }
+        let end = (pos + s.len).min(to);
+        if end > from {
+            let skip = from.saturating_sub(pos);
+            let part = Span {
+                addr: s.addr + skip,
+                len: end - pos - skip,
+                ..*s
+            };
+            f(part, pos + skip - from)?;
+        }
+        pos += s.len;
+    }
+    Ok(())
+}
+
+/// [`copy_spans`] of the first `limit` bytes, stored in whatever order `memcpy`
+/// stores them.
+fn copy_spans_upto(dst: &[Span<'_>], src: &[Span<'_>], limit: u64) -> Result<u64, Fault> {
     let (mut di, mut doff) = (0usize, 0u64);
     let mut copied = 0u64;
     for s in src {
         let mut soff = 0u64;
-        while soff < s.len {
+        while soff < s.len && copied < limit {
             let Some(d) = dst.get(di) else {
                 return Ok(copied);
             };
@@ -261,7 +320,7 @@ fn copy_spans_unordered(dst: &[Span<'_>], src: &[Span<'_>]) -> Result<u64, Fault
                 doff = 0;
                 continue;
             }
-            let n = (s.len - soff).min(d.len - doff);
+            let n = (s.len - soff).min(d.len - doff).min(limit - copied);
             if s.odp || d.odp {
                 guarded_copy(d.addr + doff, s.addr + soff, n, s.odp, d.odp)?;
             } else {
@@ -290,16 +349,27 @@ fn copy_spans_unordered(dst: &[Span<'_>], src: &[Span<'_>]) -> Result<u64, Fault
 /// # Errors
 /// [`Fault::Dst`] when on-demand memory of `dst` is not accessible.
 pub(crate) fn copy_from_bytes(dst: &[Span<'_>], src: &[u8]) -> Result<u64, Fault> {
+    if let [d] = dst {
+        if !d.odp {
+            let n = d.len.min(src.len() as u64);
+            // SAFETY: `d` is a live, pinned registered range at least `n` bytes long
+            // (the `Span` invariant), `src` holds at least `n`; a buffer of the
+            // provider's own cannot overlap registered application memory (and
+            // `copy_in_order` allows it anyway).
+            unsafe { copy_in_order(d.ptr(), src.as_ptr(), n as usize) };
+            return Ok(n);
+        }
+    }
     let n = total(dst).min(src.len() as u64);
-    if n <= LAST || dst.len() >= SPLIT {
+    if n <= LAST {
         return copy_from_bytes_unordered(dst, src);
     }
     let cut = n - LAST;
-    let (mut head, mut tail) = ([Span::empty(); SPLIT], [Span::empty(); SPLIT]);
-    let (nh, nt) = split_at(dst, cut, &mut head, &mut tail);
-    copy_from_bytes_unordered(&head[..nh], &src[..cut as usize])?;
+    copy_from_bytes_unordered(dst, &src[..cut as usize])?;
     fence(Ordering::Release);
-    copy_from_bytes_unordered(&tail[..nt], &src[cut as usize..n as usize])?;
+    each_part(dst, cut, n, |part, at| {
+        copy_from_bytes_unordered(&[part], &src[(cut + at) as usize..n as usize]).map(drop)
+    })?;
     Ok(n)
 }
 
@@ -464,6 +534,40 @@ mod tests {
         assert!(dst[25..50].iter().all(|&b| b == 0));
         assert_eq!(copy_from_bytes(&dsts[..1], &[9; 30]), Ok(25));
         assert_eq!(&dst[..25], &[9; 25]);
+    }
+
+    #[test]
+    fn the_last_bytes_go_where_they_belong_whichever_spans_hold_them() {
+        // 20 bytes from spans of 5, 3 and 12 into spans of 14, 3 and 10: the last 8
+        // come from inside one source span and land across all three destinations.
+        let mut src = (1u8..=40).collect::<Vec<_>>();
+        let mut dst = vec![0u8; 40];
+        let mut t = MrTable::default();
+        let ks = t.register(info(&mut src, 0)).unwrap();
+        let kd = t.register(info(&mut dst, 1)).unwrap();
+        let (s0, d0) = (src.as_ptr() as u64, dst.as_ptr() as u64);
+        let srcs = [
+            t.span(ks, 0, 1, s0, 5, 0).unwrap(),
+            t.span(ks, 0, 1, s0 + 10, 3, 0).unwrap(),
+            t.span(ks, 0, 1, s0 + 20, 12, 0).unwrap(),
+        ];
+        let dsts = [
+            t.span(kd, 0, 1, d0, 14, 1).unwrap(),
+            t.span(kd, 0, 1, d0 + 20, 3, 1).unwrap(),
+            t.span(kd, 0, 1, d0 + 30, 10, 1).unwrap(),
+        ];
+        let stream: Vec<u8> = [&src[..5], &src[10..13], &src[20..32]].concat();
+        assert_eq!(copy_spans(&dsts, &srcs), Ok(20));
+        let got: Vec<u8> = [&dst[..14], &dst[20..23], &dst[30..33]].concat();
+        assert_eq!(got, stream);
+        assert!(dst[33..].iter().all(|&b| b == 0), "past the copy");
+        // From bytes: 21 of them into the same spans.
+        dst.fill(0);
+        let bytes: Vec<u8> = (100..121).collect();
+        assert_eq!(copy_from_bytes(&dsts, &bytes), Ok(21));
+        let got: Vec<u8> = [&dst[..14], &dst[20..23], &dst[30..34]].concat();
+        assert_eq!(got, bytes);
+        assert!(dst[34..].iter().all(|&b| b == 0), "past the copy");
     }
 
     #[test]
