@@ -4,6 +4,8 @@
 use core::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
+use crate::shared::sys::LAST;
+
 /// Whether every page of `[addr, addr + len)` is mapped in this process now
 /// (`mincore(2)` fails with `ENOMEM` on a range that is not). Whether a mapping is
 /// resident does not matter (an access faults it in), nor whether it grants the
@@ -207,14 +209,6 @@ fn guarded_copy(d: u64, s: u64, n: u64, s_odp: bool, d_odp: bool) -> Result<(), 
     }
     Ok(())
 }
-
-/// The last bytes of a copy into registered memory, which land after all the others.
-/// A NIC places a message's data in address order (mlx5's writes over PCIe), and
-/// consumers rely on it: they poll the last bytes of an RDMA WRITE's target to learn
-/// that the rest has landed (Open MPI's openib eager RDMA footer). `memcpy` keeps no
-/// order: glibc's stores the first 32 bytes of a 256-byte to 4 KiB copy after its last
-/// ones, and a fast-string copy may store its bytes in any order.
-pub(crate) const LAST: u64 = 8;
 
 /// Copies from the `src` spans, in order, into the `dst` spans, in order, until either
 /// list is exhausted; returns the bytes copied. The last [`LAST`] bytes land after the

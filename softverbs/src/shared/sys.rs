@@ -160,6 +160,14 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
     };
 }
 
+/// The last bytes of a copy into registered memory, which land after all the others.
+/// A NIC places a message's data in address order (mlx5's writes over PCIe), and
+/// consumers rely on it: they poll the last bytes of an RDMA WRITE's target to learn
+/// that the rest has landed (Open MPI's openib eager RDMA footer). `memcpy` keeps no
+/// order: glibc's stores the first 32 bytes of a 256-byte to 4 KiB copy after its last
+/// ones, and a fast-string copy may store its bytes in any order.
+pub(crate) const LAST: u64 = 8;
+
 /// Why a copy to or from another process failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CopyError {
@@ -178,7 +186,7 @@ pub(crate) type Range = (u64, u64);
 /// `pid`: `pull` reads the remote ranges into the local ones (`process_vm_readv`),
 /// otherwise the local ones are written to the remote ones. The copy stops where the
 /// shorter list ends; anything less than that is a fault. The destination's last
-/// [`LAST`](crate::mem::LAST) bytes are an iovec of their own, which the kernel
+/// [`LAST`] bytes are an iovec of their own, which the kernel
 /// copies after all the others (it copies page by page, segment by segment, in
 /// order), so that they land last, as a NIC's would.
 ///
@@ -261,10 +269,10 @@ pub(crate) fn process_copy(
 }
 
 /// Splits the iovec list `iov` (its first `n` used, room for one more) where the last
-/// [`LAST`](crate::mem::LAST) bytes of a `total`-byte copy begin, when they lie inside
+/// [`LAST`] bytes of a `total`-byte copy begin, when they lie inside
 /// one entry; returns the entries used then.
 fn last_apart(iov: &mut [libc::iovec], n: usize, total: u64) -> usize {
-    let last = crate::mem::LAST;
+    let last = LAST;
     if total <= last || n >= iov.len() {
         return n;
     }
