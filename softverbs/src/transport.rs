@@ -17,7 +17,7 @@
 //! |---|---|---|---|
 //! | `Process` (`engine/route/process.rs`) | in this process | the requester's thread runs the responder (`engine::respond`) over plain copies | as the call's value, at once |
 //! | `Namespace` (`engine/route/namespace/`) | another process of the shared namespace | a record in that process's inbox, or executed directly with `process_vm_writev`/`readv` (one-sided) | a response record in our inbox, drained by [`Transport::poll`] into `route::on_record`; a dead owner by `route::check_deadlines` |
-//! | `Machine` (`engine/route/ucx/`) | on another machine: a RoCE port's destination GID that no device of the namespace has | an active message over UCP to the process serving it, found by a lookup ([`machine`]) | a response message, run by the machine thread ([`Transport::serve_machine`]) into the route; nobody answering, by the route's own timer |
+//! | `Machine` (`engine/route/ucx/`) | on another machine: a RoCE port's destination GID that no device of the namespace has | an active message over UCP to the process serving it, found by a lookup ([`machine`]) | a response message (or one riding on a request), run into the route by the machine thread or, while one polls, a polling thread ([`Transport::serve_machine`]); nobody answering, by the route's own timer |
 //! | `Nowhere` | no device answers to the address, or a link is down | nothing travels | at once: RC `IBV_WC_RETRY_EXC_ERR`, UC and UD complete |
 //!
 //! The contract each route keeps, whatever carries it:
@@ -325,6 +325,15 @@ impl Transport {
         }
     }
 
+    /// Sends the answers held back ([`Transport::machine_hold`]) now: a QP is destroyed,
+    /// and its process may exit before another turn (a NIC has acknowledged what it
+    /// took by then).
+    pub(crate) fn machine_flush(&self) {
+        if let Some(Some(m)) = self.machine.get() {
+            lock(m).flush_held();
+        }
+    }
+
     /// Ends the service thread's nap (a thread of ours started to wait for an event: no
     /// poll will drain the inbox meanwhile).
     pub(crate) fn nudge(&self) {
@@ -456,7 +465,9 @@ extern "C" fn park_machine() {
     let until = std::time::Instant::now() + Duration::from_millis(500);
     loop {
         match m.try_lock() {
-            Ok(g) => {
+            Ok(mut g) => {
+                // Answers held back go first: the process exits before another turn.
+                g.flush_held();
                 std::mem::forget(g);
                 return;
             }

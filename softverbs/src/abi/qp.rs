@@ -203,6 +203,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         // No other process holds it any more (those that did have died).
         p.xrc_open.release(q.get().core.dev, q.get().core.qpn);
     }
+    // Answers held back for a request yet to come go now: the process may exit before
+    // the machine is served again.
+    p.transport().machine_flush();
     p.unregister_qp(q.get().core.qpn);
     q.get().core.destroy();
     // Type 2 windows bound through it grant nothing any more.

@@ -343,7 +343,7 @@ impl Machine {
     }
 
     /// Sends the answers held back, as they are.
-    fn flush_held(&mut self) {
+    pub(super) fn flush_held(&mut self) {
         for (ep, h) in std::mem::take(&mut self.held) {
             self.send_now(ep, RESPONSE, &h, Vec::new());
         }
