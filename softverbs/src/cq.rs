@@ -147,7 +147,9 @@ impl Stamp {
 }
 
 struct CqInner {
-    queue: VecDeque<(ibv_wc, Release, Stamp)>,
+    /// Completions, each with its slots to release, its stamp, and whether it may
+    /// raise a solicited-only event ([`Armed::Solicited`]).
+    queue: VecDeque<(ibv_wc, Release, Stamp, bool)>,
     overflowed: bool,
     armed: Armed,
     /// Events taken by `ibv_get_cq_event` (what `ibv_destroy_cq` waits to see
@@ -245,12 +247,13 @@ impl CqCore {
         } else {
             Stamp::default()
         };
-        g.queue.push_back((wc, release, at));
+        let solicits = solicited || wc.status != vqp_sys::IBV_WC_SUCCESS;
+        g.queue.push_back((wc, release, at, solicits));
         self.publish(&g);
         let fire = match g.armed {
             Armed::No => false,
             Armed::Any => true,
-            Armed::Solicited => solicited || wc.status != vqp_sys::IBV_WC_SUCCESS,
+            Armed::Solicited => solicits,
         };
         if fire {
             g.armed = Armed::No;
@@ -295,7 +298,7 @@ impl CqCore {
         if n == 0 && g.overflowed {
             return Err(CqOverrun);
         }
-        for (i, (wc, release, at)) in g.queue.drain(..n).enumerate() {
+        for (i, (wc, release, at, _)) in g.queue.drain(..n).enumerate() {
             if let Some((slots, k)) = release {
                 let _ = slots.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
                     Some(v.saturating_sub(k))
@@ -340,21 +343,39 @@ impl CqCore {
     /// destroyed: see `QpCore::clean_cqs`); the others keep their order.
     pub fn clean(&self, qpn: u32) {
         let mut g = lock(&self.inner);
-        g.queue.retain(|(wc, _, _)| wc.qp_num != qpn);
+        g.queue.retain(|(wc, _, _, _)| wc.qp_num != qpn);
         self.publish(&g);
     }
 
-    /// Arms the CQ for one event; `EINVAL` without a channel.
+    /// Arms the CQ for one event; `EINVAL` without a channel. A CQ that already holds a
+    /// completion the arming asks for raises the event at once, as a ConnectX does:
+    /// mlx5's `mlx5_arm_cq` (rdma-core `providers/mlx5/cq.c`) writes the consumer index
+    /// into the arm doorbell, and the device raises the event for a CQE at or past it,
+    /// one already written and not yet polled included. Programs rely on it: Open MPI's
+    /// openib connection manager (`udcm_cq_event_dispatch`) polls its CQ, then arms it,
+    /// and a completion that came between the two would otherwise wait forever.
     pub fn arm(&self, solicited_only: bool) -> Result<(), i32> {
-        if self.channel.is_none() {
+        let Some(ch) = &self.channel else {
             return Err(libc::EINVAL);
-        }
+        };
         let mut g = lock(&self.inner);
         // Arming for "any" is not narrowed by a later solicited-only request.
         g.armed = match (g.armed, solicited_only) {
             (Armed::Any, _) | (_, false) => Armed::Any,
             _ => Armed::Solicited,
         };
+        let fire = match g.armed {
+            Armed::No => false,
+            Armed::Any => !g.queue.is_empty(),
+            Armed::Solicited => g.queue.iter().any(|e| e.3),
+        };
+        if fire {
+            g.armed = Armed::No;
+        }
+        drop(g);
+        if fire {
+            ch.post(self.handle.load(Ordering::Relaxed), self.user_context);
+        }
         Ok(())
     }
 
@@ -406,6 +427,52 @@ mod tests {
             qp_num: qpn,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn arming_a_cq_that_holds_a_completion_raises_the_event_at_once() {
+        let ch = Arc::new(ChannelCore::new().unwrap());
+        let q = CqCore::new(
+            8,
+            0,
+            Arc::new(CtxCore::new(0).unwrap()),
+            Some(ch.clone()),
+            7,
+        );
+        // Armed with nothing queued: no event until a completion comes.
+        q.arm(false).unwrap();
+        assert_eq!(ch.take(), None);
+        assert!(q.push(wc(1), false, None));
+        assert_eq!(ch.take(), Some((0, 7)));
+        // The completion is still there, not polled, when the program arms again (it
+        // polled before the completion came, and arms after): the event comes at once.
+        q.arm(false).unwrap();
+        assert_eq!(
+            ch.take(),
+            Some((0, 7)),
+            "an unpolled completion, armed for any"
+        );
+        // One event per arming: the next completion raises none until armed again.
+        assert!(q.push(wc(2), false, None));
+        assert_eq!(ch.take(), None);
+        // Solicited-only: a queued completion that may not raise one does not; a
+        // solicited one, or an error, does.
+        assert_eq!(q.poll(8, |_, _| {}), Ok(2));
+        assert!(q.push(wc(3), false, None));
+        q.arm(true).unwrap();
+        assert_eq!(ch.take(), None, "no solicited completion queued");
+        assert!(q.push(wc(4), true, None));
+        assert_eq!(ch.take(), Some((0, 7)));
+        q.arm(true).unwrap();
+        assert_eq!(
+            ch.take(),
+            Some((0, 7)),
+            "a solicited completion still queued"
+        );
+        // Polled empty, armed: nothing.
+        assert_eq!(q.poll(8, |_, _| {}), Ok(2));
+        q.arm(false).unwrap();
+        assert_eq!(ch.take(), None);
     }
 
     /// Polls `q` on another thread while this one holds the CQ's lock; whether that
