@@ -190,6 +190,9 @@ impl Transport {
             return;
         }
         let _ = self.machine_addrs.set(addrs.to_vec());
+        // Before the thread that makes the machine starts: a process that exits while
+        // it is being made waits for it (`park_machine`).
+        crate::os::at_exit(park_machine);
         if let Ok(s) = self.join(endpoint) {
             s.start_service();
             let spawned = std::thread::Builder::new()
@@ -250,14 +253,14 @@ impl Transport {
     /// be had is said once on stderr, and the rest goes on: without UCX (Debian's
     /// `libucx0`) no other machine reaches this process's QPs.
     fn make_machine(s: &Shared, addrs: &[(Ipv4Addr, String)]) -> Option<&'static Mutex<Machine>> {
+        // The exit handler waits for this (see `park_machine`).
+        let _making = lock(&MAKING);
         match Machine::new(addrs, lookup_port()) {
             Ok((m, port)) => {
                 s.export_ucx_port(port);
                 // Lives as long as the process: the exit handler parks it.
                 let m: &'static Mutex<Machine> = Box::leak(Box::new(Mutex::new(m)));
-                if PARKED_AT_EXIT.set(m).is_ok() {
-                    crate::os::at_exit(park_machine);
-                }
+                let _ = PARKED_AT_EXIT.set(m);
                 Some(m)
             }
             Err(e) => {
@@ -453,16 +456,39 @@ impl Transport {
 /// The machine the exit handler parks (see [`park_machine`]).
 static PARKED_AT_EXIT: OnceLock<&'static Mutex<Machine>> = OnceLock::new();
 
+/// Held while the machine thread makes the machine (UCX's context and workers).
+static MAKING: Mutex<()> = Mutex::new(());
+
 /// At exit: takes the worker lock and keeps it, waiting 500 ms at most for the machine
 /// thread to leave UCX, so that no thread of ours is inside UCX (progressing its
 /// workers) while the process's exit runs UCX's own destructors (a write_bw server
 /// was once seen to end in SIGSEGV after its run had passed). A thread that then wants
-/// the lock waits until the process is gone.
+/// the lock waits until the process is gone. First it waits, as long, for a machine
+/// being made, and keeps that from starting: a process that exited while the machine
+/// thread was inside UCX's initialisation failed UCX's assertion in its destructor
+/// (`vfs_obj.c`, in a test child that exits at once).
 extern "C" fn park_machine() {
+    let until = std::time::Instant::now() + Duration::from_millis(500);
+    loop {
+        match MAKING.try_lock() {
+            Ok(g) => {
+                std::mem::forget(g);
+                break;
+            }
+            Err(std::sync::TryLockError::Poisoned(e)) => {
+                std::mem::forget(e.into_inner());
+                break;
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        if std::time::Instant::now() > until {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let Some(m) = PARKED_AT_EXIT.get() else {
         return;
     };
-    let until = std::time::Instant::now() + Duration::from_millis(500);
     loop {
         match m.try_lock() {
             Ok(mut g) => {
