@@ -468,43 +468,27 @@ static MAKING: Mutex<()> = Mutex::new(());
 /// thread was inside UCX's initialisation failed UCX's assertion in its destructor
 /// (`vfs_obj.c`, in a test child that exits at once).
 extern "C" fn park_machine() {
-    let until = std::time::Instant::now() + Duration::from_millis(500);
-    loop {
-        match MAKING.try_lock() {
-            Ok(g) => {
-                std::mem::forget(g);
-                break;
-            }
-            Err(std::sync::TryLockError::Poisoned(e)) => {
-                std::mem::forget(e.into_inner());
-                break;
-            }
-            Err(std::sync::TryLockError::WouldBlock) => {}
-        }
-        if std::time::Instant::now() > until {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(1));
+    let wait = || std::time::Instant::now() + Duration::from_millis(500);
+    if let Some(g) = lock_until(&MAKING, wait()) {
+        std::mem::forget(g);
     }
-    let Some(m) = PARKED_AT_EXIT.get() else {
-        return;
-    };
+    if let Some(mut g) = PARKED_AT_EXIT.get().and_then(|m| lock_until(m, wait())) {
+        // Answers held back go first: the process exits before another turn.
+        g.flush_held();
+        std::mem::forget(g);
+    }
+}
+
+/// Locks `m` (poisoned or not), trying until `until`; `None` past it.
+fn lock_until<T>(m: &Mutex<T>, until: std::time::Instant) -> Option<std::sync::MutexGuard<'_, T>> {
     loop {
         match m.try_lock() {
-            Ok(mut g) => {
-                // Answers held back go first: the process exits before another turn.
-                g.flush_held();
-                std::mem::forget(g);
-                return;
-            }
-            Err(std::sync::TryLockError::Poisoned(e)) => {
-                std::mem::forget(e.into_inner());
-                return;
-            }
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => {}
         }
         if std::time::Instant::now() > until {
-            return;
+            return None;
         }
         std::thread::sleep(Duration::from_millis(1));
     }

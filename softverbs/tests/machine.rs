@@ -94,6 +94,26 @@ fn write_file(p: &FsPath, text: &str) {
     std::fs::rename(&tmp, p).unwrap();
 }
 
+/// The requester's side of the rendezvous: publishes `a`'s QP number, then waits for
+/// the responder's QP number, region address and rkey (in that order).
+fn meet_responder(base: &FsPath, a: &Side) -> Vec<u64> {
+    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
+    wait_file(&base.with_extension("b"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect()
+}
+
+/// The responder's side: publishes `b`'s QP number, region address and rkey, then
+/// waits for the requester's QP number.
+fn meet_requester(base: &FsPath, b: &Side) -> u32 {
+    write_file(
+        &base.with_extension("b"),
+        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
+    );
+    wait_file(&base.with_extension("a")).trim().parse().unwrap()
+}
+
 /// Two network namespaces joined by a veth (`vm0` 192.0.2.1 in the first, `vm1`
 /// 192.0.2.2 in the second) and a directory holding each one's softverbs namespace
 /// and the rendezvous files; all removed when dropped.
@@ -243,11 +263,7 @@ fn child_responder() {
     bytes_mut(&mut b)[BIG_AT..].fill(0);
     bytes_mut(&mut b)[ATOMIC_AT..ATOMIC_AT + 8].copy_from_slice(&40u64.to_ne_bytes());
     let base = rendezvous();
-    write_file(
-        &base.with_extension("b"),
-        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
-    );
-    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    let a_qpn = meet_requester(&base, &b);
     connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
     // WRITE_WITH_IMM takes a receive without buffers; SEND and the inline SEND theirs.
     let mut r = recv_wr(10, &mut []);
@@ -304,11 +320,7 @@ fn child_requester() {
     let mut a = side(&v, "soft0", &opts());
     fill(&mut a, 9);
     let base = rendezvous();
-    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
-    let f: Vec<u64> = wait_file(&base.with_extension("b"))
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    let f = meet_responder(&base, &a);
     let (b_qpn, b_addr, b_rkey) = (f[0] as u32, f[1], f[2] as u32);
     connect_to(&a, v4([192, 0, 2, 2]), b_qpn, 14, 7);
     wait_file(&base.with_extension("b-ready"));
@@ -489,11 +501,7 @@ fn child_victim() {
     let v = verbs();
     let b = side(&v, "soft0", &Opts::default());
     let base = rendezvous();
-    write_file(
-        &base.with_extension("b"),
-        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
-    );
-    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    let a_qpn = meet_requester(&base, &b);
     connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
     wait_serving();
     write_file(&base.with_extension("b-ready"), "ready\n");
@@ -510,11 +518,7 @@ fn child_survivor() {
     let v = verbs();
     let a = side(&v, "soft0", &Opts::default());
     let base = rendezvous();
-    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
-    let f: Vec<u64> = wait_file(&base.with_extension("b"))
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    let f = meet_responder(&base, &a);
     // 4.096 µs · 2^14 ≈ 67 ms an attempt, 3 retransmissions: about 270 ms in all.
     connect_to(&a, v4([192, 0, 2, 2]), f[0] as u32, 14, 3);
     wait_file(&base.with_extension("b-ready"));
@@ -603,11 +607,7 @@ fn child_uc_responder() {
     let mut b = side_of(&v, "soft0", vqp_host::QpType::Uc);
     bytes_mut(&mut b).fill(0);
     let base = rendezvous();
-    write_file(
-        &base.with_extension("b"),
-        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
-    );
-    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    let a_qpn = meet_requester(&base, &b);
     connect_uc(&b, v4([192, 0, 2, 1]), a_qpn);
     post_receive(&b, 20, SEND_AT, 4096);
     wait_serving();
@@ -638,11 +638,7 @@ fn child_uc_requester() {
     let mut a = side_of(&v, "soft0", vqp_host::QpType::Uc);
     fill(&mut a, 9);
     let base = rendezvous();
-    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
-    let f: Vec<u64> = wait_file(&base.with_extension("b"))
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    let f = meet_responder(&base, &a);
     connect_uc(&a, v4([192, 0, 2, 2]), f[0] as u32);
     wait_file(&base.with_extension("b-ready"));
     // The first WQE may wait for the lookup; a UC WQE then completes once sent.
@@ -689,11 +685,7 @@ fn child_target() {
     let mut b = side(&v, "soft0", &Opts::default());
     bytes_mut(&mut b).fill(0);
     let base = rendezvous();
-    write_file(
-        &base.with_extension("b"),
-        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
-    );
-    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    let a_qpn = meet_requester(&base, &b);
     connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
     wait_serving();
     write_file(&base.with_extension("b-ready"), "ready\n");
@@ -716,11 +708,7 @@ fn child_forger() {
     let mut a = side(&v, "soft0", &Opts::default());
     fill(&mut a, 9);
     let base = rendezvous();
-    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
-    let f: Vec<u64> = wait_file(&base.with_extension("b"))
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    let f = meet_responder(&base, &a);
     let (b_qpn, b_addr, b_rkey) = (f[0] as u32, f[1], f[2] as u32);
     connect_to(&a, v4([192, 0, 2, 2]), b_qpn, 14, 7);
     wait_file(&base.with_extension("b-ready"));
@@ -1093,11 +1081,7 @@ fn child_cut_off() {
     let v = verbs();
     let a = side(&v, "soft0", &Opts::default());
     let base = rendezvous();
-    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
-    let f: Vec<u64> = wait_file(&base.with_extension("b"))
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    let f = meet_responder(&base, &a);
     // 4.096 µs · 2^16 ≈ 268 ms an attempt, 2 retransmissions: about 0.8 s in all,
     // long enough for the link to go down while the WRITEs wait for their answers.
     connect_to(&a, v4([192, 0, 2, 2]), f[0] as u32, 16, 2);
@@ -1186,11 +1170,7 @@ fn child_sink() {
     let v = verbs();
     let b = side(&v, "soft0", &deep_opts());
     let base = rendezvous();
-    write_file(
-        &base.with_extension("b"),
-        &format!("{} {} {}\n", b.qp.qp_num(), b.mr.addr(), b.mr.rkey()),
-    );
-    let a_qpn: u32 = wait_file(&base.with_extension("a")).trim().parse().unwrap();
+    let a_qpn = meet_requester(&base, &b);
     connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
     wait_serving();
     write_file(&base.with_extension("b-ready"), "ready\n");
@@ -1206,11 +1186,7 @@ fn child_deep() {
     let v = verbs();
     let a = side(&v, "soft0", &deep_opts());
     let base = rendezvous();
-    write_file(&base.with_extension("a"), &format!("{}\n", a.qp.qp_num()));
-    let f: Vec<u64> = wait_file(&base.with_extension("b"))
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    let f = meet_responder(&base, &a);
     // perftest's default: timeout 14 (about 67 ms), retry_cnt 7.
     connect_to(&a, v4([192, 0, 2, 2]), f[0] as u32, 14, 7);
     wait_file(&base.with_extension("b-ready"));
