@@ -221,7 +221,13 @@ fn a_client_gone_during_the_exchange_leaves_the_server_failing_within_its_timeou
         std::thread::sleep(Duration::from_millis(20));
     }
     {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut s = match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => s,
+            Err(e) => {
+                let out = srv.finish(Duration::from_secs(5));
+                panic!("connect to the server: {e}\n{}", out.describe("server"));
+            }
+        };
         s.write_all(b"write_bw/2 size=4096 qps=2 max_frag=65536 mode=dqplb opcode=write_imm seed=1 iters=10 rdma_cm=1\n")
             .unwrap();
         let mut line = String::new();

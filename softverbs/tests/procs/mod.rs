@@ -16,10 +16,21 @@ pub fn namespace(test: &str) -> PathBuf {
 
 /// A TCP port free now on every address: the kernel's pick for a listener that is then
 /// closed. A test's server listens on it a moment later; unlike a fixed port, two runs
-/// of the suite at once (or anything else on the machine) do not collide on it.
+/// of the suite at once (or anything else on the machine) do not collide on it. Never
+/// the same port twice in one test process: a port is free again once its listener
+/// closes, so two tests starting together could each be handed it, and the second
+/// server would fail to listen while its client reached the first.
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("0.0.0.0:0").expect("a free port");
-    l.local_addr().expect("its address").port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let l = std::net::TcpListener::bind("0.0.0.0:0").expect("a free port");
+        let port = l.local_addr().expect("its address").port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Whether something listens on TCP `port` (read from /proc, without connecting: the
