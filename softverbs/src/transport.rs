@@ -83,10 +83,11 @@
 //!   so the in-process and namespace routes pay nothing for it.
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 pub(crate) mod machine;
+mod spare;
 
 use crate::os::lock;
 use crate::region::MrInfo;
@@ -95,6 +96,7 @@ use crate::shared::{self, registry, Endpoint, Owner, Shared, SharedError};
 use crate::ucx::lookup;
 use machine::Machine;
 pub(crate) use machine::{Ep, Incoming, Reach};
+use spare::Spare;
 
 /// This process's transport to other processes: the shared namespace once joined.
 #[derive(Default)]
@@ -107,6 +109,8 @@ pub(crate) struct Transport {
     /// What serves other machines, made by the machine thread once the addresses are
     /// known ([`Transport::serve_machine`]); `None` inside when UCX cannot be used.
     machine: OnceLock<Option<&'static Mutex<Machine>>>,
+    /// Payload buffers kept for the next message to or from another machine.
+    spare: Arc<Spare>,
 }
 
 /// The lookup port: `VQP_SOFT_UCX_PORT`, else [`lookup::DEFAULT_PORT`].
@@ -252,10 +256,14 @@ impl Transport {
     /// Makes what serves other machines (see [`Transport::start_machine`]); what cannot
     /// be had is said once on stderr, and the rest goes on: without UCX (Debian's
     /// `libucx0`) no other machine reaches this process's QPs.
-    fn make_machine(s: &Shared, addrs: &[(Ipv4Addr, String)]) -> Option<&'static Mutex<Machine>> {
+    fn make_machine(
+        s: &Shared,
+        addrs: &[(Ipv4Addr, String)],
+        spare: &Arc<Spare>,
+    ) -> Option<&'static Mutex<Machine>> {
         // The exit handler waits for this (see `park_machine`).
         let _making = lock(&MAKING);
-        match Machine::new(addrs, lookup_port()) {
+        match Machine::new(addrs, lookup_port(), spare.clone()) {
             Ok((m, port)) => {
                 s.export_ucx_port(port);
                 // Lives as long as the process: the exit handler parks it.
@@ -285,7 +293,7 @@ impl Transport {
         };
         let Some(m) = self
             .machine
-            .get_or_init(|| Self::make_machine(s, addrs))
+            .get_or_init(|| Self::make_machine(s, addrs, &self.spare))
             .as_ref()
             .copied()
         else {
@@ -318,6 +326,18 @@ impl Transport {
             Some(Some(m)) => lock(m).send(ep, id, header, payload),
             _ => false,
         }
+    }
+
+    /// A buffer of `len` bytes for a payload to another machine (given to
+    /// [`Transport::machine_send`], which keeps it for the next one when UCP is done).
+    pub(crate) fn machine_buffer(&self, len: usize) -> Vec<u8> {
+        self.spare.take(len)
+    }
+
+    /// Keeps the payload of a message that came ([`Incoming::payload`]), or of an
+    /// answer not sent, for the next message.
+    pub(crate) fn machine_recycle(&self, b: Vec<u8>) {
+        self.spare.give(b);
     }
 
     /// Holds back `answer` (a response's header, for a response with no payload) to go

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::Spare;
 use crate::os::{lock, Wake};
 use crate::ucx::{self, lookup, Data, EpId, Event, Worker};
 
@@ -126,6 +127,8 @@ pub(super) struct Machine {
     /// Answers (a response's header, no payload) held back for the next request to
     /// the same endpoint ([`ANSWERED`]); sent as they are at the next turn.
     held: Vec<(Ep, Vec<u8>)>,
+    /// Payload buffers: the handlers copy into them, sent ones come back to them.
+    spare: Arc<Spare>,
 }
 
 /// A worker and the addresses of the interface it is kept to.
@@ -157,6 +160,7 @@ impl Machine {
     pub(super) fn new(
         bound: &[(Ipv4Addr, String)],
         lookup_port: u16,
+        spare: Arc<Spare>,
     ) -> Result<(Machine, u16), ucx::Error> {
         let wake = Arc::new(Wake::new().map_err(|_| ucx::Error::Invalid("no eventfd"))?);
         let inbox: Arc<Mutex<VecDeque<Incoming>>> = Arc::default();
@@ -176,16 +180,21 @@ impl Machine {
             for id in [REQUEST, RESPONSE, ANSWERED] {
                 let q = inbox.clone();
                 let d = dropped.clone();
+                let spare = spare.clone();
                 worker.set_handler(id, move |m| {
                     let header = m.header().to_vec();
                     let from = m.from().map(|ep| Ep { worker: index, ep });
                     match m.into_data() {
-                        Data::Eager(p) => lock(&q).push_back(Incoming {
-                            id,
-                            header,
-                            payload: p.to_vec(),
-                            from,
-                        }),
+                        Data::Eager(p) => {
+                            let mut payload = spare.take(p.len());
+                            payload.copy_from_slice(p);
+                            lock(&q).push_back(Incoming {
+                                id,
+                                header,
+                                payload,
+                                from,
+                            })
+                        }
                         // Every message is eager (`SETTINGS`): a rendezvous one comes
                         // from another protocol, and is discarded (dropping it releases
                         // it).
@@ -246,6 +255,7 @@ impl Machine {
                 dropped,
                 wake,
                 held: Vec::new(),
+                spare,
             },
             port,
         ))
@@ -404,7 +414,8 @@ impl Machine {
                         let _ = b.worker.accept(req);
                     }
                     Event::EndpointFailed { ep, .. } => failed.push(Ep { worker: w, ep }),
-                    Event::Sent { .. } | Event::Received { .. } => {}
+                    Event::Sent { buffer, .. } => self.spare.give(buffer),
+                    Event::Received { .. } => {}
                 }
             }
         }

@@ -240,7 +240,8 @@ pub(super) struct SendReq {
     pub(super) ep: EpId,
     pub(super) token: u64,
     pub(super) _header: Vec<u8>,
-    pub(super) _payload: Vec<u8>,
+    /// The payload of an owned send, given back with [`Event::Sent`].
+    pub(super) payload: Vec<u8>,
     /// The gather list of a raw send, read by UCP until completion.
     pub(super) _iov: Vec<sys::ucp_dt_iov_t>,
 }
@@ -391,7 +392,7 @@ impl Worker {
             ep,
             token,
             _header: header.to_vec(),
-            _payload: payload,
+            payload,
             _iov: segments
                 .iter()
                 .map(|&(p, l)| sys::ucp_dt_iov_t {
@@ -402,7 +403,7 @@ impl Worker {
         });
         let (h, hl) = (req._header.as_ptr(), req._header.len());
         let (datatype, p, pl) = if segments.is_empty() {
-            let (p, l) = (req._payload.as_ptr().cast::<c_void>(), req._payload.len());
+            let (p, l) = (req.payload.as_ptr().cast::<c_void>(), req.payload.len());
             (sys::UCP_DATATYPE_BYTES, p, l)
         } else {
             let (p, l) = (req._iov.as_ptr().cast::<c_void>(), req._iov.len());
@@ -428,6 +429,7 @@ impl Worker {
             ep: req.ep,
             token: req.token,
             result,
+            buffer: req.payload,
         });
         Ok(())
     }
@@ -549,10 +551,14 @@ pub(super) unsafe extern "C" fn send_done(
                 status: Status(status),
             })
         };
+        let SendReq {
+            ep, token, payload, ..
+        } = *req;
         st.push(Event::Sent {
-            ep: req.ep,
-            token: req.token,
+            ep,
+            token,
             result,
+            buffer: payload,
         });
         if ours {
             // SAFETY: a request UCP returned, complete now, freed once (the drop frees

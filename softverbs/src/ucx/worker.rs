@@ -44,6 +44,9 @@ pub enum Event {
         token: u64,
         /// Whether it was sent.
         result: Result<(), Error>,
+        /// The payload [`Worker::am_send`] was given, back for another send (empty
+        /// for a raw send).
+        buffer: Vec<u8>,
     },
     /// A rendezvous receive started with [`Rndv::receive`](super::Rndv::receive) or [`Rndv::receive_raw`](super::Rndv::receive_raw)
     /// completed.

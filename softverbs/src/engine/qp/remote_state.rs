@@ -89,6 +89,12 @@ pub(crate) struct RemoteState {
     /// behind others from one that left.
     pub(crate) machine_ep: Option<crate::transport::Ep>,
     pub(crate) machine_marks: VecDeque<(u32, u64)>,
+    /// The rate at which the responder on another machine acknowledges this QP's
+    /// payload, in bytes per second, and the bytes acknowledged since `machine_since`
+    /// (measured over a few milliseconds at a time): the UCX route's window follows it.
+    pub(crate) machine_rate: u64,
+    pub(crate) machine_acked: u64,
+    pub(crate) machine_since: Option<Instant>,
 }
 
 impl RemoteState {

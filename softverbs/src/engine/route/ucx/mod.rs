@@ -179,6 +179,7 @@ pub(crate) fn serve_machine<P: Tables>(
                 answers.push((ep, a));
             }
         }
+        t.machine_recycle(m.payload);
     }
     for (ep, (r, payload)) in answers {
         if polling && payload.is_empty() {

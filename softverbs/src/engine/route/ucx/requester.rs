@@ -21,12 +21,42 @@ use crate::wqe::SendWqe;
 /// Requests one QP keeps in flight at most; more wait in its send queue.
 const MAX_IN_FLIGHT: usize = 64;
 
-/// Payload bytes one QP keeps in flight at most (beyond its first request, which
-/// always goes): the route's window. UCP queues what it cannot send yet, so without
-/// a window a deep send queue of large WQEs (perftest's 128 × 1 MiB) would wait in
-/// UCP's queue longer than the local ACK timeout and be retransmitted, while a NIC's
-/// timer only runs for packets on the wire.
-const MAX_BYTES_IN_FLIGHT: u64 = 2 << 20;
+/// Payload bytes one QP keeps in flight (beyond its first request, which always
+/// goes): the route's window, what its responder acknowledged in the last
+/// [`WINDOW_TIME`] within these bounds. UCP queues what it cannot send yet, so a
+/// window much larger than the link drains in an ACK timeout would have a deep send
+/// queue of large WQEs (perftest's 128 × 1 MiB) wait in UCP's queue past its ACK
+/// timer and be retransmitted, while a NIC's timer only runs for packets on the wire;
+/// one too small leaves a fast link idle between a request's ACK and the next (two
+/// 1 MiB requests in flight moved half what eight did between two namespaces).
+const MIN_BYTES_IN_FLIGHT: u64 = 2 << 20;
+const MAX_BYTES_IN_FLIGHT: u64 = 8 << 20;
+const WINDOW_TIME: Duration = Duration::from_millis(8);
+
+/// How long the acknowledged bytes are counted before the rate is taken.
+const RATE_SPAN: Duration = Duration::from_millis(2);
+
+/// The window of a QP whose responder acknowledges `rate` bytes per second.
+fn window(rate: u64) -> u64 {
+    let w = u128::from(rate) * WINDOW_TIME.as_micros() / 1_000_000;
+    (w.min(u128::from(MAX_BYTES_IN_FLIGHT)) as u64).max(MIN_BYTES_IN_FLIGHT)
+}
+
+/// Counts `bytes` acknowledged now, and takes the rate once [`RATE_SPAN`] passed.
+fn note_acked(g: &mut QpInner, bytes: u64, now: Instant) {
+    let r = &mut g.remote;
+    r.machine_acked += bytes;
+    match r.machine_since {
+        Some(t0) if now.duration_since(t0) >= RATE_SPAN => {
+            let us = now.duration_since(t0).as_micros().max(1);
+            r.machine_rate = (u128::from(r.machine_acked) * 1_000_000 / us) as u64;
+            r.machine_acked = 0;
+            r.machine_since = Some(now);
+        }
+        Some(_) => {}
+        None => r.machine_since = Some(now),
+    }
+}
 
 /// The bytes WQE `w` moves (its payload, or a READ's data).
 fn bytes_of(w: &SendWqe) -> u64 {
@@ -154,7 +184,7 @@ pub(super) fn send<P: Tables>(
             .map(|f| bytes_of(&f.w))
             .sum::<u64>()
             + len
-            > MAX_BYTES_IN_FLIGHT;
+            > window(g.remote.machine_rate);
     if g.remote.in_flight.len() >= limit || window_full {
         g.sq.push_front(w);
         g.remote.full = true;
@@ -191,9 +221,10 @@ pub(super) fn send<P: Tables>(
         } else if let Some(d) = &w.inline {
             d.to_vec()
         } else {
-            let mut b = vec![0u8; len as usize];
+            let mut b = t.machine_buffer(len as usize);
             if mem::copy_to_bytes(&mut b, local).is_err() {
                 // The local (on-demand) buffer could not be read.
+                t.machine_recycle(b);
                 fail(qp, g, &w, IBV_WC_LOC_PROT_ERR, None);
                 return Step::Failed;
             }
@@ -293,8 +324,9 @@ fn send_datagram<P: Tables>(
     let payload = match &w.inline {
         Some(b) => b.to_vec(),
         None => {
-            let mut b = vec![0u8; len as usize];
+            let mut b = t.machine_buffer(len as usize);
             if mem::copy_to_bytes(&mut b, local).is_err() {
+                t.machine_recycle(b);
                 fail(qp, g, &w, IBV_WC_LOC_PROT_ERR, None);
                 return Step::Failed;
             }
@@ -409,13 +441,14 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
             if matches!(complete(&qp, &mut g, &f.w, r.value), Step::Failed) {
                 return;
             }
+            let now = Instant::now();
+            note_acked(&mut g, bytes_of(&f.w), now);
             // Progress: the local ACK timer restarts for what is still outstanding
             // (IBA Vol. 1 §9.7.6.1.3: the timer runs from the last request sent or
             // acknowledgement received; the kernel's rdma_rxe re-arms its
             // retransmit timer after each ACK that leaves requests outstanding,
             // rxe_comp.c). Without it the last of a deep pipeline over a slow link
             // would time out while the ones before it are still being answered.
-            let now = Instant::now();
             if let Some(next) = g.remote.in_flight.front_mut() {
                 next.sent = next.sent.max(now);
             }
@@ -575,4 +608,20 @@ pub(crate) fn check_deadlines<P: Tables>(p: &'static P) -> bool {
         p.engine().enqueue(p, &qp, n);
     }
     still
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_follows_the_acknowledged_rate_within_its_bounds() {
+        // Nothing measured yet, or a slow link (16 Mbit/s): the floor.
+        assert_eq!(window(0), MIN_BYTES_IN_FLIGHT);
+        assert_eq!(window(2_000_000), MIN_BYTES_IN_FLIGHT);
+        // 1 GB/s: what it moves in WINDOW_TIME.
+        assert_eq!(window(1_000_000_000), 8_000_000);
+        // Faster: the cap.
+        assert_eq!(window(10_000_000_000), MAX_BYTES_IN_FLIGHT);
+    }
 }

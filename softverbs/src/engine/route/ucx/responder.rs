@@ -13,6 +13,8 @@ use crate::wqe::{Datagram, SendWqe, Sges};
 struct BytesMover<'a> {
     payload: &'a [u8],
     back: Vec<u8>,
+    /// Where the buffer of a READ's data comes from.
+    transport: &'a crate::transport::Transport,
 }
 
 impl Mover for BytesMover<'_> {
@@ -24,8 +26,11 @@ impl Mover for BytesMover<'_> {
     }
 
     fn push(&mut self, src: &[Span<'_>]) -> Result<(), MoveError> {
-        let mut b = vec![0u8; mem::total(src) as usize];
-        mem::copy_to_bytes(&mut b, src).map_err(|_| MoveError::Target)?;
+        let mut b = self.transport.machine_buffer(mem::total(src) as usize);
+        if mem::copy_to_bytes(&mut b, src).is_err() {
+            self.transport.machine_recycle(b);
+            return Err(MoveError::Target);
+        }
         self.back = b;
         Ok(())
     }
@@ -191,6 +196,7 @@ pub(super) fn on_request<P: Tables>(
     let mut mv = BytesMover {
         payload,
         back: Vec::new(),
+        transport: p.engine().transport(),
     };
     let view = FromMachine {
         p,
@@ -270,6 +276,7 @@ fn datagram<P: Tables>(p: &'static P, req: &wire::Request, dev: usize, b: &QpCor
     let mut mv = BytesMover {
         payload,
         back: Vec::new(),
+        transport: p.engine().transport(),
     };
     let mrs = p.mrs().read().unwrap_or_else(|e| e.into_inner());
     let mut gb = b.lock();
