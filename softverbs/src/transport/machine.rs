@@ -77,6 +77,44 @@ pub(crate) struct Incoming {
     pub(crate) from: Option<Ep>,
 }
 
+/// What the handlers queued, and the payload bytes it holds.
+#[derive(Default)]
+struct Inbox {
+    messages: VecDeque<Incoming>,
+    bytes: usize,
+}
+
+/// The most the handlers queue between two turns: past either bound a message is
+/// dropped and counted, as a NIC drops packets its receive buffers cannot take; the
+/// requester's timer sends it again. However fast a peer sends, what waits for the
+/// engine stays bounded (and far above what the requesters' windows put in flight).
+const MAX_QUEUED_MESSAGES: usize = 1 << 16;
+const MAX_QUEUED_BYTES: usize = 256 << 20;
+
+impl Inbox {
+    /// Whether a message of `len` bytes (header and payload) may be queued.
+    fn has_room(&self, len: usize) -> bool {
+        self.messages.len() < MAX_QUEUED_MESSAGES && self.bytes + len <= MAX_QUEUED_BYTES
+    }
+
+    /// Queues `m`, or refuses it (false) past the bounds.
+    fn push(&mut self, m: Incoming) -> bool {
+        let len = m.payload.len() + m.header.len();
+        if !self.has_room(len) {
+            return false;
+        }
+        self.bytes += len;
+        self.messages.push_back(m);
+        true
+    }
+
+    /// Takes everything queued.
+    fn take(&mut self) -> Vec<Incoming> {
+        self.bytes = 0;
+        self.messages.drain(..).collect()
+    }
+}
+
 /// Whether the process serving a (GID, QPN) can be sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reach {
@@ -113,7 +151,7 @@ pub(super) struct Machine {
     lookups: Vec<lookup::Listener>,
     lookup_port: u16,
     /// What the handlers queued.
-    inbox: Arc<Mutex<VecDeque<Incoming>>>,
+    inbox: Arc<Mutex<Inbox>>,
     /// The lookups' answers: the UCX address of the serving process, or none.
     found: Found,
     peers: HashMap<Key, Peer>,
@@ -163,7 +201,7 @@ impl Machine {
         spare: Arc<Spare>,
     ) -> Result<(Machine, u16), ucx::Error> {
         let wake = Arc::new(Wake::new().map_err(|_| ucx::Error::Invalid("no eventfd"))?);
-        let inbox: Arc<Mutex<VecDeque<Incoming>>> = Arc::default();
+        let inbox: Arc<Mutex<Inbox>> = Arc::default();
         let dropped = Arc::new(AtomicU64::new(0));
         let mut names: Vec<&str> = Vec::new();
         for (_, n) in bound {
@@ -186,14 +224,19 @@ impl Machine {
                     let from = m.from().map(|ep| Ep { worker: index, ep });
                     match m.into_data() {
                         Data::Eager(p) => {
+                            let mut q = lock(&q);
+                            if !q.has_room(p.len() + header.len()) {
+                                d.fetch_add(1, Ordering::Relaxed);
+                                return;
+                            }
                             let mut payload = spare.take(p.len());
                             payload.copy_from_slice(p);
-                            lock(&q).push_back(Incoming {
+                            q.push(Incoming {
                                 id,
                                 header,
                                 payload,
                                 from,
-                            })
+                            });
                         }
                         // Every message is eager (`SETTINGS`): a rendezvous one comes
                         // from another protocol, and is discarded (dropping it releases
@@ -445,7 +488,7 @@ impl Machine {
         for l in &mut self.lookups {
             l.serve_ready(LOOKUP_LIMIT, &serving_port);
         }
-        let came: Vec<Incoming> = lock(&self.inbox).drain(..).collect();
+        let came: Vec<Incoming> = lock(&self.inbox).take();
         busy |= !came.is_empty();
         (came, busy)
     }
@@ -481,5 +524,36 @@ impl Machine {
     #[allow(dead_code)]
     pub(super) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(len: usize) -> Incoming {
+        Incoming {
+            id: REQUEST,
+            header: vec![0; 8],
+            payload: vec![0; len],
+            from: None,
+        }
+    }
+
+    #[test]
+    fn the_inbox_refuses_past_its_bounds_and_takes_again_once_emptied() {
+        let mut q = Inbox::default();
+        // Bytes: a payload that would pass the bound is refused, smaller ones are not.
+        assert!(q.push(message(MAX_QUEUED_BYTES / 2)));
+        assert!(!q.push(message(MAX_QUEUED_BYTES / 2)));
+        assert!(q.push(message(1000)));
+        assert_eq!(q.take().len(), 2);
+        // Messages: however small.
+        for _ in 0..MAX_QUEUED_MESSAGES {
+            assert!(q.push(message(0)));
+        }
+        assert!(!q.push(message(0)));
+        assert_eq!(q.take().len(), MAX_QUEUED_MESSAGES);
+        assert!(q.push(message(MAX_QUEUED_BYTES - 8)));
     }
 }
