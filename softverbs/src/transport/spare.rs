@@ -19,8 +19,13 @@ const MAX_KEPT: usize = 32 << 20;
 pub(crate) struct Spare(Mutex<Vec<Vec<u8>>>);
 
 impl Spare {
-    /// A buffer of `len` bytes (their values are whatever the last message left).
+    /// A buffer of `len` bytes (their values are whatever the last message left). A
+    /// small one is the allocator's: a kept buffer cut to a small length would be
+    /// filled again when it next serves a large one.
     pub(crate) fn take(&self, len: usize) -> Vec<u8> {
+        if len < MIN_KEPT {
+            return vec![0; len];
+        }
         let kept = {
             let mut s = lock(&self.0);
             s.iter()
@@ -60,12 +65,27 @@ mod tests {
         assert_eq!(b.len(), 1 << 20);
         let at = b.as_ptr();
         s.give(b);
-        let c = s.take(4096);
-        assert_eq!((c.len(), c.as_ptr()), (4096, at));
+        let c = s.take(MIN_KEPT);
+        assert_eq!((c.len(), c.as_ptr()), (MIN_KEPT, at));
         s.give(c);
         // Longer than what the last message left: the rest is filled.
         let d = s.take(1 << 20);
         assert_eq!((d.len(), d.as_ptr()), (1 << 20, at));
+    }
+
+    #[test]
+    fn a_small_buffer_never_takes_a_large_one() {
+        let s = Spare::default();
+        let b = s.take(1 << 20);
+        let at = b.as_ptr();
+        s.give(b);
+        for len in [0, 8, 100] {
+            let small = s.take(len);
+            assert_eq!(small.len(), len);
+            assert_ne!(small.as_ptr(), at);
+        }
+        let again = s.take(1 << 20);
+        assert_eq!(again.as_ptr(), at);
     }
 
     #[test]
