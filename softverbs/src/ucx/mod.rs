@@ -227,8 +227,10 @@
 //! the request names (the endpoint it came on is not checked against them); memory
 //! only through the responder's checks; a rendezvous message, or one of an id the
 //! protocol does not use (below [`MAX_AM_ID`]), dropped with a count and no word on
-//! stderr. Not yet: the bounds on memory above (an eager payload is as large as the
-//! sender made it, reassembled by UCP and copied into the queue), and a fuzz of the
+//! stderr; what the handlers queue for the engine between two turns bounded in
+//! messages and bytes (past it a message is dropped and counted; its requester sends
+//! it again). Not yet: a bound on one message (an eager payload is as large as the
+//! sender made it: UCP reassembles it before the handler sees it), and a fuzz of the
 //! service.
 //!
 //! ## What the wiring needs from the layers

@@ -36,7 +36,11 @@
 //! queues behind other QPs' requests to the same process — no answer yet to as many
 //! requests as went on that endpoint before it, and answers still coming — counts from
 //! the last answer, not from when it was handed to UCP. A QP keeps at most 64 requests
-//! and 2 MiB of payload in flight (its window; one request always goes). An answer that
+//! in flight, and as much payload as its responder acknowledged in the last 8 ms, 2 to
+//! 8 MiB (its window; one request always goes): a fast link stays busy between an ACK
+//! and the next request, and a slow one drains the window well within an ACK timeout
+//! (UCP queues what the link cannot take yet, and the timer would count that wait).
+//! An answer that
 //! comes for a request the timer already put back to be re-sent completes it
 //! (go-back-N), and a port that goes down under requests in flight fails the oldest
 //! of them, not the WQE that found no route ([`lost_under`]), so completions stay in
@@ -77,7 +81,8 @@
 //!
 //! Not carried yet: XRC, and IPv6 GIDs.
 //! Every payload is copied once on each side (an owned buffer handed to UCP; the
-//! responder copies out of UCP's eager buffer into the queue and then into place).
+//! responder copies out of UCP's eager buffer into the queue and then into place),
+//! through buffers kept for the next message (`transport`'s spare buffers).
 
 use std::sync::Arc;
 use std::time::Duration;
