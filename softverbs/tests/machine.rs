@@ -10,7 +10,7 @@
 //! timeout × retries; the requester's link taken down under WRITEs in flight fails
 //! the oldest with `IBV_WC_RETRY_EXC_ERR` and flushes the rest, in posting order; a
 //! deep queue of 1 MiB WRITEs (128 posted, as `ib_write_bw -s 1M`) all complete.
-//! UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself change nothing.
+//! UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself, and a fuzz of them, change nothing.
 //! Two processes of one namespace serve their QPs to another machine's.
 //!
 //! The checks run in child processes (this test binary, `#[ignore]`d tests started with
@@ -785,6 +785,8 @@ fn child_forger() {
             junk.clone(),
         ),
     ];
+    let mut sends = sends;
+    sends.extend(fuzzed(a_qpn, b_qpn, b_rkey, b_addr, our_gid, 3000));
     let count = sends.len();
     for (i, (id, header, payload)) in sends.into_iter().enumerate() {
         w.am_send(ep, id, &header, payload, i as u64).unwrap();
@@ -814,6 +816,108 @@ fn child_forger() {
     };
     assert_eq!(post_status(&a, &mut wr), WcStatus::Success);
     write_file(&base.with_extension("a-done"), "done\n");
+}
+
+/// `n` messages of a fuzz (the same on every run): requests of every opcode with
+/// their fields and lengths drawn at random and some bytes overwritten, answers to
+/// nothing, requests with an answer riding along, and arbitrary bytes, under every id
+/// the protocol uses and some it does not. Every request names a source GID the
+/// responder's QP is not connected to (`our_gid` with its last byte changed), so
+/// nothing of them may land, whatever the rest says.
+fn fuzzed(
+    a_qpn: u32,
+    b_qpn: u32,
+    b_rkey: u32,
+    b_addr: u64,
+    our_gid: [u8; 16],
+    n: usize,
+) -> Vec<(u16, Vec<u8>, Vec<u8>)> {
+    use vqp_softverbs::ucx::wire;
+    let mut x = 0x9e37_79b9u32;
+    let mut rnd = move |below: u32| {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        x % below.max(1)
+    };
+    let opcodes = [
+        IBV_WR_SEND,
+        IBV_WR_SEND_WITH_IMM,
+        IBV_WR_RDMA_WRITE,
+        IBV_WR_RDMA_WRITE_WITH_IMM,
+        IBV_WR_RDMA_READ,
+        IBV_WR_ATOMIC_CMP_AND_SWP,
+        IBV_WR_ATOMIC_FETCH_AND_ADD,
+    ];
+    let mut forged_gid = our_gid;
+    forged_gid[15] ^= 0x40;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = u64::from(rnd(3)) * u64::from(rnd(4096));
+        let request = wire::Request {
+            opcode: opcodes[rnd(7) as usize],
+            flags: if rnd(4) == 0 { rnd(16) } else { rnd(2) },
+            src_qpn: if rnd(4) == 0 { rnd(1 << 24) } else { a_qpn },
+            dst_qpn: if rnd(4) == 0 { rnd(1 << 24) } else { b_qpn },
+            conn: rnd(3),
+            psn: rnd(4),
+            len,
+            imm: rnd(u32::MAX),
+            rkey: if rnd(2) == 0 { b_rkey } else { rnd(u32::MAX) },
+            remote_addr: b_addr + u64::from(rnd(1 << 16)),
+            compare_add: u64::from(rnd(u32::MAX)),
+            swap: u64::from(rnd(u32::MAX)),
+            sgid: forged_gid,
+            dgid: v4([192, 0, 2, 2]),
+        }
+        .encode()
+        .to_vec();
+        let response = wire::Response {
+            code: rnd(5),
+            src_qpn: b_qpn,
+            dst_qpn: a_qpn,
+            conn: rnd(3),
+            psn: rnd(4),
+            value: rnd(u32::MAX),
+            value64: u64::from(rnd(u32::MAX)),
+            len: u64::from(rnd(2)) * 8,
+        }
+        .encode()
+        .to_vec();
+        let junk_len = rnd(200) as usize;
+        let junk: Vec<u8> = (0..junk_len).map(|_| rnd(256) as u8).collect();
+        let (id, mut header) = match rnd(6) {
+            0 | 1 => (1, request),
+            2 => (2, response),
+            3 => (3, [response, request].concat()),
+            4 => ([1, 2, 3][rnd(3) as usize], junk),
+            _ => (rnd(64) as u16, junk),
+        };
+        for _ in 0..rnd(4) {
+            let at = rnd(header.len() as u32) as usize;
+            if let Some(b) = header.get_mut(at) {
+                *b = rnd(256) as u8;
+            }
+        }
+        // Whatever was overwritten, a request's source GID stays one the responder's
+        // QP is not connected to.
+        let request_at = match (id, header.len()) {
+            (1, l) if l == wire::Request::LEN => Some(0),
+            (3, l) if l == wire::Response::LEN + wire::Request::LEN => Some(wire::Response::LEN),
+            _ => None,
+        };
+        if let Some(at) = request_at {
+            header[at + 72..at + 88].copy_from_slice(&forged_gid);
+        }
+        let payload_len = match rnd(4) {
+            0 | 1 => len as usize,
+            2 => 0,
+            _ => rnd(8192) as usize,
+        };
+        let payload = (0..payload_len).map(|_| rnd(256) as u8).collect();
+        out.push((id, header, payload));
+    }
+    out
 }
 
 #[test]

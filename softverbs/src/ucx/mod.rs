@@ -229,9 +229,9 @@
 //! protocol does not use (below [`MAX_AM_ID`]), dropped with a count and no word on
 //! stderr; what the handlers queue for the engine between two turns bounded in
 //! messages and bytes (past it a message is dropped and counted; its requester sends
-//! it again). Not yet: a bound on one message (an eager payload is as large as the
-//! sender made it: UCP reassembles it before the handler sees it), and a fuzz of the
-//! service.
+//! it again); a fuzz of the service (`tests/machine.rs`). Not yet: a bound on one
+//! message (an eager payload is as large as the sender made it: UCP reassembles it
+//! before the handler sees it).
 //!
 //! ## What the wiring needs from the layers
 //! The transport sits beside `shared` in layer 5 and reaches the engine the way
