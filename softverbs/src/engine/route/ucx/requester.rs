@@ -33,8 +33,11 @@ const MIN_BYTES_IN_FLIGHT: u64 = 2 << 20;
 const MAX_BYTES_IN_FLIGHT: u64 = 8 << 20;
 const WINDOW_TIME: Duration = Duration::from_millis(8);
 
-/// How long the acknowledged bytes are counted before the rate is taken.
-const RATE_SPAN: Duration = Duration::from_millis(2);
+/// How long the acknowledged bytes are counted before the rate is taken: long enough
+/// that a burst of ACKs after a pause cannot pass for a fast link (over 2 ms, three
+/// 256 KiB ACKs coming together would read as 390 MB/s and lift a 48 Mbit/s link's
+/// window off its floor).
+const RATE_SPAN: Duration = Duration::from_millis(20);
 
 /// The window of a QP whose responder acknowledges `rate` bytes per second.
 fn window(rate: u64) -> u64 {
