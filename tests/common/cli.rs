@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{OnceLock, PoisonError, RwLock};
+use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard};
 
 /// The machine, as the tests of one binary share it: they run in parallel, each
 /// holding it shared while its programs run, except a test whose assertion is about
@@ -18,10 +18,16 @@ thread_local! {
     static ALONE: Cell<bool> = const { Cell::new(false) };
 }
 
+/// The machine held shared while the guard lives (nothing when this thread holds it
+/// alone), for a test running programs of its own.
+pub fn share() -> Option<RwLockReadGuard<'static, ()>> {
+    (!ALONE.get()).then(|| MACHINE.read().unwrap_or_else(PoisonError::into_inner))
+}
+
 /// Runs `cmd` to its end and returns its output, holding the machine shared (unless
 /// this thread holds it alone).
 pub fn output(cmd: &mut Command) -> Output {
-    let _shared = (!ALONE.get()).then(|| MACHINE.read().unwrap_or_else(PoisonError::into_inner));
+    let _shared = share();
     cmd.output().expect("the program runs")
 }
 

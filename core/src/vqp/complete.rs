@@ -24,7 +24,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if let Some((id, count)) = l.complete_oldest(short, status) {
             credit_data(&mut self.tx.slots, id, count, WcStatus::SUCCESS);
             // The QP is healthy, or the completion would not have been the usual one.
-            if l.outstanding < self.cfg.max_outstanding {
+            if l.outstanding < l.limit {
                 self.lanes.room |= 1 << lane;
             }
             return Ok(());
@@ -56,7 +56,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let send = &mut self.tx.slots;
         let l = &mut self.lanes.data[lane];
         let matched = l.complete_rest(short, status, &mut |id, n, st| credit_data(send, id, n, st));
-        if l.has_room(self.cfg.max_outstanding) {
+        if l.has_room() {
             self.lanes.room |= 1 << lane;
         }
         if status.is_ok() {

@@ -317,10 +317,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
 
     /// Post the pass-through requests waiting for data QP 0 again, in order, while it
     /// is healthy and has room (before any new pass-through request).
-    pub(super) fn post_again(&mut self, max: u32) {
+    pub(super) fn post_again(&mut self) {
         while let Some(id) = self.rec.next_again() {
             let lane = &self.lanes.data[0];
-            if !lane.has_room(max) || self.tx.slots.get(id).notify == Notify::Unsure {
+            if !lane.has_room() || self.tx.slots.get(id).notify == Notify::Unsure {
                 return;
             }
             self.rec.pop_again();

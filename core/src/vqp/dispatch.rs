@@ -27,14 +27,13 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if id + 1 != self.tx.slots.tail || !self.lanes.even {
             return false;
         }
-        let max = self.cfg.max_outstanding;
         let slot = self.tx.slots.get_mut(id);
         if slot.notify != Notify::None {
             return false;
         }
         let (l, mut wqe, run_seq) = if slot.passthrough {
             let lane = &mut self.lanes.data[0];
-            if !lane.has_room(max) {
+            if !lane.has_room() {
                 return false;
             }
             if consumes(slot.wr.opcode) {
@@ -77,7 +76,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let posted = lane.post_one(id, run_seq, &mut wqe, &mut |id, n, st| {
             credit_data(send, id, n, st)
         });
-        if !lane.has_room(max) {
+        if !lane.has_room() {
             self.lanes.room &= !(1 << l);
         }
         if posted.is_err() {
@@ -89,10 +88,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// One dispatch round: stage every fragment that fits, in posting order, then the
     /// notifies that became due, then post one chain per QP.
     pub(super) fn dispatch(&mut self) {
-        let max = self.cfg.max_outstanding;
         if self.rec.pending() {
             self.restage();
-            self.post_again(max);
+            self.post_again();
             self.rec.resettle();
         }
         let merge = self.cfg.signaling == Signaling::LastOfChain;
@@ -106,7 +104,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             if slot.passthrough {
                 if self.lanes.data[0].survived {
                     self.passthrough_without_qp0(id);
-                } else if self.lanes.data[0].has_room(max) {
+                } else if self.lanes.data[0].has_room() {
                     self.stage_passthrough(id);
                 } else {
                     if self.cfg.policy == Policy::Adaptive {
@@ -122,9 +120,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             // room for it: no per-fragment pick.
             if count - slot.posted >= 2 && self.may_spread() {
                 let staged = if self.lanes.even {
-                    self.lanes.room == all_lanes && self.try_spread(id, max, &mut seq_budget)
+                    self.lanes.room == all_lanes && self.try_spread(id, &mut seq_budget)
                 } else {
-                    self.lanes.scheduled && self.try_scheduled(id, max, &mut seq_budget)
+                    self.lanes.scheduled && self.try_scheduled(id, &mut seq_budget)
                 };
                 if staged {
                     self.tx.dispatch += 1;
@@ -181,7 +179,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 let fragment = slot.posted - 1;
                 *lane.stage(id, seq, merge, len, fragment) = wqe;
                 self.lanes.staged |= 1 << l;
-                if !lane.has_room(max) {
+                if !lane.has_room() {
                     self.lanes.room &= !(1 << l);
                 }
             }
@@ -210,7 +208,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// Stage pass-through request `id` whole on data QP 0 (the caller checked its
     /// room), numbering it among the receive-consuming WQEs when it is one.
     pub(super) fn stage_passthrough(&mut self, id: u64) {
-        let max = self.cfg.max_outstanding;
         let slot = self.tx.slots.get_mut(id);
         let lane = &mut self.lanes.data[0];
         let wqe = passthrough_wqe(&slot.wr, send_id(self.tag, id), lane.device);
@@ -221,7 +218,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         *lane.stage(id, self.tx.num.next(), false, wqe.len, 0) = wqe;
         self.lanes.staged |= 1;
         slot.posted = 1;
-        if !lane.has_room(max) {
+        if !lane.has_room() {
             self.lanes.room &= !1;
         }
     }
@@ -235,7 +232,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             // Failed or waiting for its peer: the notifies wait for the replacement.
             return;
         }
-        let max = self.cfg.max_outstanding;
         // Requests already reported needed no notify or have settled it.
         self.tx.notify_next = self.tx.notify_next.max(self.tx.slots.head);
         while self.tx.notify_next != self.tx.slots.tail {
@@ -250,7 +246,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                     slot.fail(WcStatus::WR_FLUSH_ERR);
                     slot.notify = Notify::Settled;
                 } else {
-                    if !lane.has_room(max) {
+                    if !lane.has_room() {
                         break;
                     }
                     let (_, rkey) = slot.wr.keys.pair(lane.device);

@@ -241,7 +241,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
                 *lane.stage(run.id, seq, false, len, f) = wqe;
                 lane.close_run();
                 self.lanes.staged |= 1 << l;
-                if !lane.has_room(self.cfg.max_outstanding) {
+                if !lane.has_room() {
                     self.lanes.room &= !(1 << l);
                 }
                 done += 1;

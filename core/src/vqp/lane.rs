@@ -25,8 +25,12 @@ pub(crate) struct Lane<Q, const D: usize> {
     figures: [RunFigures; D],
     runs_head: u32,
     runs_len: u32,
-    /// Send WQEs staged or in flight, never above the configured maximum (≤ D).
+    /// Send WQEs staged or in flight, never above `limit`.
     pub outstanding: u32,
+    /// The most send WQEs the QP may hold: the configured maximum (≤ D), or below
+    /// it the adaptive policy's slow start or backlog bound
+    /// ([`super::policy::Striping::budget`]).
+    pub limit: u32,
     /// The chain being built this round (`staged[..staged_len]`), posted by
     /// [`Lane::flush`]; `staged_len ≤ outstanding ≤ D`.
     staged: [SendWqe; D],
@@ -76,7 +80,8 @@ pub(crate) struct Lane<Q, const D: usize> {
 }
 
 impl<Q: PhysQp, const D: usize> Lane<Q, D> {
-    pub fn new(qp: Q, device: u8) -> Self {
+    /// A lane for `qp` on `device`, holding at most `limit` send WQEs.
+    pub fn new(qp: Q, device: u8, limit: u32) -> Self {
         Self {
             qp_num: qp.qp_num(),
             qp,
@@ -86,6 +91,7 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
             runs_head: 0,
             runs_len: 0,
             outstanding: 0,
+            limit,
             staged: [SendWqe::EMPTY; D],
             staged_len: 0,
             bytes_out: 0,
@@ -278,10 +284,10 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         self.push_run(run);
     }
 
-    /// Room for `count` more send WQEs under `max` (and the QP healthy).
+    /// Room for `count` more send WQEs within `limit` (and the QP healthy).
     #[inline]
-    pub fn has_room_for(&self, count: u32, max: u32) -> bool {
-        self.outstanding + count <= max && !self.failed
+    pub fn has_room_for(&self, count: u32) -> bool {
+        self.outstanding + count <= self.limit && !self.failed
     }
 
     #[inline]
@@ -556,9 +562,9 @@ impl<Q: PhysQp, const D: usize> Lane<Q, D> {
         self.staged_len != 0
     }
 
-    /// True when another send WQE fits under `max`.
+    /// True when another send WQE fits within `limit`.
     #[inline]
-    pub fn has_room(&self, max: u32) -> bool {
-        self.has_room_for(1, max)
+    pub fn has_room(&self) -> bool {
+        self.has_room_for(1)
     }
 }

@@ -9,7 +9,7 @@
 
 use super::config::{BuildError, Config, Mode};
 use super::lane::Lane;
-use super::policy::{Policy, Striping};
+use super::policy::{Policy, Striping, SLOW_START};
 use crate::phys::PhysQp;
 use crate::wr::MAX_DEVICES;
 
@@ -19,7 +19,7 @@ pub(super) struct Lanes<Q, const N: usize, const D: usize> {
     pub(super) data: heapless::Vec<Lane<Q, D>, N>,
     /// SPRAY's notify QP, with several data QPs.
     pub(super) notify: Option<Lane<Q, D>>,
-    /// Bit `i` set: data QP `i` is healthy and below `max_outstanding`.
+    /// Bit `i` set: data QP `i` is healthy and below its limit of WQEs.
     pub(super) room: u64,
     /// Bit `i` set: data QP `i` has a chain staged this round.
     pub(super) staged: u64,
@@ -55,7 +55,10 @@ impl<Q: PhysQp, const N: usize, const D: usize> Lanes<Q, N, D> {
                 return Err(BuildError::Device(device));
             }
             data_devices |= 1 << device;
-            if lanes.push(Lane::new(qp, device)).is_err() {
+            if lanes
+                .push(Lane::new(qp, device, cfg.max_outstanding))
+                .is_err()
+            {
                 // Keep counting so the error says how many were given.
             }
         }
@@ -74,7 +77,11 @@ impl<Q: PhysQp, const N: usize, const D: usize> Lanes<Q, N, D> {
             }
         }
         let weigh = cfg.policy != Policy::RoundRobin;
+        let slow_start = cfg.policy == Policy::Adaptive && given > 1;
         for lane in lanes.iter_mut() {
+            if slow_start {
+                lane.limit = cfg.max_outstanding.min(SLOW_START);
+            }
             lane.weigh = weigh;
             lane.track = cfg.redispatch;
             lane.tally = weigh || cfg.redispatch || cfg.count_bytes;
@@ -87,7 +94,7 @@ impl<Q: PhysQp, const N: usize, const D: usize> Lanes<Q, N, D> {
         );
         let notify = match notify {
             Some((_, d)) if d as usize >= MAX_DEVICES => return Err(BuildError::Device(d)),
-            Some((qp, d)) => Some(Lane::new(qp, d)),
+            Some((qp, d)) => Some(Lane::new(qp, d, cfg.max_outstanding)),
             None => None,
         };
         let notify_device = notify.as_ref().map_or(0, |l| 1 << l.device);

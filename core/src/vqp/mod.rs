@@ -75,7 +75,7 @@ use crate::seq::Seq;
 use crate::wr::{Wc, WcOut, WcStatus, MAX_DEVICES};
 use crate::wrid::{Kind, WrId, NOTIFY_LANE};
 use lanes::Lanes;
-use policy::Served;
+use policy::{Served, SLOW_START};
 use receiver::Receiver;
 use recovery::Recovery;
 use sender::Sender;
@@ -313,8 +313,26 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             .sample(now_ns, self.cfg.adapt_ns, &served[..n]);
         if changed {
             // A new interval starts: a QP idles in it if it is idle now or runs dry.
-            for l in self.lanes.data.iter_mut() {
+            let max = self.cfg.max_outstanding;
+            let frag = u64::from(self.cfg.split.max_frag).max(1);
+            let before = self.lanes.room;
+            for (i, l) in self.lanes.data.iter_mut().enumerate() {
                 l.idled = l.outstanding == 0;
+                // One data QP has no share to keep right: it keeps its maximum.
+                if let Some(bytes) = self.lanes.striping.budget(i).filter(|_| n > 1) {
+                    // In fragments, rounded up.
+                    let wqes = bytes.div_ceil(frag).max(u64::from(SLOW_START));
+                    l.limit = u32::try_from(wqes).unwrap_or(u32::MAX).min(max);
+                    if l.has_room() {
+                        self.lanes.room |= 1 << i;
+                    } else {
+                        self.lanes.room &= !(1 << i);
+                    }
+                }
+            }
+            // A QP with room again takes the fragments that waited for it.
+            if self.lanes.room & !before != 0 {
+                self.progress();
             }
         }
         changed

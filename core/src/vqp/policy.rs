@@ -62,6 +62,22 @@ impl Policy {
 /// Entries in a schedule.
 const SLOTS: usize = 64;
 
+/// Send WQEs an adaptive virtual QP's data QP may hold before the meter saw it
+/// complete bytes (its *slow start*). The policy starts from the configured weights,
+/// which say nothing of the paths; without a limit, a burst posted at once (a
+/// window of requests) is spread by them and a slow path gets a backlog of the
+/// window's share, which holds every request behind it in order long after the
+/// weights are right (measured over links of 100 and 300 Mbit/s: 0.7 s at half the
+/// links' sum). Four WQEs keep a path busy enough to be measured.
+pub(crate) const SLOW_START: u32 = 4;
+
+/// How long a data QP's backlog may take to drain at its estimated rate under the
+/// adaptive policy: the bytes it holds are bounded by that. Requests complete in
+/// order, so a path given more than it serves holds every request behind it back
+/// for as long as its excess takes; the bound keeps an estimate's error (a probe,
+/// a path that slowed) to that long. 20 ms is many round trips of a fabric.
+pub(crate) const BACKLOG_NS: u64 = 20_000_000;
+
 /// A weight estimate never passes this (bytes per second); past it every estimate
 /// is halved, which keeps their ratios.
 const MAX_RATE: u64 = 1 << 50;
@@ -85,6 +101,8 @@ pub(crate) struct Striping<const N: usize> {
     /// fragment the schedule gave one of them found it full (see
     /// [`Self::note_wait`]).
     waited: u64,
+    /// The data QPs (a bit each) seen completing bytes at a sample: measured.
+    measured: u64,
 }
 
 /// What one data QP did between two samples.
@@ -117,6 +135,7 @@ impl<const N: usize> Striping<N> {
             done_at: [0; N],
             busy_ns: [0; N],
             waited: 0,
+            measured: 0,
         };
         for (w, given) in s.weights.iter_mut().zip(weights) {
             *w = given.max(1);
@@ -207,6 +226,16 @@ impl<const N: usize> Striping<N> {
         }
     }
 
+    /// The bytes data QP `i` may have in flight: what it serves in [`BACKLOG_NS`] at
+    /// its estimated rate; `None` until a sample saw it complete bytes (it is in its
+    /// slow start).
+    pub fn budget(&self, i: usize) -> Option<u64> {
+        (self.measured >> i & 1 != 0).then(|| {
+            let serves = u128::from(self.weights[i]) * u128::from(BACKLOG_NS) / 1_000_000_000;
+            u64::try_from(serves).unwrap_or(u64::MAX)
+        })
+    }
+
     /// Whether work waited for data QP `i` since the last sample.
     #[inline]
     pub fn waited_for(&self, i: usize) -> bool {
@@ -261,6 +290,9 @@ impl<const N: usize> Striping<N> {
         for (i, s) in served.iter().enumerate() {
             let bytes = s.done.wrapping_sub(self.done_at[i]);
             self.done_at[i] = s.done;
+            if bytes > 0 && !s.failed {
+                self.measured |= 1 << i;
+            }
             let w = &mut self.weights[i];
             if s.failed {
                 *w = 1;

@@ -122,7 +122,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         if self.tx.dispatch != self.tx.slots.tail
             || self.rec.pending()
             || qp0.failed
-            || !qp0.has_room(self.cfg.max_outstanding)
+            || !qp0.has_room()
         {
             return Err(PostSendError::Full);
         }

@@ -51,12 +51,12 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// otherwise. Kept out of line: inlined, its state would crowd the
     /// one-fragment path of [`Self::dispatch`].
     #[inline(never)]
-    pub(super) fn try_spread(&mut self, id: u64, max: u32, seq_budget: &mut Option<u32>) -> bool {
+    pub(super) fn try_spread(&mut self, id: u64, seq_budget: &mut Option<u32>) -> bool {
         let slot = self.tx.slots.get(id);
         let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
         let left = slot.plan.count() - u64::from(slot.posted);
         let share = left.div_ceil(self.lanes.data.len() as u64) as u32;
-        if !self.lanes.data.iter().all(|l| l.has_room_for(share, max)) {
+        if !self.lanes.data.iter().all(|l| l.has_room_for(share)) {
             return false;
         }
         if req.dqplb_imm {
@@ -71,10 +71,10 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         // counts, unless asked).
         let plain = !self.lanes.data[0].tally;
         match (self.cfg.signaling == Signaling::LastOfChain, plain) {
-            (true, true) => self.stage_spread::<true, true>(&req, max),
-            (true, false) => self.stage_spread::<true, false>(&req, max),
-            (false, true) => self.stage_spread::<false, true>(&req, max),
-            (false, false) => self.stage_spread::<false, false>(&req, max),
+            (true, true) => self.stage_spread::<true, true>(&req),
+            (true, false) => self.stage_spread::<true, false>(&req),
+            (false, true) => self.stage_spread::<false, true>(&req),
+            (false, false) => self.stage_spread::<false, false>(&req),
         }
         true
     }
@@ -93,7 +93,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// QP `(next_lane + k) mod n` exactly as one-by-one round-robin would place
     /// them. The caller checked that every QP has room for its share and that the
     /// DQPLB budget covers them.
-    fn stage_spread<const MERGE: bool, const PLAIN: bool>(&mut self, s: &Spread, max: u32) {
+    fn stage_spread<const MERGE: bool, const PLAIN: bool>(&mut self, s: &Spread) {
         let n = self.lanes.data.len() as u64;
         let at = Layout::of(self.tx.slots.get(s.id), self.tx.num.next());
         let (first, left) = (at.first, at.count - at.first);
@@ -110,7 +110,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             }
             let share = (whole + u64::from(k < extra)) as u32;
             let ends = k == last_k;
-            self.stage_share::<MERGE, PLAIN>(s, &at, l as usize, first + k, share, n, ends, max);
+            self.stage_share::<MERGE, PLAIN>(s, &at, l as usize, first + k, share, n, ends);
         }
         self.lanes.next = ((start + left) % n) as u32;
         self.spread_done(s, left);
@@ -133,7 +133,6 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         share: u32,
         d: u64,
         ends: bool,
-        max: u32,
     ) {
         let Layout {
             plan,
@@ -211,7 +210,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             lane.mend_len::<PLAIN>(share - 1, share, MERGE, step as u32, len);
         }
         self.lanes.staged |= 1 << l;
-        if !lane.has_room(max) {
+        if !lane.has_room() {
             self.lanes.room &= !(1 << l);
         }
     }
@@ -233,12 +232,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     /// them, stage each QP's share as consecutive fragments; false, with nothing
     /// staged and the schedule where it was, otherwise.
     #[inline(never)]
-    pub(super) fn try_scheduled(
-        &mut self,
-        id: u64,
-        max: u32,
-        seq_budget: &mut Option<u32>,
-    ) -> bool {
+    pub(super) fn try_scheduled(&mut self, id: u64, seq_budget: &mut Option<u32>) -> bool {
         let slot = self.tx.slots.get(id);
         let left = slot.plan.count() - u64::from(slot.posted);
         // A request the round meets first has used no QP yet.
@@ -262,7 +256,7 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
         let fits = shares
             .iter()
             .zip(&self.lanes.data)
-            .all(|(&k, lane)| k == 0 || lane.has_room_for(k, max));
+            .all(|(&k, lane)| k == 0 || lane.has_room_for(k));
         let req = Spread::of(&slot.wr, id, self.tag, self.cfg.mode);
         let budget_ok = !req.dqplb_imm || {
             let budget = seq_budget.get_or_insert_with(|| self.tx.num.budget(&self.lanes.data));
@@ -284,9 +278,9 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
             used |= 1 << l;
             let ends = i + u64::from(k) == at.count;
             if self.cfg.signaling == Signaling::LastOfChain {
-                self.stage_share::<true, false>(&req, &at, l, i, k, 1, ends, max);
+                self.stage_share::<true, false>(&req, &at, l, i, k, 1, ends);
             } else {
-                self.stage_share::<false, false>(&req, &at, l, i, k, 1, ends, max);
+                self.stage_share::<false, false>(&req, &at, l, i, k, 1, ends);
             }
             i += u64::from(k);
         }

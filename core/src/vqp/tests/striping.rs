@@ -231,6 +231,75 @@ fn a_qp_that_work_waits_for_is_busy_though_each_completion_empties_it() {
 }
 
 #[test]
+fn an_adaptive_qp_starts_slow_until_the_meter_saw_it_complete() {
+    // A window posted at once is not spread by weights that say nothing yet: each
+    // QP takes SLOW_START WQEs until a sample measured it, then the rest at once.
+    let f = Fabric::default();
+    let cfg = Config {
+        adapt_ns: 1_000_000,
+        ..policy(Policy::Adaptive, [1; 4])
+    };
+    let (mut vqp, mut vcq) = on_devices(&f, cfg, &[0, 0]);
+    vqp.sample(0);
+    vqp.post_send(&write(0, 2 << 20)).unwrap();
+    let slow = crate::vqp::policy::SLOW_START;
+    assert_eq!(wqes_per_qp(&f, 2), [slow, slow]);
+    for k in f.signaled() {
+        f.complete_send(k, WcStatus::SUCCESS);
+    }
+    poll(&mut vcq, &mut vqp);
+    assert_eq!(wqes_per_qp(&f, 2), [2 * slow, 2 * slow], "not measured yet");
+    // 256 KiB a millisecond: budgets above the 16 fragments left, posted at once.
+    assert!(vqp.sample(1_000_000));
+    let [a, b] = [0, 1].map(|i| wqes_per_qp(&f, 2)[i]);
+    assert!(a + b == 32 && a > 2 * slow && b > 2 * slow, "{a} and {b}");
+}
+
+#[test]
+fn an_adaptive_qp_holds_what_it_serves_in_the_backlog_bound_not_the_maximum() {
+    // Each QP completes one 64 KiB fragment every fourth millisecond (16 MB/s: in
+    // BACKLOG_NS, 20 ms, five fragments) while requests wait for room. Once measured,
+    // neither holds more than its budget and one fragment, though the configured
+    // maximum would let each hold 16 (and the requests waiting would fill them).
+    let f = Fabric::default();
+    let cfg = Config {
+        adapt_ns: 1_000_000,
+        signaling: Signaling::Every,
+        ..policy(Policy::Adaptive, [1; 4])
+    };
+    let (mut vqp, mut vcq) = on_devices(&f, cfg, &[0, 0]);
+    vqp.sample(0);
+    let mut completed = [false; 512];
+    let (mut next, mut most) = (0, [0; 2]);
+    for ms in 1..=80u64 {
+        while vqp.post_send(&write(next, 4 << 16)).is_ok() {
+            next += 1;
+        }
+        if ms % 4 == 0 {
+            let sends = f.sends.borrow().clone();
+            for qpn in [100, 101] {
+                let k = (0..sends.len()).find(|&k| !completed[k] && sends[k].0 == qpn);
+                if let Some(k) = k {
+                    f.complete_send(k, WcStatus::SUCCESS);
+                    completed[k] = true;
+                }
+            }
+        }
+        poll(&mut vcq, &mut vqp);
+        vqp.sample(ms * 1_000_000);
+        if ms > 40 {
+            for (m, l) in most.iter_mut().zip(&vqp.lanes.data) {
+                *m = (*m).max(l.outstanding);
+            }
+        }
+    }
+    assert!(
+        most.iter().all(|&m| (1..=6).contains(&m)),
+        "held at most {most:?} WQEs"
+    );
+}
+
+#[test]
 fn a_device_in_use_needs_a_weight() {
     let f = Fabric::default();
     let data = [0u8, 1].map(|d| {
