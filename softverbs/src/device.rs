@@ -2,7 +2,7 @@
 //! port's addresses, its link (state and rate) and, on a RoCE port, its network
 //! interface.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::netdev::{Netdev, NetdevError};
 
@@ -21,6 +21,10 @@ pub(crate) struct Device {
     pub gid: [u8; 16],
     /// Port state: active or down.
     pub link_up: AtomicBool,
+    /// How many times the port went down: its epoch. What a requester on another
+    /// machine sent before the last time and arrives after is what a network would
+    /// have lost (`engine::route`'s `ucx`).
+    flaps: AtomicU32,
     /// The port's rate (see `link`).
     pub link: crate::link::Link,
     /// The network interface of a RoCE port (`VQP_SOFT_NETDEV`): `None` for an
@@ -43,6 +47,7 @@ impl Device {
             lid: (index + 1) as u16,
             gid,
             link_up: AtomicBool::new(true),
+            flaps: AtomicU32::new(0),
             link: crate::link::Link::default(),
             netdev: None,
         }
@@ -52,6 +57,16 @@ impl Device {
     /// RoCE port, its interface too.
     pub fn is_up(&self) -> bool {
         self.link_up.load(Ordering::Acquire) && self.roce().map_or(true, Netdev::is_up)
+    }
+
+    /// The port went down (its link or its interface): a new epoch.
+    pub(crate) fn note_down(&self) {
+        self.flaps.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times the port went down.
+    pub fn epoch(&self) -> u32 {
+        self.flaps.load(Ordering::Acquire)
     }
 
     /// The interface of a RoCE port.

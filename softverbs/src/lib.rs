@@ -511,6 +511,7 @@ pub fn set_link(index: usize, up: bool) -> Result<(), ConfigError> {
         let kind = if now {
             cq::event::PORT_ACTIVE
         } else {
+            dev.note_down();
             cq::event::PORT_ERR
         };
         p.raise_on_device(index, kind, 1);

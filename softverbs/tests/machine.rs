@@ -8,8 +8,9 @@
 //! error; RNR NAKs end in `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry`; a killed or
 //! stopped peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed, within the QP's
 //! timeout × retries; the requester's link taken down under WRITEs in flight fails
-//! the oldest with `IBV_WC_RETRY_EXC_ERR` and flushes the rest, in posting order; a
-//! deep queue of 1 MiB WRITEs (128 posted, as `ib_write_bw -s 1M`) all complete.
+//! the oldest with `IBV_WC_RETRY_EXC_ERR` and flushes the rest, in posting order, and
+//! what TCP still held of them never lands once the link is back; a deep queue of
+//! 1 MiB WRITEs (128 posted, as `ib_write_bw -s 1M`) all complete.
 //! UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself, and a fuzz of them, change nothing.
 //! Two processes of one namespace serve their QPs to another machine's.
 //!
@@ -765,7 +766,7 @@ fn child_forger() {
             junk.clone(),
         ),
         // A response nobody asked for, and an id nobody serves.
-        (2, vec![0u8; 48], Vec::new()),
+        (2, vec![0u8; wire::Response::LEN], Vec::new()),
         (9, vec![1u8; 16], junk.clone()),
         // A request with an answer riding along: a header of a request's size only,
         // and an answer nobody asked for with a request from a QP the responder's QP
@@ -778,7 +779,7 @@ fn child_forger() {
         (
             3,
             [
-                vec![0u8; 48],
+                vec![0u8; wire::Response::LEN],
                 write(a_qpn ^ 1, our_gid, 20480, 64).encode().to_vec(),
             ]
             .concat(),
@@ -869,11 +870,12 @@ fn fuzzed(
             swap: u64::from(rnd(u32::MAX)),
             sgid: forged_gid,
             dgid: v4([192, 0, 2, 2]),
+            epoch: rnd(4),
         }
         .encode()
         .to_vec();
         let response = wire::Response {
-            code: rnd(5),
+            code: rnd(6),
             src_qpn: b_qpn,
             dst_qpn: a_qpn,
             conn: rnd(3),
@@ -881,6 +883,7 @@ fn fuzzed(
             value: rnd(u32::MAX),
             value64: u64::from(rnd(u32::MAX)),
             len: u64::from(rnd(2)) * 8,
+            epoch: rnd(4),
         }
         .encode()
         .to_vec();
@@ -1228,6 +1231,152 @@ fn child_cut_off() {
         ]
     );
     assert!(took < Duration::from_secs(4), "ended after {took:?}");
+}
+
+/// WRITEs the requester gave up on while its link was down never land once the link is
+/// back. The requester's egress is limited to 8 Mbit/s (`tc` tbf), so that most of six
+/// 1 MiB WRITEs still wait in its TCP queues when the link goes down after the first
+/// completed; its QP ends in `IBV_WC_RETRY_EXC_ERR` (the rest flushed), the link comes
+/// up again and TCP delivers what it held: the responder, whose port went down and up
+/// with the veth, takes none of it (a network would have lost it with the link), and
+/// its region stays as it was while the link was down.
+#[test]
+fn writes_given_up_on_while_the_link_was_down_never_land_once_it_is_back() {
+    let name = "writes_given_up_on_while_the_link_was_down_never_land_once_it_is_back";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach11");
+    let tc = |args: &[&str]| {
+        let out = Command::new("tc")
+            .args(["-n", lab.ns.name(0)])
+            .args(args)
+            .output()
+            .expect("tc (iproute2)");
+        assert!(out.status.success(), "tc {args:?}: {out:?}");
+    };
+    tc(&[
+        "qdisc", "replace", "dev", "vm0", "root", "tbf", "rate", "8mbit", "burst", "32kb",
+        "latency", "100ms",
+    ]);
+    let target = lab.start(1, "child_stale_target");
+    let writer = lab.start(0, "child_stale_writer");
+    let base = lab.dir.join("rendezvous");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !base.with_extension("a-first").exists() {
+        if Instant::now() > deadline {
+            passed(vec![
+                (writer, "child_stale_writer"),
+                (target, "child_stale_target"),
+            ]);
+            panic!("the first WRITE never completed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    netns::ip(&["-n", lab.ns.name(0), "link", "set", "vm0", "down"]);
+    write_file(&base.with_extension("down"), "down\n");
+    wait_file(&base.with_extension("a-failed"));
+    wait_file(&base.with_extension("b-snap"));
+    netns::ip(&["-n", lab.ns.name(0), "link", "set", "vm0", "up"]);
+    // What TCP held (up to 5 MiB at 8 Mbit/s) arrives meanwhile.
+    std::thread::sleep(Duration::from_secs(10));
+    write_file(&base.with_extension("check"), "check\n");
+    passed(vec![
+        (writer, "child_stale_writer"),
+        (target, "child_stale_target"),
+    ]);
+}
+
+/// Both sides of [`writes_given_up_on_while_the_link_was_down_never_land_once_it_is_back`]:
+/// an 8 MiB region.
+fn stale_opts() -> Opts {
+    Opts {
+        buf: 8 << 20,
+        ..Opts::default()
+    }
+}
+
+#[test]
+#[ignore = "run in a network namespace by writes_given_up_on_while_the_link_was_down_never_land_once_it_is_back"]
+fn child_stale_target() {
+    if !is_child("child_stale_target") {
+        return;
+    }
+    let v = verbs();
+    let b = side(&v, "soft0", &stale_opts());
+    let base = rendezvous();
+    let a_qpn = meet_requester(&base, &b);
+    connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
+    wait_serving();
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    wait_file(&base.with_extension("down"));
+    let until = Instant::now() + Duration::from_secs(5);
+    while b.ctx.query_port(1).unwrap().state() != vqp_host::PortState::Down {
+        assert!(Instant::now() < until, "the port never went down");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Nothing is taken while the port is down: this is what landed.
+    let then = bytes(&b).to_vec();
+    assert_eq!(
+        then[..1 << 20],
+        pattern(0..1 << 20, 7)[..],
+        "the first WRITE"
+    );
+    write_file(&base.with_extension("b-snap"), "taken\n");
+    wait_file(&base.with_extension("check"));
+    let now = bytes(&b);
+    let changed = (0..now.len()).filter(|&i| now[i] != then[i]).count();
+    write_file(&base.with_extension("checked"), "checked\n");
+    assert_eq!(changed, 0, "bytes written after the link came back");
+}
+
+#[test]
+#[ignore = "run in a network namespace by writes_given_up_on_while_the_link_was_down_never_land_once_it_is_back"]
+fn child_stale_writer() {
+    if !is_child("child_stale_writer") {
+        return;
+    }
+    let v = verbs();
+    let mut a = side(&v, "soft0", &stale_opts());
+    fill(&mut a, 7);
+    let base = rendezvous();
+    let f = meet_responder(&base, &a);
+    // 4.096 µs · 2^19 ≈ 2.1 s an attempt, one retransmission: a 1 MiB WRITE takes
+    // about 1 s at 8 Mbit/s.
+    connect_to(&a, v4([192, 0, 2, 2]), f[0] as u32, 19, 1);
+    wait_file(&base.with_extension("b-ready"));
+    for id in 0..6u64 {
+        let mut sge = a.mr.sge(id as usize * (1 << 20), 1 << 20).unwrap();
+        let mut wr = send_wr(id, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: f[1] + id * (1 << 20),
+            rkey: f[2] as u32,
+        };
+        post(&a, &mut wr);
+    }
+    let mut got = Vec::new();
+    let mut buf = [vqp_host::Wc::default(); 8];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < 6 {
+        assert!(Instant::now() < deadline, "only {got:?}");
+        for w in a.cq.poll(&mut buf).unwrap() {
+            got.push((w.wr_id(), w.status()));
+            if got.len() == 1 {
+                write_file(&base.with_extension("a-first"), "ok\n");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    write_file(&base.with_extension("a-failed"), "failed\n");
+    assert_eq!(got[0], (0, WcStatus::Success));
+    assert_eq!(got[1], (1, WcStatus::RetryExcErr));
+    assert!(
+        got[2..].iter().all(|w| w.1 == WcStatus::WrFlushErr),
+        "{got:?}"
+    );
+    // The process stays until the responder looked: its exit would close the
+    // connection and what TCP held with it.
+    wait_file(&base.with_extension("checked"));
 }
 
 /// A deep send queue of large WRITEs, as perftest's `ib_write_bw -s 1M` keeps it: 128

@@ -417,6 +417,7 @@ impl Provider {
                     let kind = if up {
                         crate::cq::event::PORT_ACTIVE
                     } else {
+                        d.note_down();
                         crate::cq::event::PORT_ERR
                     };
                     self.raise_on_device(d.index, kind, 1);

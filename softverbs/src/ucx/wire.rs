@@ -16,7 +16,7 @@ use vqp_sys::*;
 
 const REQUEST_MAGIC: u32 = u32::from_le_bytes(*b"VQPR");
 const RESPONSE_MAGIC: u32 = u32::from_le_bytes(*b"VQPS");
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 /// The largest message a request names: `max_msg_sz` of softverbs' devices (2^31).
 pub const MAX_LEN: u64 = 1 << 31;
 
@@ -86,6 +86,11 @@ pub struct Request {
     pub sgid: [u8; 16],
     /// The destination GID (which device of the responder's machine).
     pub dgid: [u8; 16],
+    /// The responder's port epoch as the requester QP last heard it (an answer's
+    /// [`Response::epoch`]) plus one; 0 before any answer. A request that names an
+    /// epoch before the port's current one left before the port last went down, and
+    /// comes only now: a network would have lost it with the link.
+    pub epoch: u32,
 }
 
 /// Flag: the WQE asked for a solicited event.
@@ -165,6 +170,7 @@ impl Request {
         put64(&mut b, 64, self.swap);
         b[72..88].copy_from_slice(&self.sgid);
         b[88..104].copy_from_slice(&self.dgid);
+        put32(&mut b, 104, self.epoch);
         b
     }
 
@@ -172,7 +178,7 @@ impl Request {
     /// every field (see the module's docs).
     pub fn decode(b: &[u8], payload: u64) -> Result<Request, WireError> {
         check_head(b, Self::LEN, REQUEST_MAGIC)?;
-        if b[104..] != [0u8; 8] {
+        if b[108..] != [0u8; 4] {
             return Err(WireError::Field("reserved"));
         }
         let mut r = Request {
@@ -188,6 +194,7 @@ impl Request {
             remote_addr: get64(b, 48),
             compare_add: get64(b, 56),
             swap: get64(b, 64),
+            epoch: get32(b, 104),
             ..Request::default()
         };
         r.sgid.copy_from_slice(&b[72..88]);
@@ -247,7 +254,7 @@ impl Request {
 /// in `value64`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Response {
-    /// [`ACK`], [`RNR`], [`NAK`] or [`DROP`].
+    /// [`ACK`], [`RNR`], [`NAK`], [`DROP`] or [`STALE`].
     pub code: u32,
     /// The requester's QP.
     pub src_qpn: u32,
@@ -263,6 +270,8 @@ pub struct Response {
     pub value64: u64,
     /// The length of a READ's data that follows as payload.
     pub len: u64,
+    /// How many times the responder's port went down (its epoch) when it answered.
+    pub epoch: u32,
 }
 
 /// Response code: executed.
@@ -273,10 +282,13 @@ pub const RNR: u32 = 1;
 pub const NAK: u32 = 2;
 /// Response code: nobody took it (no such QP, not connected to the sender).
 pub const DROP: u32 = 3;
+/// Response code: not taken, as sent before the responder's port last went down
+/// (the request's epoch is behind `epoch`): to be sent again at once.
+pub const STALE: u32 = 4;
 
 impl Response {
     /// Bytes of a response header.
-    pub const LEN: usize = 48;
+    pub const LEN: usize = 56;
 
     /// The header's bytes.
     pub fn encode(&self) -> [u8; Self::LEN] {
@@ -291,12 +303,16 @@ impl Response {
         put32(&mut b, 28, self.value);
         put64(&mut b, 32, self.value64);
         put64(&mut b, 40, self.len);
+        put32(&mut b, 48, self.epoch);
         b
     }
 
     /// Reads a response header `b` that came with `payload` bytes of payload.
     pub fn decode(b: &[u8], payload: u64) -> Result<Response, WireError> {
         check_head(b, Self::LEN, RESPONSE_MAGIC)?;
+        if b[52..] != [0u8; 4] {
+            return Err(WireError::Field("reserved"));
+        }
         let r = Response {
             code: get32(b, 8),
             src_qpn: get32(b, 12),
@@ -306,8 +322,9 @@ impl Response {
             value: get32(b, 28),
             value64: get64(b, 32),
             len: get64(b, 40),
+            epoch: get32(b, 48),
         };
-        if r.code > DROP {
+        if r.code > STALE {
             return Err(WireError::Field("code"));
         }
         if r.src_qpn >> 24 != 0 || r.dst_qpn >> 24 != 0 {
@@ -344,6 +361,7 @@ mod tests {
             remote_addr: 0x7f00_0000_1000,
             sgid: [1; 16],
             dgid: [2; 16],
+            epoch: 0x0123_4567,
             ..Request::default()
         }
     }
@@ -368,6 +386,7 @@ mod tests {
             value: 64,
             value64: 9,
             len: 64,
+            epoch: 5,
         };
         assert_eq!(Response::decode(&r.encode(), 64), Ok(r));
     }
@@ -388,7 +407,7 @@ mod tests {
             Request::decode(&b, 4096)
         };
         assert_eq!(bad(0, b'X'), Err(WireError::Version));
-        assert_eq!(bad(4, 2), Err(WireError::Version));
+        assert_eq!(bad(4, 1), Err(WireError::Version));
         assert_eq!(bad(6, 1), Err(WireError::Field("reserved")));
         assert_eq!(bad(110, 1), Err(WireError::Field("reserved")));
         assert_eq!(bad(8, 200), Err(WireError::Field("opcode")));
@@ -457,7 +476,8 @@ mod tests {
             Response::decode(&b, 0)
         };
         assert_eq!(bad(1, 0), Err(WireError::Version));
-        assert_eq!(bad(8, 4), Err(WireError::Field("code")));
+        assert_eq!(bad(8, 5), Err(WireError::Field("code")));
+        assert_eq!(bad(53, 1), Err(WireError::Field("reserved")));
         assert_eq!(bad(15, 1), Err(WireError::Field("qpn")));
         // Only an ACK carries data, and exactly its length.
         assert_eq!(bad(40, 1), Err(WireError::Field("len")));

@@ -95,6 +95,9 @@ pub(crate) struct RemoteState {
     pub(crate) machine_rate: u64,
     pub(crate) machine_acked: u64,
     pub(crate) machine_since: Option<Instant>,
+    /// The responder's port epoch this QP last heard in an answer, plus one (0: no
+    /// answer yet): its requests carry it (`ucx::wire::Request::epoch`).
+    pub(crate) machine_epoch: u32,
 }
 
 impl RemoteState {

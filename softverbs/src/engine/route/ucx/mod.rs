@@ -62,6 +62,19 @@
 //! READ runs again, a duplicate atomic is dropped (no results are kept yet, so its
 //! requester ends with `IBV_WC_RETRY_EXC_ERR` if its first answer was lost).
 //!
+//! A link that goes down loses what is on it; TCP does not: it delivers what it held
+//! once the link is back, seconds later, and a WRITE its requester gave up on
+//! meanwhile would land in a buffer used again since. So each device counts the times
+//! its port went down (its *epoch*), every answer carries it, and a requester QP's
+//! requests name the last epoch it heard (plus one; none before its first answer). A
+//! request naming an older epoch than the port's left before the port last went down
+//! and comes only now (nothing is taken while the port is down): it is not taken, and
+//! answered [`wire::STALE`] with the epoch, on which a requester still waiting for it
+//! sends it again at once (a request sent after the link came back, before its QP
+//! heard the new epoch, costs one such round trip). The first requests of a QP that
+//! never had an answer name no epoch and are not judged. Datagrams (UD) are not
+//! judged either: they are never answered.
+//!
 //! # Threads and locks
 //! UCX's callbacks only queue (`transport::machine`). The machine thread drains the
 //! queue ([`serve_machine`]) with the worker lock released — or, while a thread of the

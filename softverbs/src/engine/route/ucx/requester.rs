@@ -257,6 +257,7 @@ pub(super) fn send<P: Tables>(
             swap: w.swap,
             sgid,
             dgid: gid,
+            epoch: g.remote.machine_epoch,
         };
         // A failed endpoint is forgotten by the transport: the request is lost, and
         // its retransmission looks the peer up again.
@@ -398,6 +399,8 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
     if let Some(ep) = g.remote.machine_ep {
         note_answer(ep);
     }
+    // The responder's epoch only grows (its port going down again and again).
+    g.remote.machine_epoch = g.remote.machine_epoch.max(r.epoch.saturating_add(1));
     let f = match g.remote.in_flight.front() {
         Some(f) if f.psn == r.psn => g.remote.in_flight.pop_front(),
         None if g.remote.machine_rewound > 0
@@ -473,6 +476,12 @@ pub(super) fn on_response<P: Tables>(p: &'static P, r: &wire::Response, payload:
             g.rnr_tries = g.rnr_tries.saturating_add(1);
             let delay = rnr_delay(r.value as u8);
             resend_from(p, &qp, g, f, delay);
+        }
+        wire::STALE => {
+            // Sent before the responder's port went down, it was not taken: the
+            // network lost it, and the link is up again (the answer's epoch is now
+            // ours). Sent again at once, as after a NAK for a sequence error.
+            resend_from(p, &qp, g, f, Duration::ZERO);
         }
         wire::DROP => {
             // Nobody took it (see `complete::unanswered`): re-sent after the ACK

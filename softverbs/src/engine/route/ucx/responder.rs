@@ -92,7 +92,7 @@ pub(super) fn on_request<P: Tables>(
 ) -> Option<(wire::Response, Vec<u8>)> {
     let req = wire::Request::decode(header, payload.len() as u64).ok()?;
     let uc = req.flags & wire::F_UC != 0;
-    let answer = |code: u32, value: u32| wire::Response {
+    let answer_in = |epoch: u32, code: u32, value: u32| wire::Response {
         code,
         src_qpn: req.src_qpn,
         dst_qpn: req.dst_qpn,
@@ -101,7 +101,9 @@ pub(super) fn on_request<P: Tables>(
         value,
         value64: 0,
         len: 0,
+        epoch,
     };
+    let answer = |code: u32, value: u32| answer_in(0, code, value);
     let ud = req.flags & wire::F_UD != 0;
     let drop_it = || {
         // A datagram is never answered.
@@ -115,6 +117,9 @@ pub(super) fn on_request<P: Tables>(
     else {
         return drop_it();
     };
+    // Our port's epoch, in every answer from here on.
+    let epoch = p.devices()[dev].epoch();
+    let answer = |code: u32, value: u32| answer_in(epoch, code, value);
     let Some(b) = p.find_qp(dev, req.dst_qpn) else {
         return drop_it();
     };
@@ -133,6 +138,12 @@ pub(super) fn on_request<P: Tables>(
     if !connected {
         drop(gb);
         return drop_it();
+    }
+    if sent_before_a_flap(req.epoch, epoch) {
+        drop(gb);
+        // Not taken; a UC requester learns nothing (below), an RC one sends again.
+        let code = if uc { wire::ACK } else { wire::STALE };
+        return Some((answer(code, 0), Vec::new()));
     }
     let same = matches!(&gb.remote.machine_resp,
         Some(s) if s.sgid == req.sgid && s.qpn == req.src_qpn && s.conn == req.conn);
@@ -237,6 +248,20 @@ pub(super) fn on_request<P: Tables>(
     out
 }
 
+/// Whether a request naming `epoch` (the epoch of our port its requester last heard,
+/// plus one; 0 before any answer) left before our port last went down, our epoch
+/// being `now`: it comes only now (nothing is taken while the port is down), held in
+/// TCP's queues while the link was down, where a network would have lost it — as a
+/// NIC's packets are lost with its link, and its requester gave up on them or sends
+/// them again. Without this, a WRITE its requester gave up on could land once the
+/// link came back, in a buffer used again since. A request sent after the port came
+/// back, before its requester heard the new epoch, is taken for such a one too: the
+/// answer ([`wire::STALE`]) tells the requester the epoch, and it sends it again at
+/// once. A QP that never had an answer names no epoch and is not judged.
+fn sent_before_a_flap(epoch: u32, now: u32) -> bool {
+    epoch != 0 && epoch - 1 < now
+}
+
 /// Delivers datagram `req` (with `payload`) to UD QP `b` of device `dev`: the
 /// responder's checks (the QP's type and state, the Q_Key, a receive and its length)
 /// are the engine's; nothing is answered, whatever became of it.
@@ -281,4 +306,23 @@ fn datagram<P: Tables>(p: &'static P, req: &wire::Request, dev: usize, b: &QpCor
     let mrs = p.mrs().read().unwrap_or_else(|e| e.into_inner());
     let mut gb = b.lock();
     let _ = respond(p, a, b, &mut gb, &mrs, &w, req.len, &mut mv);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sent_before_a_flap;
+
+    #[test]
+    fn a_request_naming_an_epoch_before_the_ports_is_stale() {
+        // No answer heard yet: not judged.
+        assert!(!sent_before_a_flap(0, 0));
+        assert!(!sent_before_a_flap(0, 3));
+        // Heard epoch 0 (names 1): current while the port never went down.
+        assert!(!sent_before_a_flap(1, 0));
+        assert!(sent_before_a_flap(1, 1));
+        // Heard epoch 2 (names 3): stale once the port went down a third time.
+        assert!(!sent_before_a_flap(3, 2));
+        assert!(sent_before_a_flap(3, 3));
+        assert!(sent_before_a_flap(3, 7));
+    }
 }
