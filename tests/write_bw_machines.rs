@@ -365,10 +365,7 @@ fn write_between_two_hosts() {
 /// outage test, `a_virtual_qp_rides_out_a_link_outage_and_comes_back_to_full_width`:
 /// failovers, restored, every QP healthy at the end), every byte verified.
 #[test]
-#[ignore = "a known gap: requests given up on while the link was down can still land after it \
-            comes back (UCX's TCP queues hold them), and write_bw's data check failed once in \
-            about 20 runs"]
-fn known_gap_failover_rides_out_a_link_taken_down_between_two_hosts() {
+fn failover_rides_out_a_link_taken_down_between_two_hosts() {
     failover("wbm-failover", Dirs::Own);
 }
 
