@@ -303,18 +303,32 @@ impl Listener {
         self.pending.len()
     }
 
-    /// One turn, without waiting on anything: takes the connections waiting now (each
-    /// given `limit` from now to ask and be answered; past [`MAX_PENDING`] held, the
-    /// oldest is closed), then advances every held one by the bytes ready now —
-    /// answering a whole, well-formed question with what `serves` says serves QP `qpn`
-    /// at `gid` (`None`: nobody) — and closes those answered, malformed, closed by
-    /// their peer, or past their deadline. Returns how many were answered.
+    /// One turn, without waiting on anything: advances every held connection by the
+    /// bytes ready now — answering a whole, well-formed question with what `serves`
+    /// says serves QP `qpn` at `gid` (`None`: nobody) — and closes those answered,
+    /// malformed, closed by their peer, or past their deadline; then takes the
+    /// connections waiting now, each advanced at once (a peer sends its question with
+    /// its connection, so most are answered there and never held) and otherwise held,
+    /// given `limit` from now to ask and be answered (past [`MAX_PENDING`] held, the
+    /// oldest is closed). Held ones go first, so a question that came since the last
+    /// turn is answered before connections arriving with nothing to say (a peer
+    /// stalling them by the hundred) can push its connection out. Returns how many
+    /// were answered.
     pub fn serve_ready(
         &mut self,
         limit: Duration,
         mut serves: impl FnMut(&[u8; 16], u32) -> Option<u16>,
     ) -> usize {
         let now = Instant::now();
+        let mut answered = 0;
+        self.pending
+            .retain_mut(|p| match p.advance(now, &mut serves) {
+                Step::Wait => true,
+                Step::Close(done) => {
+                    answered += usize::from(done);
+                    false
+                }
+            });
         // Most turns find no connection waiting: asked cheaply first.
         let accepts = if crate::os::readable_now(self.sock.as_raw_fd()) {
             ACCEPTS_PER_TURN
@@ -333,26 +347,22 @@ impl Listener {
             if s.set_nonblocking(true).is_err() {
                 continue;
             }
-            if self.pending.len() == MAX_PENDING {
-                self.pending.remove(0);
-            }
-            self.pending.push(Pending {
+            let mut p = Pending {
                 s,
                 question: [0; QUESTION_LEN],
                 got: 0,
                 answer: None,
                 deadline: now + limit,
-            });
+            };
+            if let Step::Close(done) = p.advance(now, &mut serves) {
+                answered += usize::from(done);
+                continue;
+            }
+            if self.pending.len() == MAX_PENDING {
+                self.pending.remove(0);
+            }
+            self.pending.push(p);
         }
-        let mut answered = 0;
-        self.pending
-            .retain_mut(|p| match p.advance(now, &mut serves) {
-                Step::Wait => true,
-                Step::Close(done) => {
-                    answered += usize::from(done);
-                    false
-                }
-            });
         answered
     }
 }
@@ -531,16 +541,40 @@ mod tests {
                 assert!(open_and_quiet(s), "peer {i} closed before its deadline");
             }
         }
-        // A well-formed lookup still gets its answer, in the place of the oldest.
+        // A well-formed lookup still gets its answer; asked with its connection, it is
+        // answered as it is taken and holds no place: the oldest stays.
         let mut good = TcpStream::connect(addr).unwrap();
         good.write_all(&question(&gid(1), 8)).unwrap();
         let a = answered_promptly(&mut l, &mut good, limit);
         assert_eq!(parse_answer(&a).unwrap(), None);
+        assert!(open_and_quiet(&mut stalled[extra]));
+        // One more stalled peer takes the place of the oldest.
+        let _one_more = TcpStream::connect(addr).unwrap();
+        l.serve_ready(limit, |_, _| None);
         assert!(
             closed(&mut stalled[extra]),
             "the oldest held past the table's size"
         );
         assert!(open_and_quiet(&mut stalled[extra + 1]));
+    }
+
+    #[test]
+    fn a_lookup_followed_in_one_turn_by_more_stalled_peers_than_the_table_holds_is_answered() {
+        // A peer stalling connections by the hundred: between two turns of the
+        // listener, a lookup and then more silent connections than the table holds.
+        let limit = Duration::from_millis(400);
+        let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut good = TcpStream::connect(addr).unwrap();
+        good.write_all(&question(&gid(1), 8)).unwrap();
+        let _stalled: Vec<TcpStream> = (0..MAX_PENDING + 4)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        assert_eq!(l.serve_ready(limit, |_, _| None), 1);
+        let mut a = [0u8; ANSWER_LEN];
+        good.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        good.read_exact(&mut a).unwrap();
+        assert_eq!(parse_answer(&a).unwrap(), None);
     }
 
     #[test]
