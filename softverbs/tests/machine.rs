@@ -88,6 +88,19 @@ fn wait_file(p: &FsPath) -> String {
     }
 }
 
+/// Whether file `p` (which a child writes) appeared within 30 s; the caller shows
+/// what the children made of it when it did not.
+fn appeared(p: &FsPath) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !p.exists() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
 fn write_file(p: &FsPath, text: &str) {
     let mut tmp = p.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -472,17 +485,13 @@ fn peer_gone(name: &str, tag: &str, signal: libc::c_int) {
     let victim = lab.start(1, "child_victim");
     let requester = lab.start(0, "child_survivor");
     let base = lab.dir.join("rendezvous");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !base.with_extension("a-first").exists() {
-        if Instant::now() > deadline {
-            // Say what the children made of it.
-            passed(vec![
-                (requester, "child_survivor"),
-                (victim, "child_victim"),
-            ]);
-            panic!("the first WRITE never completed");
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if !appeared(&base.with_extension("a-first")) {
+        // Say what the children made of it.
+        passed(vec![
+            (requester, "child_survivor"),
+            (victim, "child_victim"),
+        ]);
+        panic!("the first WRITE never completed");
     }
     let pid = victim.0.as_ref().unwrap().id();
     // SAFETY: signals our own child (`ip netns exec` execs the test binary in place).
@@ -1160,13 +1169,9 @@ fn a_link_taken_down_under_writes_in_flight_fails_them_in_order() {
     let victim = lab.start(1, "child_victim");
     let requester = lab.start_with(0, "child_cut_off", &[]);
     let base = lab.dir.join("rendezvous");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !base.with_extension("a-first").exists() {
-        if Instant::now() > deadline {
-            passed(vec![(requester, "child_cut_off"), (victim, "child_victim")]);
-            panic!("the first WRITE never completed");
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if !appeared(&base.with_extension("a-first")) {
+        passed(vec![(requester, "child_cut_off"), (victim, "child_victim")]);
+        panic!("the first WRITE never completed");
     }
     let pid = victim.0.as_ref().unwrap().id();
     // SAFETY: signals our own child (`ip netns exec` execs the test binary in place).
@@ -1262,16 +1267,12 @@ fn writes_given_up_on_while_the_link_was_down_never_land_once_it_is_back() {
     let target = lab.start(1, "child_stale_target");
     let writer = lab.start(0, "child_stale_writer");
     let base = lab.dir.join("rendezvous");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !base.with_extension("a-first").exists() {
-        if Instant::now() > deadline {
-            passed(vec![
-                (writer, "child_stale_writer"),
-                (target, "child_stale_target"),
-            ]);
-            panic!("the first WRITE never completed");
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if !appeared(&base.with_extension("a-first")) {
+        passed(vec![
+            (writer, "child_stale_writer"),
+            (target, "child_stale_target"),
+        ]);
+        panic!("the first WRITE never completed");
     }
     netns::ip(&["-n", lab.ns.name(0), "link", "set", "vm0", "down"]);
     write_file(&base.with_extension("down"), "down\n");
