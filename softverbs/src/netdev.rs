@@ -58,6 +58,9 @@ pub(crate) struct Netdev {
     pub ifindex: u32,
     /// The RoCE v2 GIDs, index order (never empty: index 0 is the default GID).
     pub gids: Vec<[u8; 16]>,
+    /// The interface's own addresses (the GIDs are these and the default GID, which
+    /// may not be one).
+    pub addrs: Vec<std::net::IpAddr>,
     /// The port's active MTU (`enum ibv_mtu`), from the interface's MTU.
     mtu: AtomicU32,
     /// Whether the interface was operationally up when last looked at.
@@ -80,6 +83,13 @@ impl Netdev {
             name: name.into(),
             ifindex,
             gids: gid_table(&mac, &addrs),
+            addrs: addrs
+                .iter()
+                .map(|a| match *a {
+                    IfAddr::V4(b) => std::net::IpAddr::from(b),
+                    IfAddr::V6(b) => std::net::IpAddr::from(b),
+                })
+                .collect(),
             mtu: AtomicU32::new(ib_mtu(mtu)),
             up: AtomicBool::new(up),
         })

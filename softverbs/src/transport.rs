@@ -81,7 +81,6 @@
 //!   once a context opened on a RoCE-bound device ([`Transport::start_machine`]); the
 //!   namespace's service thread and [`Transport::poll`] do nothing for other machines,
 //!   so the in-process and namespace routes pay nothing for it.
-use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -95,7 +94,7 @@ use crate::shared::exports::QpView;
 use crate::shared::{self, registry, Endpoint, Owner, Shared, SharedError};
 use crate::ucx::lookup;
 use machine::Machine;
-pub(crate) use machine::{Ep, Incoming, Reach};
+pub(crate) use machine::{Ep, Incoming, MachineAddr, Reach};
 use spare::Spare;
 
 /// This process's transport to other processes: the shared namespace once joined.
@@ -105,7 +104,7 @@ pub(crate) struct Transport {
     ns: OnceLock<&'static Shared>,
     /// The bound interfaces' addresses other machines reach this process at, set when
     /// a context opens on a RoCE-bound device ([`Transport::start_machine`]).
-    machine_addrs: OnceLock<Vec<(Ipv4Addr, String)>>,
+    machine_addrs: OnceLock<Vec<MachineAddr>>,
     /// What serves other machines, made by the machine thread once the addresses are
     /// known ([`Transport::serve_machine`]); `None` inside when UCX cannot be used.
     machine: OnceLock<Option<&'static Mutex<Machine>>>,
@@ -177,19 +176,16 @@ impl Transport {
         }
     }
 
-    /// Starts serving other machines on the IPv4 addresses `addrs` of this process's
-    /// bound interfaces (the first call; later ones do nothing): it starts the machine
-    /// thread, which makes a UCX worker listening at one port on each, published in
-    /// our exports, and a lookup socket at the lookup port of each, then serves them
+    /// Starts serving other machines on the addresses `addrs` of this process's bound
+    /// interfaces (the first call; later ones do nothing): it starts the machine
+    /// thread, which makes a UCX worker per interface listening at one port on each
+    /// address but the link-local ones, published in our exports, and a lookup socket
+    /// at the lookup port of each, then serves them
     /// ([`Transport::serve_machine`], through [`Endpoint::machine_turn`]). Not made
     /// here: this runs inside `ibv_open_device`, and making a UCP context opens the
     /// verbs devices again (UCX's verbs component lists them even when its transports
     /// are off), which in a process whose libibverbs is softverbs re-enters it.
-    pub(crate) fn start_machine(
-        &self,
-        endpoint: &'static dyn Endpoint,
-        addrs: &[(Ipv4Addr, String)],
-    ) {
+    pub(crate) fn start_machine(&self, endpoint: &'static dyn Endpoint, addrs: &[MachineAddr]) {
         if addrs.is_empty() || self.machine_addrs.get().is_some() {
             return;
         }
@@ -258,7 +254,7 @@ impl Transport {
     /// `libucx0`) no other machine reaches this process's QPs.
     fn make_machine(
         s: &Shared,
-        addrs: &[(Ipv4Addr, String)],
+        addrs: &[MachineAddr],
         spare: &Arc<Spare>,
     ) -> Option<&'static Mutex<Machine>> {
         // The exit handler waits for this (see `park_machine`).
@@ -310,11 +306,11 @@ impl Transport {
     /// Whether a request to QP `qpn` at `gid` on another machine can be sent now
     /// ([`Reach`]); starts looking it up when nothing is known. Takes the worker lock:
     /// callable with a QP locked (`machine`'s lock order).
-    pub(crate) fn machine_reach(&self, gid: &[u8; 16], qpn: u32) -> Reach {
+    pub(crate) fn machine_reach(&self, gid: &[u8; 16], qpn: u32, ifindex: u32) -> Reach {
         match self.machine.get() {
             None => Reach::Pending,
             Some(None) => Reach::Unreachable,
-            Some(Some(m)) => lock(m).reach(gid, qpn),
+            Some(Some(m)) => lock(m).reach(gid, qpn, ifindex),
         }
     }
 

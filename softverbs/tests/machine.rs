@@ -216,11 +216,16 @@ fn opts() -> Opts {
     }
 }
 
-/// Connects `s`'s QP to QP `qpn` at `gid` with the default path, `timeout` and
-/// `retry_cnt` as given.
+/// Connects `s`'s QP to QP `qpn` at `gid` with the default path (from GID index 1,
+/// the IPv4 GID), `timeout` and `retry_cnt` as given.
 fn connect_to(s: &Side, gid: [u8; 16], qpn: u32, timeout: u8, retry_cnt: u8) {
+    connect_from(s, 1, gid, qpn, timeout, retry_cnt);
+}
+
+/// [`connect_to`] from GID index `sgid_index`.
+fn connect_from(s: &Side, sgid_index: u8, gid: [u8; 16], qpn: u32, timeout: u8, retry_cnt: u8) {
     let g = vqp_host::sys::Gid::from_bytes(gid);
-    let mut path = Path::new(1, Address::gid(g, 1), qpn, 0x10, 0x20);
+    let mut path = Path::new(1, Address::gid(g, sgid_index), qpn, 0x10, 0x20);
     path.access = Opts::default().qp_access;
     path.timeout = timeout;
     path.retry_cnt = retry_cnt;
@@ -728,13 +733,12 @@ fn child_forger() {
     let at: std::net::SocketAddr = format!("192.0.2.2:{}", lookup::DEFAULT_PORT)
         .parse()
         .unwrap();
-    let port = lookup::lookup(at, &v4([192, 0, 2, 2]), b_qpn, Duration::from_secs(2))
+    let served = lookup::lookup(at, &v4([192, 0, 2, 2]), b_qpn, Duration::from_secs(2))
         .unwrap()
         .expect("the responder's process serves its QP");
+    assert_eq!(served.ip(), at.ip(), "served at the address asked");
     let mut w = Worker::new(DEFAULT_SETTINGS).unwrap();
-    let ep = w
-        .connect(format!("192.0.2.2:{port}").parse().unwrap())
-        .unwrap();
+    let ep = w.connect(served).unwrap();
     let write = |src_qpn: u32, sgid: [u8; 16], at: u64, len: u64| wire::Request {
         opcode: IBV_WR_RDMA_WRITE,
         src_qpn,
@@ -1236,6 +1240,120 @@ fn child_cut_off() {
         ]
     );
     assert!(took < Duration::from_secs(4), "ended after {took:?}");
+}
+
+/// RC by link-local IPv6 GIDs (index 0, `fe80::`, the interface's own link-local
+/// address): a WRITE lands and a READ brings it back, the route looking the peer up
+/// through the interface of the requester's port and carrying the traffic to the
+/// IPv4 address of that interface the peer names. The children start while the
+/// veths' link-local addresses are still tentative (duplicate address detection, a
+/// second or two after the link comes up), so the responder's lookup listener there
+/// is made only once the address is usable.
+#[test]
+fn rc_by_link_local_ipv6_gids_between_two_machines() {
+    let name = "rc_by_link_local_ipv6_gids_between_two_machines";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach12");
+    let target = lab.start(1, "child_v6_target");
+    let writer = lab.start(0, "child_v6_writer");
+    passed(vec![
+        (writer, "child_v6_writer"),
+        (target, "child_v6_target"),
+    ]);
+}
+
+/// This process's GID index 0 on `s`'s port, published as `which` (hex), and the
+/// peer's, published as `other`.
+fn swap_gids(base: &FsPath, s: &Side, which: &str, other: &str) -> [u8; 16] {
+    let mine = *s.ctx.query_gid(1, 0).unwrap().as_bytes();
+    let hex: String = mine.iter().map(|b| format!("{b:02x}")).collect();
+    write_file(&base.with_extension(which), &format!("{hex}\n"));
+    let theirs = wait_file(&base.with_extension(other));
+    let mut g = [0u8; 16];
+    for (i, x) in g.iter_mut().enumerate() {
+        *x = u8::from_str_radix(&theirs[2 * i..2 * i + 2], 16).unwrap();
+    }
+    assert_eq!(g[..2], [0xfe, 0x80], "a link-local GID");
+    g
+}
+
+/// Whether this namespace's interface `dev` has an IPv6 address still tentative.
+fn tentative(dev: &str) -> bool {
+    let out = Command::new("ip")
+        .args(["-6", "addr", "show", "dev", dev])
+        .output()
+        .expect("ip (iproute2)");
+    String::from_utf8_lossy(&out.stdout).contains("tentative")
+}
+
+#[test]
+#[ignore = "run in a network namespace by rc_by_link_local_ipv6_gids_between_two_machines"]
+fn child_v6_target() {
+    if !is_child("child_v6_target") {
+        return;
+    }
+    let opened_tentative = tentative("vm1");
+    let v = verbs();
+    let b = side(&v, "soft0", &opts());
+    let base = rendezvous();
+    let a_qpn = meet_requester(&base, &b);
+    let a_gid = swap_gids(&base, &b, "b6", "a6");
+    connect_from(&b, 0, a_gid, a_qpn, 16, 7);
+    // The device was opened while the address was tentative (asserted: else this
+    // test would not show the listener made later); once it is usable, two tries of
+    // the listener (every 200 ms) and the route serves it.
+    let until = Instant::now() + Duration::from_secs(10);
+    while tentative("vm1") {
+        assert!(
+            Instant::now() < until,
+            "the link-local address stayed tentative"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    wait_file(&base.with_extension("done"));
+    assert_eq!(bytes(&b)[..4096], pattern(0..4096, 9)[..], "the WRITE");
+    assert!(
+        opened_tentative,
+        "the address was usable before the device was opened"
+    );
+}
+
+#[test]
+#[ignore = "run in a network namespace by rc_by_link_local_ipv6_gids_between_two_machines"]
+fn child_v6_writer() {
+    if !is_child("child_v6_writer") {
+        return;
+    }
+    let v = verbs();
+    let mut a = side(&v, "soft0", &opts());
+    fill(&mut a, 9);
+    let base = rendezvous();
+    let f = meet_responder(&base, &a);
+    let b_gid = swap_gids(&base, &a, "a6", "b6");
+    connect_from(&a, 0, b_gid, f[0] as u32, 16, 7);
+    wait_file(&base.with_extension("b-ready"));
+    let mut sge = a.mr.sge(0, 4096).unwrap();
+    let mut wr = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    wr.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: f[1],
+        rkey: f[2] as u32,
+    };
+    post(&a, &mut wr);
+    assert_eq!(poll_n(&a.cq, 1)[0].status(), WcStatus::Success);
+    let mut sge = a.mr.sge(8192, 4096).unwrap();
+    let mut wr = send_wr(2, IBV_WR_RDMA_READ, std::slice::from_mut(&mut sge));
+    wr.wr.rdma = ibv_send_wr_rdma {
+        remote_addr: f[1],
+        rkey: f[2] as u32,
+    };
+    post(&a, &mut wr);
+    assert_eq!(poll_n(&a.cq, 1)[0].status(), WcStatus::Success);
+    assert_eq!(bytes(&a)[8192..12288], pattern(0..4096, 9)[..], "the READ");
+    write_file(&base.with_extension("done"), "done\n");
 }
 
 /// WRITEs the requester gave up on while its link was down never land once the link is

@@ -92,6 +92,10 @@ fn two_hosts(
     }
     let ns = Netns::new(test, 2);
     ns.veth((0, "vr0", "192.0.2.1/24"), (1, "vr1", "192.0.2.2/24"), 1500);
+    // The link-local addresses (GID index 0) usable before the programs start, as a
+    // host's are long before its programs run.
+    ns.wait_ipv6_usable(0, "vr0");
+    ns.wait_ipv6_usable(1, "vr1");
     let lib = vqp_softverbs::find_cdylib().expect("the softverbs cdylib");
     let lib_dir = system::LibDir::new(&lib, test);
     let load: Option<(&str, &OsStr)> = match subst {
@@ -178,18 +182,37 @@ fn server_and_client(mut server: Command, port: u16, mut client: Command) -> (Ou
     (s, c)
 }
 
-/// A pingpong program (`ibv_rc_pingpong`, `ibv_ud_pingpong`) with `-g 1`: both sides
-/// ran 200 round trips and name their own RoCE GID and the peer's.
+/// A pingpong program (`ibv_rc_pingpong`, `ibv_ud_pingpong`) with `-g 1` (the RoCE v2
+/// IPv4 GID): both sides ran 200 round trips and name their own GID and the peer's.
 fn pingpong(test: &str, prog: &str, subst: Subst, bytes: &str) {
-    let args = ["-d", "soft0", "-g", "1", "-n", "200"];
+    let named = [
+        ("::ffff:192.0.2.1", "::ffff:192.0.2.2"),
+        ("::ffff:192.0.2.2", "::ffff:192.0.2.1"),
+    ];
+    pingpong_by(test, prog, subst, bytes, "1", |local, remote| {
+        (local == named[0].0 && remote == named[0].1)
+            || (local == named[1].0 && remote == named[1].1)
+    });
+}
+
+/// [`pingpong`] by GID index `gid`, `gids_ok` judging each side's own GID and the
+/// peer's as the program prints them.
+fn pingpong_by(
+    test: &str,
+    prog: &str,
+    subst: Subst,
+    bytes: &str,
+    gid: &str,
+    gids_ok: impl Fn(&str, &str) -> bool,
+) {
+    let args = ["-d", "soft0", "-g", gid, "-n", "200"];
     let Some(o) = two_hosts(test, "ibverbs-utils", prog, subst, &args) else {
         return;
     };
     let both = o.both();
-    for (out, local, remote) in [
-        (&o.server, "192.0.2.1", "192.0.2.2"),
-        (&o.client, "192.0.2.2", "192.0.2.1"),
-    ] {
+    assert!(!both.contains("UCX  ERROR"), "UCX complained:\n{both}");
+    let mut seen = Vec::new();
+    for out in [&o.server, &o.client] {
         assert!(
             out.lines()
                 .any(|l| l.starts_with(&format!("{bytes} bytes in ")) && l.contains(" seconds = ")),
@@ -199,9 +222,53 @@ fn pingpong(test: &str, prog: &str, subst: Subst, bytes: &str) {
             out.lines().any(|l| l.starts_with("200 iters in ")),
             "no iters line under {subst:?}:\n{both}"
         );
-        assert!(out.contains(&format!("GID ::ffff:{local}")), "{both}");
-        assert!(out.contains(&format!("GID ::ffff:{remote}")), "{both}");
+        // "  local address:  LID 0x0000, QPN 0x…, PSN 0x…, GID <gid>", then "remote".
+        let gid_of = |which: &str| {
+            out.lines()
+                .find(|l| l.trim_start().starts_with(which))
+                .and_then(|l| l.split("GID ").nth(1))
+                .map(str::trim)
+                .unwrap_or_else(|| panic!("no {which} GID:\n{both}"))
+                .to_string()
+        };
+        let (local, remote) = (gid_of("local address"), gid_of("remote address"));
+        assert!(gids_ok(&local, &remote), "GIDs {local} / {remote}:\n{both}");
+        seen.push((local, remote));
     }
+    assert_eq!(
+        (&seen[0].0, &seen[0].1),
+        (&seen[1].1, &seen[1].0),
+        "each side names the other's GID"
+    );
+}
+
+/// `ibv_rc_pingpong -g 0`: the default GID, the interface's link-local IPv6 address
+/// (`fe80::`), on both sides; the route looks the peer up there, through the
+/// interface of the program's port, and carries the traffic to the address of that
+/// interface the peer names.
+#[test]
+fn ibv_rc_pingpong_by_link_local_gids_between_two_hosts() {
+    pingpong_by(
+        "ibv_rc_pingpong_by_link_local_gids_between_two_hosts",
+        "ibv_rc_pingpong",
+        Subst::Preload,
+        "1638400",
+        "0",
+        |local, remote| local.starts_with("fe80::") && remote.starts_with("fe80::"),
+    );
+}
+
+/// `ibv_ud_pingpong -g 0`: datagrams by address handles to link-local GIDs.
+#[test]
+fn ibv_ud_pingpong_by_link_local_gids_between_two_hosts() {
+    pingpong_by(
+        "ibv_ud_pingpong_by_link_local_gids_between_two_hosts",
+        "ibv_ud_pingpong",
+        Subst::Preload,
+        "409600",
+        "0",
+        |local, remote| local.starts_with("fe80::") && remote.starts_with("fe80::"),
+    );
 }
 
 #[test]

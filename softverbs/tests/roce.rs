@@ -1129,7 +1129,9 @@ fn child_asker() {
             Err(e) => panic!("lookup of QP {qpn}: {e}"),
         }
     };
-    let port = port.expect("the QP's process is found");
+    let served = port.expect("the QP's process is found");
+    assert_eq!(served.ip(), at.ip(), "served at the address asked");
+    let port = served.port();
     assert!(port != 0 && port != DEFAULT_PORT, "UCX port {port}");
     // A QP nobody there has, and a GID no device there has: nobody.
     assert_eq!(lookup(at, &gid, qpn + 1, limit).unwrap(), None);
@@ -1491,7 +1493,7 @@ fn child_lookup_hostile() {
     // The question, by the table in the lookup module's docs.
     let mut q = [0u8; 28];
     q[..4].copy_from_slice(b"VQPL");
-    q[4] = 1;
+    q[4] = 2;
     q[8..12].copy_from_slice(&qpn.to_be_bytes());
     q[12..].copy_from_slice(&gid);
     let mut x = 0x1234_5678u32;
@@ -1555,11 +1557,11 @@ fn child_lookup_hostile() {
         // Out of order: an answer where a question belongs, and a question with a
         // version, QPN or padding not ours.
         let mut s = connect();
-        let mut answer_first = b"VQPA\x01\x00\x0f\xa0".to_vec();
+        let mut answer_first = b"VQPA\x02\x00\x0f\xa0".to_vec();
         answer_first.resize(28, 0);
         s.write_all(&answer_first).unwrap();
         held.push((s, "an answer", false));
-        for (i, v) in [(4, 2u8), (8, 1), (6, 9)] {
+        for (i, v) in [(4, 1u8), (8, 1), (6, 9)] {
             let mut bad = q;
             bad[i] = v;
             let mut s = connect();
@@ -1601,9 +1603,10 @@ fn child_lookup_hostile() {
             "{what}: still open ({r:?})"
         );
         if answered && !got.is_empty() {
-            // The answer to the question: served at the UCX port found above.
-            let mut a = b"VQPA\x01\x00".to_vec();
-            a.extend_from_slice(&port.to_be_bytes());
+            // The answer to the question: served at the UCX address found above.
+            let mut a = b"VQPA\x02\x00".to_vec();
+            a.extend_from_slice(&port.port().to_be_bytes());
+            a.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 2]);
             assert_eq!(got, a, "{what}: answered {got:?}");
         } else {
             assert!(got.is_empty(), "{what}: answered {got:?}");

@@ -439,19 +439,20 @@ impl Provider {
     pub fn start_watching(&'static self) {
         if self.has_netdevs() {
             self.transport().start(self);
-            // The bound interfaces' IPv4 addresses (their IPv4-mapped GIDs), where other
-            // machines look this process up, each with its interface's name.
-            let mut addrs: Vec<(std::net::Ipv4Addr, String)> = Vec::new();
+            // The bound interfaces' addresses (their IPv4-mapped and IPv6 GIDs), where
+            // other machines look this process up, each with its interface.
+            let mut addrs: Vec<crate::transport::MachineAddr> = Vec::new();
             for d in self.devices.iter().filter(|d| d.is_roce()) {
                 let Some(n) = d.roce() else {
                     continue;
                 };
-                for g in d.gids() {
-                    if g[..10] == [0; 10] && g[10..12] == [0xff, 0xff] {
-                        let a = std::net::Ipv4Addr::new(g[12], g[13], g[14], g[15]);
-                        if !addrs.iter().any(|(b, _)| *b == a) {
-                            addrs.push((a, n.name.clone()));
-                        }
+                for &ip in &n.addrs {
+                    if !addrs.iter().any(|b| b.ip == ip && b.ifindex == n.ifindex) {
+                        addrs.push(crate::transport::MachineAddr {
+                            ip,
+                            ifindex: n.ifindex,
+                            ifname: n.name.clone(),
+                        });
                     }
                 }
             }

@@ -27,7 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Spare;
 use crate::os::{lock, Wake};
@@ -167,36 +167,124 @@ pub(super) struct Machine {
     held: Vec<(Ep, Vec<u8>)>,
     /// Payload buffers: the handlers copy into them, sent ones come back to them.
     spare: Arc<Spare>,
+    /// Where a listener could not be made yet, and when to try again.
+    unbound: Vec<Unbound>,
+    bind_again_at: Instant,
 }
 
-/// A worker and the addresses of the interface it is kept to.
+/// An IPv6 address of a bound interface not usable yet: an address is tentative for
+/// a second or two after its link comes up (duplicate address detection), and cannot
+/// be bound meanwhile. Tried again every [`BIND_AGAIN`], each time first with a
+/// socket of our own ([`usable`]), so that UCX does not log a failed listen.
+enum Unbound {
+    /// Worker `worker`'s UCX listener at this (global) address.
+    Ucx { worker: usize, at: SocketAddr },
+    /// A lookup listener at `at`, its answers naming `names`.
+    Lookup { at: SocketAddr, names: IpAddr },
+}
+
+/// How often the listeners not made yet are tried again.
+const BIND_AGAIN: Duration = Duration::from_millis(200);
+
+/// An address of a bound interface where this process serves other machines: the IP
+/// address of one of its port's RoCE v2 GIDs, and the interface (its index scopes a
+/// link-local IPv6 address).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MachineAddr {
+    pub ip: IpAddr,
+    pub ifindex: u32,
+    pub ifname: String,
+}
+
+/// A worker, the addresses of the interface it is kept to, and that interface's index.
 struct Bound {
     worker: Worker,
-    addrs: Vec<Ipv4Addr>,
+    addrs: Vec<IpAddr>,
+    ifindex: u32,
+}
+
+/// Whether `ip` is a link-local IPv6 address (`fe80::/10`), which needs its interface.
+fn link_local(ip: &IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+/// `ip` at `port`, scoped to interface `ifindex` when it is link-local.
+fn at(ip: IpAddr, ifindex: u32, port: u16) -> SocketAddr {
+    match ip {
+        IpAddr::V6(a) if link_local(&ip) => {
+            SocketAddr::V6(std::net::SocketAddrV6::new(a, port, 0, ifindex))
+        }
+        _ => SocketAddr::new(ip, port),
+    }
+}
+
+/// Whether a socket can be bound at `at`'s address now (not so while an IPv6 address
+/// is tentative).
+fn usable(at: SocketAddr) -> bool {
+    let mut any_port = at;
+    any_port.set_port(0);
+    std::net::TcpListener::bind(any_port).is_ok()
+}
+
+/// A TCP port free now on `at`'s family (the kernel's pick for port 0 on the
+/// unspecified address); 0 when none can be had.
+fn free_port(at: SocketAddr) -> u16 {
+    let any: SocketAddr = match at {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    std::net::TcpListener::bind(any)
+        .and_then(|l| l.local_addr())
+        .map_or(0, |a| a.port())
+}
+
+/// Where UCX listens for the interface of `addrs`: its first IPv4 address, else its
+/// first IPv6 address that is not link-local (UCX cannot carry traffic by a
+/// link-local one: see [`lookup`]'s docs).
+fn ucx_address(addrs: &[&MachineAddr]) -> Option<IpAddr> {
+    let v4 = addrs.iter().find(|b| b.ip.is_ipv4());
+    v4.or_else(|| addrs.iter().find(|b| !link_local(&b.ip)))
+        .map(|b| b.ip)
+}
+
+/// Whether a lookup at `asked` may be answered with UCX address `answer`: the address
+/// asked, or, asked at a link-local address, one the kernel reaches from the same
+/// interface (one of `local`, its addresses); never a link-local one. Anything else
+/// would let the answering peer point this process's connections elsewhere.
+fn acceptable(asked: IpAddr, answer: SocketAddr, local: &[IpAddr]) -> bool {
+    if link_local(&answer.ip()) {
+        return false;
+    }
+    answer.ip() == asked
+        || (link_local(&asked) && source_for(answer).is_some_and(|src| local.contains(&src)))
 }
 
 /// The local address the kernel would send from to reach `to` (a connected UDP
 /// socket's own address: no packet is sent), which names the interface of the route.
-fn source_for(to: Ipv4Addr) -> Option<Ipv4Addr> {
-    let s = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
-    s.connect((to, 9)).ok()?;
-    match s.local_addr().ok()?.ip() {
-        IpAddr::V4(a) => Some(a),
-        IpAddr::V6(_) => None,
-    }
+fn source_for(to: SocketAddr) -> Option<IpAddr> {
+    let any: SocketAddr = match to {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let s = std::net::UdpSocket::bind(any).ok()?;
+    let mut to = to;
+    to.set_port(9);
+    s.connect(to).ok()?;
+    Some(s.local_addr().ok()?.ip())
 }
 
-/// The IPv4 address of an IPv4-mapped RoCE GID (`::ffff:a.b.c.d`); IPv6 GIDs are not
-/// served yet.
-fn ipv4_of(gid: &[u8; 16]) -> Option<Ipv4Addr> {
-    Ipv6Addr::from(*gid).to_ipv4_mapped()
+/// The IP address of a RoCE v2 GID: IPv4 for an IPv4-mapped one (`::ffff:a.b.c.d`),
+/// else IPv6.
+fn ip_of(gid: &[u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(*gid);
+    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
 }
 
 impl Machine {
     /// Makes the worker, listening at one port on each of `addrs`, and the lookup
     /// sockets at `lookup_port` of each. The port listened at is returned beside it.
     pub(super) fn new(
-        bound: &[(Ipv4Addr, String)],
+        bound: &[MachineAddr],
         lookup_port: u16,
         spare: Arc<Spare>,
     ) -> Result<(Machine, u16), ucx::Error> {
@@ -204,13 +292,14 @@ impl Machine {
         let inbox: Arc<Mutex<Inbox>> = Arc::default();
         let dropped = Arc::new(AtomicU64::new(0));
         let mut names: Vec<&str> = Vec::new();
-        for (_, n) in bound {
-            if !names.contains(&n.as_str()) {
-                names.push(n);
+        for b in bound {
+            if !names.contains(&b.ifname.as_str()) {
+                names.push(&b.ifname);
             }
         }
         let mut workers = Vec::new();
         let mut port = 0u16;
+        let mut unbound = Vec::new();
         for (index, name) in names.iter().enumerate() {
             let mut settings = SETTINGS.to_vec();
             settings.push(("NET_DEVICES", name));
@@ -256,36 +345,61 @@ impl Machine {
                     d.fetch_add(1, Ordering::Relaxed);
                 })?;
             }
-            let addrs: Vec<Ipv4Addr> = bound
-                .iter()
-                .filter(|(_, n)| n == name)
-                .map(|(a, _)| *a)
-                .collect();
+            let mine: Vec<&MachineAddr> = bound.iter().filter(|b| b.ifname == *name).collect();
+            let ifindex = mine.first().map_or(0, |b| b.ifindex);
             // Every worker listens at the same port (the one exported), on its own
-            // interface's addresses.
-            for &a in &addrs {
-                let at = SocketAddr::new(IpAddr::V4(a), port);
+            // interface's addresses but the link-local ones (see `ucx_address`).
+            for b in mine.iter().filter(|b| !link_local(&b.ip)) {
+                let at = SocketAddr::new(b.ip, port);
+                if !usable(at) {
+                    // Tentative (see `Unbound`): listened at later, at the port the
+                    // others have (one free now if none has one yet).
+                    if port == 0 {
+                        port = free_port(at);
+                    }
+                    unbound.push(Unbound::Ucx {
+                        worker: index,
+                        at: SocketAddr::new(b.ip, port),
+                    });
+                    continue;
+                }
                 match worker.listen(at).and_then(|l| worker.listener_addr(l)) {
                     Ok(b) => port = b.port(),
                     Err(e) => eprintln!("vqp-softverbs: cannot listen for UCX at {at}: {e}"),
                 }
             }
-            workers.push(Bound { worker, addrs });
+            let addrs = mine.iter().map(|b| b.ip).collect();
+            workers.push(Bound {
+                worker,
+                addrs,
+                ifindex,
+            });
         }
-        let lookups = bound
-            .iter()
-            .filter_map(|&(a, _)| {
-                let at = SocketAddr::new(IpAddr::V4(a), lookup_port);
-                lookup::Listener::bind(at)
-                    .map_err(|e| {
-                        eprintln!(
-                            "vqp-softverbs: cannot answer lookups at {at} (another program \
-                             or user holds the port?): {e}"
-                        )
-                    })
-                    .ok()
-            })
-            .collect();
+        let mut lookups = Vec::new();
+        for b in bound {
+            let mine: Vec<&MachineAddr> = bound.iter().filter(|c| c.ifname == b.ifname).collect();
+            let names = if link_local(&b.ip) {
+                // Answered with another address of the interface; with none, other
+                // machines cannot reach this one by its link-local GID.
+                match ucx_address(&mine) {
+                    Some(ip) => ip,
+                    None => continue,
+                }
+            } else {
+                b.ip
+            };
+            let at = at(b.ip, b.ifindex, lookup_port);
+            match lookup::Listener::bind(at) {
+                Ok(l) => lookups.push(l.naming(names)),
+                Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) && b.ip.is_ipv6() => {
+                    unbound.push(Unbound::Lookup { at, names });
+                }
+                Err(e) => eprintln!(
+                    "vqp-softverbs: cannot answer lookups at {at} (another program or user \
+                     holds the port?): {e}"
+                ),
+            }
+        }
         Ok((
             Machine {
                 workers,
@@ -299,6 +413,8 @@ impl Machine {
                 wake,
                 held: Vec::new(),
                 spare,
+                unbound,
+                bind_again_at: Instant::now(),
             },
             port,
         ))
@@ -311,13 +427,10 @@ impl Machine {
         Some(Ep { worker, ep })
     }
 
-    /// The worker that reaches `to`: the one kept to the interface the kernel routes
-    /// it through, or the first.
+    /// The worker that reaches `to`: the one kept to the interface the kernel routes it
+    /// through, or the first.
     fn worker_for(&self, to: &SocketAddr) -> usize {
-        let IpAddr::V4(a) = to.ip() else {
-            return 0;
-        };
-        source_for(a)
+        source_for(*to)
             .and_then(|src| self.workers.iter().position(|b| b.addrs.contains(&src)))
             .unwrap_or(0)
     }
@@ -325,7 +438,10 @@ impl Machine {
     /// Whether a request to QP `qpn` at `gid` can be sent now; starts a lookup when
     /// nothing is known (see [`Reach`]). A failure is told once: the next call looks
     /// up again.
-    pub(super) fn reach(&mut self, gid: &[u8; 16], qpn: u32) -> Reach {
+    ///
+    /// `ifindex` is the interface of the requester's port: a link-local GID is reached
+    /// through it.
+    pub(super) fn reach(&mut self, gid: &[u8; 16], qpn: u32, ifindex: u32) -> Reach {
         let key = (*gid, qpn);
         match self.peers.get(&key) {
             Some(Peer::Ready(ep)) => return Reach::Ready(*ep),
@@ -336,19 +452,24 @@ impl Machine {
             }
             None => {}
         }
-        let Some(ip) = ipv4_of(gid) else {
-            return Reach::Unreachable;
-        };
+        let ip = ip_of(gid);
         let found = self.found.clone();
         let wake = self.wake.clone();
-        let at = SocketAddr::new(IpAddr::V4(ip), self.lookup_port);
+        let asked = at(ip, ifindex, self.lookup_port);
+        let local: Vec<IpAddr> = self
+            .workers
+            .iter()
+            .find(|b| b.ifindex == ifindex)
+            .map(|b| b.addrs.clone())
+            .unwrap_or_default();
         let started = std::thread::Builder::new()
             .name("softverbs-lookup".into())
             .spawn(move || {
-                let addr = lookup::lookup(at, &key.0, key.1, LOOKUP_LIMIT)
+                // An answer naming an address it may not is no answer.
+                let addr = lookup::lookup(asked, &key.0, key.1, LOOKUP_LIMIT)
                     .ok()
                     .flatten()
-                    .map(|port| SocketAddr::new(IpAddr::V4(ip), port));
+                    .filter(|a| acceptable(ip, *a, &local));
                 lock(&found).push((key, addr));
                 wake.ring();
             });
@@ -438,6 +559,7 @@ impl Machine {
         serving_port: impl Fn(&[u8; 16], u32) -> Option<u16>,
     ) -> (Vec<Incoming>, bool) {
         self.flush_held();
+        self.bind_again();
         let mut busy = false;
         let mut failed = Vec::new();
         for (w, b) in self.workers.iter_mut().enumerate() {
@@ -491,6 +613,31 @@ impl Machine {
         let came: Vec<Incoming> = lock(&self.inbox).take();
         busy |= !came.is_empty();
         (came, busy)
+    }
+
+    /// Tries the listeners not made yet again, once [`BIND_AGAIN`] passed.
+    fn bind_again(&mut self) {
+        let now = Instant::now();
+        if self.unbound.is_empty() || now < self.bind_again_at {
+            return;
+        }
+        self.bind_again_at = now + BIND_AGAIN;
+        let (workers, lookups) = (&mut self.workers, &mut self.lookups);
+        self.unbound.retain(|u| match *u {
+            Unbound::Ucx { worker, at } => {
+                !usable(at)
+                    || workers
+                        .get_mut(worker)
+                        .is_some_and(|b| b.worker.listen(at).is_err())
+            }
+            Unbound::Lookup { at, names } => match lookup::Listener::bind(at) {
+                Ok(l) => {
+                    lookups.push(l.naming(names));
+                    false
+                }
+                Err(_) => true,
+            },
+        });
     }
 
     /// Arms the worker for the machine thread's sleep: the descriptors to wait on (the
@@ -555,5 +702,41 @@ mod tests {
         assert!(!q.push(message(0)));
         assert_eq!(q.take().len(), MAX_QUEUED_MESSAGES);
         assert!(q.push(message(MAX_QUEUED_BYTES - 8)));
+    }
+
+    fn addr(ip: &str) -> MachineAddr {
+        MachineAddr {
+            ip: ip.parse().unwrap(),
+            ifindex: 3,
+            ifname: "vm0".into(),
+        }
+    }
+
+    #[test]
+    fn ucx_is_listened_at_an_ipv4_address_else_a_global_ipv6_one_never_a_link_local_one() {
+        let (ll, v4, global) = (addr("fe80::1"), addr("192.0.2.1"), addr("2001:db8::1"));
+        assert_eq!(ucx_address(&[&ll, &global, &v4]), Some(v4.ip));
+        assert_eq!(ucx_address(&[&ll, &global]), Some(global.ip));
+        assert_eq!(ucx_address(&[&ll]), None);
+    }
+
+    #[test]
+    fn a_lookup_answer_may_name_the_address_asked_or_one_on_the_link_asked_through() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let ll: IpAddr = "fe80::1".parse().unwrap();
+        let on_lo = SocketAddr::new(lo, 4000);
+        // Asked at an address that is not link-local: that address only.
+        assert!(acceptable(lo, on_lo, &[lo]));
+        assert!(!acceptable("127.0.0.2".parse().unwrap(), on_lo, &[lo]));
+        // Asked at a link-local address: one the kernel sends to from the interface's
+        // own addresses (loopback's, here), never a link-local one.
+        assert!(acceptable(ll, on_lo, &[lo]));
+        assert!(!acceptable(ll, on_lo, &["192.0.2.1".parse().unwrap()]));
+        assert!(!acceptable(
+            ll,
+            "[fe80::2]:4000".parse().unwrap(),
+            &[lo, ll]
+        ));
+        assert!(!acceptable(ll, SocketAddr::new(ll, 4000), &[lo, ll]));
     }
 }

@@ -1,8 +1,12 @@
 //! The lookup of discovery ("Finding the process that serves QP *n* at GID *g*" in
 //! this module's parent): one fixed-size question over a TCP connection to a
 //! well-known port of the machine that has GID *g* — "who serves QP *n* at *g*?" — and
-//! one fixed-size answer: the UCX listener port of the process that does, or
-//! "nobody". Every process of a softverbs namespace with a RoCE-bound device listens
+//! one fixed-size answer: the UCX listener address of the process that does, or
+//! "nobody". The address is the one asked at, except where that is a link-local IPv6
+//! address: UCX 1.13 connects its TCP lanes back to the address a connection came
+//! from without its interface's scope, which fails for `fe80::/10`, so a listener at
+//! a link-local address names another address of the same interface
+//! ([`Listener::naming`]) and the asker checks that it is on that link. Every process of a softverbs namespace with a RoCE-bound device listens
 //! on that port with `SO_REUSEPORT` (the kernel shares it among sockets of the same
 //! effective user and hands each connection to one of them), and any of them can
 //! answer, because the answer comes from the namespace's registry.
@@ -17,12 +21,15 @@
 //!
 //! | message | bytes |
 //! |---|---|
-//! | question ([`QUESTION_LEN`]) | `"VQPL"`, version 1, 3 zero bytes, QPN (big endian, < 2^24), GID (16) |
-//! | answer ([`ANSWER_LEN`]) | `"VQPA"`, version 1, status (0 found, 1 nobody), port (big endian, non-zero when found) |
+//! | question ([`QUESTION_LEN`]) | `"VQPL"`, version 2, 3 zero bytes, QPN (big endian, < 2^24), GID (16) |
+//! | answer ([`ANSWER_LEN`]) | `"VQPA"`, version 2, status (0 found, 1 nobody), port (big endian), IP address (16: IPv6, or IPv4-mapped `::ffff:a.b.c.d`); found: a port and an address that are not zero; nobody: both zero |
+//!
+//! Version 2 added the address (version 1 answered a port at the address asked); a
+//! listener refuses the other version's question, so mixed versions find nobody.
 
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -34,11 +41,11 @@ pub const DEFAULT_PORT: u16 = 18516;
 /// Bytes of a question.
 pub const QUESTION_LEN: usize = 28;
 /// Bytes of an answer.
-pub const ANSWER_LEN: usize = 8;
+pub const ANSWER_LEN: usize = 24;
 
 const QUESTION_MAGIC: &[u8; 4] = b"VQPL";
 const ANSWER_MAGIC: &[u8; 4] = b"VQPA";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const FOUND: u8 = 0;
 const NOBODY: u8 = 1;
 
@@ -52,7 +59,8 @@ pub enum LookupError {
     Connect(io::Error),
     /// The connection failed or stalled before a whole answer came.
     Io(io::Error),
-    /// The answer was not one (wrong magic, version or status, or port 0 when found).
+    /// The answer was not one (wrong magic, version or status, or port or address 0
+    /// when found).
     Malformed,
 }
 
@@ -93,34 +101,43 @@ fn parse_question(q: &[u8; QUESTION_LEN]) -> Option<([u8; 16], u32)> {
     Some((gid, qpn))
 }
 
-/// The answer "served at UCX port `port`", or "nobody" for `None` (or port 0).
-fn answer(port: Option<u16>) -> [u8; ANSWER_LEN] {
+/// The answer "served at UCX address `at`", or "nobody" for `None` (or port 0).
+fn answer(at: Option<SocketAddr>) -> [u8; ANSWER_LEN] {
     let mut a = [0u8; ANSWER_LEN];
     a[..4].copy_from_slice(ANSWER_MAGIC);
     a[4] = VERSION;
-    match port.filter(|&p| p != 0) {
-        Some(p) => {
+    match at.filter(|at| at.port() != 0) {
+        Some(at) => {
             a[5] = FOUND;
-            a[6..].copy_from_slice(&p.to_be_bytes());
+            a[6..8].copy_from_slice(&at.port().to_be_bytes());
+            let ip = match at.ip() {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                IpAddr::V6(v6) => v6,
+            };
+            a[8..].copy_from_slice(&ip.octets());
         }
         None => a[5] = NOBODY,
     }
     a
 }
 
-fn parse_answer(a: &[u8; ANSWER_LEN]) -> Result<Option<u16>, LookupError> {
+fn parse_answer(a: &[u8; ANSWER_LEN]) -> Result<Option<SocketAddr>, LookupError> {
     if &a[..4] != ANSWER_MAGIC || a[4] != VERSION {
         return Err(LookupError::Malformed);
     }
     let port = u16::from_be_bytes([a[6], a[7]]);
+    let mut ip = [0u8; 16];
+    ip.copy_from_slice(&a[8..]);
+    let v6 = Ipv6Addr::from(ip);
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
     match (a[5], port) {
-        (FOUND, p) if p != 0 => Ok(Some(p)),
-        (NOBODY, 0) => Ok(None),
+        (FOUND, p) if p != 0 && !ip.is_unspecified() => Ok(Some(SocketAddr::new(ip, p))),
+        (NOBODY, 0) if v6.is_unspecified() => Ok(None),
         _ => Err(LookupError::Malformed),
     }
 }
 
-/// Asks the lookup port at `to` who serves QP `qpn` at `gid`: the UCX port of the
+/// Asks the lookup port at `to` who serves QP `qpn` at `gid`: the UCX address of the
 /// process that does, or `None` when nobody there does. Each step (connect, question,
 /// answer) takes at most `limit`.
 pub fn lookup(
@@ -128,7 +145,7 @@ pub fn lookup(
     gid: &[u8; 16],
     qpn: u32,
     limit: Duration,
-) -> Result<Option<u16>, LookupError> {
+) -> Result<Option<SocketAddr>, LookupError> {
     if qpn >> 24 != 0 {
         return Err(LookupError::BadQpn(qpn));
     }
@@ -158,6 +175,8 @@ const ACCEPTS_PER_TURN: usize = 64;
 #[derive(Debug)]
 pub struct Listener {
     sock: TcpListener,
+    /// The IP address its answers name: the one it listens at, unless told another.
+    names: IpAddr,
     /// Accepted, unanswered connections, oldest first; never more than [`MAX_PENDING`]
     /// (allocated once).
     pending: Vec<Pending>,
@@ -190,6 +209,7 @@ impl Pending {
     fn advance(
         &mut self,
         now: Instant,
+        names: IpAddr,
         serves: &mut impl FnMut(&[u8; 16], u32) -> Option<u16>,
     ) -> Step {
         while self.answer.is_none() {
@@ -203,7 +223,8 @@ impl Pending {
                             return Step::Close(false);
                         };
                         let _ = self.s.set_nodelay(true);
-                        self.answer = Some((answer(serves(&gid, qpn)), 0));
+                        let at = serves(&gid, qpn).map(|port| SocketAddr::new(names, port));
+                        self.answer = Some((answer(at), 0));
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -282,8 +303,17 @@ impl Listener {
         }
         Ok(Listener {
             sock: TcpListener::from(owned),
+            names: addr.ip(),
             pending: Vec::with_capacity(MAX_PENDING),
         })
+    }
+
+    /// Names `ip` in its answers in place of the address it listens at: for a listener
+    /// at a link-local IPv6 address, another address of the same interface where the
+    /// UCX listeners are (see the module's docs).
+    pub fn naming(mut self, ip: IpAddr) -> Listener {
+        self.names = ip;
+        self
     }
 
     /// The address it listens at.
@@ -304,8 +334,9 @@ impl Listener {
     }
 
     /// One turn, without waiting on anything: advances every held connection by the
-    /// bytes ready now — answering a whole, well-formed question with what `serves`
-    /// says serves QP `qpn` at `gid` (`None`: nobody) — and closes those answered,
+    /// bytes ready now — answering a whole, well-formed question with the UCX port
+    /// `serves` says serves QP `qpn` at `gid` (`None`: nobody), at the address it
+    /// names — and closes those answered,
     /// malformed, closed by their peer, or past their deadline; then takes the
     /// connections waiting now, each advanced at once (a peer sends its question with
     /// its connection, so most are answered there and never held) and otherwise held,
@@ -320,9 +351,10 @@ impl Listener {
         mut serves: impl FnMut(&[u8; 16], u32) -> Option<u16>,
     ) -> usize {
         let now = Instant::now();
+        let names = self.names;
         let mut answered = 0;
         self.pending
-            .retain_mut(|p| match p.advance(now, &mut serves) {
+            .retain_mut(|p| match p.advance(now, names, &mut serves) {
                 Step::Wait => true,
                 Step::Close(done) => {
                     answered += usize::from(done);
@@ -354,7 +386,7 @@ impl Listener {
                 answer: None,
                 deadline: now + limit,
             };
-            if let Step::Close(done) = p.advance(now, &mut serves) {
+            if let Step::Close(done) = p.advance(now, names, &mut serves) {
                 answered += usize::from(done);
                 continue;
             }
@@ -373,6 +405,11 @@ mod tests {
     use std::time::Instant;
 
     const LIMIT: Duration = Duration::from_millis(300);
+
+    /// Port `port` at the loopback address the tests' listeners are at.
+    fn on_lo(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
 
     fn gid(last: u8) -> [u8; 16] {
         let mut g = [0u8; 16];
@@ -402,7 +439,7 @@ mod tests {
     #[test]
     fn a_question_is_answered_with_the_port_or_nobody() {
         let (addr, h) = server(3);
-        assert_eq!(lookup(addr, &gid(1), 7, LIMIT).unwrap(), Some(4000));
+        assert_eq!(lookup(addr, &gid(1), 7, LIMIT).unwrap(), Some(on_lo(4000)));
         assert_eq!(lookup(addr, &gid(1), 8, LIMIT).unwrap(), None);
         assert_eq!(lookup(addr, &gid(2), 7, LIMIT).unwrap(), None);
         h.join().unwrap();
@@ -423,8 +460,9 @@ mod tests {
         bad[0] = b'X';
         let mut big_qpn = question(&gid(1), 7);
         big_qpn[8] = 1;
+        // Version 1's question (it had no address in its answer).
         let mut other_version = question(&gid(1), 7);
-        other_version[4] = 2;
+        other_version[4] = 1;
         for q in [&bad[..], &big_qpn[..], &other_version[..], &bad[..5]] {
             let mut s = TcpStream::connect(addr).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -441,7 +479,7 @@ mod tests {
         let t = Instant::now();
         assert_eq!(
             lookup(addr, &gid(1), 7, Duration::from_secs(5)).unwrap(),
-            Some(4000)
+            Some(on_lo(4000))
         );
         assert!(t.elapsed() < LIMIT * 3, "took {:?}", t.elapsed());
         drop(stalled);
@@ -507,7 +545,7 @@ mod tests {
         good.write_all(&question(&gid(1), 7)).unwrap();
         let since = Instant::now();
         let a = answered_promptly(&mut l, &mut good, limit);
-        assert_eq!(parse_answer(&a).unwrap(), Some(4000));
+        assert_eq!(parse_answer(&a).unwrap(), Some(on_lo(4000)));
         assert!(closed(&mut good), "open after its answer");
         // The stalled ones wait for their deadline, and are closed at the first turn
         // after it.
@@ -605,18 +643,54 @@ mod tests {
 
     #[test]
     fn a_malformed_answer_is_an_error() {
-        assert_eq!(parse_answer(&answer(Some(9))).unwrap(), Some(9));
+        let v6: SocketAddr = "[2001:db8::7]:9".parse().unwrap();
+        assert_eq!(
+            parse_answer(&answer(Some(on_lo(9)))).unwrap(),
+            Some(on_lo(9))
+        );
+        assert_eq!(parse_answer(&answer(Some(v6))).unwrap(), Some(v6));
         assert_eq!(parse_answer(&answer(None)).unwrap(), None);
-        assert_eq!(parse_answer(&answer(Some(0))).unwrap(), None);
-        let mut a = answer(Some(9));
+        assert_eq!(parse_answer(&answer(Some(on_lo(0)))).unwrap(), None);
+        let mut a = answer(Some(on_lo(9)));
         a[5] = 7;
         assert!(matches!(parse_answer(&a), Err(LookupError::Malformed)));
         let mut a = answer(None);
         a[7] = 1;
         assert!(matches!(parse_answer(&a), Err(LookupError::Malformed)));
-        let mut a = answer(Some(9));
-        a[6..].copy_from_slice(&[0, 0]);
+        // Nobody, with an address.
+        let mut a = answer(None);
+        a[23] = 1;
         assert!(matches!(parse_answer(&a), Err(LookupError::Malformed)));
+        let mut a = answer(Some(on_lo(9)));
+        a[6..8].copy_from_slice(&[0, 0]);
+        assert!(matches!(parse_answer(&a), Err(LookupError::Malformed)));
+        // Found, at no address (zero, or IPv4's unspecified).
+        let mut a = answer(Some(on_lo(9)));
+        a[8..].fill(0);
+        assert!(matches!(parse_answer(&a), Err(LookupError::Malformed)));
+        let a = answer(Some(SocketAddr::from(([0, 0, 0, 0], 9))));
+        assert!(matches!(parse_answer(&a), Err(LookupError::Malformed)));
+        // The other version.
+        let mut a = answer(Some(on_lo(9)));
+        a[4] = 1;
+        assert!(matches!(parse_answer(&a), Err(LookupError::Malformed)));
+    }
+
+    #[test]
+    fn a_listener_told_another_address_names_it_in_its_answers() {
+        let named: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        let mut l = Listener::bind(on_lo(0)).unwrap().naming(named);
+        let addr = l.local_addr().unwrap();
+        let h = std::thread::spawn(move || lookup(addr, &gid(1), 7, Duration::from_secs(5)));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while l.serve_ready(LIMIT, |_, _| Some(4000)) == 0 {
+            assert!(Instant::now() < deadline, "never asked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            h.join().unwrap().unwrap(),
+            Some(SocketAddr::new(named, 4000))
+        );
     }
 
     /// xorshift32: the same bytes on every run, as the endpoint card's fuzz.
@@ -634,7 +708,7 @@ mod tests {
     /// Whether `q` is a question as [`question`] writes them, by the table in the
     /// module docs (independently of [`parse_question`]).
     fn well_formed(q: &[u8; QUESTION_LEN]) -> bool {
-        q[..4] == *b"VQPL" && q[4] == 1 && q[5..9] == [0, 0, 0, 0]
+        q[..4] == *b"VQPL" && q[4] == VERSION && q[5..9] == [0, 0, 0, 0]
     }
 
     #[test]
@@ -647,7 +721,7 @@ mod tests {
             // Most rounds keep a valid head, so the fields behind it are reached; some
             // clear the QPN's top byte, so well-formed questions come too.
             if round % 4 != 0 {
-                q[..5].copy_from_slice(b"VQPL\x01");
+                q[..5].copy_from_slice(b"VQPL\x02");
             }
             if round % 2 == 0 {
                 q[5..9].fill(0);
@@ -689,7 +763,7 @@ mod tests {
             } else if round % 4 == 1 && len >= 5 {
                 // A valid head and arbitrary fields behind it, the QPN's top byte
                 // mostly clear.
-                bytes[..5].copy_from_slice(b"VQPL\x01");
+                bytes[..5].copy_from_slice(b"VQPL\x02");
                 if len > 8 && round % 8 == 1 {
                     bytes[8] = 0;
                 }
@@ -735,8 +809,8 @@ mod tests {
                 assert_eq!(got.len(), ANSWER_LEN, "round {round}: {bytes:?} unanswered");
                 let q: &[u8; QUESTION_LEN] = bytes[..QUESTION_LEN].try_into().unwrap();
                 let (g, qpn) = parse_question(q).unwrap();
-                let port = (g == gid(1) && qpn == 7).then_some(4000);
-                assert_eq!(parse_answer(&got.try_into().unwrap()).unwrap(), port);
+                let at = (g == gid(1) && qpn == 7).then_some(on_lo(4000));
+                assert_eq!(parse_answer(&got.try_into().unwrap()).unwrap(), at);
                 answered += 1;
             } else {
                 assert!(got.is_empty(), "round {round}: {bytes:?} answered {got:?}");

@@ -104,8 +104,8 @@
 //!   of the namespace can answer, because the answer comes from the shared registry
 //!   (QP number → owning pid, already machine-wide) and the owner's exports (its UCX
 //!   port). A lookup is one fixed-size request ("QPN *n* at GID *g*") and one
-//!   fixed-size answer (the port, or "nobody"), over a connection that is closed after
-//!   it, each bounded in time;
+//!   fixed-size answer (the address and port, or "nobody"), over a connection that is
+//!   closed after it, each bounded in time;
 //! - no election and no takeover: while any process of the namespace lives, the port is
 //!   served; when the one that took a connection dies mid-lookup, the connection resets
 //!   and the requester asks again;
@@ -116,11 +116,23 @@
 //!
 //! Built: the lookup and its serving as above, by the machine thread of every process
 //! with a RoCE-bound device (it makes the worker outside every provider lock, listens
-//! for UCX at one port on the bound interfaces' IPv4 addresses — IPv6 GIDs are not
-//! served — and answers lookups as soon as it wakes on their sockets); the requester's
-//! cache of endpoints by (GID, QPN) and by the peer's address. The lookup runs at the
-//! first post rather than at RTR, on a thread of its own, the WQE waiting for it one
-//! ACK timeout at most.
+//! for UCX at one port on the bound interfaces' IPv4 and global IPv6 addresses, and
+//! answers lookups at each of their addresses as soon as it wakes on their sockets);
+//! the requester's cache of endpoints by (GID, QPN) and by the peer's address. The
+//! lookup runs at the first post rather than at RTR, on a thread of its own, the WQE
+//! waiting for it one ACK timeout at most.
+//!
+//! IPv6 GIDs: a global one is served as an IPv4 one is. A link-local one (the default
+//! GID, index 0) is looked up at that address scoped to the interface of the
+//! requester's own port, but UCX cannot carry traffic by it: UCX 1.13's wire-up
+//! connects its TCP lanes back to the address a connection came from without the
+//! scope (`connect(… fe80::…)`: `EINVAL`). So the lookup listener at a link-local
+//! address answers with another address of the same interface (its first IPv4
+//! address, else its first global IPv6 one; with neither it does not listen), and the
+//! requester takes that answer only if the kernel sends to it from the interface it
+//! asked through. An address still tentative (duplicate address detection, a second
+//! or two after a link comes up) is listened at once it can be bound, tried every
+//! 200 ms with a socket of our own first, so that UCX logs no failed listen.
 //!
 //! Failure cases, and what the requester sees: no process of the namespace alive on
 //! that machine (refused), no such QP ("nobody"), its owner dead between lookup and

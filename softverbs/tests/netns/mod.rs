@@ -117,19 +117,39 @@ impl Netns {
     /// Waits (up to 5 s) until interface `ifname` of namespace `i` is operationally up:
     /// the kernel's link watch sets the state of a link just brought up with a delay.
     pub fn wait_up(&self, i: usize, ifname: &str) {
+        self.wait_for(i, &["-br", "link", "show", "dev", ifname], "came up", |t| {
+            t.split_whitespace().nth(1) == Some("UP")
+        });
+    }
+
+    /// Waits (5 s at most) until `ifname` in namespace `i` has no IPv6 address still
+    /// tentative: a link-local address cannot be used for a second or two after its
+    /// link comes up (duplicate address detection).
+    #[allow(dead_code)]
+    pub fn wait_ipv6_usable(&self, i: usize, ifname: &str) {
+        let args = ["-6", "addr", "show", "dev", ifname];
+        self.wait_for(i, &args, "had a usable IPv6 address", |t| {
+            t.contains("inet6") && !t.contains("tentative")
+        });
+    }
+
+    /// Runs `ip -n <namespace i> <args>` every 20 ms until `done` holds for its
+    /// output; fails after 5 s, naming what never `happened`.
+    fn wait_for(&self, i: usize, args: &[&str], happened: &str, done: impl Fn(&str) -> bool) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
             let out = Command::new("ip")
-                .args(["-n", self.name(i), "-br", "link", "show", "dev", ifname])
+                .args(["-n", self.name(i)])
+                .args(args)
                 .output()
                 .unwrap_or_else(|e| panic!("ip: {e}"));
             let text = String::from_utf8_lossy(&out.stdout);
-            if text.split_whitespace().nth(1) == Some("UP") {
+            if done(&text) {
                 return;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "{ifname} in {} never came up: {text}",
+                "{args:?} in {} never {happened}: {text}",
                 self.name(i)
             );
             std::thread::sleep(std::time::Duration::from_millis(20));

@@ -194,7 +194,9 @@ pub(super) fn send<P: Tables>(
         return Step::Rnr(BACKOFF);
     }
     let t = p.engine().transport();
-    let ep = match t.machine_reach(&gid, dest) {
+    // A link-local GID is reached through the interface of the QP's own port.
+    let ifindex = p.devices()[qp.dev].roce().map_or(0, |n| n.ifindex);
+    let ep = match t.machine_reach(&gid, dest, ifindex) {
         Reach::Ready(ep) => {
             g.remote.machine_wait = None;
             Some(ep)
@@ -307,7 +309,9 @@ fn send_datagram<P: Tables>(
     d: crate::wqe::Datagram,
 ) -> Step {
     let t = p.engine().transport();
-    let ep = match t.machine_reach(&gid, dest) {
+    // A link-local GID is reached through the interface of the QP's own port.
+    let ifindex = p.devices()[qp.dev].roce().map_or(0, |n| n.ifindex);
+    let ep = match t.machine_reach(&gid, dest, ifindex) {
         Reach::Ready(ep) => {
             g.remote.machine_wait = None;
             ep
