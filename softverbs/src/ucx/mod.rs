@@ -245,6 +245,19 @@
 //! message (an eager payload is as large as the sender made it: UCP reassembles it
 //! before the handler sees it).
 //!
+//! What none of the above reaches is UCP's own protocol, which runs before any
+//! handler of ours and trusts the peer: in UCX 1.13.1 (`src/ucp/core/ucp_am.c`) the
+//! first fragment of a multi-fragment active message makes
+//! `ucp_am_long_first_handler` allocate the total size its footer declares, and
+//! `ucp_am_long_middle_handler` copies a middle fragment to the offset its header
+//! names without checking it against that size. A peer that forges UCP's fragment
+//! headers (not our protocol's) can therefore make this process allocate by its say
+//! and write past UCP's reassembly buffer. No setting of the receiving worker turns
+//! that off (UCP installs its fragment handlers with the active-message feature), so
+//! the route is for networks whose hosts are trusted with UCX, as UCX's own users
+//! (MPI jobs) are; closing it needs UCX to bound its reassembly, or the payload off
+//! UCP's active messages altogether.
+//!
 //! ## What the wiring needs from the layers
 //! The transport sits beside `shared` in layer 5 and reaches the engine the way
 //! `shared` does: through an interface it is handed. What the engine will need:
