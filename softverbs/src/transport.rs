@@ -279,10 +279,13 @@ impl Transport {
     /// answers the lookups waiting (`device_of` naming the device of a RoCE GID), and
     /// returns the messages that arrived for the engine's UCX route, with whether
     /// anything is going on (the thread then looks again soon). Nothing when this
-    /// process does not serve other machines, or another thread is at it.
+    /// process does not serve other machines, or another thread is at it. `polling`:
+    /// a polling thread's turn, which looks at the lookup sockets only now and then
+    /// ([`machine`]'s `LOOKUP_TURNS`).
     pub(crate) fn serve_machine(
         &self,
         device_of: impl Fn(&[u8; 16]) -> Option<usize>,
+        polling: bool,
     ) -> (Vec<Incoming>, bool) {
         let (Some(addrs), Some(s)) = (self.machine_addrs.get(), self.namespace()) else {
             return (Vec::new(), false);
@@ -298,7 +301,7 @@ impl Transport {
         let Ok(mut m) = m.try_lock() else {
             return (Vec::new(), true);
         };
-        let (came, busy) = m.turn(|gid, qpn| s.serving_port(device_of(gid)?, qpn));
+        let (came, busy) = m.turn(|gid, qpn| s.serving_port(device_of(gid)?, qpn), polling);
         let active = busy || m.active();
         (came, active)
     }

@@ -167,6 +167,9 @@ pub(super) struct Machine {
     held: Vec<(Ep, Vec<u8>)>,
     /// Payload buffers: the handlers copy into them, sent ones come back to them.
     spare: Arc<Spare>,
+    /// Turns taken by polling threads, which look at the lookup sockets at every
+    /// [`LOOKUP_TURNS`]th.
+    polled_turns: u32,
     /// Where a listener could not be made yet, and when to try again.
     unbound: Vec<Unbound>,
     bind_again_at: Instant,
@@ -182,6 +185,11 @@ enum Unbound {
     /// A lookup listener at `at`, its answers naming `names`.
     Lookup { at: SocketAddr, names: IpAddr },
 }
+
+/// A polling thread's turns between two looks at the lookup sockets: each look costs a
+/// `poll` system call per socket, a large part of a turn that finds nothing, while a
+/// lookup can wait the few hundred microseconds these turns take.
+const LOOKUP_TURNS: u32 = 64;
 
 /// How often the listeners not made yet are tried again.
 const BIND_AGAIN: Duration = Duration::from_millis(200);
@@ -413,6 +421,7 @@ impl Machine {
                 wake,
                 held: Vec::new(),
                 spare,
+                polled_turns: 0,
                 unbound,
                 bind_again_at: Instant::now(),
             },
@@ -552,11 +561,14 @@ impl Machine {
     /// The service thread's turn (see the module's docs): the answers held back at the
     /// last turn, progress, connections, failed endpoints, finished lookups, and the
     /// lookups waiting to be answered
-    /// (`serving_port` names the UCX port of the process serving a (GID, QPN)). Returns
-    /// the messages that arrived, and whether UCX did anything.
+    /// (`serving_port` names the UCX port of the process serving a (GID, QPN)); a
+    /// polling thread's turn (`polling`) looks at the lookups at every
+    /// [`LOOKUP_TURNS`]th only. Returns the messages that arrived, and whether UCX did
+    /// anything.
     pub(super) fn turn(
         &mut self,
         serving_port: impl Fn(&[u8; 16], u32) -> Option<u16>,
+        polling: bool,
     ) -> (Vec<Incoming>, bool) {
         self.flush_held();
         self.bind_again();
@@ -607,8 +619,15 @@ impl Machine {
             };
             self.peers.insert(key, peer);
         }
-        for l in &mut self.lookups {
-            l.serve_ready(LOOKUP_LIMIT, &serving_port);
+        self.polled_turns = if polling {
+            self.polled_turns.wrapping_add(1)
+        } else {
+            0
+        };
+        if self.polled_turns % LOOKUP_TURNS == 0 {
+            for l in &mut self.lookups {
+                l.serve_ready(LOOKUP_LIMIT, &serving_port);
+            }
         }
         let came: Vec<Incoming> = lock(&self.inbox).take();
         busy |= !came.is_empty();
@@ -617,8 +636,11 @@ impl Machine {
 
     /// Tries the listeners not made yet again, once [`BIND_AGAIN`] passed.
     fn bind_again(&mut self) {
+        if self.unbound.is_empty() {
+            return;
+        }
         let now = Instant::now();
-        if self.unbound.is_empty() || now < self.bind_again_at {
+        if now < self.bind_again_at {
             return;
         }
         self.bind_again_at = now + BIND_AGAIN;

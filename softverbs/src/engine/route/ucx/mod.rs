@@ -175,7 +175,7 @@ pub(crate) fn serve_machine<P: Tables>(
         return Some(Duration::from_millis(1));
     };
     let t = p.engine().transport();
-    let (came, active) = t.serve_machine(device_of);
+    let (came, active) = t.serve_machine(device_of, polling);
     let any = !came.is_empty();
     let mut answers = Vec::new();
     for m in came {
