@@ -10,9 +10,8 @@
 //! The softverbs rows run Debian's perftest, unmodified, over softverbs' route between
 //! machines (the cdylib preloaded, each host with its own softverbs namespace
 //! directory and soft0 bound to its veth end): `ib_write_bw -s 1048576 -x 1 -t 4` (at
-//! most 4 WQEs in flight: with perftest's default of 128 of 1 MiB, the route, which
-//! has no window yet, sends them all at once and times the oldest out before its
-//! answer comes, `IBV_WC_RETRY_EXC_ERR`), and
+//! most 4 WQEs in flight; perftest's default of 128 completes as well, the route
+//! keeping a window per QP, at the same rate within the scatter), and
 //! `ib_send_lat -s 8 -x 1` (perftest's own half round trip, its typical and average);
 //! and vqp's `write_bw --qps 4 --size 1M` (release build of the example, built apart:
 //! `cargo build --release --example write_bw`). A row that cannot run (perftest or the
