@@ -373,7 +373,7 @@ impl Machine {
             // interface's addresses but the link-local ones (see `ucx_address`).
             for b in mine.iter().filter(|b| !link_local(&b.ip)) {
                 let at = SocketAddr::new(b.ip, port);
-                if !usable(at) {
+                if b.ip.is_ipv6() && !usable(at) {
                     // Tentative (see `Unbound`): listened at later, at the port the
                     // others have (one free now if none has one yet).
                     if port == 0 {
