@@ -718,7 +718,7 @@ fn child_forger() {
     if !is_child("child_forger") {
         return;
     }
-    use vqp_softverbs::ucx::{lookup, wire, Worker, DEFAULT_SETTINGS};
+    use vqp_softverbs::ucx::{lookup, wire, Worker, ROUTE_SETTINGS};
     let v = verbs();
     let mut a = side(&v, "soft0", &Opts::default());
     fill(&mut a, 9);
@@ -737,7 +737,8 @@ fn child_forger() {
         .unwrap()
         .expect("the responder's process serves its QP");
     assert_eq!(served.ip(), at.ip(), "served at the address asked");
-    let mut w = Worker::new(DEFAULT_SETTINGS).unwrap();
+    // A peer of the route speaks its settings (its TCP receive segment above all).
+    let mut w = Worker::new(ROUTE_SETTINGS).unwrap();
     let ep = w.connect(served).unwrap();
     let write = |src_qpn: u32, sgid: [u8; 16], at: u64, len: u64| wire::Request {
         opcode: IBV_WR_RDMA_WRITE,

@@ -51,29 +51,6 @@ const MAX_HELD: usize = 64;
 /// each step of a lookup this process asks.
 pub(super) const LOOKUP_LIMIT: Duration = Duration::from_millis(200);
 
-/// The UCP settings of the worker that carries verbs between machines: those of every
-/// softverbs worker ([`ucx::DEFAULT_SETTINGS`]); every message eager, so that a handler
-/// has the whole payload (UCP reassembles it) and nothing is fetched later; and the TCP
-/// transport's receive segment ([`RX_SEGMENT`]).
-const SETTINGS: &[(&str, &str)] = &[
-    ("TLS", "tcp"),
-    ("SOCKADDR_TLS_PRIORITY", "tcp"),
-    ("RNDV_THRESH", "inf"),
-    // A transport's setting: named without its `TCP_` prefix (UCP hands the names it
-    // does not know to each transport's own table).
-    ("RX_SEG_SIZE", RX_SEGMENT),
-];
-
-/// UCX's TCP receive segment on this worker (1 MiB and 4 KiB), which also bounds the
-/// active message UCX sends in one piece: a request with up to 1 MiB of payload
-/// arrives whole in one receive buffer. With UCX's 64 KiB it came in sixteen pieces
-/// that UCP copied together into a buffer of its own before the handler ran (a copy of
-/// every byte on the responder; `ib_write_bw -s 1M` between two namespaces moved 23%
-/// more with this one, in five rounds side by side). Every process of the route sets
-/// it, as UCX's TCP transport expects of its peers; a receive buffer is twice it, one
-/// held by an endpoint while a message arrives.
-const RX_SEGMENT: &str = "1052672";
-
 /// An endpoint of one of this process's workers (one worker per bound interface).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Ep {
@@ -323,7 +300,7 @@ impl Machine {
         let mut port = 0u16;
         let mut unbound = Vec::new();
         for (index, name) in names.iter().enumerate() {
-            let mut settings = SETTINGS.to_vec();
+            let mut settings = ucx::ROUTE_SETTINGS.to_vec();
             settings.push(("NET_DEVICES", name));
             let mut worker = Worker::new(&settings)?;
             for id in [REQUEST, RESPONSE, ANSWERED] {
@@ -349,7 +326,7 @@ impl Machine {
                                 from,
                             });
                         }
-                        // Every message is eager (`SETTINGS`): a rendezvous one comes
+                        // Every message is eager (`ROUTE_SETTINGS`): a rendezvous one comes
                         // from another protocol, and is discarded (dropping it releases
                         // it).
                         Data::Rendezvous(_) => {

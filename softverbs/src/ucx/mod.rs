@@ -347,6 +347,21 @@ pub const MAX_HEADER: usize = 1024;
 /// for the connection set-up.
 pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[("TLS", "tcp"), ("SOCKADDR_TLS_PRIORITY", "tcp")];
 
+/// The UCP settings of the workers that carry verbs between machines, and of anything
+/// that talks to them: [`DEFAULT_SETTINGS`], and every message eager, so that a handler
+/// has the whole payload (UCP reassembles it) and nothing is fetched later. UCX's TCP
+/// transport keeps its receive segment (64 KiB): a 1 MiB request comes in sixteen
+/// pieces that UCP copies together before the handler runs. A segment of 1 MiB and
+/// 4 KiB (`RX_SEG_SIZE`, named without the transport's `TCP_` prefix) avoided that
+/// copy and moved 23% more in `ib_write_bw -s 1M`, but 128 outstanding 1 MiB WRITEs
+/// then ended in `IBV_WC_RETRY_EXC_ERR` in 7 of 40 runs (`tests/machine.rs`
+/// `a_deep_queue_of_large_writes_completes`; none in 60 without), so it is not set.
+pub const ROUTE_SETTINGS: &[(&str, &str)] = &[
+    ("TLS", "tcp"),
+    ("SOCKADDR_TLS_PRIORITY", "tcp"),
+    ("RNDV_THRESH", "inf"),
+];
+
 // The ids and slots of the worker's tables, which the worker, its endpoints and its
 // active messages all name.
 
