@@ -737,8 +737,14 @@ fn child_forger() {
         .unwrap()
         .expect("the responder's process serves its QP");
     assert_eq!(served.ip(), at.ip(), "served at the address asked");
-    // A peer of the route speaks its settings (its TCP receive segment above all).
+    // A peer of the route speaks its settings, and takes the answers the responder
+    // sends back (a DROP for each request it refuses): UCP 1.13 reads the handler
+    // table at the message's id before it checks the id, so a worker with no handler
+    // there dies on the first answer (`ucp_am_handler_common`).
     let mut w = Worker::new(ROUTE_SETTINGS).unwrap();
+    for id in 0..vqp_softverbs::ucx::MAX_AM_ID {
+        w.set_handler(id, |_| {}).unwrap();
+    }
     let ep = w.connect(served).unwrap();
     let write = |src_qpn: u32, sgid: [u8; 16], at: u64, len: u64| wire::Request {
         opcode: IBV_WR_RDMA_WRITE,

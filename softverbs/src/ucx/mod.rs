@@ -252,7 +252,11 @@
 //! `ucp_am_long_middle_handler` copies a middle fragment to the offset its header
 //! names without checking it against that size. A peer that forges UCP's fragment
 //! headers (not our protocol's) can therefore make this process allocate by its say
-//! and write past UCP's reassembly buffer. No setting of the receiving worker turns
+//! and write past UCP's reassembly buffer. `ucp_am_handler_common` also reads the
+//! handler table at the message's id before `ucp_am_invoke_cb` checks the id against
+//! the table's length: an id past the ids this worker registered (below
+//! [`MAX_AM_ID`]) is a read out of bounds, and a worker with no handler at all dies on
+//! the first message (a null table). No setting of the receiving worker turns
 //! that off (UCP installs its fragment handlers with the active-message feature), so
 //! the route is for networks whose hosts are trusted with UCX, as UCX's own users
 //! (MPI jobs) are; closing it needs UCX to bound its reassembly, or the payload off
