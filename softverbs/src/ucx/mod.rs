@@ -305,10 +305,12 @@
 //!
 //! Bulk bandwidth over UCX's TCP transport needs segments larger than its 8 KiB
 //! default (`benches/ucx.rs`: 1 MiB messages at 0.3× a TCP stream's rate by default,
-//! 0.6–1.1× with 512 KiB segments); these are transport settings that
-//! `ucp_config_modify` does not reach in UCX 1.13, so the wiring must set
-//! `UCX_TCP_TX_SEG_SIZE`/`UCX_TCP_RX_SEG_SIZE` in the environment (`softverbs run` can)
-//! or accept the lower rate.
+//! 0.6–1.1× with 512 KiB segments); these are transport settings, which
+//! `ucp_config_modify` reaches in UCX 1.13 by their names without the transport's
+//! prefix (`RX_SEG_SIZE`: UCP hands a name it does not know to each transport's
+//! table; `TCP_RX_SEG_SIZE` is taken and never used), or the environment
+//! (`UCX_TCP_RX_SEG_SIZE`). The route keeps the defaults ([`ROUTE_SETTINGS`] says
+//! why).
 //!
 //! UCX itself must not carry softverbs' traffic over verbs: inside a softverbs process
 //! `libibverbs.so.1` is softverbs, so the worker is made with UCX's verbs transports
