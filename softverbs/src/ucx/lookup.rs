@@ -6,10 +6,11 @@
 //! address: UCX 1.13 connects its TCP lanes back to the address a connection came
 //! from without its interface's scope, which fails for `fe80::/10`, so a listener at
 //! a link-local address names another address of the same interface
-//! ([`Listener::naming`]) and the asker checks that it is on that link. Every process of a softverbs namespace with a RoCE-bound device listens
-//! on that port with `SO_REUSEPORT` (the kernel shares it among sockets of the same
-//! effective user and hands each connection to one of them), and any of them can
-//! answer, because the answer comes from the namespace's registry.
+//! ([`Listener::naming`]) and the asker checks that it is on that link. Every process
+//! of a softverbs namespace with a RoCE-bound device listens on that port with
+//! `SO_REUSEPORT` (the kernel shares it among sockets of the same effective user and
+//! hands each connection to one of them), and any of them can answer, because the
+//! answer comes from the namespace's registry.
 //!
 //! Both sides bound every step in time and read exactly the message's size. The
 //! listener never waits on a peer: it holds at most [`MAX_PENDING`] accepted
