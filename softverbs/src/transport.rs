@@ -309,7 +309,14 @@ impl Transport {
     /// Whether a request to QP `qpn` at `gid` on another machine can be sent now
     /// ([`Reach`]); starts looking it up when nothing is known. Takes the worker lock:
     /// callable with a QP locked (`machine`'s lock order).
-    pub(crate) fn machine_reach(&self, gid: &[u8; 16], qpn: u32, ifindex: u32) -> Reach {
+    /// `ifindex` names the interface of the requester's port; it is asked only when a
+    /// lookup starts.
+    pub(crate) fn machine_reach(
+        &self,
+        gid: &[u8; 16],
+        qpn: u32,
+        ifindex: impl FnOnce() -> u32,
+    ) -> Reach {
         match self.machine.get() {
             None => Reach::Pending,
             Some(None) => Reach::Unreachable,

@@ -1343,22 +1343,19 @@ fn child_v6_writer() {
     let b_gid = swap_gids(&base, &a, "a6", "b6");
     connect_from(&a, 0, b_gid, f[0] as u32, 16, 7);
     wait_file(&base.with_extension("b-ready"));
-    let mut sge = a.mr.sge(0, 4096).unwrap();
-    let mut wr = send_wr(1, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
-    wr.wr.rdma = ibv_send_wr_rdma {
-        remote_addr: f[1],
-        rkey: f[2] as u32,
-    };
-    post(&a, &mut wr);
-    assert_eq!(poll_n(&a.cq, 1)[0].status(), WcStatus::Success);
-    let mut sge = a.mr.sge(8192, 4096).unwrap();
-    let mut wr = send_wr(2, IBV_WR_RDMA_READ, std::slice::from_mut(&mut sge));
-    wr.wr.rdma = ibv_send_wr_rdma {
-        remote_addr: f[1],
-        rkey: f[2] as u32,
-    };
-    post(&a, &mut wr);
-    assert_eq!(poll_n(&a.cq, 1)[0].status(), WcStatus::Success);
+    for (id, opcode, at) in [(1, IBV_WR_RDMA_WRITE, 0), (2, IBV_WR_RDMA_READ, 8192)] {
+        let mut sge = a.mr.sge(at, 4096).unwrap();
+        let mut wr = send_wr(id, opcode, std::slice::from_mut(&mut sge));
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: f[1],
+            rkey: f[2] as u32,
+        };
+        assert_eq!(
+            post_status(&a, &mut wr),
+            WcStatus::Success,
+            "opcode {opcode}"
+        );
+    }
     assert_eq!(bytes(&a)[8192..12288], pattern(0..4096, 9)[..], "the READ");
     write_file(&base.with_extension("done"), "done\n");
 }

@@ -439,9 +439,14 @@ impl Machine {
     /// nothing is known (see [`Reach`]). A failure is told once: the next call looks
     /// up again.
     ///
-    /// `ifindex` is the interface of the requester's port: a link-local GID is reached
-    /// through it.
-    pub(super) fn reach(&mut self, gid: &[u8; 16], qpn: u32, ifindex: u32) -> Reach {
+    /// `ifindex` gives the interface of the requester's port, through which a
+    /// link-local GID is reached; it is asked only when a lookup starts.
+    pub(super) fn reach(
+        &mut self,
+        gid: &[u8; 16],
+        qpn: u32,
+        ifindex: impl FnOnce() -> u32,
+    ) -> Reach {
         let key = (*gid, qpn);
         match self.peers.get(&key) {
             Some(Peer::Ready(ep)) => return Reach::Ready(*ep),
@@ -453,6 +458,7 @@ impl Machine {
             None => {}
         }
         let ip = ip_of(gid);
+        let ifindex = ifindex();
         let found = self.found.clone();
         let wake = self.wake.clone();
         let asked = at(ip, ifindex, self.lookup_port);

@@ -412,6 +412,13 @@ mod tests {
         SocketAddr::from(([127, 0, 0, 1], port))
     }
 
+    /// A listener at a port of loopback the kernel picks, and its address.
+    fn listener_on_lo() -> (Listener, SocketAddr) {
+        let l = Listener::bind(on_lo(0)).unwrap();
+        let addr = l.local_addr().unwrap();
+        (l, addr)
+    }
+
     fn gid(last: u8) -> [u8; 16] {
         let mut g = [0u8; 16];
         g[10] = 0xff;
@@ -423,8 +430,7 @@ mod tests {
     /// A listener on loopback served by a thread until `rounds` questions were
     /// answered: QP 7 at 192.0.2.1 is served at port 4000, nothing else.
     fn server(rounds: usize) -> (SocketAddr, std::thread::JoinHandle<Listener>) {
-        let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = l.local_addr().unwrap();
+        let (mut l, addr) = listener_on_lo();
         let h = std::thread::spawn(move || {
             let mut done = 0;
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -448,8 +454,7 @@ mod tests {
 
     #[test]
     fn processes_of_one_user_share_the_port() {
-        let a = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = a.local_addr().unwrap();
+        let (_a, addr) = listener_on_lo();
         let b = Listener::bind(addr).unwrap();
         assert_eq!(b.local_addr().unwrap(), addr);
     }
@@ -534,8 +539,7 @@ mod tests {
     #[test]
     fn stalled_peers_do_not_delay_another_lookup_and_are_closed_at_their_deadline() {
         let limit = Duration::from_millis(800);
-        let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = l.local_addr().unwrap();
+        let (mut l, addr) = listener_on_lo();
         // Connected before the well-formed one, so a listener taking them in order meets
         // them first: one says nothing, one half a question.
         let mut silent = TcpStream::connect(addr).unwrap();
@@ -565,8 +569,7 @@ mod tests {
     fn more_stalled_peers_than_the_table_holds_close_the_oldest() {
         let limit = Duration::from_millis(400);
         let extra = 4;
-        let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = l.local_addr().unwrap();
+        let (mut l, addr) = listener_on_lo();
         let mut stalled: Vec<TcpStream> = (0..MAX_PENDING + extra)
             .map(|_| TcpStream::connect(addr).unwrap())
             .collect();
@@ -602,8 +605,7 @@ mod tests {
         // A peer stalling connections by the hundred: between two turns of the
         // listener, a lookup and then more silent connections than the table holds.
         let limit = Duration::from_millis(400);
-        let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = l.local_addr().unwrap();
+        let (mut l, addr) = listener_on_lo();
         let mut good = TcpStream::connect(addr).unwrap();
         good.write_all(&question(&gid(1), 8)).unwrap();
         let _stalled: Vec<TcpStream> = (0..MAX_PENDING + 4)
@@ -619,16 +621,14 @@ mod tests {
     #[test]
     fn a_lookup_ends_in_bounded_time_without_an_answer() {
         // Nobody listens.
-        let l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = l.local_addr().unwrap();
+        let (l, addr) = listener_on_lo();
         drop(l);
         assert!(matches!(
             lookup(addr, &gid(1), 7, LIMIT),
             Err(LookupError::Connect(_))
         ));
         // Somebody listens and never answers.
-        let l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = l.local_addr().unwrap();
+        let (_l, addr) = listener_on_lo();
         let t = Instant::now();
         assert!(matches!(
             lookup(addr, &gid(1), 7, LIMIT),
@@ -680,8 +680,8 @@ mod tests {
     #[test]
     fn a_listener_told_another_address_names_it_in_its_answers() {
         let named: std::net::IpAddr = "192.0.2.7".parse().unwrap();
-        let mut l = Listener::bind(on_lo(0)).unwrap().naming(named);
-        let addr = l.local_addr().unwrap();
+        let (l, addr) = listener_on_lo();
+        let mut l = l.naming(named);
         let h = std::thread::spawn(move || lookup(addr, &gid(1), 7, Duration::from_secs(5)));
         let deadline = Instant::now() + Duration::from_secs(5);
         while l.serve_ready(LIMIT, |_, _| Some(4000)) == 0 {
@@ -748,8 +748,7 @@ mod tests {
         // closed after it: answered exactly when its first 28 bytes are a question; the
         // listener never waits on one, and holds none of them afterwards.
         let limit = Duration::from_millis(400);
-        let mut l = Listener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = l.local_addr().unwrap();
+        let (mut l, addr) = listener_on_lo();
         let mut x = 0x9e37_79b9u32;
         let (mut answered, mut refused) = (0, 0);
         for round in 0..300usize {

@@ -194,9 +194,7 @@ pub(super) fn send<P: Tables>(
         return Step::Rnr(BACKOFF);
     }
     let t = p.engine().transport();
-    // A link-local GID is reached through the interface of the QP's own port.
-    let ifindex = p.devices()[qp.dev].roce().map_or(0, |n| n.ifindex);
-    let ep = match t.machine_reach(&gid, dest, ifindex) {
+    let ep = match t.machine_reach(&gid, dest, || port_ifindex(p, qp)) {
         Reach::Ready(ep) => {
             g.remote.machine_wait = None;
             Some(ep)
@@ -309,9 +307,7 @@ fn send_datagram<P: Tables>(
     d: crate::wqe::Datagram,
 ) -> Step {
     let t = p.engine().transport();
-    // A link-local GID is reached through the interface of the QP's own port.
-    let ifindex = p.devices()[qp.dev].roce().map_or(0, |n| n.ifindex);
-    let ep = match t.machine_reach(&gid, dest, ifindex) {
+    let ep = match t.machine_reach(&gid, dest, || port_ifindex(p, qp)) {
         Reach::Ready(ep) => {
             g.remote.machine_wait = None;
             ep
@@ -386,6 +382,12 @@ fn nak_status(value: u32) -> u32 {
         IBV_WC_REM_ACCESS_ERR | IBV_WC_REM_INV_REQ_ERR | IBV_WC_REM_OP_ERR => value,
         _ => IBV_WC_REM_OP_ERR,
     }
+}
+
+/// The interface of `qp`'s port, through which a link-local GID is reached (0 for a
+/// port bound to none).
+fn port_ifindex<P: Tables>(p: &'static P, qp: &QpCore) -> u32 {
+    p.devices()[qp.dev].roce().map_or(0, |n| n.ifindex)
 }
 
 /// An answer to one of our requests.
