@@ -309,8 +309,8 @@
 //! `ucp_config_modify` reaches in UCX 1.13 by their names without the transport's
 //! prefix (`RX_SEG_SIZE`: UCP hands a name it does not know to each transport's
 //! table; `TCP_RX_SEG_SIZE` is taken and never used), or the environment
-//! (`UCX_TCP_RX_SEG_SIZE`). The route keeps the defaults ([`ROUTE_SETTINGS`] says
-//! why).
+//! (`UCX_TCP_RX_SEG_SIZE`). The route sets a receive segment of 256 KiB
+//! ([`ROUTE_SETTINGS`] says why).
 //!
 //! UCX itself must not carry softverbs' traffic over verbs: inside a softverbs process
 //! `libibverbs.so.1` is softverbs, so the worker is made with UCX's verbs transports
@@ -354,18 +354,25 @@ pub const MAX_HEADER: usize = 1024;
 pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[("TLS", "tcp"), ("SOCKADDR_TLS_PRIORITY", "tcp")];
 
 /// The UCP settings of the workers that carry verbs between machines, and of anything
-/// that talks to them: [`DEFAULT_SETTINGS`], and every message eager, so that a handler
-/// has the whole payload (UCP reassembles it) and nothing is fetched later. UCX's TCP
-/// transport keeps its receive segment (64 KiB): a 1 MiB request comes in sixteen
-/// pieces that UCP copies together before the handler runs. A segment of 1 MiB and
-/// 4 KiB (`RX_SEG_SIZE`, named without the transport's `TCP_` prefix) avoided that
-/// copy and moved 23% more in `ib_write_bw -s 1M`, but 128 outstanding 1 MiB WRITEs
-/// then ended in `IBV_WC_RETRY_EXC_ERR` in 7 of 40 runs (`tests/machine.rs`
-/// `a_deep_queue_of_large_writes_completes`; none in 60 without), so it is not set.
+/// that talks to them: [`DEFAULT_SETTINGS`]; every message eager, so that a handler
+/// has the whole payload (UCP reassembles it) and nothing is fetched later; and UCX's
+/// TCP receive segment at 256 KiB (`RX_SEG_SIZE`, named without the transport's `TCP_`
+/// prefix), which is also the largest piece UCX sends a message in. With UCX's 64 KiB
+/// a 1 MiB request went in sixteen `sendmsg` calls, and the requester's thread, which
+/// makes them, was the busiest of the route, mostly in the kernel's send path; at
+/// 256 KiB it is four, and `ib_write_bw -s 1M` between two namespaces moves 10–45%
+/// more (docs/benchmarks.md). A segment of 1 MiB and 4 KiB, which sent such a request in one
+/// piece, once made 128 outstanding 1 MiB WRITEs end in `IBV_WC_RETRY_EXC_ERR` (7 runs
+/// of 40; not seen again, cause not found); 256 KiB keeps a request larger than that in
+/// pieces, as UCX's own default did. Every process of the route must use the same
+/// segment (a receiver's buffer holds one piece): the lookup's version
+/// ([`lookup`]) changed with it, so that processes of the two find nobody rather than
+/// each other.
 pub const ROUTE_SETTINGS: &[(&str, &str)] = &[
     ("TLS", "tcp"),
     ("SOCKADDR_TLS_PRIORITY", "tcp"),
     ("RNDV_THRESH", "inf"),
+    ("RX_SEG_SIZE", "256k"),
 ];
 
 // The ids and slots of the worker's tables, which the worker, its endpoints and its
