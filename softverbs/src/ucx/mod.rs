@@ -360,14 +360,14 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[("TLS", "tcp"), ("SOCKADDR_TLS_P
 /// prefix), which is also the largest piece UCX sends a message in. With UCX's 64 KiB
 /// a 1 MiB request went in sixteen `sendmsg` calls, and the requester's thread, which
 /// makes them, was the busiest of the route, mostly in the kernel's send path; at
-/// 256 KiB it is four, and `ib_write_bw -s 1M` between two namespaces moves 10–45%
-/// more (docs/benchmarks.md). A segment of 1 MiB and 4 KiB, which sent such a request in one
-/// piece, once made 128 outstanding 1 MiB WRITEs end in `IBV_WC_RETRY_EXC_ERR` (7 runs
-/// of 40; not seen again, cause not found); 256 KiB keeps a request larger than that in
-/// pieces, as UCX's own default did. Every process of the route must use the same
-/// segment (a receiver's buffer holds one piece): the lookup's version
-/// ([`lookup`]) changed with it, so that processes of the two find nobody rather than
-/// each other.
+/// 256 KiB it is four, and `ib_write_bw -s 1M` between two namespaces moved 18% more
+/// at the median of five rounds side by side (docs/benchmarks.md). A segment of 1 MiB
+/// and 4 KiB, which sent such a request in one piece, once made 128 outstanding 1 MiB
+/// WRITEs end in `IBV_WC_RETRY_EXC_ERR` (7 runs of 40; not seen again, cause not
+/// found); 256 KiB keeps a request larger than that in pieces, as UCX's own default
+/// did. Every process of the route must use the same segment (a receiver's buffer
+/// holds one piece): the lookup's version ([`lookup`]) changed with it, so that
+/// processes of the two find nobody rather than each other.
 pub const ROUTE_SETTINGS: &[(&str, &str)] = &[
     ("TLS", "tcp"),
     ("SOCKADDR_TLS_PRIORITY", "tcp"),
