@@ -9,7 +9,8 @@
 //! stopped peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed, within the QP's
 //! timeout × retries; the requester's link taken down under WRITEs in flight fails
 //! the oldest with `IBV_WC_RETRY_EXC_ERR` and flushes the rest, in posting order, and
-//! what TCP still held of them never lands once the link is back; a deep queue of
+//! what TCP still held of them never lands once the link is back; a deleted veth
+//! ends WRITEs in flight the same way, the responder alive; a deep queue of
 //! 1 MiB WRITEs (128 posted, as `ib_write_bw -s 1M`) all complete.
 //! UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself, and a fuzz of them, change nothing.
 //! Two processes of one namespace serve their QPs to another machine's.
@@ -1249,6 +1250,94 @@ fn child_cut_off() {
     assert!(took < Duration::from_secs(4), "ended after {took:?}");
 }
 
+/// The veth between the machines is deleted (both its ends vanish, as a cable pulled
+/// with the NICs behind it) with WRITEs in flight and the responder alive: the
+/// requester's port goes down (its interface is gone), the oldest WRITE ends in
+/// `IBV_WC_RETRY_EXC_ERR` and the others flush, in posting order, within the QP's
+/// timeout × retries.
+#[test]
+fn a_deleted_veth_ends_writes_in_flight_in_retry_exc_within_the_qps_timeout() {
+    let name = "a_deleted_veth_ends_writes_in_flight_in_retry_exc_within_the_qps_timeout";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach13");
+    let responder = lab.start(1, "child_sink");
+    let requester = lab.start(0, "child_unplugged");
+    let base = lab.dir.join("rendezvous");
+    if !appeared(&base.with_extension("a-first")) {
+        passed(vec![
+            (requester, "child_unplugged"),
+            (responder, "child_sink"),
+        ]);
+        panic!("the first WRITE never completed");
+    }
+    wait_file(&base.with_extension("a-posted"));
+    netns::ip(&["-n", lab.ns.name(0), "link", "del", "vm0"]);
+    write_file(&base.with_extension("deleted"), "deleted\n");
+    passed(vec![(requester, "child_unplugged")]);
+    write_file(&base.with_extension("done"), "done\n");
+    drop(responder);
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_deleted_veth_ends_writes_in_flight_in_retry_exc_within_the_qps_timeout"]
+fn child_unplugged() {
+    if !is_child("child_unplugged") {
+        return;
+    }
+    let v = verbs();
+    let a = side(&v, "soft0", &opts());
+    let base = rendezvous();
+    let f = meet_responder(&base, &a);
+    // 4.096 µs · 2^16 ≈ 268 ms an attempt, 2 retransmissions: about 0.8 s in all,
+    // long enough for the veth to go while the WRITEs wait for their answers.
+    connect_to(&a, v4([192, 0, 2, 2]), f[0] as u32, 16, 2);
+    wait_file(&base.with_extension("b-ready"));
+    let write = |id: u64, len: usize| {
+        let mut sge = a.mr.sge(0, len).unwrap();
+        let mut wr = send_wr(id, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: f[1],
+            rkey: f[2] as u32,
+        };
+        post(&a, &mut wr);
+    };
+    write(1, 4096);
+    assert_eq!(poll_n(&a.cq, 1)[0].status(), WcStatus::Success);
+    write_file(&base.with_extension("a-first"), "ok\n");
+    // Large enough that the link cannot carry them all (and have them answered) before
+    // it is gone: whatever was answered in time completes successfully first.
+    for id in 2..=9 {
+        write(id, 1 << 20);
+    }
+    write_file(&base.with_extension("a-posted"), "ok\n");
+    wait_file(&base.with_extension("deleted"));
+    let start = Instant::now();
+    let until = start + Duration::from_secs(5);
+    while a.ctx.query_port(1).unwrap().state() != vqp_host::PortState::Down {
+        assert!(Instant::now() < until, "the port never went down");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let wcs = poll_n(&a.cq, 8);
+    let took = start.elapsed();
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id(), w.status())).collect();
+    // In posting order: successes, then one RETRY_EXC, then flushes.
+    let ok = got.iter().take_while(|g| g.1 == WcStatus::Success).count();
+    assert!(
+        ok < 8,
+        "every WRITE was answered before the veth went: {got:?}"
+    );
+    assert_eq!(got[ok].1, WcStatus::RetryExcErr, "{got:?}");
+    assert!(
+        got[ok + 1..].iter().all(|g| g.1 == WcStatus::WrFlushErr),
+        "{got:?}"
+    );
+    let ids: Vec<u64> = got.iter().map(|g| g.0).collect();
+    assert_eq!(ids, (2..=9).collect::<Vec<u64>>(), "in posting order");
+    assert!(took < Duration::from_secs(4), "ended after {took:?}");
+}
+
 /// RC by link-local IPv6 GIDs (index 0, `fe80::`, the interface's own link-local
 /// address): a WRITE lands and a READ brings it back, the route looking the peer up
 /// through the interface of the requester's port and carrying the traffic to the
@@ -1538,7 +1627,7 @@ fn deep_opts() -> Opts {
 }
 
 #[test]
-#[ignore = "run in a network namespace by a_deep_queue_of_large_writes_completes"]
+#[ignore = "run in a network namespace by a_deep_queue_of_large_writes_completes and the deleted veth's test"]
 fn child_sink() {
     if !is_child("child_sink") {
         return;

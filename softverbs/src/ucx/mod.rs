@@ -207,8 +207,10 @@
 //!
 //! Built as written; a lookup that hangs (an unreachable machine) can hold the WQE one
 //! ACK timeout before it counts as the first lost attempt, so that case ends within
-//! twice the QP's timeout × retries. Tested with a peer killed by `SIGKILL` and one
-//! stopped by `SIGSTOP` (`tests/machine.rs`); not yet with a deleted veth.
+//! twice the QP's timeout × retries. Tested with a peer killed by `SIGKILL`, one
+//! stopped by `SIGSTOP`, and the veth between the two deleted under WRITEs in flight
+//! (the requester's port goes down with its interface, and the WRITEs end at once)
+//! (`tests/machine.rs`).
 //!
 //! ## What a hostile peer cannot do
 //! Whatever listens for other machines is exposed to anything that can reach the port:
