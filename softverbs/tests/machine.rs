@@ -151,6 +151,21 @@ impl Lab {
         }
     }
 
+    /// Limits the egress of namespace `i`'s veth end `vm<i>` to `rate` (`tc` tbf).
+    fn limit_egress(&self, i: usize, rate: &str) {
+        let dev = format!("vm{i}");
+        let args = [
+            "qdisc", "replace", "dev", &dev, "root", "tbf", "rate", rate, "burst", "32kb",
+            "latency", "100ms",
+        ];
+        let out = Command::new("tc")
+            .args(["-n", self.ns.name(i)])
+            .args(args)
+            .output()
+            .expect("tc (iproute2)");
+        assert!(out.status.success(), "tc {args:?}: {out:?}");
+    }
+
     /// Starts child test `name` in namespace `i`, its device `soft0` bound to `vm<i>`,
     /// its own softverbs namespace directory.
     fn start(&self, i: usize, name: &str) -> procs::Killed {
@@ -1262,6 +1277,9 @@ fn a_deleted_veth_ends_writes_in_flight_in_retry_exc_within_the_qps_timeout() {
         return;
     }
     let lab = Lab::new("mach13");
+    // 8 MiB take about 8 s at 8 Mbit/s: the WRITEs are still in flight when the veth
+    // goes, however fast the machine.
+    lab.limit_egress(0, "8mbit");
     let responder = lab.start(1, "child_sink");
     let requester = lab.start(0, "child_unplugged");
     let base = lab.dir.join("rendezvous");
@@ -1306,8 +1324,8 @@ fn child_unplugged() {
     write(1, 4096);
     assert_eq!(poll_n(&a.cq, 1)[0].status(), WcStatus::Success);
     write_file(&base.with_extension("a-first"), "ok\n");
-    // Large enough that the link cannot carry them all (and have them answered) before
-    // it is gone: whatever was answered in time completes successfully first.
+    // More than the limited link carries (and has answered) before it is gone: whatever
+    // was answered in time completes successfully first.
     for id in 2..=9 {
         write(id, 1 << 20);
     }
@@ -1463,18 +1481,7 @@ fn writes_given_up_on_while_the_link_was_down_never_land_once_it_is_back() {
         return;
     }
     let lab = Lab::new("mach11");
-    let tc = |args: &[&str]| {
-        let out = Command::new("tc")
-            .args(["-n", lab.ns.name(0)])
-            .args(args)
-            .output()
-            .expect("tc (iproute2)");
-        assert!(out.status.success(), "tc {args:?}: {out:?}");
-    };
-    tc(&[
-        "qdisc", "replace", "dev", "vm0", "root", "tbf", "rate", "8mbit", "burst", "32kb",
-        "latency", "100ms",
-    ]);
+    lab.limit_egress(0, "8mbit");
     let target = lab.start(1, "child_stale_target");
     let writer = lab.start(0, "child_stale_writer");
     let base = lab.dir.join("rendezvous");
