@@ -193,8 +193,8 @@ impl Lab {
 }
 
 /// Waits (60 s at most) for a child to exit: whether it passed, and its output.
-fn outcome(mut c: procs::Killed, name: &str) -> (bool, String) {
-    let out = procs::wait(&mut c, Instant::now() + Duration::from_secs(60), name);
+fn outcome(c: &mut procs::Killed, name: &str) -> (bool, String) {
+    let out = procs::wait(c, Instant::now() + Duration::from_secs(60), name);
     let (o, e) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
@@ -209,12 +209,25 @@ fn outcome(mut c: procs::Killed, name: &str) -> (bool, String) {
 fn passed(children: Vec<(procs::Killed, &str)>) {
     let mut ok = true;
     let mut text = String::new();
-    for (c, name) in children {
-        let (p, t) = outcome(c, name);
+    for (mut c, name) in children {
+        let (p, t) = outcome(&mut c, name);
         ok &= p;
         text += &t;
     }
     assert!(ok, "{text}");
+}
+
+/// Waits for the requester's first WRITE (`a-first` beside `base`); when it never
+/// completes, fails with what each of `children` said.
+fn await_first_write(base: &FsPath, children: [(&mut procs::Killed, &str); 2]) {
+    if appeared(&base.with_extension("a-first")) {
+        return;
+    }
+    let said: String = children
+        .into_iter()
+        .map(|(c, name)| outcome(c, name).1)
+        .collect();
+    panic!("the first WRITE never completed\n{said}");
 }
 
 /// The pattern `common::fill` writes with `seed`, at buffer offsets `range`.
@@ -503,17 +516,16 @@ fn peer_gone(name: &str, tag: &str, signal: libc::c_int) {
         return;
     }
     let lab = Lab::new(tag);
-    let victim = lab.start(1, "child_victim");
-    let requester = lab.start(0, "child_survivor");
+    let mut victim = lab.start(1, "child_victim");
+    let mut requester = lab.start(0, "child_survivor");
     let base = lab.dir.join("rendezvous");
-    if !appeared(&base.with_extension("a-first")) {
-        // Say what the children made of it.
-        passed(vec![
-            (requester, "child_survivor"),
-            (victim, "child_victim"),
-        ]);
-        panic!("the first WRITE never completed");
-    }
+    await_first_write(
+        &base,
+        [
+            (&mut requester, "child_survivor"),
+            (&mut victim, "child_victim"),
+        ],
+    );
     let pid = victim.0.as_ref().unwrap().id();
     // SAFETY: signals our own child (`ip netns exec` execs the test binary in place).
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, signal) }, 0);
@@ -693,10 +705,10 @@ fn forged_and_malformed_requests_from_another_machine_change_nothing() {
         return;
     }
     let lab = Lab::new("mach5");
-    let responder = lab.start(1, "child_target");
-    let requester = lab.start(0, "child_forger");
-    let (ok_a, text_a) = outcome(requester, "child_forger");
-    let (ok_b, text_b) = outcome(responder, "child_target");
+    let mut responder = lab.start(1, "child_target");
+    let mut requester = lab.start(0, "child_forger");
+    let (ok_a, text_a) = outcome(&mut requester, "child_forger");
+    let (ok_b, text_b) = outcome(&mut responder, "child_target");
     assert!(ok_a && ok_b, "{text_a}{text_b}");
     // A message of an id the protocol does not use is dropped without a word: UCP's
     // line for each would let a peer fill the process's stderr.
@@ -1193,13 +1205,16 @@ fn a_link_taken_down_under_writes_in_flight_fails_them_in_order() {
         return;
     }
     let lab = Lab::new("mach10");
-    let victim = lab.start(1, "child_victim");
-    let requester = lab.start_with(0, "child_cut_off", &[]);
+    let mut victim = lab.start(1, "child_victim");
+    let mut requester = lab.start_with(0, "child_cut_off", &[]);
     let base = lab.dir.join("rendezvous");
-    if !appeared(&base.with_extension("a-first")) {
-        passed(vec![(requester, "child_cut_off"), (victim, "child_victim")]);
-        panic!("the first WRITE never completed");
-    }
+    await_first_write(
+        &base,
+        [
+            (&mut requester, "child_cut_off"),
+            (&mut victim, "child_victim"),
+        ],
+    );
     let pid = victim.0.as_ref().unwrap().id();
     // SAFETY: signals our own child (`ip netns exec` execs the test binary in place).
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) }, 0);
@@ -1280,16 +1295,16 @@ fn a_deleted_veth_ends_writes_in_flight_in_retry_exc_within_the_qps_timeout() {
     // 8 MiB take about 8 s at 8 Mbit/s: the WRITEs are still in flight when the veth
     // goes, however fast the machine.
     lab.limit_egress(0, "8mbit");
-    let responder = lab.start(1, "child_sink");
-    let requester = lab.start(0, "child_unplugged");
+    let mut responder = lab.start(1, "child_sink");
+    let mut requester = lab.start(0, "child_unplugged");
     let base = lab.dir.join("rendezvous");
-    if !appeared(&base.with_extension("a-first")) {
-        passed(vec![
-            (requester, "child_unplugged"),
-            (responder, "child_sink"),
-        ]);
-        panic!("the first WRITE never completed");
-    }
+    await_first_write(
+        &base,
+        [
+            (&mut requester, "child_unplugged"),
+            (&mut responder, "child_sink"),
+        ],
+    );
     wait_file(&base.with_extension("a-posted"));
     netns::ip(&["-n", lab.ns.name(0), "link", "del", "vm0"]);
     write_file(&base.with_extension("deleted"), "deleted\n");
@@ -1482,16 +1497,16 @@ fn writes_given_up_on_while_the_link_was_down_never_land_once_it_is_back() {
     }
     let lab = Lab::new("mach11");
     lab.limit_egress(0, "8mbit");
-    let target = lab.start(1, "child_stale_target");
-    let writer = lab.start(0, "child_stale_writer");
+    let mut target = lab.start(1, "child_stale_target");
+    let mut writer = lab.start(0, "child_stale_writer");
     let base = lab.dir.join("rendezvous");
-    if !appeared(&base.with_extension("a-first")) {
-        passed(vec![
-            (writer, "child_stale_writer"),
-            (target, "child_stale_target"),
-        ]);
-        panic!("the first WRITE never completed");
-    }
+    await_first_write(
+        &base,
+        [
+            (&mut writer, "child_stale_writer"),
+            (&mut target, "child_stale_target"),
+        ],
+    );
     netns::ip(&["-n", lab.ns.name(0), "link", "set", "vm0", "down"]);
     write_file(&base.with_extension("down"), "down\n");
     wait_file(&base.with_extension("a-failed"));
@@ -1611,12 +1626,12 @@ fn a_deep_queue_of_large_writes_completes() {
         return;
     }
     let lab = Lab::new("mach11");
-    let sink = lab.start(1, "child_sink");
-    let requester = lab.start(0, "child_deep");
+    let mut sink = lab.start(1, "child_sink");
+    let mut requester = lab.start(0, "child_deep");
     let base = lab.dir.join("rendezvous");
-    let r = outcome(requester, "child_deep");
+    let r = outcome(&mut requester, "child_deep");
     write_file(&base.with_extension("done"), "done\n");
-    let s = outcome(sink, "child_sink");
+    let s = outcome(&mut sink, "child_sink");
     assert!(r.0 && s.0, "{}{}", r.1, s.1);
 }
 
