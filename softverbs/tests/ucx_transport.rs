@@ -5,7 +5,8 @@
 //! peer killed in the middle of an exchange, failing with the error callback's typed
 //! error in bounded time. In one process, between two workers: a panicking handler,
 //! refused arguments, deferred and scattered rendezvous payloads, the event fd, and
-//! messages of an id nobody handles.
+//! messages of an id nobody handles. And what a stranger can do to a worker through
+//! UCX's TCP transport (the reason the route is for trusted hosts).
 //!
 //! The server (and, across namespaces, the client) is this test binary re-run as its
 //! `child` test. Gated on UCP being loadable (Debian's `libucx0`): skipped with a line
@@ -17,9 +18,10 @@ mod netns;
 mod procs;
 mod system;
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
@@ -391,8 +393,177 @@ fn child() {
             let sizes = exchange(addr);
             println!("@ok {sizes:?}");
         }
+        "stranger" | "stranger-unknown-id" => {
+            let written = written_by_a_stranger(addr, mode == "stranger");
+            println!("@written {written:?}");
+        }
         m => panic!("unknown mode {m}"),
     }
+}
+
+/// The inodes of this process's sockets.
+fn own_sockets() -> HashSet<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_str()?;
+            l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect()
+}
+
+/// The ports of the IPv4 TCP sockets listening at 127.0.0.1 whose inodes are in `of`
+/// (`/proc/self/net/tcp`: local address, state `0A`, inode).
+fn listening_ports(of: &HashSet<u64>) -> Vec<u16> {
+    let table = std::fs::read_to_string("/proc/self/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (ip, port) = f.get(1)?.split_once(':')?;
+            let inode: u64 = f.get(9)?.parse().ok()?;
+            (ip == "0100007F" && f.get(3) == Some(&"0A") && of.contains(&inode))
+                .then(|| u16::from_str_radix(port, 16).ok())?
+        })
+        .collect()
+}
+
+/// UCX's TCP transport's frame header (`uct_tcp_am_hdr_t`, packed): its message id
+/// and the length that follows.
+fn uct_tcp_frame(id: u8, body: &[u8]) -> Vec<u8> {
+    let mut f = vec![id];
+    f.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    f.extend_from_slice(body);
+    f
+}
+
+/// A child's part of the strangers' tests below: makes a worker with the route's
+/// settings on loopback, and then, as a stranger that has nothing of it (no endpoint,
+/// no key, not even a UCP connection), connects to each TCP socket the worker listens
+/// at and sends UCX's TCP transport the eight-byte magic number its peers open with and
+/// then, with `put`, one PUT request (`uct_tcp_ep_put_req_hdr_t`: address, length,
+/// sequence number) naming a buffer of this process, or else a frame of an id UCX's TCP
+/// transport does not have; then progresses the worker. What the buffer holds after at
+/// most 5 s, if it changed.
+fn written_by_a_stranger(lo: SocketAddr, put: bool) -> Option<Vec<u8>> {
+    /// `UCT_TCP_MAGIC_NUMBER`; `UCT_TCP_EP_CM_AM_ID` and `UCT_TCP_EP_PUT_REQ_AM_ID`
+    /// (`UCT_AM_ID_MAX`, 32, and one past it); `UCT_TCP_CM_CONN_REQ`, an enum (four
+    /// bytes): UCX 1.13.1 `src/uct/tcp/tcp.h` and `src/uct/api/uct_def.h`.
+    const MAGIC: u64 = 0xCAFE_BABE_1234_5678;
+    const CM: u8 = 32;
+    const PUT_REQ: u8 = 33;
+    const CONN_REQ: u32 = 1;
+    /// Past the ids UCX's TCP transport reserves for itself (32 to 35).
+    const UNKNOWN: u8 = 40;
+    const SAID: &[u8; 16] = b"written by peer!";
+
+    let before = own_sockets();
+    let mut settings = ucx::ROUTE_SETTINGS.to_vec();
+    settings.push(("NET_DEVICES", "lo"));
+    let mut w = Worker::new(&settings).unwrap_or_else(|e| panic!("a UCP worker: {e}"));
+    // Made like the route's listener, though the stranger never speaks to it.
+    let _l = w.listen(lo).unwrap();
+    let made: HashSet<u64> = own_sockets().difference(&before).copied().collect();
+    let ports = listening_ports(&made);
+    assert!(!ports.is_empty(), "the worker listens nowhere on loopback");
+
+    // Never freed: UCX is told its address, and the child ends after this.
+    let target = Box::into_raw(Box::new([0u8; 16]));
+    let frame = if put {
+        // A connection request (`uct_tcp_cm_conn_req_pkt_t`: the event, no flags, a
+        // connection number, and an address said to be the stranger's), which makes
+        // the connection one UCX answers on; then the PUT request, a frame of its own,
+        // its data following it on the stream.
+        let mut req = CONN_REQ.to_le_bytes().to_vec();
+        req.push(0);
+        req.extend_from_slice(&7u64.to_le_bytes());
+        req.extend_from_slice(&(libc::AF_INET as u16).to_le_bytes());
+        req.extend_from_slice(&1u16.to_be_bytes());
+        req.extend_from_slice(&[192, 0, 2, 99, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let mut put = (target as u64).to_le_bytes().to_vec();
+        put.extend_from_slice(&(SAID.len() as u64).to_le_bytes());
+        put.extend_from_slice(&1u32.to_le_bytes());
+        let mut f = uct_tcp_frame(CM, &req);
+        f.extend(uct_tcp_frame(PUT_REQ, &put));
+        f.extend_from_slice(SAID);
+        f
+    } else {
+        uct_tcp_frame(UNKNOWN, &[])
+    };
+
+    let mut strangers: Vec<std::net::TcpStream> = ports
+        .iter()
+        .filter_map(|&p| std::net::TcpStream::connect((lo.ip(), p)).ok())
+        .collect();
+    for s in &mut strangers {
+        let _ = s.write_all(&MAGIC.to_le_bytes());
+    }
+    let start = Instant::now();
+    let mut sent = false;
+    while start.elapsed() < Duration::from_secs(5) {
+        let _ = w.progress();
+        std::thread::sleep(Duration::from_millis(10));
+        if !sent && start.elapsed() > Duration::from_millis(200) {
+            // The magic number has been taken by now: the rest comes as new data, so
+            // that the socket is readable again.
+            for s in &mut strangers {
+                let _ = s.write_all(&frame);
+            }
+            sent = true;
+        }
+        // SAFETY: `target` is a live allocation of this process, only read here;
+        // whatever UCX wrote into it, it wrote within this thread's `progress` call.
+        let now = unsafe { std::ptr::read_volatile(target) };
+        if now != [0; 16] {
+            return Some(now.to_vec());
+        }
+    }
+    None
+}
+
+/// Why the route between machines is for hosts trusted with UCX (`ucx`' docs, "What a
+/// hostile peer cannot do"): UCX's TCP transport, the one that carries it, carries out
+/// a PUT request at whatever address its peer names, for any peer that connects to the
+/// socket it listens at and opens with its magic number — before and outside UCP, its
+/// endpoints and its keys (UCX 1.13.1 `src/uct/tcp/tcp_ep.c`,
+/// `uct_tcp_ep_handle_put_req`: `memcpy((void*)put_req->addr, …)`; the same in
+/// 1.22.0). A stranger on the network can write any
+/// byte of a process that carries the route. This test shows it in a child, on
+/// loopback; if it fails, UCX has closed the hole and those docs must change.
+#[test]
+fn a_stranger_writes_where_it_says_in_a_route_workers_process_through_ucx_tcp() {
+    if !ucp_or_skip("a_stranger_writes_where_it_says_in_a_route_workers_process_through_ucx_tcp") {
+        return;
+    }
+    let c = Child::start(this_test(), "stranger", "127.0.0.1:0", "");
+    let l = c.line(STEP);
+    assert_eq!(
+        l,
+        format!("written {:?}", Some(b"written by peer!".to_vec())),
+        "UCX's TCP transport no longer takes a stranger's PUT request"
+    );
+}
+
+/// The same exposure's other half (and UCX's answer to any frame it does not expect):
+/// one frame of an id UCX's TCP transport does not have, sent by a stranger after the
+/// magic number, aborts the process — Debian's UCX is built with its assertions on
+/// (`ucs_assert(hdr->am_id == UCT_TCP_EP_CM_AM_ID)`, `uct_tcp_ep_progress_am_rx`).
+#[test]
+fn a_stranger_aborts_a_route_workers_process_with_one_frame_through_ucx_tcp() {
+    if !ucp_or_skip("a_stranger_aborts_a_route_workers_process_with_one_frame_through_ucx_tcp") {
+        return;
+    }
+    let mut c = Child::start(this_test(), "stranger-unknown-id", "127.0.0.1:0", "");
+    let said = c.lines.recv_timeout(STEP);
+    let child = c.proc.0.as_mut().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGABRT),
+        "the child went on ({said:?}, {status}): UCX's TCP transport no longer aborts on a frame it does not know"
+    );
 }
 
 #[test]

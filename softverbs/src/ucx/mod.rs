@@ -247,22 +247,36 @@
 //! message (an eager payload is as large as the sender made it: UCP reassembles it
 //! before the handler sees it).
 //!
-//! What none of the above reaches is UCP's own protocol, which runs before any
-//! handler of ours and trusts the peer: in UCX 1.13.1 (`src/ucp/core/ucp_am.c`) the
-//! first fragment of a multi-fragment active message makes
-//! `ucp_am_long_first_handler` allocate the total size its footer declares, and
-//! `ucp_am_long_middle_handler` copies a middle fragment to the offset its header
-//! names without checking it against that size. A peer that forges UCP's fragment
-//! headers (not our protocol's) can therefore make this process allocate by its say
-//! and write past UCP's reassembly buffer. `ucp_am_handler_common` also reads the
-//! handler table at the message's id before `ucp_am_invoke_cb` checks the id against
-//! the table's length: an id past the ids this worker registered (below
-//! [`MAX_AM_ID`]) is a read out of bounds, and a worker with no handler at all dies on
-//! the first message (a null table). No setting of the receiving worker turns
-//! that off (UCP installs its fragment handlers with the active-message feature), so
-//! the route is for networks whose hosts are trusted with UCX, as UCX's own users
-//! (MPI jobs) are; closing it needs UCX to bound its reassembly, or the payload off
-//! UCP's active messages altogether.
+//! What none of the above reaches is UCX itself, which runs before any handler of ours
+//! and trusts whoever connects to it:
+//! - **UCX's TCP transport** (the one that carries the route; between machines
+//!   without RDMA NICs it is UCX's only one) carries out a PUT request at whatever
+//!   address its peer names, for anyone who connects to the TCP socket it listens at
+//!   and opens with its eight-byte magic number and a connection request: no UCP
+//!   endpoint, key or registration is involved (UCX 1.13.1 `src/uct/tcp/tcp_ep.c`,
+//!   `uct_tcp_ep_handle_put_req`: `memcpy((void*)put_req->addr, …)`; its memory
+//!   domain has no registration, a key *is* the address). A stranger on the network
+//!   can so write any byte of a process that carries the route; and one frame of an id
+//!   the transport does not have aborts the process (Debian's UCX is built with its
+//!   assertions on; without them, a frame longer than the receive segment overruns it,
+//!   as `uct_tcp_ep_progress_am_rx` checks the length by assertion only). Both are
+//!   shown by `tests/ucx_transport.rs`' `a_stranger_…` tests, and are unchanged in
+//!   UCX 1.22.0 and its main branch of August 2026. UCP's features do not reach this
+//!   layer: a route over UCP streams rather than active messages would not close it.
+//! - **UCP's active messages**: the first fragment of a multi-fragment message makes
+//!   `ucp_am_long_first_handler` allocate the total its footer declares, and
+//!   `ucp_am_long_middle_handler` copies a middle fragment to the offset its header
+//!   names without checking it against that total; `ucp_am_handler_common` reads the
+//!   handler table at the message's id before checking the id against the table's
+//!   length (1.13.1 `src/ucp/core/ucp_am.c`; the reassembly the same in 1.22.0).
+//!
+//! So the route is for networks whose hosts are trusted with UCX, as UCX's own users
+//! (MPI jobs) are, and should be kept on interfaces only they reach: it listens on the
+//! bound interfaces only (`NET_DEVICES`), never on every address of the machine.
+//! Meeting the requirement that a hostile peer cannot hurt the service needs a UCX
+//! whose TCP transport takes a put only into memory its owner registered and treats a
+//! malformed frame as the connection's error rather than an assertion — or carrying
+//! the payload on a transport of softverbs' own, which this design excludes.
 //!
 //! ## What the wiring needs from the layers
 //! The transport sits beside `shared` in layer 5 and reaches the engine the way
