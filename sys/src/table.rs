@@ -15,7 +15,7 @@
 //!   call the exported `ibv_query_port@IBVERBS_1.1`, whose third parameter the header
 //!   declares as `struct _compat_ibv_port_attr *`. The library writes an `ibv_port_attr`
 //!   of *its* version through it, so we always pass our oversized, zeroed
-//!   [`ibv_port_attr`](crate::ibv_port_attr).
+//!   [`ibv_port_attr`].
 //! - `ibv_reg_mr` is a macro that switches to `ibv_reg_mr_iova2` when optional access
 //!   flags are used; we call the exported `ibv_reg_mr@IBVERBS_1.1` and never pass
 //!   optional flags.

@@ -138,7 +138,7 @@ pub enum BuildError {
     },
     /// `recv_depth` is 0 or above 2^24.
     RecvDepth(u32),
-    /// A device index is not below [`MAX_DEVICES`](crate::MAX_DEVICES).
+    /// A device index is not below [`MAX_DEVICES`].
     Device(u8),
     /// The split policy is unusable.
     Split(SplitError),

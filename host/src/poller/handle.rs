@@ -142,7 +142,7 @@ impl<const R: usize> Handle<R> {
     /// [`VirtualQp::post_send`](vqp_core::VirtualQp::post_send), so an `INLINE` request
     /// with a payload given by address is refused
     /// ([`PostSendError::RawInline`](vqp_core::PostSendError::RawInline), in an
-    /// [`Event::Rejected`](super::Event::Rejected)): the payload would be read on
+    /// [`Event::Rejected`]): the payload would be read on
     /// another thread, later, unchecked. See [`send_unchecked`](Self::send_unchecked).
     ///
     /// # Errors

@@ -114,7 +114,7 @@ impl Assembly {
         self.take_vouched(item).map(|(r, _)| r)
     }
 
-    /// [`take`](Self::take), with whether the request's submitter vouched for its
+    /// What `take` (a test's helper) gives, with whether the request's submitter vouched for its
     /// inline payload's address (only ever true for a send).
     #[inline]
     pub(super) fn take_vouched(&mut self, item: Item) -> Option<(Request, bool)> {

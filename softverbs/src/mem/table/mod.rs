@@ -195,7 +195,7 @@ impl MrTable {
 /// first). An on-demand region's range must be mapped in the process now
 /// ([`mapped`]): a NIC faults the pages in, or fails the access when there is
 /// nothing to fault in; its span is marked, so that the copies reach it only through
-/// [`guarded_copy`].
+/// `copy`'s `guarded_copy`.
 fn check<'t>(
     mr: &MrInfo,
     shift: u64,
