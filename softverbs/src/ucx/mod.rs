@@ -271,8 +271,10 @@
 //!   length (1.13.1 `src/ucp/core/ucp_am.c`; the reassembly the same in 1.22.0).
 //!
 //! So the route is for networks whose hosts are trusted with UCX, as UCX's own users
-//! (MPI jobs) are, and should be kept on interfaces only they reach: it listens on the
-//! bound interfaces only (`NET_DEVICES`), never on every address of the machine.
+//! (MPI jobs) are — and every user of those hosts, since a local process can connect
+//! to the socket as well — and should be kept on interfaces only they reach: it
+//! listens on the bound interfaces only (`NET_DEVICES`), never on every address of the
+//! machine.
 //! Meeting the requirement that a hostile peer cannot hurt the service needs a UCX
 //! whose TCP transport takes a put only into memory its owner registered and treats a
 //! malformed frame as the connection's error rather than an assertion — or carrying
