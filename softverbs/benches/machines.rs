@@ -4,8 +4,10 @@
 //!
 //! - one TCP stream of 1 MiB writes (bytes per second at the receiver's acknowledgement
 //!   of the last byte), beside 1 MiB RDMA WRITE bandwidth (target ≥ 70% of it);
-//! - an 8-byte TCP ping-pong (`TCP_NODELAY`, blocking reads), half the round trip,
-//!   beside an 8-byte SEND ping-pong (target ≤ 1.5× it).
+//! - an 8-byte TCP ping-pong (`TCP_NODELAY`), half the round trip, beside an 8-byte
+//!   SEND ping-pong (target ≤ 1.5× it): once with blocking reads (each side sleeps in
+//!   the kernel until the message comes) and once with both sides spinning on
+//!   non-blocking reads, as `ib_send_lat` spins on its completion queue.
 //!
 //! The softverbs rows run Debian's perftest, unmodified, over softverbs' route between
 //! machines (the cdylib preloaded, each host with its own softverbs namespace
@@ -332,7 +334,8 @@ fn softverbs_rows(prefix: &str, runs: usize) -> [String; 3] {
 }
 
 /// Host 1: one connection at a time; its first byte says what it is: `B` a stream to
-/// read to its end and acknowledge with the count, `P` a ping-pong of 8-byte messages.
+/// read to its end and acknowledge with the count, `P` a ping-pong of 8-byte messages
+/// with blocking reads, `S` the same spinning on non-blocking reads.
 fn serve() {
     let l = TcpListener::bind(SERVER).expect("listen");
     let mut buf = vec![0u8; MIB];
@@ -354,9 +357,12 @@ fn serve() {
                 }
                 let _ = s.write_all(&n.to_le_bytes());
             }
-            b'P' => {
+            b'P' | b'S' => {
+                if kind[0] == b'S' {
+                    s.set_nonblocking(true).unwrap();
+                }
                 let mut m = [0u8; 8];
-                while s.read_exact(&mut m).is_ok() {
+                while read_spinning(&mut s, &mut m) {
                     if s.write_all(&m).is_err() {
                         break;
                     }
@@ -403,20 +409,40 @@ fn bulk() -> f64 {
     BULK_BYTES as f64 / took.as_secs_f64()
 }
 
-/// One ping-pong run: (median, mean) half round trip in µs.
-fn pingpong() -> (f64, f64) {
-    let mut s = open(b'P');
+/// Fills `m` from `s`, blocking or spinning as the socket was set: whether it was
+/// filled (false at the end of the stream or on an error).
+fn read_spinning(s: &mut TcpStream, m: &mut [u8]) -> bool {
+    let mut got = 0;
+    while got < m.len() {
+        match s.read(&mut m[got..]) {
+            Ok(0) => return false,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// One ping-pong run, blocking (`P`) or spinning (`S`): (median, mean) half round
+/// trip in µs.
+fn pingpong(kind: u8) -> (f64, f64) {
+    let mut s = open(kind);
+    if kind == b'S' {
+        s.set_nonblocking(true).unwrap();
+    }
     let mut m = [7u8; 8];
     for _ in 0..1_000 {
         s.write_all(&m).unwrap();
-        s.read_exact(&mut m).unwrap();
+        assert!(read_spinning(&mut s, &mut m), "the ping-pong ended");
     }
     let mut half = Vec::with_capacity(ROUNDS);
     let t = Instant::now();
     for _ in 0..ROUNDS {
         let r = Instant::now();
         s.write_all(&m).unwrap();
-        s.read_exact(&mut m).unwrap();
+        assert!(read_spinning(&mut s, &mut m), "the ping-pong ended");
         half.push(r.elapsed().as_secs_f64() * 1e6 / 2.0);
     }
     let mean = t.elapsed().as_secs_f64() * 1e6 / 2.0 / ROUNDS as f64;
@@ -434,11 +460,13 @@ fn client() {
     let soft = std::env::var(SOFT_ROWS).unwrap_or_default();
     let soft: Vec<&str> = soft.lines().collect();
     let soft = |i: usize| soft.get(i).copied().unwrap_or("—");
-    let (mut bw, mut lat) = (Vec::new(), Vec::new());
+    let (mut bw, mut lat, mut spin) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         bw.push(format!("{:.2}", bulk() / 1e9));
-        let (p50, mean) = pingpong();
+        let (p50, mean) = pingpong(b'P');
         lat.push(format!("{p50:.1} ({mean:.1})"));
+        let (p50, mean) = pingpong(b'S');
+        spin.push(format!("{p50:.1} ({mean:.1})"));
     }
     let link = std::env::var("VQP_MACHINES_BENCH_LINK").unwrap_or_default();
     println!("Two network namespaces, one veth pair (MTU 1500, {link}), {runs} runs each:");
@@ -451,9 +479,14 @@ fn client() {
         list(&bw)
     );
     println!(
-        "| 8 B SEND ping-pong (`ib_send_lat`); 8 B TCP ping-pong, half round trip, µs: median (mean) | {} | {} | | ≤ 1.5 |",
+        "| 8 B SEND ping-pong (`ib_send_lat`); 8 B TCP ping-pong, blocking reads, half round trip, µs: median (mean) | {} | {} | | ≤ 1.5 |",
         soft(1),
         list(&lat)
+    );
+    println!(
+        "| the same; the TCP ping-pong spinning on non-blocking reads | {} | {} | | ≤ 1.5 |",
+        soft(1),
+        list(&spin)
     );
     println!(
         "| `write_bw --qps 4`, 1 MiB messages, GB/s | {} | | | |",
