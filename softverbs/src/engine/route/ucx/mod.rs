@@ -158,8 +158,8 @@ pub(crate) fn lost_under(qp: &QpCore, g: &mut QpInner, w: SendWqe) -> Step {
 /// sent, and answers to our requests — and the timer of the QPs with requests in
 /// flight. `polling`: a polling thread serves, in the machine thread's stead; it holds
 /// back the answers that carry no payload, to go with the next request its process
-/// sends to the same process (`transport::machine`'s `ANSWERED`; the request a
-/// ping-pong answers with is usually posted soon after), or at its next turn, a QP's
+/// sends on the same endpoint (`transport::machine`'s `ANSWERED`, which says when that
+/// is not met yet), or at its next turn, a QP's
 /// destruction or the process's exit. Returns when to look again: at once when
 /// anything came, soon while anything is going on with other machines, `None`
 /// otherwise.
