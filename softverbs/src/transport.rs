@@ -324,6 +324,15 @@ impl Transport {
         }
     }
 
+    /// The endpoint this process sends its requests to QP `qpn` at `gid` on, when it
+    /// has one: where the answers to that QP's requests go too ([`machine::ANSWERED`]).
+    pub(crate) fn machine_ready(&self, gid: &[u8; 16], qpn: u32) -> Option<Ep> {
+        match self.machine.get() {
+            Some(Some(m)) => lock(m).ready(gid, qpn),
+            _ => None,
+        }
+    }
+
     /// Sends active message `id` ([`machine::REQUEST`] or [`machine::RESPONSE`]) with
     /// `header` and `payload` on endpoint `ep`; false when the endpoint failed (it is
     /// then forgotten, and the next [`Transport::machine_reach`] looks up again).

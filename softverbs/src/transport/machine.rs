@@ -40,13 +40,23 @@ pub(crate) const RESPONSE: u16 = 2;
 /// The active message id of a request with a response riding along: the header is a
 /// response's (which carries no payload) followed by a request's, the payload the
 /// request's. An answer held back by a polling thread ([`Machine::hold`]) goes so
-/// with the next request on the same endpoint. Not met yet between two processes that
-/// each connected to the other: a process's requests go on the endpoint it connected,
-/// its answers on the one the requests came on, so in `ib_send_lat` between two
-/// machines every answer went alone (20,000 of 20,000, counted at `ucp_am_send_nbx`).
+/// with the next request on the same endpoint. Two processes that send each other
+/// requests each connect to the other, so the answers to a requester QP go on the
+/// endpoint this process sends its own requests to that QP on, when it has one
+/// ([`Machine::ready`]), not on the one the requests came on: on that one, in
+/// `ib_send_lat` between two machines, every answer went alone (20,000 of 20,000,
+/// counted at `ucp_am_send_nbx`); so, and held for [`HOLD_FOR`], 19,999 of 20,000 rode
+/// on a request.
 pub(crate) const ANSWERED: u16 = 3;
 /// The answers held back at most (past it, they are sent as they are).
 const MAX_HELD: usize = 64;
+/// How long a polling thread's turns leave held answers for a request to take along
+/// before they send them as they are (the machine thread's turn sends them at once).
+/// A program polls more than one CQ between an answer and its reply (perftest's
+/// `ib_send_lat` polls its send CQ, then its receive CQ); sent at the next turn, the
+/// answer went alone more often than not. A tiny fraction of any QP's ACK timeout
+/// (5 ms at least).
+const HOLD_FOR: Duration = Duration::from_micros(50);
 
 /// How long a lookup connection may take to ask and be answered before it is closed
 /// (it holds one of a listener's few slots meanwhile, never the service thread); and
@@ -156,8 +166,11 @@ pub(super) struct Machine {
     /// (it needs progress) and by a finished lookup.
     wake: Arc<Wake>,
     /// Answers (a response's header, no payload) held back for the next request to
-    /// the same endpoint ([`ANSWERED`]); sent as they are at the next turn.
+    /// the same endpoint ([`ANSWERED`]); sent as they are at the machine thread's next
+    /// turn, or at a polling thread's once [`HOLD_FOR`] passed.
     held: Vec<(Ep, Vec<u8>)>,
+    /// When the oldest held answer was held.
+    held_since: Option<Instant>,
     /// Payload buffers: the handlers copy into them, sent ones come back to them.
     spare: Arc<Spare>,
     /// Turns taken by polling threads, which look at the lookup sockets at every
@@ -413,6 +426,7 @@ impl Machine {
                 dropped,
                 wake,
                 held: Vec::new(),
+                held_since: None,
                 spare,
                 polled_turns: 0,
                 unbound,
@@ -488,6 +502,15 @@ impl Machine {
         Reach::Pending
     }
 
+    /// The endpoint this process sends its requests to QP `qpn` at `gid` on, when it
+    /// has one (no lookup is started).
+    pub(super) fn ready(&self, gid: &[u8; 16], qpn: u32) -> Option<Ep> {
+        match self.peers.get(&(*gid, qpn)) {
+            Some(Peer::Ready(ep)) => Some(*ep),
+            _ => None,
+        }
+    }
+
     /// Sends active message `id` on `ep`; false when the endpoint is gone or failed (it
     /// is then forgotten). A [`REQUEST`] takes along the last answer held for `ep`
     /// ([`ANSWERED`]), the ones held before it going first, as they are.
@@ -500,6 +523,9 @@ impl Machine {
                 }
                 *e != ep
             });
+            if self.held.is_empty() {
+                self.held_since = None;
+            }
             let last = mine.pop().unwrap_or_default();
             for h in mine {
                 self.send_now(ep, RESPONSE, &h, Vec::new());
@@ -511,10 +537,13 @@ impl Machine {
     }
 
     /// Holds back `answer` (a response's header; it carries no payload) for the next
-    /// request to `ep`, or the next turn, whichever comes first.
+    /// request to `ep`, or a later turn (see [`HOLD_FOR`]), whichever comes first.
     pub(super) fn hold(&mut self, ep: Ep, answer: &[u8]) {
         if self.held.len() == MAX_HELD {
             self.flush_held();
+        }
+        if self.held.is_empty() {
+            self.held_since = Some(Instant::now());
         }
         self.held.push((ep, answer.to_vec()));
     }
@@ -526,6 +555,7 @@ impl Machine {
 
     /// Sends the answers held back, as they are.
     pub(super) fn flush_held(&mut self) {
+        self.held_since = None;
         for (ep, h) in std::mem::take(&mut self.held) {
             self.send_now(ep, RESPONSE, &h, Vec::new());
         }
@@ -569,7 +599,9 @@ impl Machine {
         serving_port: impl Fn(&[u8; 16], u32) -> Option<u16>,
         polling: bool,
     ) -> (Vec<Incoming>, bool) {
-        self.flush_held();
+        if !polling || self.held_since.is_some_and(|t| t.elapsed() >= HOLD_FOR) {
+            self.flush_held();
+        }
         self.bind_again();
         let mut busy = false;
         let mut failed = Vec::new();

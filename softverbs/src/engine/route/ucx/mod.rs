@@ -158,8 +158,8 @@ pub(crate) fn lost_under(qp: &QpCore, g: &mut QpInner, w: SendWqe) -> Step {
 /// sent, and answers to our requests — and the timer of the QPs with requests in
 /// flight. `polling`: a polling thread serves, in the machine thread's stead; it holds
 /// back the answers that carry no payload, to go with the next request its process
-/// sends on the same endpoint (`transport::machine`'s `ANSWERED`, which says when that
-/// is not met yet), or at its next turn, a QP's
+/// sends on the same endpoint (`transport::machine`'s `ANSWERED`, which says which
+/// endpoint answers take), or at its next turn, a QP's
 /// destruction or the process's exit. Returns when to look again: at once when
 /// anything came, soon while anything is going on with other machines, `None`
 /// otherwise.
@@ -192,9 +192,18 @@ pub(crate) fn serve_machine<P: Tables>(
             }
             _ => None,
         };
-        if let Some(a) = request.and_then(|h| responder::on_request(p, h, &m.payload)) {
-            if let Some(ep) = m.from {
-                answers.push((ep, a));
+        if let Some(h) = request {
+            if let Some(a) = responder::on_request(p, h, &m.payload) {
+                // Every answer to a requester QP on one endpoint, so that they keep
+                // their order: the one this process sends its own requests to that QP
+                // on, when it has one (so that an answer can ride on the next), else
+                // the one the request came on.
+                let own = wire::Request::decode(h, m.payload.len() as u64)
+                    .ok()
+                    .and_then(|r| t.machine_ready(&r.sgid, r.src_qpn));
+                if let Some(ep) = own.or(m.from) {
+                    answers.push((ep, a));
+                }
             }
         }
         t.machine_recycle(m.payload);
