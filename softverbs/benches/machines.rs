@@ -362,7 +362,7 @@ fn serve() {
                     s.set_nonblocking(true).unwrap();
                 }
                 let mut m = [0u8; 8];
-                while read_spinning(&mut s, &mut m) {
+                while read_message(&mut s, &mut m) {
                     if s.write_all(&m).is_err() {
                         break;
                     }
@@ -411,7 +411,7 @@ fn bulk() -> f64 {
 
 /// Fills `m` from `s`, blocking or spinning as the socket was set: whether it was
 /// filled (false at the end of the stream or on an error).
-fn read_spinning(s: &mut TcpStream, m: &mut [u8]) -> bool {
+fn read_message(s: &mut TcpStream, m: &mut [u8]) -> bool {
     let mut got = 0;
     while got < m.len() {
         match s.read(&mut m[got..]) {
@@ -435,14 +435,14 @@ fn pingpong(kind: u8) -> (f64, f64) {
     let mut m = [7u8; 8];
     for _ in 0..1_000 {
         s.write_all(&m).unwrap();
-        assert!(read_spinning(&mut s, &mut m), "the ping-pong ended");
+        assert!(read_message(&mut s, &mut m), "the ping-pong ended");
     }
     let mut half = Vec::with_capacity(ROUNDS);
     let t = Instant::now();
     for _ in 0..ROUNDS {
         let r = Instant::now();
         s.write_all(&m).unwrap();
-        assert!(read_spinning(&mut s, &mut m), "the ping-pong ended");
+        assert!(read_message(&mut s, &mut m), "the ping-pong ended");
         half.push(r.elapsed().as_secs_f64() * 1e6 / 2.0);
     }
     let mean = t.elapsed().as_secs_f64() * 1e6 / 2.0 / ROUNDS as f64;

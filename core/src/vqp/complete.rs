@@ -33,7 +33,8 @@ impl<Q: PhysQp, const N: usize, const D: usize, const S: usize, const W: usize>
     }
 
     /// [`Self::data_completion`] for anything but a success naming the oldest run
-    /// on a healthy QP. Out of line, like [`Lane::complete`](super::lane::Lane::complete)'s own rest.
+    /// on a healthy QP. Out of line, like
+    /// [`Lane::complete`](super::lane::Lane::complete)'s own rest.
     #[cold]
     #[inline(never)]
     fn data_completion_rest(

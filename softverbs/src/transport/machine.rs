@@ -43,10 +43,8 @@ pub(crate) const RESPONSE: u16 = 2;
 /// with the next request on the same endpoint. Two processes that send each other
 /// requests each connect to the other, so the answers to a requester QP go on the
 /// endpoint this process sends its own requests to that QP on, when it has one
-/// ([`Machine::ready`]), not on the one the requests came on: on that one, in
-/// `ib_send_lat` between two machines, every answer went alone (20,000 of 20,000,
-/// counted at `ucp_am_send_nbx`); so, and held for [`HOLD_FOR`], 19,999 of 20,000 rode
-/// on a request.
+/// ([`Machine::ready`]), not on the one the requests came on, where no request of
+/// ours would ever take them along (docs/benchmarks.md, "Between machines").
 pub(crate) const ANSWERED: u16 = 3;
 /// The answers held back at most (past it, they are sent as they are).
 const MAX_HELD: usize = 64;

@@ -192,16 +192,15 @@ pub(crate) fn serve_machine<P: Tables>(
             }
             _ => None,
         };
-        if let Some(h) = request {
-            if let Some(a) = responder::on_request(p, h, &m.payload) {
+        // A malformed request is dropped unanswered.
+        let request = request.and_then(|h| wire::Request::decode(h, m.payload.len() as u64).ok());
+        if let Some(r) = request {
+            if let Some(a) = responder::on_request(p, &r, &m.payload) {
                 // Every answer to a requester QP on one endpoint, so that they keep
                 // their order: the one this process sends its own requests to that QP
                 // on, when it has one (so that an answer can ride on the next), else
                 // the one the request came on.
-                let own = wire::Request::decode(h, m.payload.len() as u64)
-                    .ok()
-                    .and_then(|r| t.machine_ready(&r.sgid, r.src_qpn));
-                if let Some(ep) = own.or(m.from) {
+                if let Some(ep) = t.machine_ready(&r.sgid, r.src_qpn).or(m.from) {
                     answers.push((ep, a));
                 }
             }

@@ -81,16 +81,15 @@ impl<P: Tables> Tables for FromMachine<P> {
     }
 }
 
-/// Runs request `header` (with `payload`) from another machine at the QP it names, and
-/// returns the answer to send back with its payload; `None` when none is due (a
-/// request out of sequence, a malformed one). A UC requester gets an ACK whatever
-/// became of its request.
+/// Runs request `req` (decoded, with `payload`) from another machine at the QP it
+/// names, and returns the answer to send back with its payload; `None` when none is
+/// due (a request out of sequence). A UC requester gets an ACK whatever became of its
+/// request.
 pub(super) fn on_request<P: Tables>(
     p: &'static P,
-    header: &[u8],
+    req: &wire::Request,
     payload: &[u8],
 ) -> Option<(wire::Response, Vec<u8>)> {
-    let req = wire::Request::decode(header, payload.len() as u64).ok()?;
     let uc = req.flags & wire::F_UC != 0;
     let answer_in = |epoch: u32, code: u32, value: u32| wire::Response {
         code,
@@ -124,7 +123,7 @@ pub(super) fn on_request<P: Tables>(
         return drop_it();
     };
     if ud {
-        datagram(p, &req, dev, &b, payload);
+        datagram(p, req, dev, &b, payload);
         return None;
     }
     // The key table before the QP, as the namespace responder takes them.
