@@ -174,11 +174,14 @@ fn pair_one(
         // only after the first: on a busy machine its client can get there first, be
         // refused (nobody listens yet, as a kernel CM refuses it), and then crash in
         // its own retry path (it reuses the ids it destroyed), leaving the server
-        // waiting. That race is the program's, not the CM's: run the pair again.
+        // waiting. That race is the program's, not the CM's: run the pair again. (On
+        // this 2-core machine with both cores busy, 5 of 30 clients were refused, so
+        // a pair gets several tries: three in a row were refused now and then while
+        // the other tests of this file ran beside it.)
         let refused = [&c.stdout, &c.stderr]
             .iter()
             .any(|o| String::from_utf8_lossy(o).contains("RDMA_CM_EVENT_REJECTED; error: 8"));
-        if !c.status.success() && refused && program.starts_with("ib_") && attempt < 3 {
+        if !c.status.success() && refused && program.starts_with("ib_") && attempt < 6 {
             drop(srv);
             let _ = std::fs::remove_dir_all(&dir);
             continue;
