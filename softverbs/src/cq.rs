@@ -46,13 +46,41 @@ pub(crate) struct AsyncEvent {
     pub element: usize,
 }
 
+/// Whether events of `kind` name an object (a QP, CQ or SRQ, whose address is the
+/// element) rather than a port or the device.
+pub(crate) fn names_object(kind: u32) -> bool {
+    !matches!(
+        kind,
+        vqp_sys::IBV_EVENT_DEVICE_FATAL
+            | vqp_sys::IBV_EVENT_PORT_ACTIVE
+            | vqp_sys::IBV_EVENT_PORT_ERR
+            | vqp_sys::IBV_EVENT_LID_CHANGE
+            | vqp_sys::IBV_EVENT_PKEY_CHANGE
+            | vqp_sys::IBV_EVENT_SM_CHANGE
+            | vqp_sys::IBV_EVENT_CLIENT_REREGISTER
+            | vqp_sys::IBV_EVENT_GID_CHANGE
+    )
+}
+
+/// A context's asynchronous events: those raised and not yet taken, the objects of
+/// those taken and not yet acknowledged (one entry per event), and whether
+/// `async_fd` holds its one count (it does exactly while events are pending).
+#[derive(Default)]
+struct AsyncQueue {
+    pending: VecDeque<AsyncEvent>,
+    unacked: Vec<usize>,
+    signalled: bool,
+}
+
 /// The Rust side of an opened device context: its device and its asynchronous events.
 pub(crate) struct CtxCore {
     /// Device index.
     pub dev: usize,
-    /// Readable while asynchronous events are pending (one count per event).
+    /// Readable while asynchronous events are pending, as the kernel's event file is
+    /// (its count is 1 then, 0 otherwise; only [`CtxCore`] reads it, under its lock).
     pub async_fd: EventFd,
-    events: Mutex<VecDeque<AsyncEvent>>,
+    events: Mutex<AsyncQueue>,
+    acked: Condvar,
 }
 
 impl CtxCore {
@@ -60,19 +88,73 @@ impl CtxCore {
         Ok(CtxCore {
             dev,
             async_fd: EventFd::new()?,
-            events: Mutex::new(VecDeque::new()),
+            events: Mutex::new(AsyncQueue::default()),
+            acked: Condvar::new(),
         })
     }
 
     /// Queues an asynchronous event and makes `async_fd` readable.
     pub fn raise(&self, kind: u32, element: usize) {
-        lock(&self.events).push_back(AsyncEvent { kind, element });
-        self.async_fd.signal();
+        let mut g = lock(&self.events);
+        g.pending.push_back(AsyncEvent { kind, element });
+        if !g.signalled {
+            g.signalled = true;
+            self.async_fd.signal();
+        }
     }
 
-    /// Takes the next event; call after one count was read from `async_fd`.
+    /// Takes the next event without waiting (`async_fd` says when there is one). An
+    /// event naming an object counts as unacknowledged until [`CtxCore::ack`].
     pub fn take(&self) -> Option<AsyncEvent> {
-        lock(&self.events).pop_front()
+        let mut g = lock(&self.events);
+        let ev = g.pending.pop_front()?;
+        if names_object(ev.kind) {
+            g.unacked.push(ev.element);
+        }
+        self.settle(&mut g);
+        Some(ev)
+    }
+
+    /// Acknowledges one taken event of `kind` on `element` (`ibv_ack_async_event`).
+    pub fn ack(&self, kind: u32, element: usize) {
+        if !names_object(kind) {
+            return;
+        }
+        let mut g = lock(&self.events);
+        if let Some(i) = g.unacked.iter().position(|&e| e == element) {
+            g.unacked.swap_remove(i);
+        }
+        drop(g);
+        self.acked.notify_all();
+    }
+
+    /// The object at `element` is being destroyed: drops its events nobody has taken
+    /// (as the kernel's `ib_uverbs_release_uevent` frees a destroyed object's unread
+    /// events, so that no event names freed memory) and waits until those taken were
+    /// acknowledged (as libibverbs' `ibv_cmd_destroy_qp` waits for
+    /// `events_reported`).
+    pub fn forget(&self, element: usize) {
+        let mut g = lock(&self.events);
+        g.pending
+            .retain(|e| !(names_object(e.kind) && e.element == element));
+        self.settle(&mut g);
+        while g.unacked.contains(&element) {
+            g = self.acked.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Takes `async_fd`'s count once nothing is pending, so that it is readable only
+    /// while something is.
+    fn settle(&self, g: &mut AsyncQueue) {
+        if g.pending.is_empty() && g.signalled {
+            // Only this reads the count, under the lock, so it is 1 here; checked all
+            // the same, so that a program reading the descriptor itself cannot make
+            // this block.
+            if crate::os::readable_now(self.async_fd.raw()) {
+                let _ = self.async_fd.wait_one();
+            }
+            g.signalled = false;
+        }
     }
 }
 
@@ -473,6 +555,59 @@ mod tests {
         assert_eq!(q.poll(8, |_, _| {}), Ok(2));
         q.arm(false).unwrap();
         assert_eq!(ch.take(), None);
+    }
+
+    #[test]
+    fn a_destroyed_object_s_events_are_dropped_and_its_taken_ones_awaited() {
+        let c = Arc::new(CtxCore::new(0).unwrap());
+        let (qp, other) = (0x1000, 0x2000);
+        c.raise(event::QP_FATAL, qp);
+        c.raise(event::PORT_ERR, 1);
+        c.raise(event::QP_REQ_ERR, other);
+        c.raise(event::QP_ACCESS_ERR, qp);
+        assert!(crate::os::readable_now(c.async_fd.raw()));
+        // Taken and not acknowledged: its destruction waits.
+        assert_eq!(c.take().map(|e| e.element), Some(qp));
+        let (tx, rx) = mpsc::channel();
+        let c2 = c.clone();
+        let t = std::thread::spawn(move || {
+            c2.forget(qp);
+            tx.send(()).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "waits for the acknowledgement"
+        );
+        c.ack(event::QP_FATAL, qp);
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("returns once it came");
+        t.join().unwrap();
+        // Its pending event went with it; the port's and the other QP's stay.
+        assert_eq!(
+            c.take(),
+            Some(AsyncEvent {
+                kind: event::PORT_ERR,
+                element: 1
+            })
+        );
+        assert!(crate::os::readable_now(c.async_fd.raw()));
+        assert_eq!(c.take().map(|e| e.element), Some(other));
+        assert_eq!(c.take(), None);
+        assert!(
+            !crate::os::readable_now(c.async_fd.raw()),
+            "readable only while something is pending"
+        );
+        // Forgetting the last pending event leaves the descriptor unreadable too.
+        c.raise(event::QP_FATAL, qp);
+        c.forget(qp);
+        assert!(!crate::os::readable_now(c.async_fd.raw()));
+        assert_eq!(c.take(), None);
+        // A port event is never awaited.
+        c.raise(event::PORT_ACTIVE, 1);
+        assert!(c.take().is_some());
+        c.forget(1);
+        c.ack(event::QP_REQ_ERR, other);
+        c.forget(other);
     }
 
     /// Polls `q` on another thread while this one holds the CQ's lock; whether that

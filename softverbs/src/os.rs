@@ -54,6 +54,39 @@ impl EventFd {
     }
 }
 
+impl EventFd {
+    /// Waits until the count is non-zero without taking from it: at once with
+    /// `EAGAIN` when it is zero and the application set `O_NONBLOCK`, else blocking in
+    /// `poll(2)` (retried on `EINTR`).
+    pub(crate) fn wait_readable(&self) -> io::Result<()> {
+        // SAFETY: `fcntl(F_GETFL)` on our own descriptor reads its status flags.
+        let flags = unsafe { libc::fcntl(self.raw(), libc::F_GETFL) };
+        let timeout = if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+            0
+        } else {
+            -1
+        };
+        loop {
+            let mut p = libc::pollfd {
+                fd: self.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: `p` is one live pollfd for the duration of the call.
+            match unsafe { libc::poll(&mut p, 1, timeout) } {
+                1 => return Ok(()),
+                0 => return Err(io::Error::from_raw_os_error(libc::EAGAIN)),
+                _ => {
+                    let err = io::Error::last_os_error();
+                    if err.kind() != io::ErrorKind::Interrupted {
+                        return Err(err);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// An `eventfd` that wakes one sleeping thread: [`ring`](Self::ring) any number of
 /// times, [`clear`](Self::clear) before sleeping on it again. Non-blocking.
 #[derive(Debug)]

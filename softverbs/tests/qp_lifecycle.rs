@@ -1,12 +1,15 @@
 //! A QP's life as rdma-core's tests see it on a ConnectX: `ibv_resize_cq` against the
 //! work still outstanding, RESET removing the QP's completions from its CQs, and which
 //! states take posts (rdma-core's `tests/test_cq.py::test_resize_cq`,
-//! `tests/test_mr.py`'s `restate_qps`, mlx5's `_mlx5_post_send` / `mlx5_post_recv`).
+//! `tests/test_mr.py`'s `restate_qps`, mlx5's `_mlx5_post_send` / `mlx5_post_recv`);
+//! and its asynchronous events at its end, as with a kernel provider: those not yet
+//! taken go with it, those taken hold `ibv_destroy_qp` until acknowledged.
 //!
 //! Tests here run in parallel in one process, each on its own QPs.
 
 mod common;
 
+use std::sync::mpsc;
 use std::time::Duration;
 
 use common::*;
@@ -153,4 +156,85 @@ fn posting_follows_mlx5_by_state() {
     assert_eq!(send_errno(&a, &mut w), None);
     let c = poll_n(&a.cq, 1);
     assert_eq!((c[0].wr_id(), c[0].status()), (1, WcStatus::WrFlushErr));
+}
+
+/// Asks for automatic path migration, which the device does not support: the QP gets
+/// an `IBV_EVENT_PATH_MIG_ERR` (and stays in RTS).
+fn raise_path_mig_err(s: &Side) {
+    let attr = ibv_qp_attr {
+        path_mig_state: IBV_MIG_ARMED,
+        ..Default::default()
+    };
+    s.qp.modify(&attr, QpAttrMask::from_bits(IBV_QP_PATH_MIG_STATE))
+        .unwrap();
+}
+
+fn async_fd_readable(ctx: &vqp_host::Context) -> bool {
+    let mut p = libc::pollfd {
+        fd: ctx.async_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+#[test]
+fn destroying_a_qp_drops_its_events_not_yet_taken() {
+    let v = verbs();
+    let (a, _b) = pair(&v);
+    raise_path_mig_err(&a);
+    assert!(async_fd_readable(&a.ctx));
+    // Fields bound in creation order, dropped in reverse after the QP.
+    let Side {
+        ctx,
+        pd,
+        channel,
+        cq,
+        qp,
+        mr,
+    } = a;
+    drop(qp);
+    // No event names the freed QP (the kernel's `ib_uverbs_release_uevent`), and the
+    // descriptor no longer says there is one.
+    assert!(!async_fd_readable(&ctx));
+    assert_eq!(ctx.pending_async_events().unwrap(), []);
+    drop((mr, cq, channel, pd, ctx));
+}
+
+#[test]
+fn destroying_a_qp_waits_until_its_taken_events_are_acknowledged() {
+    let v = verbs();
+    let (a, _b) = pair(&v);
+    raise_path_mig_err(&a);
+    let mut ev = ibv_async_event::default();
+    // SAFETY: a live context; a writable event.
+    assert_eq!(
+        unsafe { vqp_softverbs::ibv_get_async_event(a.ctx.as_raw(), &mut ev) },
+        0
+    );
+    assert_eq!(ev.event_type, IBV_EVENT_PATH_MIG_ERR);
+    let Side {
+        ctx,
+        pd,
+        channel,
+        cq,
+        qp,
+        mr,
+    } = a;
+    let (tx, rx) = mpsc::channel();
+    let destroyer = std::thread::spawn(move || {
+        drop(qp);
+        tx.send(()).unwrap();
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "ibv_destroy_qp returned with the QP's event unacknowledged"
+    );
+    // SAFETY: the event `ibv_get_async_event` returned, acknowledged once.
+    unsafe { vqp_softverbs::ibv_ack_async_event(&mut ev) };
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("ibv_destroy_qp returns once the event is acknowledged");
+    destroyer.join().unwrap();
+    drop((mr, cq, channel, pd, ctx));
 }

@@ -187,6 +187,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         ch.discard(cq as usize);
     }
     q.get().core.wait_acked();
+    q.get().core.ctx.forget(cq as usize);
     q.get().core.release_channel();
     q.free();
     0

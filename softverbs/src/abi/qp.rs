@@ -186,6 +186,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             // Our handle on another process's QP: that process drops our hold.
             super::xrc::close_remote(owner, core, qp as u64);
             q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+            // SAFETY: retired above, freed below.
+            unsafe { super::event::forget_qp(qp) };
             q.free();
             return 0;
         }
@@ -194,6 +196,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         if held {
             core.handle.store(other.unwrap_or(0), Ordering::Relaxed);
             q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+            // SAFETY: retired above, freed below.
+            unsafe { super::event::forget_qp(qp) };
             q.free();
             return 0;
         }
@@ -215,6 +219,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     }
     drop(mrs);
     q.get().pd.users.fetch_sub(1, Ordering::AcqRel);
+    // SAFETY: retired above, freed below; the engine raises nothing for it any more.
+    unsafe { super::event::forget_qp(qp) };
     q.free();
     0
 }

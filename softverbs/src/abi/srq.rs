@@ -128,6 +128,7 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
                 crate::provider::get().unregister_srq(x.srqn);
             }
             s.get().core.detach();
+            s.get().core.ctx.forget(srq as usize);
             s.free();
             0
         }

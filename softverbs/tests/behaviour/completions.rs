@@ -46,6 +46,9 @@ fn cq_overflow_is_an_error_not_a_loss() {
     assert_eq!(ev.event_type, 0, "IBV_EVENT_CQ_ERR");
     // SAFETY: the element of a CQ event is the CQ.
     assert_eq!(unsafe { ev.element.cq }, a.cq.as_raw());
+    // SAFETY: the event came from `ibv_get_async_event` (the CQ's destruction waits for
+    // this).
+    unsafe { vqp_softverbs::ibv_ack_async_event(&mut ev) };
 }
 
 #[test]

@@ -35,6 +35,9 @@ fn injected_qp_failure_after_n_wqes() {
     assert_eq!((rc, ev.event_type), (0, 1), "IBV_EVENT_QP_FATAL");
     // SAFETY: the element of a QP event is the QP.
     assert_eq!(unsafe { ev.element.qp }, a.qp.as_raw());
+    // SAFETY: the event came from `ibv_get_async_event` (the QP's destruction waits for
+    // this).
+    unsafe { vqp_softverbs::ibv_ack_async_event(&mut ev) };
 }
 
 #[test]
