@@ -13,7 +13,8 @@
 //! ends WRITEs in flight the same way, the responder alive; a deep queue of
 //! 1 MiB WRITEs (128 posted, as `ib_write_bw -s 1M`) all complete.
 //! UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself, and a fuzz of them, change nothing.
-//! Two processes of one namespace serve their QPs to another machine's.
+//! Two processes of one namespace serve their QPs to another machine's. Two processes
+//! that send each other requests (a SEND ping-pong) do so over one connection.
 //!
 //! The checks run in child processes (this test binary, `#[ignore]`d tests started with
 //! `ip netns exec` and `VQP_MACHINE_CHILD` set), which swap QP numbers and keys through
@@ -1050,6 +1051,158 @@ fn child_to_two() {
         assert_eq!(post_status(s, &mut wr), WcStatus::Success, "WRITE to {k}");
     }
     write_file(&base.with_extension("a-done"), "done\n");
+}
+
+/// SENDs of a ping-pong between the two children.
+const PINGS: u64 = 32;
+
+#[test]
+fn two_processes_sending_each_other_requests_share_one_connection() {
+    let name = "two_processes_sending_each_other_requests_share_one_connection";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach9");
+    let pong = lab.start(1, "child_pong");
+    let ping = lab.start(0, "child_ping");
+    let base = lab.dir.join("rendezvous");
+    if !appeared(&base.with_extension("ping-done")) || !appeared(&base.with_extension("pong-done"))
+    {
+        passed(vec![(ping, "child_ping"), (pong, "child_pong")]);
+        panic!("the ping-pong did not end, and neither child failed");
+    }
+    // Every TCP connection of the first namespace is one of the two processes' (their
+    // lookups are over): UCX's connection-manager connection and its data connection
+    // for the one endpoint both use. Each process connecting to the other made two of
+    // each (and every message then went on a connection that carried nothing back, so
+    // the kernel acknowledged each with a packet of its own).
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            lab.ns.name(0),
+            "ss",
+            "-Htn",
+            "state",
+            "established",
+        ])
+        .output()
+        .expect("ss (iproute2)");
+    let conns = String::from_utf8_lossy(&out.stdout).to_string();
+    write_file(&base.with_extension("inspected"), "done\n");
+    passed(vec![(ping, "child_ping"), (pong, "child_pong")]);
+    assert!(
+        conns.lines().count() <= 2,
+        "the two processes hold more than one endpoint's connections:\n{conns}"
+    );
+}
+
+/// Connects `s`'s QP to QP `qpn` at `gid`, sending from PSN `local_psn` and expecting
+/// `remote_psn` (the peer's `local_psn`), both ways of a ping-pong being used.
+fn connect_psns(s: &Side, gid: [u8; 16], qpn: u32, local_psn: u32, remote_psn: u32) {
+    let g = vqp_host::sys::Gid::from_bytes(gid);
+    let mut path = Path::new(1, Address::gid(g, 1), qpn, local_psn, remote_psn);
+    path.access = Opts::default().qp_access;
+    path.timeout = 14;
+    path.retry_cnt = 7;
+    connect::connect(&s.qp, &path).unwrap();
+}
+
+/// Posts one receive of 8 bytes at offset 0 of `s`'s region.
+fn post_ping_receive(s: &Side, id: u64) {
+    post_receive(s, id, 0, 8);
+}
+
+/// Sends 8 bytes from offset 64 of `s`'s region as work request `id`.
+fn post_ping(s: &Side, id: u64) {
+    let mut sge = s.mr.sge(64, 8).unwrap();
+    let mut wr = send_wr(id, IBV_WR_SEND, std::slice::from_mut(&mut sge));
+    post(s, &mut wr);
+}
+
+/// Waits until the completions of `want` all came, successful; completions that came
+/// with them wait in `early` for a later call (a poll can return several).
+fn await_ids(s: &Side, early: &mut Vec<u64>, want: &[u64]) {
+    let mut missing: Vec<u64> = want
+        .iter()
+        .copied()
+        .filter(|id| !early.contains(id))
+        .collect();
+    early.retain(|id| !want.contains(id));
+    while !missing.is_empty() {
+        for wc in poll_n(&s.cq, 1) {
+            assert_eq!(wc.status(), WcStatus::Success, "{wc:?}");
+            match missing.iter().position(|&id| id == wc.wr_id()) {
+                Some(i) => {
+                    missing.swap_remove(i);
+                }
+                None => early.push(wc.wr_id()),
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "run in a network namespace by two_processes_sending_each_other_requests_share_one_connection"]
+fn child_ping() {
+    if !is_child("child_ping") {
+        return;
+    }
+    let v = verbs();
+    let a = side(&v, "soft0", &opts());
+    let base = rendezvous();
+    write_file(
+        &base.with_extension("ping"),
+        &format!("{}\n", a.qp.qp_num()),
+    );
+    let b_qpn: u32 = wait_file(&base.with_extension("pong"))
+        .trim()
+        .parse()
+        .unwrap();
+    connect_psns(&a, v4([192, 0, 2, 2]), b_qpn, 0x10, 0x20);
+    wait_serving();
+    wait_file(&base.with_extension("pong-ready"));
+    let mut early = Vec::new();
+    for i in 0..PINGS {
+        post_ping_receive(&a, 1000 + i);
+        post_ping(&a, i);
+        await_ids(&a, &mut early, &[i, 1000 + i]);
+    }
+    write_file(&base.with_extension("ping-done"), "done\n");
+    wait_file(&base.with_extension("inspected"));
+}
+
+#[test]
+#[ignore = "run in a network namespace by two_processes_sending_each_other_requests_share_one_connection"]
+fn child_pong() {
+    if !is_child("child_pong") {
+        return;
+    }
+    let v = verbs();
+    let b = side(&v, "soft0", &opts());
+    let base = rendezvous();
+    write_file(
+        &base.with_extension("pong"),
+        &format!("{}\n", b.qp.qp_num()),
+    );
+    let a_qpn: u32 = wait_file(&base.with_extension("ping"))
+        .trim()
+        .parse()
+        .unwrap();
+    connect_psns(&b, v4([192, 0, 2, 1]), a_qpn, 0x20, 0x10);
+    for i in 0..PINGS {
+        post_ping_receive(&b, 1000 + i);
+    }
+    wait_serving();
+    write_file(&base.with_extension("pong-ready"), "ready\n");
+    let mut early = Vec::new();
+    for i in 0..PINGS {
+        await_ids(&b, &mut early, &[1000 + i]);
+        post_ping(&b, i);
+    }
+    await_ids(&b, &mut early, &(0..PINGS).collect::<Vec<_>>());
+    write_file(&base.with_extension("pong-done"), "done\n");
+    wait_file(&base.with_extension("inspected"));
 }
 
 #[test]

@@ -19,8 +19,10 @@
 //! A lookup never runs under a lock: it runs on a thread of its own (its steps bounded
 //! by [`LOOKUP_LIMIT`]), and its answer waits in a queue until the service thread's
 //! next turn connects an endpoint. One endpoint serves each pair of processes (by the
-//! peer's address and UCX port), shared by all their QPs; it is forgotten when it
-//! fails, and the next request looks up again.
+//! peer's address and UCX port), shared by all their QPs and used both ways: the
+//! process that connected says its UCX port in its first message ([`HELLO`]), and the
+//! one that accepted sends its own requests on that endpoint instead of connecting
+//! back. It is forgotten when it fails, and the next request looks up again.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -41,11 +43,20 @@ pub(crate) const RESPONSE: u16 = 2;
 /// response's (which carries no payload) followed by a request's, the payload the
 /// request's. An answer held back by a polling thread ([`Machine::hold`]) goes so
 /// with the next request on the same endpoint. Two processes that send each other
-/// requests each connect to the other, so the answers to a requester QP go on the
-/// endpoint this process sends its own requests to that QP on, when it has one
-/// ([`Machine::ready`]), not on the one the requests came on, where no request of
-/// ours would ever take them along (docs/benchmarks.md, "Between machines").
+/// requests share one endpoint ([`HELLO`]) unless both connected at once; so the
+/// answers to a requester QP go on the endpoint this process sends its own requests
+/// to that QP on, when it has one ([`Machine::ready`]), not on the one the requests
+/// came on, where no request of ours might ever take them along (docs/benchmarks.md,
+/// "Between machines").
 pub(crate) const ANSWERED: u16 = 3;
+/// The active message id of the first message on an endpoint this process connected:
+/// its header is the port this process listens at for UCX (2 bytes, little-endian).
+/// The peer that accepted the connection then sends its own requests to this process
+/// on it rather than connecting back ([`Machine::hello`]): one TCP connection then
+/// carries both directions, and each side's TCP acknowledgements ride on its own
+/// messages (two connections, one per direction, each made the kernel send an
+/// acknowledgement of its own for every other message: 1.5 packets per message).
+pub(crate) const HELLO: u16 = 4;
 /// The answers held back at most (past it, they are sent as they are).
 const MAX_HELD: usize = 64;
 /// How long a polling thread's turns leave held answers for a request to take along
@@ -156,7 +167,13 @@ pub(super) struct Machine {
     /// The lookups' answers: the UCX address of the serving process, or none.
     found: Found,
     peers: HashMap<Key, Peer>,
+    /// The endpoint to each process (by its UCX address): one this process connected,
+    /// or one it accepted from a process that said its address ([`HELLO`]).
     endpoints: HashMap<SocketAddr, Ep>,
+    /// The peer address of each endpoint accepted, until its [`HELLO`] comes.
+    accepted: HashMap<Ep, IpAddr>,
+    /// The port this process listens at for UCX (0: none), which its [`HELLO`]s say.
+    port: u16,
     /// Messages refused by the handlers (an unexpected rendezvous payload, an id the
     /// protocol does not use).
     dropped: Arc<AtomicU64>,
@@ -194,6 +211,10 @@ enum Unbound {
 /// `poll` system call per socket, a large part of a turn that finds nothing, while a
 /// lookup can wait the few hundred microseconds these turns take.
 const LOOKUP_TURNS: u32 = 64;
+
+/// Endpoints accepted and not yet introduced by a [`HELLO`] that are remembered: one
+/// past it is used for answers only, as before any [`HELLO`].
+const MAX_ACCEPTED: usize = 4096;
 
 /// How often the listeners not made yet are tried again.
 const BIND_AGAIN: Duration = Duration::from_millis(200);
@@ -316,7 +337,7 @@ impl Machine {
             let mut settings = ucx::ROUTE_SETTINGS.to_vec();
             settings.push(("NET_DEVICES", name));
             let mut worker = Worker::new(&settings)?;
-            for id in [REQUEST, RESPONSE, ANSWERED] {
+            for id in [REQUEST, RESPONSE, ANSWERED, HELLO] {
                 let q = inbox.clone();
                 let d = dropped.clone();
                 let spare = spare.clone();
@@ -351,7 +372,9 @@ impl Machine {
             // Every other id below MAX_AM_ID: dropped and counted, silently (UCP writes
             // a line on stderr for each message of an id nobody handles, which a peer
             // could use to fill ours).
-            for id in (0..ucx::MAX_AM_ID).filter(|id| ![REQUEST, RESPONSE, ANSWERED].contains(id)) {
+            for id in
+                (0..ucx::MAX_AM_ID).filter(|id| ![REQUEST, RESPONSE, ANSWERED, HELLO].contains(id))
+            {
                 let d = dropped.clone();
                 worker.set_handler(id, move |_| {
                     d.fetch_add(1, Ordering::Relaxed);
@@ -421,6 +444,8 @@ impl Machine {
                 found: Arc::default(),
                 peers: HashMap::new(),
                 endpoints: HashMap::new(),
+                accepted: HashMap::new(),
+                port,
                 dropped,
                 wake,
                 held: Vec::new(),
@@ -438,7 +463,31 @@ impl Machine {
     fn connect(&mut self, to: SocketAddr) -> Option<Ep> {
         let worker = self.worker_for(&to);
         let ep = self.workers.get_mut(worker)?.worker.connect(to).ok()?;
-        Some(Ep { worker, ep })
+        let ep = Ep { worker, ep };
+        if self.port != 0 {
+            let port = self.port.to_le_bytes();
+            self.send_now(ep, HELLO, &port, Vec::new());
+        }
+        Some(ep)
+    }
+
+    /// A [`HELLO`] on endpoint `from`: if this process accepted it, it is this
+    /// process's endpoint to the sender's UCX address (the connection's peer address
+    /// at the port it says), unless one is known already (both connected at once:
+    /// each keeps sending on its own).
+    fn hello(&mut self, from: Ep, header: &[u8]) {
+        let Some(ip) = self.accepted.remove(&from) else {
+            return;
+        };
+        let Ok(port) = <[u8; 2]>::try_from(header) else {
+            return;
+        };
+        let port = u16::from_le_bytes(port);
+        if port != 0 {
+            self.endpoints
+                .entry(SocketAddr::new(ip, port))
+                .or_insert(from);
+        }
     }
 
     /// The worker that reaches `to`: the one kept to the interface the kernel routes it
@@ -578,6 +627,7 @@ impl Machine {
     /// Forgets endpoint `ep` and every (GID, QPN) served through it, and closes it.
     fn forget(&mut self, ep: Ep) {
         self.endpoints.retain(|_, e| *e != ep);
+        self.accepted.remove(&ep);
         self.peers
             .retain(|_, p| !matches!(p, Peer::Ready(e) if *e == ep));
         if let Some(b) = self.workers.get_mut(ep.worker) {
@@ -617,7 +667,12 @@ impl Machine {
             while let Some(ev) = b.worker.next_event() {
                 match ev {
                     Event::ConnRequest(req) => {
-                        let _ = b.worker.accept(req);
+                        let peer = req.peer;
+                        if let (Ok(ep), Some(peer)) = (b.worker.accept(req), peer) {
+                            if self.accepted.len() < MAX_ACCEPTED {
+                                self.accepted.insert(Ep { worker: w, ep }, peer.ip());
+                            }
+                        }
                     }
                     Event::EndpointFailed { ep, .. } => failed.push(Ep { worker: w, ep }),
                     Event::Sent { buffer, .. } => self.spare.give(buffer),
@@ -658,8 +713,23 @@ impl Machine {
                 l.serve_ready(LOOKUP_LIMIT, &serving_port);
             }
         }
-        let came: Vec<Incoming> = lock(&self.inbox).take();
+        let mut came: Vec<Incoming> = lock(&self.inbox).take();
         busy |= !came.is_empty();
+        if came.iter().any(|m| m.id == HELLO) {
+            let mut hellos = Vec::new();
+            came.retain_mut(|m| {
+                if m.id != HELLO {
+                    return true;
+                }
+                hellos.push((m.from, std::mem::take(&mut m.header)));
+                false
+            });
+            for (from, header) in hellos {
+                if let Some(from) = from {
+                    self.hello(from, &header);
+                }
+            }
+        }
         (came, busy)
     }
 
