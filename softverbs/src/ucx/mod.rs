@@ -270,6 +270,13 @@
 //!   handler table at the message's id before checking the id against the table's
 //!   length (1.13.1 `src/ucp/core/ucp_am.c`; the reassembly the same in 1.22.0).
 //!
+//! Nor does the route authenticate who a peer is: a lookup's answer names the process
+//! serving a QP, and a process that connected names its own UCX port in its first
+//! message (`transport::machine`'s `HELLO`), after which this process sends its own
+//! requests for that address on the connection it accepted. A process on the same
+//! host as another can so receive requests meant for it, as it could by answering a
+//! lookup first.
+//!
 //! So the route is for networks whose hosts are trusted with UCX, as UCX's own users
 //! (MPI jobs) are — and every user of those hosts, since a local process can connect
 //! to the socket as well — and should be kept on interfaces only they reach: it
