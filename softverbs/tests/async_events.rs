@@ -15,16 +15,6 @@ use vqp_host::{AsyncEvent, AsyncEventKind, EventSubject, QpInit, WcStatus};
 
 const NOW: Option<Duration> = Some(Duration::ZERO);
 
-fn readable(fd: i32) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
-}
-
 #[test]
 fn events_are_typed_and_reach_the_context_of_their_device() {
     let v = verbs();

@@ -494,3 +494,14 @@ pub fn post_receive(s: &Side, id: u64, offset: usize, len: usize) {
     let mut r = recv_wr(id, std::slice::from_mut(&mut sge));
     post_recv(s, &mut r);
 }
+
+/// Whether descriptor `fd` is readable now (`poll` without waiting).
+pub fn readable(fd: i32) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+}
