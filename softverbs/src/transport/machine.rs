@@ -653,8 +653,14 @@ impl Machine {
         self.bind_again();
         let mut busy = false;
         let mut failed = Vec::new();
+        // A polling thread progresses each worker once: UCX's TCP progress reads until
+        // its sockets have nothing more (one `epoll_wait` past the last message), and
+        // what came goes to the engine, and so to the thread's CQ, without another
+        // look (each costs a system call on the way from a request to its answer). The
+        // machine thread progresses until UCX finds nothing, a bounded number of times.
+        let rounds = if polling { 1 } else { 64 };
         for (w, b) in self.workers.iter_mut().enumerate() {
-            for _ in 0..64 {
+            for _ in 0..rounds {
                 match b.worker.progress() {
                     Ok(0) => break,
                     Ok(_) => busy = true,
