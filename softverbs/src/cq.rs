@@ -158,41 +158,71 @@ impl CtxCore {
     }
 }
 
-/// A completion channel: CQ events queue here and count on an eventfd, so that
-/// `read`, blocking and `poll(2)` on the channel's fd all work.
+/// A completion channel: CQ events queue here, and its eventfd is readable exactly
+/// while one is queued, as the kernel's completion event file is, so that blocking and
+/// `poll(2)` on the channel's fd both work.
 pub(crate) struct ChannelCore {
+    /// Its count is 1 while events are queued, 0 otherwise; only [`ChannelCore`] reads
+    /// it, under its lock.
     pub fd: EventFd,
-    events: Mutex<VecDeque<(usize, usize)>>,
+    events: Mutex<ChannelQueue>,
     /// CQs attached (destroying the channel while this is non-zero is `EBUSY`).
     pub users: AtomicU32,
+}
+
+/// A channel's events (CQ address, CQ context), and whether `fd` counts them.
+#[derive(Default)]
+struct ChannelQueue {
+    pending: VecDeque<(usize, usize)>,
+    signalled: bool,
 }
 
 impl ChannelCore {
     pub fn new() -> io::Result<ChannelCore> {
         Ok(ChannelCore {
             fd: EventFd::new()?,
-            events: Mutex::new(VecDeque::new()),
+            events: Mutex::default(),
             users: AtomicU32::new(0),
         })
     }
 
     fn post(&self, cq: usize, cq_context: usize) {
-        lock(&self.events).push_back((cq, cq_context));
-        self.fd.signal();
+        let mut g = lock(&self.events);
+        g.pending.push_back((cq, cq_context));
+        if !g.signalled {
+            g.signalled = true;
+            self.fd.signal();
+        }
     }
 
-    /// Takes the next event (CQ address, CQ context); call after one count was read
-    /// from `fd`. `None` when the count was one of a discarded event's.
+    /// Takes the next event (CQ address, CQ context) without waiting (`fd` says when
+    /// there is one).
     pub fn take(&self) -> Option<(usize, usize)> {
-        lock(&self.events).pop_front()
+        let mut g = lock(&self.events);
+        let ev = g.pending.pop_front()?;
+        self.settle(&mut g);
+        Some(ev)
     }
 
     /// Drops the events of CQ `cq` nobody has taken (the CQ is being destroyed): as the
     /// kernel's `ib_uverbs_release_ucq` frees a destroyed CQ's unread events, which
-    /// therefore need no acknowledgement. Their counts stay on the eventfd; a reader
-    /// that consumes one finds no event and reads again.
+    /// therefore need no acknowledgement; `fd` is no longer readable when none is left.
     pub fn discard(&self, cq: usize) {
-        lock(&self.events).retain(|&(q, _)| q != cq);
+        let mut g = lock(&self.events);
+        g.pending.retain(|&(q, _)| q != cq);
+        self.settle(&mut g);
+    }
+
+    /// Takes `fd`'s count once nothing is queued, so that it is readable only while
+    /// something is ([`CtxCore`]'s `settle`: the count is 1 here, checked all the same
+    /// so that a program reading the descriptor itself cannot make this block).
+    fn settle(&self, g: &mut ChannelQueue) {
+        if g.pending.is_empty() && g.signalled {
+            if crate::os::readable_now(self.fd.raw()) {
+                let _ = self.fd.wait_one();
+            }
+            g.signalled = false;
+        }
     }
 }
 
@@ -555,6 +585,29 @@ mod tests {
         assert_eq!(q.poll(8, |_, _| {}), Ok(2));
         q.arm(false).unwrap();
         assert_eq!(ch.take(), None);
+    }
+
+    #[test]
+    fn a_channel_is_readable_exactly_while_an_event_is_queued() {
+        let ch = ChannelCore::new().unwrap();
+        let readable = || crate::os::readable_now(ch.fd.raw());
+        assert!(!readable());
+        ch.post(0x1000, 1);
+        ch.post(0x2000, 2);
+        ch.post(0x1000, 3);
+        assert!(readable());
+        // A destroyed CQ's events go; the other CQ's stays, and keeps it readable.
+        ch.discard(0x1000);
+        assert!(readable());
+        assert_eq!(ch.take(), Some((0x2000, 2)));
+        assert!(!readable(), "readable with nothing queued");
+        assert_eq!(ch.take(), None);
+        // Dropping the only one queued leaves nothing to announce either.
+        ch.post(0x1000, 4);
+        ch.discard(0x1000);
+        assert!(!readable());
+        ch.post(0x2000, 5);
+        assert!(readable());
     }
 
     #[test]

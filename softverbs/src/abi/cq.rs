@@ -216,14 +216,14 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     // While this thread blocks, the provider's threads serve the work it waits for at
     // once rather than leave it to a poll that is not coming.
     let _waiting = crate::provider::get().engine.waiting();
-    // A count without an event belonged to an event discarded with its CQ: read on.
+    // Another thread may take the event the descriptor announced: wait again then.
     let (q, qctx) = loop {
-        if let Err(e) = ch.core.fd.wait_one() {
-            set_errno(e.raw_os_error().unwrap_or(libc::EIO));
-            return -1;
-        }
         if let Some(ev) = ch.core.take() {
             break ev;
+        }
+        if let Err(e) = ch.core.fd.wait_readable() {
+            set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+            return -1;
         }
     };
     // SAFETY: an event names a CQ of this channel, live (or being destroyed, its
