@@ -62,14 +62,65 @@ pub(crate) fn names_object(kind: u32) -> bool {
     )
 }
 
-/// A context's asynchronous events: those raised and not yet taken, the objects of
-/// those taken and not yet acknowledged (one entry per event), and whether
-/// `async_fd` holds its one count (it does exactly while events are pending).
+/// Events waiting to be taken, announced on an eventfd whose count is 1 exactly while
+/// one waits (0 otherwise), as a kernel event file is readable exactly while its list
+/// holds an event. Only its owner reads that count, under the lock that guards this.
+struct Announced<T> {
+    pending: VecDeque<T>,
+    signalled: bool,
+}
+
+impl<T> Default for Announced<T> {
+    fn default() -> Self {
+        Announced {
+            pending: VecDeque::new(),
+            signalled: false,
+        }
+    }
+}
+
+impl<T> Announced<T> {
+    /// Queues `ev`; `fd` is readable from now on.
+    fn push(&mut self, fd: &EventFd, ev: T) {
+        self.pending.push_back(ev);
+        if !self.signalled {
+            self.signalled = true;
+            fd.signal();
+        }
+    }
+
+    /// Takes the oldest event; `fd` is no longer readable once none is left.
+    fn pop(&mut self, fd: &EventFd) -> Option<T> {
+        let ev = self.pending.pop_front()?;
+        self.settle(fd);
+        Some(ev)
+    }
+
+    /// Drops the events `keep` refuses; likewise for `fd`.
+    fn retain(&mut self, fd: &EventFd, keep: impl FnMut(&T) -> bool) {
+        self.pending.retain(keep);
+        self.settle(fd);
+    }
+
+    /// Takes `fd`'s count once nothing is pending. The count is 1 here; checked all
+    /// the same, so that a program reading the descriptor itself cannot make this
+    /// block.
+    fn settle(&mut self, fd: &EventFd) {
+        if self.pending.is_empty() && self.signalled {
+            if crate::os::readable_now(fd.raw()) {
+                let _ = fd.wait_one();
+            }
+            self.signalled = false;
+        }
+    }
+}
+
+/// A context's asynchronous events: those raised and not yet taken, and the objects of
+/// those taken and not yet acknowledged (one entry per event).
 #[derive(Default)]
 struct AsyncQueue {
-    pending: VecDeque<AsyncEvent>,
+    pending: Announced<AsyncEvent>,
     unacked: Vec<usize>,
-    signalled: bool,
 }
 
 /// The Rust side of an opened device context: its device and its asynchronous events.
@@ -95,23 +146,19 @@ impl CtxCore {
 
     /// Queues an asynchronous event and makes `async_fd` readable.
     pub fn raise(&self, kind: u32, element: usize) {
-        let mut g = lock(&self.events);
-        g.pending.push_back(AsyncEvent { kind, element });
-        if !g.signalled {
-            g.signalled = true;
-            self.async_fd.signal();
-        }
+        lock(&self.events)
+            .pending
+            .push(&self.async_fd, AsyncEvent { kind, element });
     }
 
     /// Takes the next event without waiting (`async_fd` says when there is one). An
     /// event naming an object counts as unacknowledged until [`CtxCore::ack`].
     pub fn take(&self) -> Option<AsyncEvent> {
         let mut g = lock(&self.events);
-        let ev = g.pending.pop_front()?;
+        let ev = g.pending.pop(&self.async_fd)?;
         if names_object(ev.kind) {
             g.unacked.push(ev.element);
         }
-        self.settle(&mut g);
         Some(ev)
     }
 
@@ -135,25 +182,11 @@ impl CtxCore {
     /// `events_reported`).
     pub fn forget(&self, element: usize) {
         let mut g = lock(&self.events);
-        g.pending
-            .retain(|e| !(names_object(e.kind) && e.element == element));
-        self.settle(&mut g);
+        g.pending.retain(&self.async_fd, |e| {
+            !(names_object(e.kind) && e.element == element)
+        });
         while g.unacked.contains(&element) {
             g = self.acked.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    /// Takes `async_fd`'s count once nothing is pending, so that it is readable only
-    /// while something is.
-    fn settle(&self, g: &mut AsyncQueue) {
-        if g.pending.is_empty() && g.signalled {
-            // Only this reads the count, under the lock, so it is 1 here; checked all
-            // the same, so that a program reading the descriptor itself cannot make
-            // this block.
-            if crate::os::readable_now(self.async_fd.raw()) {
-                let _ = self.async_fd.wait_one();
-            }
-            g.signalled = false;
         }
     }
 }
@@ -165,16 +198,10 @@ pub(crate) struct ChannelCore {
     /// Its count is 1 while events are queued, 0 otherwise; only [`ChannelCore`] reads
     /// it, under its lock.
     pub fd: EventFd,
-    events: Mutex<ChannelQueue>,
+    /// CQ address and CQ context of each event.
+    events: Mutex<Announced<(usize, usize)>>,
     /// CQs attached (destroying the channel while this is non-zero is `EBUSY`).
     pub users: AtomicU32,
-}
-
-/// A channel's events (CQ address, CQ context), and whether `fd` counts them.
-#[derive(Default)]
-struct ChannelQueue {
-    pending: VecDeque<(usize, usize)>,
-    signalled: bool,
 }
 
 impl ChannelCore {
@@ -187,42 +214,20 @@ impl ChannelCore {
     }
 
     fn post(&self, cq: usize, cq_context: usize) {
-        let mut g = lock(&self.events);
-        g.pending.push_back((cq, cq_context));
-        if !g.signalled {
-            g.signalled = true;
-            self.fd.signal();
-        }
+        lock(&self.events).push(&self.fd, (cq, cq_context));
     }
 
     /// Takes the next event (CQ address, CQ context) without waiting (`fd` says when
     /// there is one).
     pub fn take(&self) -> Option<(usize, usize)> {
-        let mut g = lock(&self.events);
-        let ev = g.pending.pop_front()?;
-        self.settle(&mut g);
-        Some(ev)
+        lock(&self.events).pop(&self.fd)
     }
 
     /// Drops the events of CQ `cq` nobody has taken (the CQ is being destroyed): as the
     /// kernel's `ib_uverbs_release_ucq` frees a destroyed CQ's unread events, which
     /// therefore need no acknowledgement; `fd` is no longer readable when none is left.
     pub fn discard(&self, cq: usize) {
-        let mut g = lock(&self.events);
-        g.pending.retain(|&(q, _)| q != cq);
-        self.settle(&mut g);
-    }
-
-    /// Takes `fd`'s count once nothing is queued, so that it is readable only while
-    /// something is ([`CtxCore`]'s `settle`: the count is 1 here, checked all the same
-    /// so that a program reading the descriptor itself cannot make this block).
-    fn settle(&self, g: &mut ChannelQueue) {
-        if g.pending.is_empty() && g.signalled {
-            if crate::os::readable_now(self.fd.raw()) {
-                let _ = self.fd.wait_one();
-            }
-            g.signalled = false;
-        }
+        lock(&self.events).retain(&self.fd, |&(q, _)| q != cq);
     }
 }
 
