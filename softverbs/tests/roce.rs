@@ -296,6 +296,14 @@ fn child_roce_port() {
     let v = verbs();
     let o = Opts::default();
     let a = side(&v, "soft0", &o);
+    // UCX is loaded by the time a bound device is open, on this thread, before any
+    // thread of softverbs' own could run beside its memory hooks' start-up (see
+    // `Transport::start_machine`) — unless it cannot be loaded at all.
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    assert!(
+        maps.contains("libucp.so") || vqp_softverbs::ucx::Ucp::get().is_err(),
+        "UCX was not loaded when ibv_open_device returned"
+    );
     let b = side(&v, "soft1", &o);
 
     // The port: Ethernet, no LID, MTU from the interface (1500 → 1024, 9000 → 4096).
