@@ -176,6 +176,17 @@ impl Transport {
         }
     }
 
+    /// Loads UCX (once), on the calling thread: call it before starting threads of ours.
+    /// As it loads, UCX's memory hooks patch `mmap`, `sbrk` and `brk` in place and move
+    /// the program break up and back down to test them, which it does "during startup,
+    /// before other threads could execute the modified functions" (UCX's
+    /// `ucm_mmap_init`). Loaded by the machine thread, a `malloc` of the program's that
+    /// grew the heap meanwhile found it cut back (SIGSEGV in glibc's `sysmalloc`, 2
+    /// `ib_send_lat` clients of 96). Whether it loaded is told when the machine is made.
+    pub(crate) fn load_ucx(&self) {
+        let _ = crate::ucx::Ucp::get();
+    }
+
     /// Starts serving other machines on the addresses `addrs` of this process's bound
     /// interfaces (the first call; later ones do nothing): it starts the machine
     /// thread, which makes a UCX worker per interface listening at one port on each
@@ -190,15 +201,6 @@ impl Transport {
             return;
         }
         let _ = self.machine_addrs.set(addrs.to_vec());
-        // UCX is loaded here, on the program's thread, before any thread of ours starts:
-        // as it loads, its memory hooks patch `mmap`, `sbrk` and `brk` in place and move
-        // the program break up and back down to test them, which it does "during
-        // startup, before other threads could execute the modified functions" (UCX's
-        // `ucm_mmap_init`). Loaded by the machine thread, a `malloc` of the program's
-        // that grew the heap meanwhile found it cut back (SIGSEGV in glibc's
-        // `sysmalloc`, 2 `ib_send_lat` clients of 96). Whether it loaded is told when
-        // the machine is made.
-        let _ = crate::ucx::Ucp::get();
         // Before the thread that makes the machine starts: a process that exits while
         // it is being made waits for it (`park_machine`).
         crate::os::at_exit(park_machine);

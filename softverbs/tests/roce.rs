@@ -298,7 +298,7 @@ fn child_roce_port() {
     let a = side(&v, "soft0", &o);
     // UCX is loaded by the time a bound device is open, on this thread, before any
     // thread of softverbs' own could run beside its memory hooks' start-up (see
-    // `Transport::start_machine`) — unless it cannot be loaded at all.
+    // `Transport::load_ucx`) — unless it cannot be loaded at all.
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     assert!(
         maps.contains("libucp.so") || vqp_softverbs::ucx::Ucp::get().is_err(),

@@ -438,6 +438,8 @@ impl Provider {
     /// thread does it), if there are any.
     pub fn start_watching(&'static self) {
         if self.has_netdevs() {
+            // Before the namespace's service thread and the machine thread start.
+            self.transport().load_ucx();
             self.transport().start(self);
             // The bound interfaces' addresses (their IPv4-mapped and IPv6 GIDs), where
             // other machines look this process up, each with its interface.

@@ -330,7 +330,7 @@
 //! The library itself is loaded earlier, when a bound device is opened, on the
 //! program's thread: UCX's memory hooks patch `mmap`, `sbrk` and `brk` and move the
 //! program break as the library loads, which is safe only while no other thread runs
-//! (`Transport::start_machine` says what happened when the machine thread loaded it).
+//! (`Transport::load_ucx` says what happened when the machine thread loaded it).
 //!
 //! Bulk bandwidth over UCX's TCP transport needs segments larger than its 8 KiB
 //! default (`benches/ucx.rs`: 1 MiB messages at 0.3× a TCP stream's rate by default,
