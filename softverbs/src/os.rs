@@ -52,9 +52,20 @@ impl EventFd {
             }
         }
     }
-}
 
-impl EventFd {
+    /// What `take` gives, waiting until the descriptor is readable while it gives
+    /// nothing ([`EventFd::wait_readable`]: `EAGAIN` at once under `O_NONBLOCK`). For a
+    /// queue announced on this descriptor, read by several threads: one woken for an
+    /// event another took waits again.
+    pub(crate) fn wait_for<T>(&self, mut take: impl FnMut() -> Option<T>) -> io::Result<T> {
+        loop {
+            if let Some(v) = take() {
+                return Ok(v);
+            }
+            self.wait_readable()?;
+        }
+    }
+
     /// Waits until the count is non-zero without taking from it: at once with
     /// `EAGAIN` when it is zero and the application set `O_NONBLOCK`, else blocking in
     /// `poll(2)` (retried on `EINTR`).

@@ -216,12 +216,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     // While this thread blocks, the provider's threads serve the work it waits for at
     // once rather than leave it to a poll that is not coming.
     let _waiting = crate::provider::get().engine.waiting();
-    // Another thread may take the event the descriptor announced: wait again then.
-    let (q, qctx) = loop {
-        if let Some(ev) = ch.core.take() {
-            break ev;
-        }
-        if let Err(e) = ch.core.fd.wait_readable() {
+    let (q, qctx) = match ch.core.fd.wait_for(|| ch.core.take()) {
+        Ok(ev) => ev,
+        Err(e) => {
             set_errno(e.raw_os_error().unwrap_or(libc::EIO));
             return -1;
         }

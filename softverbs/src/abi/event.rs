@@ -54,11 +54,9 @@ pub unsafe extern "C" fn ibv_get_async_event(
         set_errno(libc::EINVAL);
         return -1;
     }
-    let ev = loop {
-        if let Some(ev) = c.core.take() {
-            break ev;
-        }
-        if let Err(e) = c.core.async_fd.wait_readable() {
+    let ev = match c.core.async_fd.wait_for(|| c.core.take()) {
+        Ok(ev) => ev,
+        Err(e) => {
             set_errno(e.raw_os_error().unwrap_or(libc::EIO));
             return -1;
         }

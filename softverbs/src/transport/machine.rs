@@ -721,21 +721,16 @@ impl Machine {
         }
         let mut came: Vec<Incoming> = lock(&self.inbox).take();
         busy |= !came.is_empty();
-        if came.iter().any(|m| m.id == HELLO) {
-            let mut hellos = Vec::new();
-            came.retain_mut(|m| {
-                if m.id != HELLO {
-                    return true;
-                }
-                hellos.push((m.from, std::mem::take(&mut m.header)));
-                false
-            });
-            for (from, header) in hellos {
-                if let Some(from) = from {
-                    self.hello(from, &header);
-                }
+        // A HELLO is this transport's own: the engine gets the rest.
+        came.retain(|m| {
+            if m.id != HELLO {
+                return true;
             }
-        }
+            if let Some(from) = m.from {
+                self.hello(from, &m.header);
+            }
+            false
+        });
         (came, busy)
     }
 
