@@ -13,6 +13,8 @@
 //! ends WRITEs in flight the same way, the responder alive; a deep queue of
 //! 1 MiB WRITEs (128 posted, as `ib_write_bw -s 1M`) all complete.
 //! UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself, and a fuzz of them, change nothing.
+//! An atomic sent again (as after a lost answer) is answered with its first result,
+//! not run twice.
 //! Two processes of one namespace serve their QPs to another machine's. Two processes
 //! that send each other requests (a SEND ping-pong) do so over one connection.
 //!
@@ -865,6 +867,121 @@ fn child_forger() {
         rkey: b_rkey,
     };
     assert_eq!(post_status(&a, &mut wr), WcStatus::Success);
+    write_file(&base.with_extension("a-done"), "done\n");
+}
+
+#[test]
+fn a_duplicate_atomic_is_answered_with_its_first_result_not_run_again() {
+    let name = "a_duplicate_atomic_is_answered_with_its_first_result_not_run_again";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach12");
+    let responder = lab.start(1, "child_atomic_target");
+    let requester = lab.start(0, "child_atomic_replayer");
+    passed(vec![
+        (requester, "child_atomic_replayer"),
+        (responder, "child_atomic_target"),
+    ]);
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_duplicate_atomic_is_answered_with_its_first_result_not_run_again"]
+fn child_atomic_target() {
+    if !is_child("child_atomic_target") {
+        return;
+    }
+    let v = verbs();
+    let mut b = side(&v, "soft0", &Opts::default());
+    bytes_mut(&mut b).fill(0);
+    let base = rendezvous();
+    let a_qpn = meet_requester(&base, &b);
+    connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
+    wait_serving();
+    write_file(&base.with_extension("b-ready"), "ready\n");
+    wait_file(&base.with_extension("a-done"));
+    // The FETCH_ADD ran once (0 + 5), then the CMP_SWP found 5 and swapped; a second
+    // FETCH_ADD would have left 10, and the CMP_SWP nothing to swap.
+    let m = bytes(&b);
+    assert_eq!(u64::from_ne_bytes(m[..8].try_into().unwrap()), 100);
+    assert_eq!(b.qp.state().unwrap(), vqp_host::QpState::Rts);
+}
+
+#[test]
+#[ignore = "run in a network namespace by a_duplicate_atomic_is_answered_with_its_first_result_not_run_again"]
+fn child_atomic_replayer() {
+    if !is_child("child_atomic_replayer") {
+        return;
+    }
+    use std::sync::{Arc, Mutex};
+    use vqp_softverbs::ucx::{lookup, wire, Data, Worker, ROUTE_SETTINGS};
+    let v = verbs();
+    let a = side(&v, "soft0", &Opts::default());
+    let base = rendezvous();
+    let f = meet_responder(&base, &a);
+    let (b_qpn, b_addr, b_rkey) = (f[0] as u32, f[1], f[2] as u32);
+    wait_file(&base.with_extension("b-ready"));
+
+    // A peer speaking the route itself in the place of QP `a` (the responder checks the
+    // GID and QP a request names, not the connection it came on): it can send a request
+    // again as a requester does whose answer was lost.
+    let at: std::net::SocketAddr = format!("192.0.2.2:{}", lookup::DEFAULT_PORT)
+        .parse()
+        .unwrap();
+    let served = lookup::lookup(at, &v4([192, 0, 2, 2]), b_qpn, Duration::from_secs(2))
+        .unwrap()
+        .expect("the responder's process serves its QP");
+    let mut w = Worker::new(ROUTE_SETTINGS).unwrap();
+    type Answers = Arc<Mutex<Vec<(wire::Response, Vec<u8>)>>>;
+    let answers: Answers = Arc::default();
+    for id in 0..vqp_softverbs::ucx::MAX_AM_ID {
+        let answers = answers.clone();
+        w.set_handler(id, move |m| {
+            let header = m.header().to_vec();
+            if let (2, Data::Eager(p)) = (id, m.into_data()) {
+                let r = wire::Response::decode(&header, p.len() as u64).unwrap();
+                answers.lock().unwrap().push((r, p.to_vec()));
+            }
+        })
+        .unwrap();
+    }
+    let ep = w.connect(served).unwrap();
+    let atomic = |psn: u32, opcode: u32, compare_add: u64, swap: u64| wire::Request {
+        opcode,
+        src_qpn: a.qp.qp_num(),
+        dst_qpn: b_qpn,
+        conn: 1,
+        psn,
+        len: 8,
+        rkey: b_rkey,
+        remote_addr: b_addr,
+        compare_add,
+        swap,
+        sgid: v4([192, 0, 2, 1]),
+        dgid: v4([192, 0, 2, 2]),
+        ..wire::Request::default()
+    };
+    let mut ask = |req: wire::Request, what: &str| -> u64 {
+        answers.lock().unwrap().clear();
+        w.am_send(ep, 1, &req.encode(), Vec::new(), 0).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            if let Some((r, p)) = answers.lock().unwrap().pop() {
+                assert_eq!((r.code, r.psn), (wire::ACK, req.psn), "{what}: {r:?}");
+                return u64::from_ne_bytes(p.as_slice().try_into().expect("8 bytes"));
+            }
+            assert!(Instant::now() < deadline, "{what}: no answer");
+            w.wait(Duration::from_millis(20)).unwrap();
+            while w.next_event().is_some() {}
+        }
+    };
+    let add = atomic(0, IBV_WR_ATOMIC_FETCH_AND_ADD, 5, 0);
+    let swap = atomic(1, IBV_WR_ATOMIC_CMP_AND_SWP, 5, 100);
+    assert_eq!(ask(add, "FETCH_ADD"), 0);
+    assert_eq!(ask(add, "the FETCH_ADD again"), 0);
+    assert_eq!(ask(swap, "CMP_SWP"), 5);
+    assert_eq!(ask(swap, "the CMP_SWP again"), 5);
+    assert_eq!(ask(add, "the FETCH_ADD a third time"), 0);
     write_file(&base.with_extension("a-done"), "done\n");
 }
 

@@ -174,8 +174,9 @@
 //! one local ACK timeout later: over UCX's TCP transport a fresh endpoint's first two
 //! messages have been seen handed over in the wrong order, now and then; a
 //! connection's sequence starts at PSN 0 at both ends); a duplicate
-//! SEND or WRITE re-acknowledged, a READ re-read, a duplicate atomic dropped (no
-//! results are kept yet, so such a requester ends in `IBV_WC_RETRY_EXC_ERR`); one ACK
+//! SEND or WRITE re-acknowledged, a READ re-read, a duplicate atomic answered with
+//! the result kept for its PSN (the QP's last `max_dest_rd_atomic` atomics; one older
+//! than those is dropped, and its requester ends in `IBV_WC_RETRY_EXC_ERR`); one ACK
 //! per request, not coalesced; at most 64 requests in flight per QP; a UC WQE
 //! completes on its responder's answer, which it gets whatever became of the request
 //! (completing on `Event::Sent` would let a sender that exits at once lose data still

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::shared::inbox::{Inbox, PAYLOAD};
 use crate::shared::{Owner, Peer};
-use crate::wqe::SendWqe;
+use crate::wqe::{SendWqe, MAX_RD_ATOMIC};
 
 /// A WQE sent to another process, waiting for its answer.
 pub(crate) struct InFlight {
@@ -53,6 +53,44 @@ pub(crate) struct MachineSeq {
     pub(crate) qpn: u32,
     pub(crate) conn: u32,
     pub(crate) expect: u32,
+    /// The results of the connection's latest atomics.
+    pub(crate) atomics: AtomicResults,
+}
+
+/// The original values of the last atomics a responder QP ran for its requester on
+/// another machine, by PSN, at most `max_dest_rd_atomic` of them: an atomic sent again
+/// after its answer was lost is answered from here, not run twice, as a NIC answers
+/// one from its responder resources (Linux's soft RoCE likewise, `rxe_resp.c`'s
+/// `duplicate_request`); one no longer kept is dropped, and its requester ends in
+/// `IBV_WC_RETRY_EXC_ERR`.
+#[derive(Default)]
+pub(crate) struct AtomicResults {
+    kept: [(u32, u64); MAX_RD_ATOMIC as usize],
+    len: usize,
+    /// Where the next result goes (the oldest once full).
+    next: usize,
+}
+
+impl AtomicResults {
+    /// Keeps `value`, the result of the atomic at `psn`, in place of the oldest once
+    /// `capacity` (the QP's `max_dest_rd_atomic`, 1 to [`MAX_RD_ATOMIC`]) are kept.
+    pub(crate) fn keep(&mut self, psn: u32, value: u64, capacity: u8) {
+        let capacity = usize::from(capacity.clamp(1, MAX_RD_ATOMIC));
+        if self.next >= capacity {
+            self.next = 0;
+        }
+        self.kept[self.next] = (psn, value);
+        self.next += 1;
+        self.len = (self.len + 1).min(capacity);
+    }
+
+    /// The result kept for the atomic at `psn`.
+    pub(crate) fn find(&self, psn: u32) -> Option<u64> {
+        self.kept[..self.len]
+            .iter()
+            .find(|(p, _)| *p == psn)
+            .map(|&(_, v)| v)
+    }
 }
 
 /// A QP's cross-process state, kept under the QP's lock. Empty (and allocation-free)
@@ -109,5 +147,33 @@ impl RemoteState {
     /// How many WQEs in flight are signaled (each owes its CQ a completion).
     pub(crate) fn signaled_in_flight(&self) -> usize {
         self.in_flight.iter().filter(|f| f.w.signaled).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_results_keep_the_latest_up_to_the_qps_resources() {
+        let mut r = AtomicResults::default();
+        assert_eq!(r.find(0), None);
+        for psn in 0..5 {
+            r.keep(psn, 100 + u64::from(psn), 3);
+        }
+        assert_eq!(r.find(4), Some(104));
+        assert_eq!(r.find(2), Some(102));
+        assert_eq!(r.find(1), None, "past the QP's three resources");
+        // No resources is taken as one; more than softverbs has, as its most.
+        let mut one = AtomicResults::default();
+        one.keep(7, 1, 0);
+        one.keep(8, 2, 0);
+        assert_eq!((one.find(7), one.find(8)), (None, Some(2)));
+        let mut most = AtomicResults::default();
+        for psn in 0..40 {
+            most.keep(psn, u64::from(psn), 255);
+        }
+        assert_eq!(most.find(23), None);
+        assert_eq!(most.find(24), Some(24));
     }
 }

@@ -59,8 +59,8 @@
 //! those of every other route. Requests of a connection execute strictly in sequence:
 //! one out of sequence is dropped (the requester re-sends from the first unanswered
 //! one); a duplicate SEND or WRITE is acknowledged again without running, a duplicate
-//! READ runs again, a duplicate atomic is dropped (no results are kept yet, so its
-//! requester ends with `IBV_WC_RETRY_EXC_ERR` if its first answer was lost).
+//! READ runs again, a duplicate atomic is answered with the result its first run
+//! gave, kept for the QP's last `max_dest_rd_atomic` atomics (one older is dropped).
 //!
 //! A link that goes down loses what is on it; TCP does not: it delivers what it held
 //! once the link is back, seconds later, and a WRITE its requester gave up on

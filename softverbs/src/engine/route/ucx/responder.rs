@@ -156,6 +156,7 @@ pub(super) fn on_request<P: Tables>(
             qpn: req.src_qpn,
             conn: req.conn,
             expect: if uc { req.psn } else { 0 },
+            atomics: Default::default(),
         });
     }
     let expect = gb
@@ -165,15 +166,21 @@ pub(super) fn on_request<P: Tables>(
         .map_or(req.psn, |s| s.expect);
     if req.psn != expect {
         // Behind: a duplicate, re-sent after its answer was lost. A SEND or WRITE is
-        // acknowledged again, a READ runs again; an atomic's result is not kept, so
-        // it is dropped. Ahead: out of sequence, dropped; the requester re-sends.
+        // acknowledged again, a READ runs again, an atomic is answered with the
+        // result kept (`AtomicResults`), or dropped when it is no longer kept. Ahead:
+        // out of sequence, dropped; the requester re-sends.
         let behind = (expect.wrapping_sub(req.psn) as i32) > 0;
         if !behind {
             return None;
         }
         match req.opcode {
             IBV_WR_RDMA_READ => {}
-            IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => return None,
+            IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                let kept = gb.remote.machine_resp.as_ref()?.atomics.find(req.psn)?;
+                let mut r = answer(wire::ACK, 8);
+                r.len = 8;
+                return Some((r, kept.to_ne_bytes().to_vec()));
+            }
             _ => return Some((answer(wire::ACK, 0), Vec::new())),
         }
     }
@@ -217,8 +224,16 @@ pub(super) fn on_request<P: Tables>(
     let out = match response {
         Response::Ok(n) => {
             if req.psn == expect {
+                let resources = gb.attr.max_dest_rd_atomic;
                 if let Some(s) = gb.remote.machine_resp.as_mut() {
                     s.expect = s.expect.wrapping_add(1);
+                    let atomic = matches!(
+                        req.opcode,
+                        IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
+                    );
+                    if let (true, Ok(orig)) = (atomic, <[u8; 8]>::try_from(mv.back.as_slice())) {
+                        s.atomics.keep(req.psn, u64::from_ne_bytes(orig), resources);
+                    }
                 }
             }
             let mut r = answer(wire::ACK, n);
