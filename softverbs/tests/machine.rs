@@ -3,7 +3,7 @@
 //! directory (so no shared memory can carry the data) and a soft device bound to its
 //! veth end, RC QPs connected by GID. The requester's operations land at the responder
 //! with every byte checked (WRITE, WRITE_WITH_IMM, SEND and inline SEND with their
-//! receive completions, an RNR NAK waited out, READ, both atomics, 1 MiB); a wrong
+//! receive completions, an RNR NAK waited out, READ, both atomics, a 1 MiB WRITE_WITH_IMM); a wrong
 //! rkey is `IBV_WC_REM_ACCESS_ERR` at the requester and moves the responder's QP to
 //! error; RNR NAKs end in `IBV_WC_RNR_RETRY_EXC_ERR` after `rnr_retry`; a killed or
 //! stopped peer ends in `IBV_WC_RETRY_EXC_ERR`, the rest flushed, within the QP's
@@ -14,7 +14,7 @@
 //! 1 MiB WRITEs (128 posted, as `ib_write_bw -s 1M`) all complete.
 //! UC WRITE and SEND land, and a UD SEND with its GRH. Forged and malformed messages from a peer speaking UCP itself, and a fuzz of them, change nothing.
 //! An atomic sent again (as after a lost answer) is answered with its first result,
-//! not run twice.
+//! not run twice; the pieces of a long WRITE run only in order and are answered once.
 //! Two processes of one namespace serve their QPs to another machine's. Two processes
 //! that send each other requests (a SEND ping-pong) do so over one connection.
 //!
@@ -39,6 +39,7 @@ use netns::Netns;
 use vqp_host::connect::{self, Address, Path};
 use vqp_host::sys::*;
 use vqp_host::WcStatus;
+use vqp_softverbs::ucx::wire;
 
 /// Set in a child: the checks it runs.
 const CHILD: &str = "VQP_MACHINE_CHILD";
@@ -327,8 +328,11 @@ fn child_responder() {
     wait_file(&base.with_extension("a-rnr"));
     std::thread::sleep(Duration::from_millis(50));
     post_receive(&b, 13, RNR_AT, 256);
+    // The 1 MiB WRITE_WITH_IMM (in pieces) takes the next, once.
+    let mut r = recv_wr(14, &mut []);
+    post_recv(&b, &mut r);
     wait_file(&base.with_extension("a-done"));
-    let rc = poll_n(&b.cq, 4);
+    let rc = poll_n(&b.cq, 5);
     let got: Vec<_> = rc
         .iter()
         .map(|w| (w.wr_id(), w.status(), w.byte_len(), w.imm_data()))
@@ -340,6 +344,7 @@ fn child_responder() {
             (11, WcStatus::Success, 1000, None),
             (12, WcStatus::Success, 40, Some(7)),
             (13, WcStatus::Success, 256, None),
+            (14, WcStatus::Success, 1 << 20, Some(0x0bad_cafe)),
         ]
     );
     let m = bytes(&b);
@@ -354,7 +359,7 @@ fn child_responder() {
     );
     assert!(
         m[BIG_AT..] == pattern(BIG_AT..2 << 20, 9)[..],
-        "the 1 MiB WRITE"
+        "the 1 MiB WRITE_WITH_IMM"
     );
     // The WRITE with a wrong rkey: our QP went to error (a remote access error is the
     // responder's, as between local processes).
@@ -453,12 +458,21 @@ fn child_requester() {
     assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "CMP_AND_SWP");
     assert_eq!(&bytes(&a)[24576..24584], &42u64.to_ne_bytes());
 
-    // 1 MiB in one WRITE, then 16 small unsignaled WRITEs and a signaled one: all land,
-    // one completion, in order.
+    // 1 MiB in one WRITE_WITH_IMM (in pieces; one receive completion), then 16 small
+    // unsignaled WRITEs and a signaled one: all land, one completion, in order.
     let mut sge = a.mr.sge(BIG_AT, 1 << 20).unwrap();
-    let mut wr = send_wr(9, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
+    let mut wr = send_wr(
+        9,
+        IBV_WR_RDMA_WRITE_WITH_IMM,
+        std::slice::from_mut(&mut sge),
+    );
     rdma(&mut wr, BIG_AT);
-    assert_eq!(post_status(&a, &mut wr), WcStatus::Success, "1 MiB WRITE");
+    wr.imm.imm_data = 0x0bad_cafeu32.to_be();
+    assert_eq!(
+        post_status(&a, &mut wr),
+        WcStatus::Success,
+        "1 MiB WRITE_WITH_IMM"
+    );
     for i in 0..17u64 {
         let mut sge = a.mr.sge(WRITE_AT, 64).unwrap();
         let mut wr = send_wr(100 + i, IBV_WR_RDMA_WRITE, std::slice::from_mut(&mut sge));
@@ -877,112 +891,209 @@ fn a_duplicate_atomic_is_answered_with_its_first_result_not_run_again() {
         return;
     }
     let lab = Lab::new("mach12");
-    let responder = lab.start(1, "child_atomic_target");
-    let requester = lab.start(0, "child_atomic_replayer");
+    let responder = lab.start(1, "child_replay_target");
+    let requester = lab.start_with(0, "child_replayer", &[("VQP_REPLAY", "atomics")]);
     passed(vec![
-        (requester, "child_atomic_replayer"),
-        (responder, "child_atomic_target"),
+        (requester, "child_replayer"),
+        (responder, "child_replay_target"),
     ]);
 }
 
 #[test]
-#[ignore = "run in a network namespace by a_duplicate_atomic_is_answered_with_its_first_result_not_run_again"]
-fn child_atomic_target() {
-    if !is_child("child_atomic_target") {
+fn the_pieces_of_a_long_write_run_in_order_and_are_answered_once() {
+    let name = "the_pieces_of_a_long_write_run_in_order_and_are_answered_once";
+    if !netns::available(name) || !ucx_available(name) {
+        return;
+    }
+    let lab = Lab::new("mach13");
+    let responder = lab.start(1, "child_replay_target");
+    let requester = lab.start_with(0, "child_replayer", &[("VQP_REPLAY", "pieces")]);
+    passed(vec![
+        (requester, "child_replayer"),
+        (responder, "child_replay_target"),
+    ]);
+}
+
+/// The length of the WRITE the pieces test sends in three pieces.
+const PIECES_LEN: usize = 2 * vqp_softverbs::ucx::wire::FRAGMENT as usize + 100;
+
+#[test]
+#[ignore = "run in a network namespace by the duplicate atomic's and the pieces' tests"]
+fn child_replay_target() {
+    if !is_child("child_replay_target") {
         return;
     }
     let v = verbs();
-    let mut b = side(&v, "soft0", &Opts::default());
+    let mut b = side(&v, "soft0", &opts());
     bytes_mut(&mut b).fill(0);
     let base = rendezvous();
     let a_qpn = meet_requester(&base, &b);
     connect_to(&b, v4([192, 0, 2, 1]), a_qpn, 14, 7);
     wait_serving();
     write_file(&base.with_extension("b-ready"), "ready\n");
-    wait_file(&base.with_extension("a-done"));
-    // The FETCH_ADD ran once (0 + 5), then the CMP_SWP found 5 and swapped; a second
-    // FETCH_ADD would have left 10, and the CMP_SWP nothing to swap.
+    let what = wait_file(&base.with_extension("a-done"));
     let m = bytes(&b);
-    assert_eq!(u64::from_ne_bytes(m[..8].try_into().unwrap()), 100);
+    if what.trim() == "atomics" {
+        // The FETCH_ADD ran once (0 + 5), then the CMP_SWP found 5 and swapped; a
+        // second FETCH_ADD would have left 10, and the CMP_SWP nothing to swap.
+        assert_eq!(u64::from_ne_bytes(m[..8].try_into().unwrap()), 100);
+    } else {
+        assert_eq!(&m[..PIECES_LEN], &pattern(0..PIECES_LEN, 3)[..]);
+        assert!(m[PIECES_LEN..].iter().all(|&x| x == 0), "past the WRITE");
+    }
     assert_eq!(b.qp.state().unwrap(), vqp_host::QpState::Rts);
 }
 
+/// A peer speaking the route itself in the place of a requester QP (the responder
+/// checks the GID and QP a request names, not the connection it came on): it sends
+/// requests as it likes — again, as a requester whose answer was lost does, or in
+/// pieces out of order — and sees every answer.
+struct RoutePeer {
+    w: vqp_softverbs::ucx::Worker,
+    ep: vqp_softverbs::ucx::EpId,
+    answers: Answers,
+}
+
+/// The answers a [`RoutePeer`] got: each response with its payload.
+type Answers = std::sync::Arc<std::sync::Mutex<Vec<(wire::Response, Vec<u8>)>>>;
+
+impl RoutePeer {
+    /// Connects to the process serving QP `qpn` at 192.0.2.2.
+    fn new(qpn: u32) -> RoutePeer {
+        use vqp_softverbs::ucx::{lookup, Data, Worker, ROUTE_SETTINGS};
+        let at: std::net::SocketAddr = format!("192.0.2.2:{}", lookup::DEFAULT_PORT)
+            .parse()
+            .unwrap();
+        let served = lookup::lookup(at, &v4([192, 0, 2, 2]), qpn, Duration::from_secs(2))
+            .unwrap()
+            .expect("the responder's process serves its QP");
+        let mut w = Worker::new(ROUTE_SETTINGS).unwrap();
+        let answers = Answers::default();
+        for id in 0..vqp_softverbs::ucx::MAX_AM_ID {
+            let answers = answers.clone();
+            w.set_handler(id, move |m| {
+                let header = m.header().to_vec();
+                if let (2, Data::Eager(p)) = (id, m.into_data()) {
+                    let r = wire::Response::decode(&header, p.len() as u64).unwrap();
+                    answers.lock().unwrap().push((r, p.to_vec()));
+                }
+            })
+            .unwrap();
+        }
+        let ep = w.connect(served).unwrap();
+        RoutePeer { w, ep, answers }
+    }
+
+    /// Sends `req` with `payload` and gathers the answers that come within `wait`.
+    fn send(
+        &mut self,
+        req: &wire::Request,
+        payload: &[u8],
+        wait: Duration,
+    ) -> Vec<(wire::Response, Vec<u8>)> {
+        self.answers.lock().unwrap().clear();
+        self.w
+            .am_send(self.ep, 1, &req.encode(), payload.to_vec(), 0)
+            .unwrap();
+        let deadline = Instant::now() + wait;
+        loop {
+            let n = self.answers.lock().unwrap().len();
+            if n > 0 && wait > Duration::from_secs(1) || Instant::now() >= deadline {
+                return std::mem::take(&mut self.answers.lock().unwrap());
+            }
+            self.w.wait(Duration::from_millis(10)).unwrap();
+            while self.w.next_event().is_some() {}
+        }
+    }
+
+    /// Sends `req` and returns its one answer, an ACK of its PSN (fails after 2 s).
+    fn ack(&mut self, req: &wire::Request, payload: &[u8], what: &str) -> Vec<u8> {
+        let got = self.send(req, payload, Duration::from_secs(2));
+        match &got[..] {
+            [(r, p)] => {
+                assert_eq!((r.code, r.psn), (wire::ACK, req.psn), "{what}: {r:?}");
+                p.clone()
+            }
+            _ => panic!("{what}: {got:?}"),
+        }
+    }
+
+    /// Sends `req` and checks that nothing answers it (within 300 ms).
+    fn unanswered(&mut self, req: &wire::Request, payload: &[u8], what: &str) {
+        let got = self.send(req, payload, Duration::from_millis(300));
+        assert!(got.is_empty(), "{what}: answered {got:?}");
+    }
+}
+
 #[test]
-#[ignore = "run in a network namespace by a_duplicate_atomic_is_answered_with_its_first_result_not_run_again"]
-fn child_atomic_replayer() {
-    if !is_child("child_atomic_replayer") {
+#[ignore = "run in a network namespace by the duplicate atomic's and the pieces' tests"]
+fn child_replayer() {
+    if !is_child("child_replayer") {
         return;
     }
-    use std::sync::{Arc, Mutex};
-    use vqp_softverbs::ucx::{lookup, wire, Data, Worker, ROUTE_SETTINGS};
+    use vqp_softverbs::ucx::wire::FRAGMENT;
     let v = verbs();
     let a = side(&v, "soft0", &Opts::default());
     let base = rendezvous();
     let f = meet_responder(&base, &a);
     let (b_qpn, b_addr, b_rkey) = (f[0] as u32, f[1], f[2] as u32);
     wait_file(&base.with_extension("b-ready"));
-
-    // A peer speaking the route itself in the place of QP `a` (the responder checks the
-    // GID and QP a request names, not the connection it came on): it can send a request
-    // again as a requester does whose answer was lost.
-    let at: std::net::SocketAddr = format!("192.0.2.2:{}", lookup::DEFAULT_PORT)
-        .parse()
-        .unwrap();
-    let served = lookup::lookup(at, &v4([192, 0, 2, 2]), b_qpn, Duration::from_secs(2))
-        .unwrap()
-        .expect("the responder's process serves its QP");
-    let mut w = Worker::new(ROUTE_SETTINGS).unwrap();
-    type Answers = Arc<Mutex<Vec<(wire::Response, Vec<u8>)>>>;
-    let answers: Answers = Arc::default();
-    for id in 0..vqp_softverbs::ucx::MAX_AM_ID {
-        let answers = answers.clone();
-        w.set_handler(id, move |m| {
-            let header = m.header().to_vec();
-            if let (2, Data::Eager(p)) = (id, m.into_data()) {
-                let r = wire::Response::decode(&header, p.len() as u64).unwrap();
-                answers.lock().unwrap().push((r, p.to_vec()));
-            }
-        })
-        .unwrap();
-    }
-    let ep = w.connect(served).unwrap();
-    let atomic = |psn: u32, opcode: u32, compare_add: u64, swap: u64| wire::Request {
+    let mut peer = RoutePeer::new(b_qpn);
+    let request = |psn: u32, opcode: u32, len: usize| wire::Request {
         opcode,
         src_qpn: a.qp.qp_num(),
         dst_qpn: b_qpn,
         conn: 1,
         psn,
-        len: 8,
+        len: len as u64,
         rkey: b_rkey,
         remote_addr: b_addr,
-        compare_add,
-        swap,
         sgid: v4([192, 0, 2, 1]),
         dgid: v4([192, 0, 2, 2]),
         ..wire::Request::default()
     };
-    let mut ask = |req: wire::Request, what: &str| -> u64 {
-        answers.lock().unwrap().clear();
-        w.am_send(ep, 1, &req.encode(), Vec::new(), 0).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        loop {
-            if let Some((r, p)) = answers.lock().unwrap().pop() {
-                assert_eq!((r.code, r.psn), (wire::ACK, req.psn), "{what}: {r:?}");
-                return u64::from_ne_bytes(p.as_slice().try_into().expect("8 bytes"));
-            }
-            assert!(Instant::now() < deadline, "{what}: no answer");
-            w.wait(Duration::from_millis(20)).unwrap();
-            while w.next_event().is_some() {}
-        }
-    };
-    let add = atomic(0, IBV_WR_ATOMIC_FETCH_AND_ADD, 5, 0);
-    let swap = atomic(1, IBV_WR_ATOMIC_CMP_AND_SWP, 5, 100);
-    assert_eq!(ask(add, "FETCH_ADD"), 0);
-    assert_eq!(ask(add, "the FETCH_ADD again"), 0);
-    assert_eq!(ask(swap, "CMP_SWP"), 5);
-    assert_eq!(ask(swap, "the CMP_SWP again"), 5);
-    assert_eq!(ask(add, "the FETCH_ADD a third time"), 0);
-    write_file(&base.with_extension("a-done"), "done\n");
+    let what = std::env::var("VQP_REPLAY").unwrap();
+    if what == "atomics" {
+        let value = |p: Vec<u8>| u64::from_ne_bytes(p.as_slice().try_into().expect("8 bytes"));
+        let add = wire::Request {
+            compare_add: 5,
+            ..request(0, IBV_WR_ATOMIC_FETCH_AND_ADD, 8)
+        };
+        let swap = wire::Request {
+            compare_add: 5,
+            swap: 100,
+            ..request(1, IBV_WR_ATOMIC_CMP_AND_SWP, 8)
+        };
+        assert_eq!(value(peer.ack(&add, &[], "FETCH_ADD")), 0);
+        assert_eq!(value(peer.ack(&add, &[], "the FETCH_ADD again")), 0);
+        assert_eq!(value(peer.ack(&swap, &[], "CMP_SWP")), 5);
+        assert_eq!(value(peer.ack(&swap, &[], "the CMP_SWP again")), 5);
+        assert_eq!(value(peer.ack(&add, &[], "the FETCH_ADD a third time")), 0);
+    } else {
+        let data = pattern(0..PIECES_LEN, 3);
+        let piece = |i: usize| {
+            let r = wire::Request {
+                offset: (i as u64 * FRAGMENT) as u32,
+                ..request(0, IBV_WR_RDMA_WRITE, PIECES_LEN)
+            };
+            let from = i * FRAGMENT as usize;
+            (r, &data[from..PIECES_LEN.min(from + FRAGMENT as usize)])
+        };
+        let (first, last) = (piece(0), piece(2));
+        // The first piece runs unanswered; the last one, before the middle one came,
+        // is out of order: dropped, and unanswered too (had it run, it would be
+        // answered as the message's end).
+        peer.unanswered(&first.0, first.1, "the first piece");
+        peer.unanswered(&last.0, last.1, "the last piece before the middle one");
+        let middle = piece(1);
+        peer.unanswered(&middle.0, middle.1, "the middle piece");
+        peer.ack(&last.0, last.1, "the last piece");
+        // The whole message again (its answer lost): its first pieces are not
+        // answered again, its last is.
+        peer.unanswered(&first.0, first.1, "the first piece again");
+        peer.ack(&last.0, last.1, "the last piece again");
+    }
+    write_file(&base.with_extension("a-done"), &format!("{what}\n"));
 }
 
 /// `n` messages of a fuzz (the same on every run): requests of every opcode with
@@ -1037,6 +1148,11 @@ fn fuzzed(
             sgid: forged_gid,
             dgid: v4([192, 0, 2, 2]),
             epoch: rnd(4),
+            offset: if rnd(8) == 0 {
+                rnd(3) * wire::FRAGMENT as u32
+            } else {
+                0
+            },
         }
         .encode()
         .to_vec();

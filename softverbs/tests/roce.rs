@@ -1501,7 +1501,7 @@ fn child_lookup_hostile() {
     // The question, by the table in the lookup module's docs.
     let mut q = [0u8; 28];
     q[..4].copy_from_slice(b"VQPL");
-    q[4] = 3;
+    q[4] = 4;
     q[8..12].copy_from_slice(&qpn.to_be_bytes());
     q[12..].copy_from_slice(&gid);
     let mut x = 0x1234_5678u32;
@@ -1565,7 +1565,7 @@ fn child_lookup_hostile() {
         // Out of order: an answer where a question belongs, and a question with a
         // version, QPN or padding not ours.
         let mut s = connect();
-        let mut answer_first = b"VQPA\x03\x00\x0f\xa0".to_vec();
+        let mut answer_first = b"VQPA\x04\x00\x0f\xa0".to_vec();
         answer_first.resize(28, 0);
         s.write_all(&answer_first).unwrap();
         held.push((s, "an answer", false));
@@ -1612,7 +1612,7 @@ fn child_lookup_hostile() {
         );
         if answered && !got.is_empty() {
             // The answer to the question: served at the UCX address found above.
-            let mut a = b"VQPA\x03\x00".to_vec();
+            let mut a = b"VQPA\x04\x00".to_vec();
             a.extend_from_slice(&port.port().to_be_bytes());
             a.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 2]);
             assert_eq!(got, a, "{what}: answered {got:?}");

@@ -367,6 +367,32 @@ pub(crate) fn copy_from_bytes(dst: &[Span<'_>], src: &[u8]) -> Result<u64, Fault
     Ok(n)
 }
 
+/// [`copy_from_bytes`] into the bytes of `dst` from its byte `at` on: one piece of a
+/// message that arrives in several.
+pub(crate) fn copy_from_bytes_at(dst: &[Span<'_>], at: u64, src: &[u8]) -> Result<u64, Fault> {
+    let mut n = 0;
+    each_part(dst, at, at + src.len() as u64, |part, from| {
+        n += copy_from_bytes(&[part], &src[from as usize..])?;
+        Ok(())
+    })?;
+    Ok(n)
+}
+
+/// [`copy_to_bytes`] of the bytes of `src` from its byte `from` on: one piece of a
+/// message sent in several.
+pub(crate) fn copy_range_to_bytes(
+    dst: &mut [u8],
+    src: &[Span<'_>],
+    from: u64,
+) -> Result<u64, Fault> {
+    let mut n = 0;
+    each_part(src, from, from + dst.len() as u64, |part, at| {
+        n += copy_to_bytes(&mut dst[at as usize..], &[part])?;
+        Ok(())
+    })?;
+    Ok(n)
+}
+
 /// [`copy_from_bytes`], its bytes stored in whatever order `memcpy` stores them.
 fn copy_from_bytes_unordered(dst: &[Span<'_>], src: &[u8]) -> Result<u64, Fault> {
     let mut off = 0usize;
@@ -528,6 +554,41 @@ mod tests {
         assert!(dst[25..50].iter().all(|&b| b == 0));
         assert_eq!(copy_from_bytes(&dsts[..1], &[9; 30]), Ok(25));
         assert_eq!(&dst[..25], &[9; 25]);
+    }
+
+    #[test]
+    fn pieces_of_a_message_go_to_and_come_from_their_place_in_the_spans() {
+        let mut src = (0u8..100).collect::<Vec<_>>();
+        let mut dst = vec![0u8; 100];
+        let mut t = MrTable::default();
+        let ks = t.register(info(&mut src, 0)).unwrap();
+        let kd = t.register(info(&mut dst, 1)).unwrap();
+        let (s0, d0) = (src.as_ptr() as u64, dst.as_ptr() as u64);
+        // A message of 40 bytes in spans of 10 and 30, in pieces of 16.
+        let srcs = [
+            t.span(ks, 0, 1, s0, 10, 0).unwrap(),
+            t.span(ks, 0, 1, s0 + 50, 30, 0).unwrap(),
+        ];
+        let dsts = [
+            t.span(kd, 0, 1, d0, 25, 1).unwrap(),
+            t.span(kd, 0, 1, d0 + 60, 15, 1).unwrap(),
+        ];
+        let message: Vec<u8> = [&src[..10], &src[50..80]].concat();
+        for from in [16u64, 0, 32] {
+            let mut piece = vec![0u8; 16.min(40 - from as usize)];
+            assert_eq!(
+                copy_range_to_bytes(&mut piece, &srcs, from),
+                Ok(piece.len() as u64)
+            );
+            assert_eq!(piece, message[from as usize..from as usize + piece.len()]);
+            assert_eq!(
+                copy_from_bytes_at(&dsts, from, &piece),
+                Ok(piece.len() as u64)
+            );
+        }
+        let landed: Vec<u8> = [&dst[..25], &dst[60..75]].concat();
+        assert_eq!(landed, message);
+        assert!(dst[25..60].iter().chain(&dst[75..]).all(|&b| b == 0));
     }
 
     #[test]

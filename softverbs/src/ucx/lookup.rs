@@ -22,14 +22,15 @@
 //!
 //! | message | bytes |
 //! |---|---|
-//! | question ([`QUESTION_LEN`]) | `"VQPL"`, version 3, 3 zero bytes, QPN (big endian, < 2^24), GID (16) |
-//! | answer ([`ANSWER_LEN`]) | `"VQPA"`, version 3, status (0 found, 1 nobody), port (big endian), IP address (16: IPv6, or IPv4-mapped `::ffff:a.b.c.d`); found: a port and an address that are not zero; nobody: both zero |
+//! | question ([`QUESTION_LEN`]) | `"VQPL"`, version 4, 3 zero bytes, QPN (big endian, < 2^24), GID (16) |
+//! | answer ([`ANSWER_LEN`]) | `"VQPA"`, version 4, status (0 found, 1 nobody), port (big endian), IP address (16: IPv6, or IPv4-mapped `::ffff:a.b.c.d`); found: a port and an address that are not zero; nobody: both zero |
 //!
 //! Version 2 added the address (version 1 answered a port at the address asked);
 //! version 3 has the same form, for processes whose UCX workers take larger pieces of
 //! a message (`ROUTE_SETTINGS`' receive segment), which a process of version 2 could
-//! not receive. A listener refuses the other versions' questions, so mixed versions
-//! find nobody.
+//! not receive; version 4 likewise, for processes that send a long WRITE in pieces
+//! (`wire`'s version 3, and a receive segment that holds one piece). A listener
+//! refuses the other versions' questions, so mixed versions find nobody.
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -49,7 +50,7 @@ pub const ANSWER_LEN: usize = 24;
 
 const QUESTION_MAGIC: &[u8; 4] = b"VQPL";
 const ANSWER_MAGIC: &[u8; 4] = b"VQPA";
-const VERSION: u8 = 3;
+const VERSION: u8 = 4;
 const FOUND: u8 = 0;
 const NOBODY: u8 = 1;
 
@@ -725,7 +726,8 @@ mod tests {
             // Most rounds keep a valid head, so the fields behind it are reached; some
             // clear the QPN's top byte, so well-formed questions come too.
             if round % 4 != 0 {
-                q[..5].copy_from_slice(b"VQPL\x03");
+                q[..4].copy_from_slice(b"VQPL");
+                q[4] = VERSION;
             }
             if round % 2 == 0 {
                 q[5..9].fill(0);

@@ -181,10 +181,15 @@
 //! completes on its responder's answer, which it gets whatever became of the request
 //! (completing on `Event::Sent` would let a sender that exits at once lose data still
 //! queued while UCP connects), or after the ACK timeout. Every message is eager on this
-//! worker (`RNDV_THRESH=inf`; UCP reassembles a large one before the handler), its
-//! payload copied out of the WQE's buffers at the requester and out of UCP's buffer
-//! into a queue at the responder (the handler only queues): no rendezvous into the
-//! checked destination yet. A UD datagram completes once `ucp_am_send_nbx` took it
+//! worker (`RNDV_THRESH=inf`). An RC WRITE longer than [`wire::FRAGMENT`] goes in
+//! pieces of that size once its QP has had an answer, each a request with the WQE's
+//! PSN and the piece's offset: the responder runs them in order (a piece out of order
+//! is dropped, and the requester's retransmission sends the whole WQE again) and
+//! answers the last; each fits one of UCX's receive segments, so the handler reads it
+//! where UCX received it. A longer SEND, and a READ's data, UCP puts together before
+//! the handler. The payload is copied out of the WQE's buffers at the requester and
+//! out of UCX's buffer into a queue at the responder (the handler only queues): no
+//! rendezvous into the checked destination yet. A UD datagram completes once `ucp_am_send_nbx` took it
 //! and is never answered (a sender that exits at once can lose it while UCP
 //! connects). XRC is not carried.
 //!
@@ -385,24 +390,27 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[("TLS", "tcp"), ("SOCKADDR_TLS_P
 
 /// The UCP settings of the workers that carry verbs between machines, and of anything
 /// that talks to them: [`DEFAULT_SETTINGS`]; every message eager, so that a handler
-/// has the whole payload (UCP reassembles it) and nothing is fetched later; and UCX's
-/// TCP receive segment at 256 KiB (`RX_SEG_SIZE`, named without the transport's `TCP_`
-/// prefix), which is also the largest piece UCX sends a message in. With UCX's 64 KiB
-/// a 1 MiB request went in sixteen `sendmsg` calls, and the requester's thread, which
-/// makes them, was the busiest of the route, mostly in the kernel's send path; at
-/// 256 KiB it is four, and `ib_write_bw -s 1M` between two namespaces moved 18% more
-/// at the median of five rounds side by side (at 35775db). A segment of 1 MiB
-/// and 4 KiB, which sent such a request in one piece, once made 128 outstanding 1 MiB
-/// WRITEs end in `IBV_WC_RETRY_EXC_ERR` (7 runs of 40; not seen again, cause not
-/// found); 256 KiB keeps a request larger than that in pieces, as UCX's own default
-/// did. Every process of the route must use the same segment (a receiver's buffer
-/// holds one piece): the lookup's version ([`lookup`]) changed with it, so that
-/// processes of the two find nobody rather than each other.
+/// has the whole payload (UCP puts a longer one together) and nothing is fetched later;
+/// and UCX's TCP receive segment at 260 KiB (`RX_SEG_SIZE`, named without the
+/// transport's `TCP_` prefix), which is also the largest piece UCX sends a message in.
+/// One piece of a long WRITE ([`wire::FRAGMENT`], 256 KiB) with its headers fits it,
+/// and reaches the handler where UCX received it: no copy by UCP, no allocation of the
+/// message's size (`ib_write_bw -s 1M -t 4`, five rounds alternating at the median:
+/// 2.20 against 1.97 GB/s on a 16-core VM, no change on the 2-core one). With UCX's
+/// 64 KiB a 1 MiB request went in sixteen `sendmsg` calls, and the requester's
+/// thread, which makes them, was the busiest of the route, mostly in the kernel's send
+/// path; at 256 KiB it is four, and `ib_write_bw -s 1M` moved 18% more at the median of
+/// five rounds side by side (at 35775db). A segment of 1 MiB and 4 KiB, which sent
+/// such a request in one piece, once made 128 outstanding 1 MiB WRITEs end in
+/// `IBV_WC_RETRY_EXC_ERR` (7 runs of 40; not seen again, cause not found). Every
+/// process of the route must use the same segment and pieces (a receiver's buffer
+/// holds one segment): the lookup's version ([`lookup`]) changes with them, so that
+/// processes of two versions find nobody rather than each other.
 pub const ROUTE_SETTINGS: &[(&str, &str)] = &[
     ("TLS", "tcp"),
     ("SOCKADDR_TLS_PRIORITY", "tcp"),
     ("RNDV_THRESH", "inf"),
-    ("RX_SEG_SIZE", "256k"),
+    ("RX_SEG_SIZE", "260k"),
 ];
 
 // The ids and slots of the worker's tables, which the worker, its endpoints and its

@@ -6,9 +6,17 @@
 //! with its magic and version, and carries its fields little endian; reading refuses
 //! any other size, magic or version, a QP number beyond 24 bits, an opcode or code
 //! outside the protocol, a payload length the header does not allow (a READ, an
-//! atomic or a response carries none; only SEND, SEND_WITH_IMM, WRITE and
-//! WRITE_WITH_IMM carry `len` bytes) and non-zero reserved bytes. The engine's UCX
-//! route (`engine::route`'s `ucx`) writes and reads them.
+//! atomic or a response carries none; SEND and SEND_WITH_IMM carry `len` bytes, WRITE
+//! and WRITE_WITH_IMM `len` bytes or one [`FRAGMENT`] of them at a time) and non-zero
+//! reserved bytes. The engine's UCX route (`engine::route`'s `ucx`) writes and reads
+//! them.
+//!
+//! A WRITE longer than [`FRAGMENT`] goes in pieces of that size, each a request of
+//! its own with the WQE's PSN, address and length and the piece's [`Request::offset`]
+//! (a WRITE_WITH_IMM's pieces but the last are plain WRITEs): each piece then fits
+//! one receive segment of UCX's TCP transport ([`super::ROUTE_SETTINGS`]), and the
+//! responder's handler reads it where UCX received it, where a longer message is
+//! first put together by UCP, a copy of every byte and an allocation of its size.
 
 use std::fmt;
 
@@ -16,9 +24,11 @@ use vqp_sys::*;
 
 const REQUEST_MAGIC: u32 = u32::from_le_bytes(*b"VQPR");
 const RESPONSE_MAGIC: u32 = u32::from_le_bytes(*b"VQPS");
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
 /// The largest message a request names: `max_msg_sz` of softverbs' devices (2^31).
 pub const MAX_LEN: u64 = 1 << 31;
+/// The largest piece of a WRITE one request carries (see the module's docs).
+pub const FRAGMENT: u64 = 256 << 10;
 
 /// Why a header was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +101,9 @@ pub struct Request {
     /// epoch before the port's current one left before the port last went down, and
     /// comes only now: a network would have lost it with the link.
     pub epoch: u32,
+    /// Where the payload begins in the message: a multiple of [`FRAGMENT`] for a
+    /// piece of a WRITE, 0 for any other request.
+    pub offset: u32,
 }
 
 /// Flag: the WQE asked for a solicited event.
@@ -141,14 +154,25 @@ impl Request {
     /// Bytes of a request header.
     pub const LEN: usize = 112;
 
-    /// The payload bytes this request carries: `len` for SEND and WRITE, else none.
-    pub fn payload_len(&self) -> u64 {
+    /// The payload bytes this request carries: `len` for SEND, for WRITE `len` or one
+    /// [`FRAGMENT`] of it from `offset` (`whole`: the first piece is the whole
+    /// message), else none.
+    pub fn payload_len(&self, whole: bool) -> u64 {
         match self.opcode {
-            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => {
-                self.len
+            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM => self.len,
+            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM if whole && self.offset == 0 => self.len,
+            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => {
+                (self.len.saturating_sub(u64::from(self.offset))).min(FRAGMENT)
             }
             _ => 0,
         }
+    }
+
+    /// Whether the request carries the end of its message (`payload` bytes from
+    /// `offset`): the last piece of a WRITE, or any other request.
+    pub fn is_last(&self, payload: u64) -> bool {
+        !matches!(self.opcode, IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM)
+            || u64::from(self.offset) + payload >= self.len
     }
 
     /// The header's bytes.
@@ -171,6 +195,7 @@ impl Request {
         b[72..88].copy_from_slice(&self.sgid);
         b[88..104].copy_from_slice(&self.dgid);
         put32(&mut b, 104, self.epoch);
+        put32(&mut b, 108, self.offset);
         b
     }
 
@@ -178,9 +203,6 @@ impl Request {
     /// every field (see the module's docs).
     pub fn decode(b: &[u8], payload: u64) -> Result<Request, WireError> {
         check_head(b, Self::LEN, REQUEST_MAGIC)?;
-        if b[108..] != [0u8; 4] {
-            return Err(WireError::Field("reserved"));
-        }
         let mut r = Request {
             opcode: get32(b, 8),
             flags: get32(b, 12),
@@ -195,6 +217,7 @@ impl Request {
             compare_add: get64(b, 56),
             swap: get64(b, 64),
             epoch: get32(b, 104),
+            offset: get32(b, 108),
             ..Request::default()
         };
         r.sgid.copy_from_slice(&b[72..88]);
@@ -239,9 +262,18 @@ impl Request {
         if atomic && r.len != 8 {
             return Err(WireError::Field("len"));
         }
-        if payload != r.payload_len() {
+        let write = matches!(r.opcode, IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM);
+        let offset = u64::from(r.offset);
+        if r.offset != 0
+            && (!write || r.flags & F_UD != 0 || offset % FRAGMENT != 0 || offset >= r.len)
+        {
+            return Err(WireError::Field("offset"));
+        }
+        // The first piece may be the whole message (see `payload_len`).
+        let whole = payload == r.len;
+        if payload != r.payload_len(whole) {
             return Err(WireError::Payload {
-                expected: r.payload_len(),
+                expected: r.payload_len(false),
                 got: payload,
             });
         }
@@ -409,7 +441,7 @@ mod tests {
         assert_eq!(bad(0, b'X'), Err(WireError::Version));
         assert_eq!(bad(4, 1), Err(WireError::Version));
         assert_eq!(bad(6, 1), Err(WireError::Field("reserved")));
-        assert_eq!(bad(110, 1), Err(WireError::Field("reserved")));
+        assert_eq!(bad(110, 1), Err(WireError::Field("offset")));
         assert_eq!(bad(8, 200), Err(WireError::Field("opcode")));
         assert_eq!(bad(12, 16), Err(WireError::Field("flags")));
         // UD with UC, a GRH without UD, a datagram that is no SEND or is too long.
@@ -458,6 +490,45 @@ mod tests {
             Request::decode(&cas.encode(), 0),
             Err(WireError::Field("len"))
         );
+    }
+
+    #[test]
+    fn a_long_write_goes_whole_or_in_fragments_from_their_boundaries() {
+        let long = Request {
+            len: 2 * FRAGMENT + 100,
+            ..write()
+        };
+        // The whole message, or each piece from its offset (the last one short).
+        assert!(Request::decode(&long.encode(), long.len).is_ok());
+        for (offset, payload) in [(0, FRAGMENT), (FRAGMENT, FRAGMENT), (2 * FRAGMENT, 100)] {
+            let piece = Request {
+                offset: offset as u32,
+                ..long
+            };
+            assert_eq!(Request::decode(&piece.encode(), payload), Ok(piece));
+            assert_eq!(piece.is_last(payload), offset == 2 * FRAGMENT);
+        }
+        // A piece of another size, an offset off a boundary or past the end, and an
+        // offset on anything but a WRITE are refused.
+        assert!(matches!(
+            Request::decode(&long.encode(), FRAGMENT - 1),
+            Err(WireError::Payload { .. })
+        ));
+        let off = |offset: u64, r: Request| {
+            let r = Request {
+                offset: offset as u32,
+                ..r
+            };
+            Request::decode(&r.encode(), r.payload_len(false))
+        };
+        assert_eq!(off(FRAGMENT + 1, long), Err(WireError::Field("offset")));
+        assert_eq!(off(3 * FRAGMENT, long), Err(WireError::Field("offset")));
+        let send = Request {
+            opcode: IBV_WR_SEND,
+            ..long
+        };
+        assert_eq!(off(FRAGMENT, send), Err(WireError::Field("offset")));
+        assert!(send.is_last(send.len));
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub(crate) struct MachineSeq {
     pub(crate) qpn: u32,
     pub(crate) conn: u32,
     pub(crate) expect: u32,
+    /// The bytes of the WRITE at `expect` run so far, when it comes in pieces
+    /// (`ucx::wire::FRAGMENT`): where its next piece begins.
+    pub(crate) partial: u64,
     /// The results of the connection's latest atomics.
     pub(crate) atomics: AtomicResults,
 }

@@ -219,20 +219,36 @@ pub(super) fn send<P: Tables>(
     let psn = g.remote.next_psn;
     let mut sent = false;
     if let Some(ep) = ep {
-        let payload = if !carries(w.opcode) {
-            Vec::new()
+        // A long RC WRITE goes in pieces (`wire::FRAGMENT`), once the responder has
+        // answered (UCP may hand a fresh endpoint's first messages over out of order).
+        let pieces = matches!(w.opcode, IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM)
+            && w.inline.is_none()
+            && !qp.unreliable()
+            && g.remote.machine_answered
+            && len > wire::FRAGMENT;
+        let mut payloads = Vec::new();
+        if !carries(w.opcode) {
+            payloads.push(Vec::new());
         } else if let Some(d) = &w.inline {
-            d.to_vec()
+            payloads.push(d.to_vec());
         } else {
-            let mut b = t.machine_buffer(len as usize);
-            if mem::copy_to_bytes(&mut b, local).is_err() {
-                // The local (on-demand) buffer could not be read.
-                t.machine_recycle(b);
-                fail(qp, g, &w, IBV_WC_LOC_PROT_ERR, None);
-                return Step::Failed;
+            let piece = if pieces { wire::FRAGMENT } else { len };
+            let mut from = 0;
+            while from < len || payloads.is_empty() {
+                let mut b = t.machine_buffer(piece.min(len - from) as usize);
+                let read = mem::copy_range_to_bytes(&mut b, local, from);
+                payloads.push(b);
+                if read.is_err() {
+                    // The local (on-demand) buffer could not be read.
+                    for b in payloads {
+                        t.machine_recycle(b);
+                    }
+                    fail(qp, g, &w, IBV_WC_LOC_PROT_ERR, None);
+                    return Step::Failed;
+                }
+                from += piece;
             }
-            b
-        };
+        }
         let sgid = p.devices()[qp.dev]
             .gids()
             .get(usize::from(g.attr.ah_attr.grh.sgid_index))
@@ -258,10 +274,26 @@ pub(super) fn send<P: Tables>(
             sgid,
             dgid: gid,
             epoch: g.remote.machine_epoch,
+            offset: 0,
         };
         // A failed endpoint is forgotten by the transport: the request is lost, and
         // its retransmission looks the peer up again.
-        sent = t.machine_send(ep, REQUEST, &req.encode(), payload);
+        let count = payloads.len();
+        sent = true;
+        for (i, payload) in payloads.into_iter().enumerate() {
+            let mut piece = req;
+            piece.offset = (i as u64 * wire::FRAGMENT) as u32;
+            if i + 1 < count && piece.opcode == IBV_WR_RDMA_WRITE_WITH_IMM {
+                // Only the last piece takes the receive and carries the immediate.
+                piece.opcode = IBV_WR_RDMA_WRITE;
+                piece.imm = 0;
+            }
+            if !sent {
+                t.machine_recycle(payload);
+                continue;
+            }
+            sent = t.machine_send(ep, REQUEST, &piece.encode(), payload);
+        }
         if sent {
             let ahead = note_sent(ep);
             if g.remote.machine_ep != Some(ep) {

@@ -8,10 +8,12 @@ use crate::mem::{self, Span};
 use crate::ucx::wire;
 use crate::wqe::{Datagram, SendWqe, Sges};
 
-/// The mover of a request from another machine: its payload came with it; a READ's
-/// data and an atomic's original value are kept to travel back in the response.
+/// The mover of a request from another machine: its payload came with it (the piece
+/// of the message from byte `at`); a READ's data and an atomic's original value are
+/// kept to travel back in the response.
 struct BytesMover<'a> {
     payload: &'a [u8],
+    at: u64,
     back: Vec<u8>,
     /// Where the buffer of a READ's data comes from.
     transport: &'a crate::transport::Transport,
@@ -20,7 +22,7 @@ struct BytesMover<'a> {
 impl Mover for BytesMover<'_> {
     fn pull(&mut self, dst: &[Span<'_>]) -> Result<(), MoveError> {
         // A fault can only be in our (on-demand) spans.
-        mem::copy_from_bytes(dst, self.payload)
+        mem::copy_from_bytes_at(dst, self.at, self.payload)
             .map(drop)
             .map_err(|_| MoveError::Target)
     }
@@ -104,10 +106,13 @@ pub(super) fn on_request<P: Tables>(
     };
     let answer = |code: u32, value: u32| answer_in(0, code, value);
     let ud = req.flags & wire::F_UD != 0;
+    // A WRITE that comes in pieces (`wire::FRAGMENT`) is answered once, at its last
+    // piece, unless a piece fails.
+    let last = req.is_last(payload.len() as u64);
     let drop_it = || {
         // A datagram is never answered.
         let code = if uc { wire::ACK } else { wire::DROP };
-        (!ud).then(|| (answer(code, 0), Vec::new()))
+        (!ud && last).then(|| (answer(code, 0), Vec::new()))
     };
     let Some(dev) = p
         .devices()
@@ -140,6 +145,9 @@ pub(super) fn on_request<P: Tables>(
     }
     if sent_before_a_flap(req.epoch, epoch) {
         drop(gb);
+        if !last {
+            return None;
+        }
         // Not taken; a UC requester learns nothing (below), an RC one sends again.
         let code = if uc { wire::ACK } else { wire::STALE };
         return Some((answer(code, 0), Vec::new()));
@@ -156,21 +164,22 @@ pub(super) fn on_request<P: Tables>(
             qpn: req.src_qpn,
             conn: req.conn,
             expect: if uc { req.psn } else { 0 },
+            partial: 0,
             atomics: Default::default(),
         });
     }
-    let expect = gb
+    let (expect, partial) = gb
         .remote
         .machine_resp
         .as_ref()
-        .map_or(req.psn, |s| s.expect);
+        .map_or((req.psn, 0), |s| (s.expect, s.partial));
     if req.psn != expect {
         // Behind: a duplicate, re-sent after its answer was lost. A SEND or WRITE is
         // acknowledged again, a READ runs again, an atomic is answered with the
         // result kept (`AtomicResults`), or dropped when it is no longer kept. Ahead:
         // out of sequence, dropped; the requester re-sends.
         let behind = (expect.wrapping_sub(req.psn) as i32) > 0;
-        if !behind {
+        if !behind || !last {
             return None;
         }
         match req.opcode {
@@ -183,6 +192,12 @@ pub(super) fn on_request<P: Tables>(
             }
             _ => return Some((answer(wire::ACK, 0), Vec::new())),
         }
+    }
+    // A piece of the message at `expect` follows the pieces run, or starts it again
+    // (its requester sends the whole message again after losing a piece); else it is
+    // dropped, as a NIC drops a packet out of sequence.
+    if req.offset != 0 && u64::from(req.offset) != partial {
+        return None;
     }
     let w = SendWqe {
         wr_id: 0,
@@ -212,6 +227,7 @@ pub(super) fn on_request<P: Tables>(
     };
     let mut mv = BytesMover {
         payload,
+        at: u64::from(req.offset),
         back: Vec::new(),
         transport: p.engine().transport(),
     };
@@ -222,10 +238,18 @@ pub(super) fn on_request<P: Tables>(
     };
     let response = respond(&view, a, &b, &mut gb, &mrs, &w, req.len, &mut mv);
     let out = match response {
+        Response::Ok(_) if req.psn == expect && !last => {
+            // A piece run: the message goes on with the next.
+            if let Some(s) = gb.remote.machine_resp.as_mut() {
+                s.partial = u64::from(req.offset) + payload.len() as u64;
+            }
+            None
+        }
         Response::Ok(n) => {
             if req.psn == expect {
                 let resources = gb.attr.max_dest_rd_atomic;
                 if let Some(s) = gb.remote.machine_resp.as_mut() {
+                    s.partial = 0;
                     s.expect = s.expect.wrapping_add(1);
                     let atomic = matches!(
                         req.opcode,
@@ -250,14 +274,14 @@ pub(super) fn on_request<P: Tables>(
             Some((answer(wire::NAK, status), Vec::new()))
         }
         Response::Dropped => None,
-        Response::Unanswered => Some((answer(wire::DROP, 0), Vec::new())),
+        Response::Unanswered => last.then(|| (answer(wire::DROP, 0), Vec::new())),
     };
     drop(gb);
     drop(mrs);
     if uc {
         // A UC requester learns nothing of what became of its request: the answer
         // only says it was taken (it then completes).
-        return Some((answer(wire::ACK, 0), Vec::new()));
+        return last.then(|| (answer(wire::ACK, 0), Vec::new()));
     }
     out
 }
@@ -314,6 +338,7 @@ fn datagram<P: Tables>(p: &'static P, req: &wire::Request, dev: usize, b: &QpCor
     };
     let mut mv = BytesMover {
         payload,
+        at: u64::from(req.offset),
         back: Vec::new(),
         transport: p.engine().transport(),
     };
