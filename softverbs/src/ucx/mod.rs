@@ -344,7 +344,7 @@
 //! `ucp_config_modify` reaches in UCX 1.13 by their names without the transport's
 //! prefix (`RX_SEG_SIZE`: UCP hands a name it does not know to each transport's
 //! table; `TCP_RX_SEG_SIZE` is taken and never used), or the environment
-//! (`UCX_TCP_RX_SEG_SIZE`). The route sets a receive segment of 256 KiB
+//! (`UCX_TCP_RX_SEG_SIZE`). The route sets a receive segment of 260 KiB
 //! ([`ROUTE_SETTINGS`] says why).
 //!
 //! UCX itself must not carry softverbs' traffic over verbs: inside a softverbs process
@@ -395,8 +395,9 @@ pub const DEFAULT_SETTINGS: &[(&str, &str)] = &[("TLS", "tcp"), ("SOCKADDR_TLS_P
 /// transport's `TCP_` prefix), which is also the largest piece UCX sends a message in.
 /// One piece of a long WRITE ([`wire::FRAGMENT`], 256 KiB) with its headers fits it,
 /// and reaches the handler where UCX received it: no copy by UCP, no allocation of the
-/// message's size (`ib_write_bw -s 1M -t 4`, five rounds alternating at the median:
-/// 2.20 against 1.97 GB/s on a 16-core VM, no change on the 2-core one). With UCX's
+/// message's size (`ib_write_bw -s 1M -t 4`, medians of five rounds alternating: 2.20
+/// against 1.97 and 2.86 against 2.50 GB/s on two 16-core VMs, no change on the
+/// 2-core one). With UCX's
 /// 64 KiB a 1 MiB request went in sixteen `sendmsg` calls, and the requester's
 /// thread, which makes them, was the busiest of the route, mostly in the kernel's send
 /// path; at 256 KiB it is four, and `ib_write_bw -s 1M` moved 18% more at the median of
