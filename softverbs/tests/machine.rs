@@ -915,7 +915,7 @@ fn the_pieces_of_a_long_write_run_in_order_and_are_answered_once() {
 }
 
 /// The length of the WRITE the pieces test sends in three pieces.
-const PIECES_LEN: usize = 2 * vqp_softverbs::ucx::wire::FRAGMENT as usize + 100;
+const PIECES_LEN: usize = 2 * wire::FRAGMENT as usize + 100;
 
 #[test]
 #[ignore = "run in a network namespace by the duplicate atomic's and the pieces' tests"]
@@ -984,12 +984,14 @@ impl RoutePeer {
         RoutePeer { w, ep, answers }
     }
 
-    /// Sends `req` with `payload` and gathers the answers that come within `wait`.
+    /// Sends `req` with `payload` and gathers the answers that come within `wait`, or
+    /// until the first one when `first`.
     fn send(
         &mut self,
         req: &wire::Request,
         payload: &[u8],
         wait: Duration,
+        first: bool,
     ) -> Vec<(wire::Response, Vec<u8>)> {
         self.answers.lock().unwrap().clear();
         self.w
@@ -997,8 +999,8 @@ impl RoutePeer {
             .unwrap();
         let deadline = Instant::now() + wait;
         loop {
-            let n = self.answers.lock().unwrap().len();
-            if n > 0 && wait > Duration::from_secs(1) || Instant::now() >= deadline {
+            let any = !self.answers.lock().unwrap().is_empty();
+            if (first && any) || Instant::now() >= deadline {
                 return std::mem::take(&mut self.answers.lock().unwrap());
             }
             self.w.wait(Duration::from_millis(10)).unwrap();
@@ -1008,7 +1010,7 @@ impl RoutePeer {
 
     /// Sends `req` and returns its one answer, an ACK of its PSN (fails after 2 s).
     fn ack(&mut self, req: &wire::Request, payload: &[u8], what: &str) -> Vec<u8> {
-        let got = self.send(req, payload, Duration::from_secs(2));
+        let got = self.send(req, payload, Duration::from_secs(2), true);
         match &got[..] {
             [(r, p)] => {
                 assert_eq!((r.code, r.psn), (wire::ACK, req.psn), "{what}: {r:?}");
@@ -1020,7 +1022,7 @@ impl RoutePeer {
 
     /// Sends `req` and checks that nothing answers it (within 300 ms).
     fn unanswered(&mut self, req: &wire::Request, payload: &[u8], what: &str) {
-        let got = self.send(req, payload, Duration::from_millis(300));
+        let got = self.send(req, payload, Duration::from_millis(300), false);
         assert!(got.is_empty(), "{what}: answered {got:?}");
     }
 }

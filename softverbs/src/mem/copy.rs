@@ -368,8 +368,12 @@ pub(crate) fn copy_from_bytes(dst: &[Span<'_>], src: &[u8]) -> Result<u64, Fault
 }
 
 /// [`copy_from_bytes`] into the bytes of `dst` from its byte `at` on: one piece of a
-/// message that arrives in several.
+/// message that arrives in several (its parts in order, so the message's last bytes
+/// are still written last).
 pub(crate) fn copy_from_bytes_at(dst: &[Span<'_>], at: u64, src: &[u8]) -> Result<u64, Fault> {
+    if at == 0 {
+        return copy_from_bytes(dst, src);
+    }
     let mut n = 0;
     each_part(dst, at, at + src.len() as u64, |part, from| {
         n += copy_from_bytes(&[part], &src[from as usize..])?;
