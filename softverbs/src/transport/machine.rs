@@ -306,6 +306,95 @@ fn source_for(to: SocketAddr) -> Option<IpAddr> {
     Some(s.local_addr().ok()?.ip())
 }
 
+/// How many ports [`listen_everywhere`] tries.
+const LISTEN_TRIES: usize = 8;
+
+/// Makes every worker listen at one port (the one the lookups answer), on its own
+/// interface's addresses but the link-local ones (see [`ucx_address`]): the port, and
+/// the addresses not usable yet. The kernel picks the port at the first address; when
+/// another address has it taken (a connection of this namespace there, one in
+/// TIME_WAIT say, which UCX's listener, made without `SO_REUSEADDR`, cannot share),
+/// the listeners made are closed and the workers try again from that address, where
+/// the kernel then picks a port free there, [`LISTEN_TRIES`] times at most; then they
+/// keep the listeners they could make.
+fn listen_everywhere(workers: &mut [Bound]) -> (u16, Vec<Unbound>) {
+    let order: Vec<(usize, IpAddr)> = workers
+        .iter()
+        .enumerate()
+        .flat_map(|(index, b)| b.addrs.iter().map(move |&ip| (index, ip)))
+        .filter(|(_, ip)| !link_local(ip))
+        .collect();
+    let workers = std::cell::RefCell::new(workers);
+    let listen = |index: usize, at: SocketAddr| {
+        let mut ws = workers.borrow_mut();
+        let w = &mut ws[index].worker;
+        let l = w.listen(at)?;
+        match w.listener_addr(l) {
+            Ok(a) => Ok((l, a.port())),
+            Err(e) => {
+                let _ = w.close_listener(l);
+                Err(e)
+            }
+        }
+    };
+    let close = |index: usize, l| {
+        let _ = workers.borrow_mut()[index].worker.close_listener(l);
+    };
+    listen_at_one_port(order, listen, close)
+}
+
+/// [`listen_everywhere`]'s steps, over `listen` (a listener at an address and the port
+/// it got) and `close`: listens at each of `order`'s addresses in turn.
+fn listen_at_one_port<L>(
+    mut order: Vec<(usize, IpAddr)>,
+    mut listen: impl FnMut(usize, SocketAddr) -> Result<(L, u16), ucx::Error>,
+    mut close: impl FnMut(usize, L),
+) -> (u16, Vec<Unbound>) {
+    let mut attempt = 1;
+    loop {
+        let mut port = 0u16;
+        let mut made = Vec::new();
+        let mut unbound = Vec::new();
+        let mut taken = None;
+        for (at_order, &(index, ip)) in order.iter().enumerate() {
+            let at = SocketAddr::new(ip, port);
+            if ip.is_ipv6() && !usable(at) {
+                // Tentative (see `Unbound`): listened at later, at the port the others
+                // have (one free now if none has one yet).
+                if port == 0 {
+                    port = free_port(at);
+                }
+                unbound.push(Unbound::Ucx {
+                    worker: index,
+                    at: SocketAddr::new(ip, port),
+                });
+                continue;
+            }
+            match listen(index, at) {
+                Ok((l, got)) => {
+                    made.push((index, l));
+                    port = got;
+                }
+                Err(ucx::Error::Call { status, .. })
+                    if status.is_busy() && port != 0 && attempt < LISTEN_TRIES =>
+                {
+                    taken = Some(at_order);
+                    break;
+                }
+                Err(e) => eprintln!("vqp-softverbs: cannot listen for UCX at {at}: {e}"),
+            }
+        }
+        let Some(at_order) = taken else {
+            return (port, unbound);
+        };
+        for (index, l) in made {
+            close(index, l);
+        }
+        order.rotate_left(at_order);
+        attempt += 1;
+    }
+}
+
 /// The IP address of a RoCE v2 GID: IPv4 for an IPv4-mapped one (`::ffff:a.b.c.d`),
 /// else IPv6.
 fn ip_of(gid: &[u8; 16]) -> IpAddr {
@@ -331,8 +420,6 @@ impl Machine {
             }
         }
         let mut workers = Vec::new();
-        let mut port = 0u16;
-        let mut unbound = Vec::new();
         for (index, name) in names.iter().enumerate() {
             let mut settings = ucx::ROUTE_SETTINGS.to_vec();
             settings.push(("NET_DEVICES", name));
@@ -382,27 +469,6 @@ impl Machine {
             }
             let mine: Vec<&MachineAddr> = bound.iter().filter(|b| b.ifname == *name).collect();
             let ifindex = mine.first().map_or(0, |b| b.ifindex);
-            // Every worker listens at the same port (the one exported), on its own
-            // interface's addresses but the link-local ones (see `ucx_address`).
-            for b in mine.iter().filter(|b| !link_local(&b.ip)) {
-                let at = SocketAddr::new(b.ip, port);
-                if b.ip.is_ipv6() && !usable(at) {
-                    // Tentative (see `Unbound`): listened at later, at the port the
-                    // others have (one free now if none has one yet).
-                    if port == 0 {
-                        port = free_port(at);
-                    }
-                    unbound.push(Unbound::Ucx {
-                        worker: index,
-                        at: SocketAddr::new(b.ip, port),
-                    });
-                    continue;
-                }
-                match worker.listen(at).and_then(|l| worker.listener_addr(l)) {
-                    Ok(b) => port = b.port(),
-                    Err(e) => eprintln!("vqp-softverbs: cannot listen for UCX at {at}: {e}"),
-                }
-            }
             let addrs = mine.iter().map(|b| b.ip).collect();
             workers.push(Bound {
                 worker,
@@ -410,6 +476,7 @@ impl Machine {
                 ifindex,
             });
         }
+        let (port, mut unbound) = listen_everywhere(&mut workers);
         let mut lookups = Vec::new();
         for b in bound {
             let mine: Vec<&MachineAddr> = bound.iter().filter(|c| c.ifname == b.ifname).collect();
@@ -807,6 +874,71 @@ mod tests {
             payload: vec![0; len],
             from: None,
         }
+    }
+
+    #[test]
+    fn a_port_taken_at_another_address_is_tried_again_from_there() {
+        // Two workers, at 192.0.2.1 and 198.51.100.1 (IPv4: no tentative addresses).
+        // The "kernel" gives port 40000 at the first; the second has it taken, and
+        // gives 40001 when asked for any.
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "198.51.100.1".parse().unwrap();
+        let taken = [SocketAddr::new(b, 40000)];
+        let mut open: Vec<SocketAddr> = Vec::new();
+        let mut tried = Vec::new();
+        let busy = || ucx::Error::Call {
+            call: "ucp_listener_create",
+            status: ucx::Status(crate::ucx::sys::UCS_ERR_BUSY),
+        };
+        let (port, unbound) = {
+            let open = std::cell::RefCell::new(&mut open);
+            listen_at_one_port(
+                vec![(0, a), (1, b)],
+                |_, at: SocketAddr| {
+                    tried.push(at);
+                    let at = match at.port() {
+                        0 if at.ip() == a => SocketAddr::new(a, 40000),
+                        0 => SocketAddr::new(at.ip(), 40001),
+                        _ => at,
+                    };
+                    if taken.contains(&at) || open.borrow().contains(&at) {
+                        return Err(busy());
+                    }
+                    open.borrow_mut().push(at);
+                    Ok((at, at.port()))
+                },
+                |_, l| open.borrow_mut().retain(|x| *x != l),
+            )
+        };
+        assert_eq!(port, 40001);
+        assert!(unbound.is_empty());
+        open.sort();
+        assert_eq!(open, [SocketAddr::new(a, 40001), SocketAddr::new(b, 40001)]);
+        assert_eq!(
+            tried,
+            [
+                SocketAddr::new(a, 0),
+                SocketAddr::new(b, 40000),
+                SocketAddr::new(b, 0),
+                SocketAddr::new(a, 40001)
+            ]
+        );
+        // An address where every port is taken: the others keep theirs, after the
+        // tries.
+        let mut tries = 0;
+        let (port, _) = listen_at_one_port(
+            vec![(0, a), (1, b)],
+            |_, at: SocketAddr| {
+                tries += 1;
+                if at.ip() == b {
+                    return Err(busy());
+                }
+                Ok(((), 40000))
+            },
+            |_, _| {},
+        );
+        assert_eq!(port, 40000);
+        assert!(tries <= 2 * LISTEN_TRIES, "{tries} tries");
     }
 
     #[test]

@@ -29,6 +29,11 @@ impl Status {
     pub fn is_canceled(self) -> bool {
         self.0 == sys::UCS_ERR_CANCELED
     }
+
+    /// The resource is busy: for a listener, its address is in use.
+    pub fn is_busy(self) -> bool {
+        self.0 == sys::UCS_ERR_BUSY
+    }
 }
 
 impl fmt::Display for Status {
