@@ -44,11 +44,22 @@ fn built(krate: &str) -> std::path::PathBuf {
         })
 }
 
+/// This process's softverbs namespace directory.
+fn namespace_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("vqp-host-cm-{}", std::process::id()))
+}
+
+/// Removes [`namespace_dir`] when the process exits (the tests share it).
+extern "C" fn remove_namespace_dir() {
+    let _ = std::fs::remove_dir_all(namespace_dir());
+}
+
 fn rdmacm() -> RdmaCm {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let dir = std::env::temp_dir().join(format!("vqp-host-cm-{}", std::process::id()));
-        std::env::set_var("VQP_SOFT_DIR", dir);
+        // SAFETY: registers a function that takes nothing and returns.
+        unsafe { libc::atexit(remove_namespace_dir) };
+        std::env::set_var("VQP_SOFT_DIR", namespace_dir());
         std::env::set_var("VQP_IBVERBS_PATH", built("vqp_softverbs"));
         std::env::set_var("VQP_RDMACM_TIMEOUT_MS", "2000");
     });

@@ -886,28 +886,31 @@ fn child_forger() {
 
 #[test]
 fn a_duplicate_atomic_is_answered_with_its_first_result_not_run_again() {
-    let name = "a_duplicate_atomic_is_answered_with_its_first_result_not_run_again";
-    if !netns::available(name) || !ucx_available(name) {
-        return;
-    }
-    let lab = Lab::new("mach12");
-    let responder = lab.start(1, "child_replay_target");
-    let requester = lab.start_with(0, "child_replayer", &[("VQP_REPLAY", "atomics")]);
-    passed(vec![
-        (requester, "child_replayer"),
-        (responder, "child_replay_target"),
-    ]);
+    replay(
+        "a_duplicate_atomic_is_answered_with_its_first_result_not_run_again",
+        "mach12",
+        "atomics",
+    );
 }
 
 #[test]
 fn the_pieces_of_a_long_write_run_in_order_and_are_answered_once() {
-    let name = "the_pieces_of_a_long_write_run_in_order_and_are_answered_once";
+    replay(
+        "the_pieces_of_a_long_write_run_in_order_and_are_answered_once",
+        "mach13",
+        "pieces",
+    );
+}
+
+/// Runs test `name` (namespaces tagged `tag`): a [`RoutePeer`] in one namespace sends
+/// the requests of `what` ([`child_replayer`]) to a QP in the other.
+fn replay(name: &str, tag: &str, what: &str) {
     if !netns::available(name) || !ucx_available(name) {
         return;
     }
-    let lab = Lab::new("mach13");
+    let lab = Lab::new(tag);
     let responder = lab.start(1, "child_replay_target");
-    let requester = lab.start_with(0, "child_replayer", &[("VQP_REPLAY", "pieces")]);
+    let requester = lab.start_with(0, "child_replayer", &[("VQP_REPLAY", what)]);
     passed(vec![
         (requester, "child_replayer"),
         (responder, "child_replay_target"),

@@ -42,10 +42,17 @@ pub fn sweep() {
     }
 }
 
+/// Removes this process's [`dir`] when it exits (the tests share it).
+extern "C" fn remove_dir() {
+    let _ = std::fs::remove_dir_all(dir());
+}
+
 pub fn setup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         sweep();
+        // SAFETY: registers a function that takes nothing and returns.
+        unsafe { libc::atexit(remove_dir) };
         let lib = vqp_softverbs::find_cdylib().expect("softverbs' cdylib is built");
         std::env::set_var("VQP_IBVERBS_PATH", lib);
         std::env::set_var("VQP_SOFT_DIR", dir());

@@ -458,9 +458,12 @@ mod tests {
     use super::*;
 
     fn file() -> File {
-        let dir = std::env::temp_dir().join(format!("vqp-exports-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("f-{}", super::super::random_token()));
+        // Unlinked once open: the test leaves nothing behind.
+        let path = std::env::temp_dir().join(format!(
+            "vqp-exports-{}-{}",
+            std::process::id(),
+            super::super::random_token()
+        ));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
